@@ -1,0 +1,79 @@
+# Specula build. `make` builds the library, the CLI and the tests;
+# `make check` runs the suite; `make check SAN=1` runs it under ASan+UBSan.
+# Sources are globbed: a new src/*.c, tools/*.c or tests/test_*.c needs no edit here.
+
+CC      ?= cc
+SAN     ?= 0
+ifeq ($(SAN),1)
+BUILD   ?= build-san
+OPT     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else
+BUILD   ?= build
+OPT     := -O2 -g
+endif
+
+CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -Wall -Wextra -Werror -pthread -Iinclude -Isrc -Itools $(EXTRA_CFLAGS)
+LDFLAGS := $(OPT) -pthread
+LDLIBS  := -lm
+CLI_LIBS := $(shell pkg-config --libs jansson libmicrohttpd 2>/dev/null || echo -ljansson -lmicrohttpd)
+TEST_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka) -ljansson
+
+# Kernels built per instruction set; dispatch picks one at start-up.
+AVX2_FLAGS   := -mavx2 -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c
+
+LIB_SRC  := $(wildcard src/*.c)
+LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
+CLI_SRC  := $(wildcard tools/*.c)
+CLI_OBJ  := $(CLI_SRC:tools/%.c=$(BUILD)/obj/tools/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+.PHONY: all lib cli tests check run deps clean
+all: cli tests
+
+lib: $(BUILD)/libspecula.a
+cli: $(BUILD)/specula
+tests: $(TEST_BIN)
+
+$(BUILD)/obj/%_avx2.o: src/%_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX2_FLAGS) -MMD -c $< -o $@
+$(BUILD)/obj/%_avx512.o: src/%_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -MMD -c $< -o $@
+$(BUILD)/obj/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -c $< -o $@
+$(BUILD)/obj/tools/%.o: tools/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -c $< -o $@
+
+$(BUILD)/libspecula.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/specula: $(CLI_OBJ) $(BUILD)/libspecula.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(CLI_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/testutil.h $(BUILD)/libspecula.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD $< $(BUILD)/libspecula.a -o $@ $(TEST_LIBS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libspecula.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/libspecula.a -o $@ $(LDLIBS)
+
+# The CLI binary is needed by the tests that drive it end to end.
+check: $(TEST_BIN) $(BUILD)/specula
+	@scripts/run_tests.sh $(BUILD)
+
+run: $(BUILD)/specula
+	$(BUILD)/specula run
+
+clean:
+	rm -rf build build-san
+
+-include $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/tools/*.d $(BUILD)/tests/*.d)

@@ -1,0 +1,129 @@
+/* sp_gguf: read (through mmap) and write GGUF files, the llama.cpp model format.
+ *
+ * Layout (v2/v3, little-endian):
+ *   u32 magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
+ *   n_kv x { gguf_string key | u32 value_type | value }
+ *   n_tensors x { gguf_string name | u32 n_dims | n_dims x u64 ne | u32 ggml_type | u64 offset }
+ *   padding to `general.alignment` (default 32) | tensor data (offsets relative to here)
+ *   gguf_string = u64 length + bytes (not NUL-terminated)
+ *   array value = u32 element type | u64 count | elements
+ * The reader validates every length, count and offset against the bytes left
+ * in the file; nothing past the mapping is ever read. Strings returned point
+ * into the mapping (sp_str, not NUL-terminated) and live until sp_gguf_close. */
+#ifndef SP_GGUF_H
+#define SP_GGUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sp_status.h"
+
+typedef enum sp_gguf_type {
+    SP_GGUF_UINT8 = 0, SP_GGUF_INT8 = 1, SP_GGUF_UINT16 = 2, SP_GGUF_INT16 = 3,
+    SP_GGUF_UINT32 = 4, SP_GGUF_INT32 = 5, SP_GGUF_FLOAT32 = 6, SP_GGUF_BOOL = 7,
+    SP_GGUF_STRING = 8, SP_GGUF_ARRAY = 9, SP_GGUF_UINT64 = 10, SP_GGUF_INT64 = 11,
+    SP_GGUF_FLOAT64 = 12
+} sp_gguf_type;
+
+/* ggml tensor types (numbering as in ggml.h). Specula computes with F32, F16,
+ * BF16, Q8_0 and Q4_0; the reader accepts any known type so the model loader
+ * can refuse the others by name. */
+typedef enum sp_ggml_type {
+    SP_GGML_F32 = 0, SP_GGML_F16 = 1, SP_GGML_Q4_0 = 2, SP_GGML_Q4_1 = 3,
+    SP_GGML_Q5_0 = 6, SP_GGML_Q5_1 = 7, SP_GGML_Q8_0 = 8, SP_GGML_Q8_1 = 9,
+    SP_GGML_Q2_K = 10, SP_GGML_Q3_K = 11, SP_GGML_Q4_K = 12, SP_GGML_Q5_K = 13,
+    SP_GGML_Q6_K = 14, SP_GGML_Q8_K = 15, SP_GGML_IQ2_XXS = 16, SP_GGML_IQ2_XS = 17,
+    SP_GGML_IQ3_XXS = 18, SP_GGML_IQ1_S = 19, SP_GGML_IQ4_NL = 20, SP_GGML_IQ3_S = 21,
+    SP_GGML_IQ2_S = 22, SP_GGML_IQ4_XS = 23, SP_GGML_I8 = 24, SP_GGML_I16 = 25,
+    SP_GGML_I32 = 26, SP_GGML_I64 = 27, SP_GGML_F64 = 28, SP_GGML_IQ1_M = 29,
+    SP_GGML_BF16 = 30, SP_GGML_TQ1_0 = 34, SP_GGML_TQ2_0 = 35,
+    SP_GGML_TYPE_COUNT = 39
+} sp_ggml_type;
+
+typedef struct sp_str {
+    const char *ptr;
+    uint64_t len;
+} sp_str;
+
+typedef struct sp_gguf_kv {
+    sp_str key;
+    sp_gguf_type type;
+    union {
+        uint64_t u64;  /* any unsigned integer type, widened */
+        int64_t i64;   /* any signed integer type, widened */
+        double f64;    /* FLOAT32 / FLOAT64, widened */
+        bool b;
+        sp_str str;
+    } v;
+    /* ARRAY only: element type, count, and the raw little-endian elements
+     * (for STRING arrays use sp_gguf_arr_str). */
+    sp_gguf_type arr_type;
+    uint64_t arr_n;
+    const void *arr_data;
+} sp_gguf_kv;
+
+typedef struct sp_gguf_tensor {
+    sp_str name;
+    uint32_t n_dims;
+    int64_t ne[4];      /* ne[0] is the contiguous (row) dimension; unused dims are 1 */
+    sp_ggml_type type;
+    uint64_t offset;    /* relative to the data section */
+    uint64_t nbytes;
+    const void *data;   /* into the mapping */
+} sp_gguf_tensor;
+
+typedef struct sp_gguf sp_gguf;
+
+sp_status sp_gguf_open(const char *path, sp_gguf **out, sp_error *err);
+void sp_gguf_close(sp_gguf *g);
+
+uint32_t sp_gguf_version(const sp_gguf *g);
+uint64_t sp_gguf_n_kv(const sp_gguf *g);
+const sp_gguf_kv *sp_gguf_kv_at(const sp_gguf *g, uint64_t i);
+/* NULL when absent. */
+const sp_gguf_kv *sp_gguf_find(const sp_gguf *g, const char *key);
+
+uint64_t sp_gguf_n_tensors(const sp_gguf *g);
+const sp_gguf_tensor *sp_gguf_tensor_at(const sp_gguf *g, uint64_t i);
+const sp_gguf_tensor *sp_gguf_find_tensor(const sp_gguf *g, const char *name);
+
+/* Typed getters: SP_OK, or SP_ERR_FORMAT (with a message naming the key) when
+ * the key is absent or of an incompatible type. Integer getters accept any
+ * integer type whose value fits. */
+sp_status sp_gguf_get_u32(const sp_gguf *g, const char *key, uint32_t *out, sp_error *err);
+sp_status sp_gguf_get_f32(const sp_gguf *g, const char *key, float *out, sp_error *err);
+sp_status sp_gguf_get_str(const sp_gguf *g, const char *key, sp_str *out, sp_error *err);
+/* Element i of a STRING array (bounds-checked by SP_ASSERT). */
+sp_str sp_gguf_arr_str(const sp_gguf_kv *kv, uint64_t i);
+
+/* Name of a ggml type ("q4_K", ...), "unknown" if out of range. */
+const char *sp_ggml_type_name(sp_ggml_type t);
+/* Block size in elements and bytes per block; 0 for unknown types. */
+int64_t sp_ggml_blck_size(sp_ggml_type t);
+int64_t sp_ggml_type_size(sp_ggml_type t);
+/* Bytes taken by a row of n elements (n must be a multiple of the block). */
+uint64_t sp_ggml_row_size(sp_ggml_type t, int64_t n);
+
+/* ---- Writer (used by `specula mkmodel` and by tests that build files). ---- */
+typedef struct sp_gguf_writer sp_gguf_writer;
+
+sp_gguf_writer *sp_gguf_writer_init(void);
+void sp_gguf_writer_free(sp_gguf_writer *w);
+void sp_gguf_writer_set_u32(sp_gguf_writer *w, const char *key, uint32_t v);
+void sp_gguf_writer_set_i32(sp_gguf_writer *w, const char *key, int32_t v);
+void sp_gguf_writer_set_f32(sp_gguf_writer *w, const char *key, float v);
+void sp_gguf_writer_set_bool(sp_gguf_writer *w, const char *key, bool v);
+void sp_gguf_writer_set_str(sp_gguf_writer *w, const char *key, const char *v);
+/* Arrays are copied. */
+void sp_gguf_writer_set_arr_str(sp_gguf_writer *w, const char *key, const sp_str *v, uint64_t n);
+void sp_gguf_writer_set_arr_f32(sp_gguf_writer *w, const char *key, const float *v, uint64_t n);
+void sp_gguf_writer_set_arr_i32(sp_gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
+/* Adds a tensor; `data` (sp_ggml_row_size(type, ne[0]) * rows bytes) is
+ * copied unless `borrow` is true, in which case it must outlive the write. */
+sp_status sp_gguf_writer_add_tensor(sp_gguf_writer *w, const char *name, sp_ggml_type type,
+                                    uint32_t n_dims, const int64_t *ne, const void *data,
+                                    bool borrow, sp_error *err);
+sp_status sp_gguf_writer_write(sp_gguf_writer *w, const char *path, sp_error *err);
+
+#endif

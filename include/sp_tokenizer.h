@@ -1,0 +1,63 @@
+/* sp_tokenizer: text <-> token ids for the two tokenizer families of the
+ * llama ecosystem:
+ *   SPM   SentencePiece-style BPE over scored pieces with byte fallback
+ *         (<0xNN> tokens), "\u2581" for space, a leading space added to the
+ *         text (GGUF tokenizer.ggml.model = "llama"; llama2.c tokenizer.bin).
+ *   BPE   GPT-2 byte-level BPE with ranked merges and the byte-to-unicode map
+ *         (tokenizer.ggml.model = "gpt2"; Llama 3, Qwen), pre-tokenised by a
+ *         regex-equivalent splitter.
+ * BOS/EOS ids and whether BOS is added come from the model metadata. */
+#ifndef SP_TOKENIZER_H
+#define SP_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sp_gguf.h"
+#include "sp_status.h"
+
+typedef enum sp_tokenizer_kind { SP_TOK_SPM = 1, SP_TOK_BPE = 2 } sp_tokenizer_kind;
+
+typedef struct sp_tokenizer sp_tokenizer;
+
+/* From the tokenizer.ggml.* keys of an open GGUF file. */
+sp_status sp_tokenizer_load_gguf(const sp_gguf *g, sp_tokenizer **out, sp_error *err);
+/* From a llama2.c tokenizer.bin (int32 max_token_length, then per token:
+ * f32 score, int32 len, bytes). vocab_size comes from the checkpoint header.
+ * Ids 0/1/2 are unk/BOS/EOS as in llama2.c. */
+sp_status sp_tokenizer_load_llama2c(const char *path, int32_t vocab_size, sp_tokenizer **out,
+                                    sp_error *err);
+void sp_tokenizer_free(sp_tokenizer *t);
+
+sp_tokenizer_kind sp_tokenizer_kind_of(const sp_tokenizer *t);
+int32_t sp_tokenizer_n_vocab(const sp_tokenizer *t);
+int32_t sp_tokenizer_bos(const sp_tokenizer *t);   /* -1 if none */
+int32_t sp_tokenizer_eos(const sp_tokenizer *t);   /* -1 if none */
+bool sp_tokenizer_add_bos(const sp_tokenizer *t);  /* metadata default */
+/* True for end-of-generation tokens (EOS, and EOT-like control tokens). */
+bool sp_tokenizer_is_eog(const sp_tokenizer *t, int32_t id);
+
+/* Encode `len` bytes of text (need not be NUL-terminated). Writes at most
+ * `cap` ids; *n_out is the number produced. SP_ERR_RANGE if cap is too small
+ * (then *n_out is the number needed). BOS is prepended when add_bos. */
+sp_status sp_tokenizer_encode(const sp_tokenizer *t, const char *text, size_t len, bool add_bos,
+                              int32_t *out, int32_t cap, int32_t *n_out, sp_error *err);
+
+/* Bytes of one token as it appears in generated text, given the previous
+ * token (SPM drops the leading space of the first piece after BOS; control
+ * tokens such as BOS/EOS decode to nothing; byte tokens to their raw byte).
+ * Returns the number of bytes written into buf (at most cap; pieces are
+ * short), so streaming output is just the concatenation. */
+size_t sp_tokenizer_decode_token(const sp_tokenizer *t, int32_t prev, int32_t id, char *buf,
+                                 size_t cap);
+
+/* Decode a whole sequence into buf (NUL-terminated, truncated to cap-1);
+ * returns the full length the text needs (like snprintf). */
+size_t sp_tokenizer_decode(const sp_tokenizer *t, const int32_t *ids, int32_t n, char *buf,
+                           size_t cap);
+
+/* The raw vocabulary string of a token (for debugging/tests). */
+sp_str sp_tokenizer_token_text(const sp_tokenizer *t, int32_t id);
+
+#endif

@@ -1,0 +1,13 @@
+/* specula.h: the public API of the Specula speculative-decoding engine.
+ * Include this one header; each module's header documents its part. */
+#ifndef SPECULA_H
+#define SPECULA_H
+
+#include "sp_status.h"
+#include "sp_rng.h"
+#include "sp_gguf.h"
+#include "sp_quant.h"
+#include "sp_tokenizer.h"
+#include "sp_sampler.h"
+
+#endif
