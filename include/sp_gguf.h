@@ -56,8 +56,11 @@ typedef struct sp_gguf_kv {
         bool b;
         sp_str str;
     } v;
-    /* ARRAY only: element type, count, and the raw little-endian elements
-     * (for STRING arrays use sp_gguf_arr_str). */
+    /* ARRAY only: element type, count, and the raw little-endian elements,
+     * which may be unaligned (read them with sp_gguf_arr_f32/_int). For
+     * STRING arrays arr_data is a reader-built sp_str[arr_n] table (use
+     * sp_gguf_arr_str). For arrays of arrays it points at the first nested
+     * array's raw {u32 type, u64 count, elements} in the file. */
     sp_gguf_type arr_type;
     uint64_t arr_n;
     const void *arr_data;
@@ -96,6 +99,14 @@ sp_status sp_gguf_get_f32(const sp_gguf *g, const char *key, float *out, sp_erro
 sp_status sp_gguf_get_str(const sp_gguf *g, const char *key, sp_str *out, sp_error *err);
 /* Element i of a STRING array (bounds-checked by SP_ASSERT). */
 sp_str sp_gguf_arr_str(const sp_gguf_kv *kv, uint64_t i);
+
+/* Element i of a FLOAT32 or FLOAT64 array, as float (bounds-checked by SP_ASSERT). */
+float sp_gguf_arr_f32(const sp_gguf_kv *kv, uint64_t i);
+/* Element i of an integer (or BOOL) array, widened (bounds-checked by SP_ASSERT). */
+int64_t sp_gguf_arr_int(const sp_gguf_kv *kv, uint64_t i);
+/* File offset of the tensor data section, and the alignment in force. */
+uint64_t sp_gguf_data_offset(const sp_gguf *g);
+uint64_t sp_gguf_alignment(const sp_gguf *g);
 
 /* Name of a ggml type ("q4_K", ...), "unknown" if out of range. */
 const char *sp_ggml_type_name(sp_ggml_type t);
