@@ -486,6 +486,218 @@ static void test_missing_and_empty(void **state) {
     expect_fail(sp_tmpdir(), NULL);  /* a directory */
 }
 
+
+/* ---- Writer ------------------------------------------------------------------- */
+
+static void test_writer_round_trip(void **state) {
+    (void)state;
+    sp_gguf_writer *w = sp_gguf_writer_init();
+    assert_non_null(w);
+    uint8_t u8 = 200; int8_t i8 = -100; uint16_t u16 = 60000; int16_t i16 = -30000;
+    uint64_t u64 = UINT64_MAX - 5; int64_t i64 = INT64_MIN + 7; double f64 = -1.0 / 3.0;
+    sp_gguf_writer_set_scalar(w, "t.u8", SP_GGUF_UINT8, &u8);
+    sp_gguf_writer_set_scalar(w, "t.i8", SP_GGUF_INT8, &i8);
+    sp_gguf_writer_set_scalar(w, "t.u16", SP_GGUF_UINT16, &u16);
+    sp_gguf_writer_set_scalar(w, "t.i16", SP_GGUF_INT16, &i16);
+    sp_gguf_writer_set_u32(w, "t.u32", 1); /* replaced below, keeps its slot */
+    sp_gguf_writer_set_i32(w, "t.i32", -123456789);
+    sp_gguf_writer_set_f32(w, "t.f32", 0.1f);
+    sp_gguf_writer_set_bool(w, "t.bool", true);
+    sp_gguf_writer_set_str(w, "t.str", "h\xc3\xa9llo");
+    sp_gguf_writer_set_scalar(w, "t.u64", SP_GGUF_UINT64, &u64);
+    sp_gguf_writer_set_scalar(w, "t.i64", SP_GGUF_INT64, &i64);
+    sp_gguf_writer_set_scalar(w, "t.f64", SP_GGUF_FLOAT64, &f64);
+    sp_gguf_writer_set_u32(w, "t.u32", 4000000000u);
+    sp_gguf_writer_set_str(w, "t.empty", "");
+    sp_str strs[3] = {{"a", 1}, {"", 0}, {"x\0y", 3}};
+    sp_gguf_writer_set_arr_str(w, "a.str", strs, 3);
+    float fa[4] = {1.5f, -2.0f, 3.25f, 1e-30f};
+    sp_gguf_writer_set_arr_f32(w, "a.f32", fa, 4);
+    int32_t ia[3] = {-1, 0, 2147483647};
+    sp_gguf_writer_set_arr_i32(w, "a.i32", ia, 3);
+    uint16_t ua[2] = {1, 65535};
+    sp_gguf_writer_set_arr(w, "a.u16", SP_GGUF_UINT16, ua, 2);
+    int64_t la[2] = {INT64_MIN, 5};
+    sp_gguf_writer_set_arr(w, "a.i64", SP_GGUF_INT64, la, 2);
+    double da[2] = {0.5, -1e300};
+    sp_gguf_writer_set_arr(w, "a.f64", SP_GGUF_FLOAT64, da, 2);
+    uint8_t ba[3] = {1, 0, 1};
+    sp_gguf_writer_set_arr(w, "a.bool", SP_GGUF_BOOL, ba, 3);
+    sp_gguf_writer_set_arr(w, "a.empty", SP_GGUF_UINT8, NULL, 0);
+
+    /* Tensors: each supported type, odd sizes so padding matters. */
+    static const struct { const char *name; sp_ggml_type t; uint32_t nd; int64_t ne[4]; } ts[] = {
+        {"w.f32", SP_GGML_F32, 2, {3, 5, 1, 1}},
+        {"w.f16", SP_GGML_F16, 1, {7, 1, 1, 1}},
+        {"w.bf16", SP_GGML_BF16, 3, {2, 3, 4, 1}},
+        {"w.q8_0", SP_GGML_Q8_0, 2, {64, 3, 1, 1}},
+        {"w.q4_0", SP_GGML_Q4_0, 4, {32, 1, 2, 3}},
+        {"w.empty", SP_GGML_F32, 2, {4, 0, 1, 1}},
+    };
+    enum { NT = sizeof ts / sizeof *ts };
+    uint8_t *data[NT], *orig[NT];
+    uint64_t nbs[NT];
+    sp_rng r;
+    sp_rng_seed(&r, 99);
+    sp_error err = {0};
+    for (int i = 0; i < NT; i++) {
+        uint64_t nb = sp_ggml_row_size(ts[i].t, ts[i].ne[0]) * (uint64_t)(ts[i].ne[1] * ts[i].ne[2] * ts[i].ne[3]);
+        data[i] = malloc(nb + 1);
+        for (uint64_t j = 0; j < nb; j++) data[i][j] = (uint8_t)sp_rng_u64(&r);
+        orig[i] = malloc(nb + 1);
+        memcpy(orig[i], data[i], nb);
+        nbs[i] = nb;
+        assert_int_equal(sp_gguf_writer_add_tensor(w, ts[i].name, ts[i].t, ts[i].nd, ts[i].ne, data[i],
+                                                   i % 2 == 0, &err), SP_OK);
+    }
+    /* Refusals. */
+    int64_t ne7[1] = {7};
+    assert_int_equal(sp_gguf_writer_add_tensor(w, "w.f32", SP_GGML_F32, 1, ne7, data[0], false, &err), SP_ERR_ARG);
+    assert_non_null(strstr(err.msg, "duplicate"));
+    assert_int_equal(sp_gguf_writer_add_tensor(w, "bad", SP_GGML_Q8_0, 1, ne7, data[0], false, &err), SP_ERR_ARG);
+    assert_int_equal(sp_gguf_writer_add_tensor(w, "bad", (sp_ggml_type)99, 1, ne7, data[0], false, &err), SP_ERR_ARG);
+    assert_int_equal(sp_gguf_writer_add_tensor(w, "bad", SP_GGML_F32, 5, ne7, data[0], false, &err), SP_ERR_ARG);
+    assert_int_equal(sp_gguf_writer_add_tensor(w, "", SP_GGML_F32, 1, ne7, data[0], false, &err), SP_ERR_ARG);
+    char longname[80];
+    memset(longname, 'n', 64);
+    longname[64] = 0;
+    assert_int_equal(sp_gguf_writer_add_tensor(w, longname, SP_GGML_F32, 1, ne7, data[0], false, &err), SP_ERR_ARG);
+
+    /* Copied (odd) tensors no longer depend on the caller's buffer. */
+    for (int i = 1; i < NT; i += 2) memset(data[i], 0xEE, nbs[i]);
+
+    const char *p = tmp_path("rt");
+    assert_int_equal(sp_gguf_writer_write(w, p, &err), SP_OK);
+    char bad[600];
+    snprintf(bad, sizeof bad, "%s/no/such/dir/x.gguf", sp_tmpdir());
+    assert_int_equal(sp_gguf_writer_write(w, bad, &err), SP_ERR_IO);
+    assert_non_null(strstr(err.msg, bad));
+    sp_gguf_writer_free(w);
+
+    sp_gguf *g = NULL;
+    if (sp_gguf_open(p, &g, &err) != SP_OK) fail_msg("%s", err.msg);
+    assert_int_equal(sp_gguf_version(g), 3);
+    assert_int_equal(sp_gguf_n_kv(g), 21);
+    assert_true(str_eq_c(sp_gguf_kv_at(g, 4)->key, "t.u32"));
+    const sp_gguf_kv *kv;
+    kv = sp_gguf_find(g, "t.u8"); assert_int_equal(kv->type, SP_GGUF_UINT8); assert_int_equal(kv->v.u64, 200);
+    kv = sp_gguf_find(g, "t.i8"); assert_int_equal(kv->type, SP_GGUF_INT8); assert_int_equal(kv->v.i64, -100);
+    kv = sp_gguf_find(g, "t.u16"); assert_int_equal(kv->type, SP_GGUF_UINT16); assert_int_equal(kv->v.u64, 60000);
+    kv = sp_gguf_find(g, "t.i16"); assert_int_equal(kv->type, SP_GGUF_INT16); assert_int_equal(kv->v.i64, -30000);
+    kv = sp_gguf_find(g, "t.u32"); assert_int_equal(kv->type, SP_GGUF_UINT32); assert_int_equal(kv->v.u64, 4000000000u);
+    kv = sp_gguf_find(g, "t.i32"); assert_int_equal(kv->type, SP_GGUF_INT32); assert_int_equal(kv->v.i64, -123456789);
+    kv = sp_gguf_find(g, "t.f32"); assert_int_equal(kv->type, SP_GGUF_FLOAT32); assert_true((float)kv->v.f64 == 0.1f);
+    kv = sp_gguf_find(g, "t.bool"); assert_int_equal(kv->type, SP_GGUF_BOOL); assert_true(kv->v.b);
+    kv = sp_gguf_find(g, "t.str"); assert_int_equal(kv->type, SP_GGUF_STRING); assert_true(str_eq_c(kv->v.str, "h\xc3\xa9llo"));
+    kv = sp_gguf_find(g, "t.empty"); assert_int_equal(kv->v.str.len, 0);
+    kv = sp_gguf_find(g, "t.u64"); assert_int_equal(kv->type, SP_GGUF_UINT64); assert_true(kv->v.u64 == u64);
+    kv = sp_gguf_find(g, "t.i64"); assert_int_equal(kv->type, SP_GGUF_INT64); assert_true(kv->v.i64 == i64);
+    kv = sp_gguf_find(g, "t.f64"); assert_int_equal(kv->type, SP_GGUF_FLOAT64); assert_true(kv->v.f64 == f64);
+    uint32_t u;
+    assert_int_equal(sp_gguf_get_u32(g, "t.u16", &u, &err), SP_OK);
+    assert_int_equal(u, 60000);
+    assert_int_equal(sp_gguf_get_u32(g, "t.i8", &u, &err), SP_ERR_FORMAT);
+    assert_int_equal(sp_gguf_get_u32(g, "t.u64", &u, &err), SP_ERR_FORMAT);
+    float f;
+    assert_int_equal(sp_gguf_get_f32(g, "t.f64", &f, &err), SP_OK);
+    assert_true(f == (float)f64);
+
+    kv = sp_gguf_find(g, "a.str");
+    assert_int_equal(kv->arr_type, SP_GGUF_STRING);
+    assert_int_equal(kv->arr_n, 3);
+    for (int i = 0; i < 3; i++) {
+        sp_str s2 = sp_gguf_arr_str(kv, (uint64_t)i);
+        assert_int_equal(s2.len, strs[i].len);
+        if (s2.len) assert_memory_equal(s2.ptr, strs[i].ptr, s2.len);
+    }
+    kv = sp_gguf_find(g, "a.f32");
+    assert_int_equal(kv->arr_type, SP_GGUF_FLOAT32);
+    for (int i = 0; i < 4; i++) assert_true(sp_gguf_arr_f32(kv, (uint64_t)i) == fa[i]);
+    kv = sp_gguf_find(g, "a.i32");
+    for (int i = 0; i < 3; i++) assert_true(sp_gguf_arr_int(kv, (uint64_t)i) == ia[i]);
+    kv = sp_gguf_find(g, "a.u16");
+    assert_int_equal(kv->arr_type, SP_GGUF_UINT16);
+    assert_true(sp_gguf_arr_int(kv, 1) == 65535);
+    kv = sp_gguf_find(g, "a.i64");
+    assert_true(sp_gguf_arr_int(kv, 0) == INT64_MIN && sp_gguf_arr_int(kv, 1) == 5);
+    kv = sp_gguf_find(g, "a.f64");
+    assert_true(sp_gguf_arr_f32(kv, 1) == (float)-1e300 && sp_gguf_arr_f32(kv, 0) == 0.5f);
+    kv = sp_gguf_find(g, "a.bool");
+    assert_true(sp_gguf_arr_int(kv, 0) == 1 && sp_gguf_arr_int(kv, 1) == 0);
+    kv = sp_gguf_find(g, "a.empty");
+    assert_int_equal(kv->arr_n, 0);
+
+    assert_int_equal(sp_gguf_n_tensors(g), NT);
+    uint64_t expect_off = 0;
+    for (int i = 0; i < NT; i++) {
+        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, (uint64_t)i);
+        assert_true(str_eq_c(t->name, ts[i].name));
+        assert_int_equal(t->type, ts[i].t);
+        assert_int_equal(t->n_dims, ts[i].nd);
+        for (int d = 0; d < 4; d++) assert_int_equal(t->ne[d], ts[i].ne[d]);
+        /* Contiguous, each padded to 32: what ggml's loader expects. */
+        assert_int_equal(t->offset, expect_off);
+        expect_off += (t->nbytes + 31) / 32 * 32;
+        assert_int_equal(t->nbytes, nbs[i]);
+        if (t->nbytes) assert_memory_equal(t->data, orig[i], t->nbytes);
+    }
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    assert_int_equal((uint64_t)st.st_size, sp_gguf_data_offset(g) + expect_off);
+    sp_gguf_close(g);
+    unlink(p);
+    for (int i = 0; i < NT; i++) {
+        free(data[i]);
+        free(orig[i]);
+    }
+}
+
+/* The real model survives a rewrite of all its tensors with identical bytes. */
+static void test_writer_copies_model(void **state) {
+    (void)state;
+    sp_gguf *g = NULL, *h = NULL;
+    sp_error err = {0};
+    if (sp_gguf_open(sp_shared(MODEL), &g, &err) != SP_OK) fail_msg("%s", err.msg);
+    sp_gguf_writer *w = sp_gguf_writer_init();
+    sp_gguf_writer_set_str(w, "general.architecture", "llama");
+    sp_gguf_writer_set_u32(w, "general.alignment", 32);
+    const sp_gguf_kv *tok = sp_gguf_find(g, "tokenizer.ggml.tokens");
+    sp_str *toks = malloc(tok->arr_n * sizeof *toks);
+    for (uint64_t i = 0; i < tok->arr_n; i++) toks[i] = sp_gguf_arr_str(tok, i);
+    sp_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, tok->arr_n);
+    free(toks);
+    for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
+        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+        char name[128];
+        memcpy(name, t->name.ptr, t->name.len);
+        name[t->name.len] = 0;
+        assert_int_equal(sp_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, true, &err), SP_OK);
+    }
+    const char *p = tmp_path("copy");
+    if (sp_gguf_writer_write(w, p, &err) != SP_OK) fail_msg("%s", err.msg);
+    sp_gguf_writer_free(w);
+    if (sp_gguf_open(p, &h, &err) != SP_OK) fail_msg("%s", err.msg);
+    assert_int_equal(sp_gguf_n_tensors(h), sp_gguf_n_tensors(g));
+    for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
+        const sp_gguf_tensor *a = sp_gguf_tensor_at(g, i), *b = sp_gguf_tensor_at(h, i);
+        assert_true(a->name.len == b->name.len && memcmp(a->name.ptr, b->name.ptr, a->name.len) == 0);
+        assert_int_equal(a->nbytes, b->nbytes);
+        assert_memory_equal(a->data, b->data, a->nbytes);
+    }
+    const sp_gguf_kv *tok2 = sp_gguf_find(h, "tokenizer.ggml.tokens");
+    assert_int_equal(tok2->arr_n, 512);
+    assert_true(str_eq_c(sp_gguf_arr_str(tok2, 300), "") == str_eq_c(sp_gguf_arr_str(tok, 300), ""));
+    sp_gguf_close(h);
+    sp_gguf_close(g);
+    unlink(p);
+
+    /* Any other alignment is refused rather than written inconsistently. */
+    w = sp_gguf_writer_init();
+    sp_gguf_writer_set_u32(w, "general.alignment", 64);
+    assert_int_equal(sp_gguf_writer_write(w, p, &err), SP_ERR_ARG);
+    sp_gguf_writer_free(w);
+}
+
 /* ---- Truncation and fuzzing of the real model --------------------------------- */
 
 static void test_truncated(void **state) {
@@ -592,6 +804,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_corrupt_header),
     cmocka_unit_test(test_corrupt_tensors),
     cmocka_unit_test(test_missing_and_empty),
+    cmocka_unit_test(test_writer_round_trip),
+    cmocka_unit_test(test_writer_copies_model),
     cmocka_unit_test(test_truncated),
     cmocka_unit_test(test_fuzz_header),
 };
