@@ -20,7 +20,7 @@ TEST_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka) -lja
 
 # Kernels built per instruction set; dispatch picks one at start-up.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
-AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512dq -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c
 
 LIB_SRC  := $(wildcard src/*.c)
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)

@@ -9,5 +9,10 @@
 #include "sp_quant.h"
 #include "sp_tokenizer.h"
 #include "sp_sampler.h"
+#include "sp_kv.h"
+#include "sp_threadpool.h"
+#include "sp_model.h"
+#include "sp_generate.h"
+#include "sp_mkmodel.h"
 
 #endif

@@ -6,6 +6,8 @@
 #include "cli.h"
 
 static const sp_cli_command COMMANDS[] = {
+    {"run", "generate from the default model (demo)", cmd_run},
+    {"generate", "generate text from a model", cmd_generate},
     {"version", "print the version", cmd_version},
 };
 

@@ -1,0 +1,52 @@
+/* sp_generate: the generation loop over a context: prompt prefill in
+ * batches, then token-by-token sampling until EOS or the token budget, with
+ * a callback for streaming. Speculative generation (sp_spec.h) reports
+ * through the same stats and callback. */
+#ifndef SP_GENERATE_H
+#define SP_GENERATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sp_model.h"
+#include "sp_sampler.h"
+#include "sp_status.h"
+
+typedef struct sp_gen_params {
+    int32_t n_predict;          /* most tokens to generate (>= 1) */
+    sp_sampler_params sampling;
+    uint64_t seed;
+    bool stop_at_eog;           /* stop at EOS/EOT (default true) */
+} sp_gen_params;
+
+sp_gen_params sp_gen_default_params(void);
+
+typedef struct sp_gen_stats {
+    int32_t n_prompt;
+    int32_t n_generated;
+    double t_prefill;    /* seconds */
+    double t_generate;   /* seconds after prefill */
+    int64_t target_forwards;
+    bool hit_eog;
+} sp_gen_stats;
+
+/* Called with newly emitted tokens (in order). Return false to stop. */
+typedef bool (*sp_token_cb)(void *ud, const int32_t *tokens, int32_t n);
+
+/* Evaluates prompt[0..n_prompt) into ctx (which must be empty) and generates
+ * up to p->n_predict tokens into out (cap >= n_predict). The prompt plus
+ * budget must fit the context (SP_ERR_RANGE otherwise, checked up front). */
+sp_status sp_generate(sp_ctx *ctx, const int32_t *prompt, int32_t n_prompt,
+                      const sp_gen_params *p, int32_t *out, int32_t cap, sp_gen_stats *stats,
+                      sp_token_cb cb, void *ud, sp_error *err);
+
+/* Prefill helper shared with speculative generation: evaluates tokens in
+ * batches of the context's max batch; logits of the last token go to
+ * last_logits (n_vocab floats). */
+sp_status sp_prefill(sp_ctx *ctx, const int32_t *tokens, int32_t n, float *last_logits,
+                     int64_t *forwards, sp_error *err);
+
+/* Monotonic wall clock in seconds. */
+double sp_now(void);
+
+#endif

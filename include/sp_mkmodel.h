@@ -1,0 +1,29 @@
+/* sp_mkmodel: write a Llama-shaped GGUF model with random weights.
+ *
+ * Used for tests (tiny models with exactly computable distributions) and for
+ * benchmarks (realistic 100M-1B parameter shapes in every weight type). The
+ * file follows llama.cpp's naming and layout, so llama.cpp loads it too. The
+ * vocabulary is copied from another GGUF model (tokenizer.* keys), or made up
+ * (n_vocab single-character pieces, SPM style, ids 0/1/2 = unk/BOS/EOS). */
+#ifndef SP_MKMODEL_H
+#define SP_MKMODEL_H
+
+#include <stdint.h>
+
+#include "sp_gguf.h"
+#include "sp_status.h"
+
+typedef struct sp_mkmodel_params {
+    int32_t dim, n_layers, n_heads, n_kv_heads, ffn_dim;
+    int32_t n_ctx;            /* context_length written to the file */
+    int32_t n_vocab;          /* used when vocab_from is NULL (4..4096) */
+    const char *vocab_from;   /* GGUF file whose tokenizer to copy, or NULL */
+    sp_ggml_type type;        /* matrices: F32, F16, BF16, Q8_0, Q4_0 */
+    uint64_t seed;
+    float logit_scale;        /* std of the output logits (default 1) */
+} sp_mkmodel_params;
+
+sp_mkmodel_params sp_mkmodel_default_params(void);
+sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error *err);
+
+#endif

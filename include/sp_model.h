@@ -1,0 +1,109 @@
+/* sp_model: Llama-family transformer weights and the forward pass.
+ *
+ * A model is loaded once (weights are views into the mmap'd file, except
+ * tensors converted at load time) and is read-only afterwards, so several
+ * contexts can share it (e.g. a layer-skipping self-draft). A context owns a
+ * KV cache and all scratch memory, sized at init; sp_forward allocates
+ * nothing. Architecture: RMSNorm, RoPE, grouped-query attention, SwiGLU FFN,
+ * tied or separate output embedding (llama / Llama 2-3, TinyLlama, Mistral-
+ * style GQA). Weight types: F32, F16, BF16, Q8_0, Q4_0. */
+#ifndef SP_MODEL_H
+#define SP_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sp_gguf.h"
+#include "sp_kv.h"
+#include "sp_status.h"
+#include "sp_threadpool.h"
+#include "sp_tokenizer.h"
+
+typedef struct sp_model_config {
+    int32_t dim;         /* embedding width */
+    int32_t n_layers;
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    int32_t rot_dim;     /* RoPE dimensions per head (<= head_dim) */
+    int32_t ffn_dim;
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    float rope_theta;
+    float norm_eps;
+    bool rope_neox;      /* false: adjacent pairs (llama); true: halves */
+    sp_ggml_type wtype;  /* type of the attention/FFN matrices (of layer 0's wq) */
+} sp_model_config;
+
+typedef struct sp_model sp_model;
+
+typedef struct sp_model_params {
+    /* llama2.c checkpoints need their tokenizer.bin; NULL: no tokenizer. */
+    const char *tokenizer_path;
+} sp_model_params;
+
+sp_model_params sp_model_default_params(void);
+
+/* Loads a GGUF file, or a llama2.c checkpoint (detected by the absence of the
+ * GGUF magic). Every problem is reported as one line in err. */
+sp_status sp_model_load(const char *path, const sp_model_params *params, sp_model **out,
+                        sp_error *err);
+void sp_model_free(sp_model *m);
+
+/* A copy of `src` whose matrices are re-quantised to `type` (Q8_0, Q4_0, F16,
+ * BF16 or F32) in memory: the low-precision self-draft. Shares the tokenizer
+ * (the copy must be freed before src). */
+sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model **out,
+                              sp_error *err);
+
+const sp_model_config *sp_model_cfg(const sp_model *m);
+const sp_tokenizer *sp_model_tokenizer(const sp_model *m);
+/* Parameter count and bytes of weights read per decoded token. */
+uint64_t sp_model_n_params(const sp_model *m);
+uint64_t sp_model_weight_bytes(const sp_model *m);
+const char *sp_model_desc(const sp_model *m); /* e.g. "llama 5L d64 f32" */
+
+/* ---- contexts ---- */
+typedef struct sp_ctx sp_ctx;
+
+typedef struct sp_ctx_params {
+    int32_t n_ctx;      /* KV capacity in tokens; 0 = min(train context, 4096) */
+    int32_t max_batch;  /* most tokens per sp_forward call; default 64 */
+    int32_t n_threads;  /* used when pool is NULL; default 1 */
+    sp_pool *pool;      /* shared worker pool (not owned), or NULL */
+} sp_ctx_params;
+
+sp_ctx_params sp_ctx_default_params(void);
+sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, sp_error *err);
+void sp_ctx_free(sp_ctx *c);
+
+const sp_model *sp_ctx_model(const sp_ctx *c);
+int32_t sp_ctx_n_ctx(const sp_ctx *c);
+int32_t sp_ctx_max_batch(const sp_ctx *c);
+/* Tokens currently in the KV cache. */
+int32_t sp_ctx_n_past(const sp_ctx *c);
+sp_kv *sp_ctx_kv(sp_ctx *c);
+/* Roll back: keep only the first n cached tokens. */
+sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err);
+/* Keep cached slots start+idx[i] (increasing) as start..start+m-1. */
+sp_status sp_ctx_keep(sp_ctx *c, int32_t start, const int32_t *idx, int32_t m, sp_error *err);
+/* Layers to skip (self-speculation): skip[l] true bypasses layer l. NULL
+ * restores the full model. The array is copied. */
+sp_status sp_ctx_set_skip_layers(sp_ctx *c, const bool *skip, sp_error *err);
+
+typedef struct sp_batch {
+    const int32_t *tokens; /* n token ids */
+    const int32_t *pos;    /* n positions; NULL = n_past + i */
+    int32_t n;
+    /* n x n row-major: mask[i*n + j] != 0 if new token i sees new token j.
+     * NULL = causal (j <= i). All tokens already cached are always visible. */
+    const uint8_t *mask;
+    bool logits_all;       /* logits for all n rows; else only the last */
+} sp_batch;
+
+/* Evaluates the batch, appending its n tokens to the KV cache, and writes
+ * logits (n_vocab floats per row; n rows if logits_all else 1). Errors: bad
+ * token ids or positions, n > max_batch, cache full (SP_ERR_RANGE). */
+sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err);
+
+#endif

@@ -1,0 +1,82 @@
+/* generate: plain (non-speculative) generation loop and prompt prefill. */
+#include "sp_generate.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+sp_gen_params sp_gen_default_params(void) {
+    sp_gen_params p = {.n_predict = 128, .sampling = sp_sampler_default_params(), .seed = 42,
+                       .stop_at_eog = true};
+    return p;
+}
+
+double sp_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+sp_status sp_prefill(sp_ctx *ctx, const int32_t *tokens, int32_t n, float *last_logits,
+                     int64_t *forwards, sp_error *err) {
+    const int32_t B = sp_ctx_max_batch(ctx);
+    for (int32_t i = 0; i < n; i += B) {
+        int32_t m = n - i < B ? n - i : B;
+        sp_batch b = {.tokens = tokens + i, .n = m, .logits_all = false};
+        sp_status st = sp_forward(ctx, &b, last_logits, err);
+        if (st) return st;
+        if (forwards) (*forwards)++;
+    }
+    return SP_OK;
+}
+
+sp_status sp_generate(sp_ctx *ctx, const int32_t *prompt, int32_t n_prompt,
+                      const sp_gen_params *p, int32_t *out, int32_t cap, sp_gen_stats *stats,
+                      sp_token_cb cb, void *ud, sp_error *err) {
+    const sp_model *m = sp_ctx_model(ctx);
+    const int32_t V = sp_model_cfg(m)->n_vocab;
+    const sp_tokenizer *tok = sp_model_tokenizer(m);
+    sp_gen_stats st_local = {0};
+    if (!stats) stats = &st_local;
+    *stats = (sp_gen_stats){.n_prompt = n_prompt};
+    if (n_prompt < 1) return sp_fail(err, SP_ERR_ARG, "empty prompt (need at least one token)");
+    if (p->n_predict < 1 || p->n_predict > cap)
+        return sp_fail(err, SP_ERR_ARG, "token budget %d must be in [1, %d]", p->n_predict, cap);
+    if (sp_ctx_n_past(ctx) != 0) return sp_fail(err, SP_ERR_STATE, "context is not empty");
+    if ((int64_t)n_prompt + p->n_predict > sp_ctx_n_ctx(ctx))
+        return sp_fail(err, SP_ERR_RANGE,
+                       "prompt (%d tokens) plus %d new tokens exceed the context size %d",
+                       n_prompt, p->n_predict, sp_ctx_n_ctx(ctx));
+    sp_sampler *smp;
+    sp_status st = sp_sampler_init(&p->sampling, V, &smp, err);
+    if (st) return st;
+    float *logits = malloc((size_t)V * sizeof(float));
+    if (!logits) {
+        sp_sampler_free(smp);
+        return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    }
+    sp_rng rng;
+    sp_rng_seed(&rng, p->seed);
+    double t0 = sp_now();
+    st = sp_prefill(ctx, prompt, n_prompt, logits, &stats->target_forwards, err);
+    double t1 = sp_now();
+    stats->t_prefill = t1 - t0;
+    int32_t n = 0;
+    while (!st && n < p->n_predict) {
+        int32_t id = sp_sampler_sample(smp, logits, &rng, NULL);
+        out[n++] = id;
+        bool go = cb ? cb(ud, &id, 1) : true;
+        if (p->stop_at_eog && tok && sp_tokenizer_is_eog(tok, id)) {
+            stats->hit_eog = true;
+            break;
+        }
+        if (!go || n == p->n_predict) break;
+        sp_batch b = {.tokens = &id, .n = 1};
+        st = sp_forward(ctx, &b, logits, err);
+        stats->target_forwards++;
+    }
+    stats->t_generate = sp_now() - t1;
+    stats->n_generated = n;
+    free(logits);
+    sp_sampler_free(smp);
+    return st;
+}

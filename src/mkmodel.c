@@ -1,0 +1,216 @@
+/* mkmodel: random-weight Llama GGUF writer (see sp_mkmodel.h). */
+#include "sp_mkmodel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sp_quant.h"
+#include "sp_rng.h"
+
+sp_mkmodel_params sp_mkmodel_default_params(void) {
+    sp_mkmodel_params p = {.dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 128,
+                           .n_ctx = 512, .n_vocab = 32, .vocab_from = NULL, .type = SP_GGML_F32,
+                           .seed = 1, .logit_scale = 1.0f};
+    return p;
+}
+
+/* Copies every tokenizer.* key of src into w. */
+static sp_status copy_vocab(sp_gguf_writer *w, const char *path, int32_t *n_vocab, sp_error *err) {
+    sp_gguf *g;
+    sp_status st = sp_gguf_open(path, &g, err);
+    if (st) return st;
+    const sp_gguf_kv *tk = sp_gguf_find(g, "tokenizer.ggml.tokens");
+    if (!tk || tk->type != SP_GGUF_ARRAY || tk->arr_type != SP_GGUF_STRING) {
+        sp_gguf_close(g);
+        return sp_fail(err, SP_ERR_FORMAT, "%s: no tokenizer.ggml.tokens to copy", path);
+    }
+    *n_vocab = (int32_t)tk->arr_n;
+    char key[256];
+    for (uint64_t i = 0; i < sp_gguf_n_kv(g) && !st; i++) {
+        const sp_gguf_kv *kv = sp_gguf_kv_at(g, i);
+        if (kv->key.len < 10 || memcmp(kv->key.ptr, "tokenizer.", 10) || kv->key.len >= sizeof key)
+            continue;
+        memcpy(key, kv->key.ptr, kv->key.len);
+        key[kv->key.len] = 0;
+        switch (kv->type) {
+        case SP_GGUF_UINT8: case SP_GGUF_UINT16: case SP_GGUF_UINT32: case SP_GGUF_UINT64:
+            sp_gguf_writer_set_u32(w, key, (uint32_t)kv->v.u64);
+            break;
+        case SP_GGUF_INT8: case SP_GGUF_INT16: case SP_GGUF_INT32: case SP_GGUF_INT64:
+            sp_gguf_writer_set_i32(w, key, (int32_t)kv->v.i64);
+            break;
+        case SP_GGUF_FLOAT32: case SP_GGUF_FLOAT64:
+            sp_gguf_writer_set_f32(w, key, (float)kv->v.f64);
+            break;
+        case SP_GGUF_BOOL: sp_gguf_writer_set_bool(w, key, kv->v.b); break;
+        case SP_GGUF_STRING: {
+            char *s = strndup(kv->v.str.ptr, kv->v.str.len);
+            if (!s) st = sp_fail(err, SP_ERR_NOMEM, "out of memory");
+            else sp_gguf_writer_set_str(w, key, s);
+            free(s);
+            break;
+        }
+        case SP_GGUF_ARRAY:
+            if (kv->arr_type == SP_GGUF_STRING) {
+                sp_str *v = malloc((kv->arr_n ? kv->arr_n : 1) * sizeof *v);
+                if (!v) { st = sp_fail(err, SP_ERR_NOMEM, "out of memory"); break; }
+                for (uint64_t j = 0; j < kv->arr_n; j++) v[j] = sp_gguf_arr_str(kv, j);
+                sp_gguf_writer_set_arr_str(w, key, v, kv->arr_n);
+                free(v);
+            } else if (kv->arr_type == SP_GGUF_FLOAT32) {
+                sp_gguf_writer_set_arr_f32(w, key, kv->arr_data, kv->arr_n);
+            } else if (kv->arr_type == SP_GGUF_INT32 || kv->arr_type == SP_GGUF_UINT32) {
+                sp_gguf_writer_set_arr_i32(w, key, kv->arr_data, kv->arr_n);
+            }
+            break;
+        default: break;
+        }
+    }
+    sp_gguf_close(g);
+    return st;
+}
+
+/* A made-up SPM vocabulary: <unk>, <s>, </s>, then printable characters
+ * (space as U+2581), then two-letter pieces, scored so merges happen. */
+static void synth_vocab(sp_gguf_writer *w, int32_t n) {
+    sp_str *tok = calloc((size_t)n, sizeof *tok);
+    float *score = calloc((size_t)n, sizeof *score);
+    int32_t *type = calloc((size_t)n, sizeof *type);
+    char (*buf)[8] = calloc((size_t)n, sizeof *buf);
+    const char *specials[3] = {"<unk>", "<s>", "</s>"};
+    const char *chars = "\xe2\x96\x81" "etaoinshrdlucmfwypvbgkqjxz.,!?ETAOINSHRDLUCMFWYPVBGKQJXZ0123456789";
+    int32_t i = 0;
+    for (; i < 3 && i < n; i++) {
+        tok[i] = (sp_str){specials[i], strlen(specials[i])};
+        type[i] = i == 0 ? 2 : 3; /* unknown, control */
+    }
+    const char *c = chars;
+    for (; i < n && *c; i++) {
+        size_t len = (unsigned char)*c >= 0x80 ? 3 : 1;
+        memcpy(buf[i], c, len);
+        tok[i] = (sp_str){buf[i], len};
+        score[i] = -(float)i;
+        type[i] = 1;
+        c += len;
+    }
+    for (int32_t a = 4, b = 4; i < n; i++) { /* "xy" pairs of early letters */
+        buf[i][0] = chars[3 + a % 20];
+        buf[i][1] = chars[3 + b % 20];
+        tok[i] = (sp_str){buf[i], 2};
+        score[i] = -(float)i;
+        type[i] = 1;
+        if (++b == 24) b = 4, a++;
+    }
+    sp_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    sp_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tok, (uint64_t)n);
+    sp_gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", score, (uint64_t)n);
+    sp_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", type, (uint64_t)n);
+    sp_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    sp_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    sp_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    free(tok);
+    free(score);
+    free(type);
+    free(buf);
+}
+
+/* rows x cols matrix with N(0, std^2) entries, stored as `type`. */
+static sp_status add_random(sp_gguf_writer *w, const char *name, sp_ggml_type type, int64_t cols,
+                            int64_t rows, float std, sp_rng *rng, sp_error *err) {
+    size_t rb = sp_ggml_row_size(type, cols);
+    uint8_t *data = malloc(rb * (size_t)rows);
+    float *row = malloc((size_t)cols * sizeof(float));
+    if (!data || !row) {
+        free(data);
+        free(row);
+        return sp_fail(err, SP_ERR_NOMEM, "out of memory making tensor %s", name);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < cols; i++) row[i] = std * (float)sp_rng_normal(rng);
+        sp_quantize_row(type, row, data + (size_t)r * rb, cols);
+    }
+    int64_t ne[2] = {cols, rows};
+    sp_status st = sp_gguf_writer_add_tensor(w, name, type, rows > 1 ? 2 : 1, ne, data, false, err);
+    free(data);
+    free(row);
+    return st;
+}
+
+static sp_status add_ones(sp_gguf_writer *w, const char *name, int64_t n, sp_error *err) {
+    float *v = malloc((size_t)n * sizeof(float));
+    if (!v) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < n; i++) v[i] = 1.0f;
+    int64_t ne[1] = {n};
+    sp_status st = sp_gguf_writer_add_tensor(w, name, SP_GGML_F32, 1, ne, v, false, err);
+    free(v);
+    return st;
+}
+
+sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error *err) {
+    if (p->dim < 2 || p->dim > 16384 || p->n_layers < 1 || p->n_layers > 256 || p->n_heads < 1 ||
+        p->n_kv_heads < 1 || p->dim % p->n_heads || p->n_heads % p->n_kv_heads ||
+        (p->dim / p->n_heads) % 2 || p->ffn_dim < 1 || p->ffn_dim > 65536 || p->n_ctx < 1)
+        return sp_fail(err, SP_ERR_ARG,
+                       "bad model shape: dim %d, layers %d, heads %d, kv heads %d, ffn %d (need "
+                       "heads | dim, kv heads | heads, even head size)",
+                       p->dim, p->n_layers, p->n_heads, p->n_kv_heads, p->ffn_dim);
+    if (!sp_quant_supported(p->type))
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "cannot write weights of type %s",
+                       sp_ggml_type_name(p->type));
+    int64_t blk = sp_ggml_blck_size(p->type);
+    if (p->dim % blk || p->ffn_dim % blk)
+        return sp_fail(err, SP_ERR_ARG, "dim %d and ffn %d must be multiples of %lld for %s",
+                       p->dim, p->ffn_dim, (long long)blk, sp_ggml_type_name(p->type));
+    if (!p->vocab_from && (p->n_vocab < 4 || p->n_vocab > 4096))
+        return sp_fail(err, SP_ERR_ARG, "made-up vocabulary size must be in [4, 4096], got %d",
+                       p->n_vocab);
+    sp_gguf_writer *w = sp_gguf_writer_init();
+    if (!w) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    int32_t n_vocab = p->n_vocab;
+    sp_status st = SP_OK;
+    if (p->vocab_from)
+        st = copy_vocab(w, p->vocab_from, &n_vocab, err);
+    else
+        synth_vocab(w, n_vocab);
+    const int32_t hd = p->dim / p->n_heads, kv_dim = p->n_kv_heads * hd;
+    sp_gguf_writer_set_str(w, "general.architecture", "llama");
+    sp_gguf_writer_set_str(w, "general.name", "specula-random");
+    sp_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)p->n_ctx);
+    sp_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)p->dim);
+    sp_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)p->n_layers);
+    sp_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)p->ffn_dim);
+    sp_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)p->n_heads);
+    sp_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)p->n_kv_heads);
+    sp_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)hd);
+    sp_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)n_vocab);
+    sp_gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
+    sp_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+
+    sp_rng rng;
+    sp_rng_seed(&rng, p->seed);
+    const float sd = 1.0f / sqrtf((float)p->dim), sf = 1.0f / sqrtf((float)p->ffn_dim);
+    const float so = (p->logit_scale > 0 ? p->logit_scale : 1.0f) * sd;
+    char nm[96];
+    if (!st) st = add_random(w, "token_embd.weight", p->type, p->dim, n_vocab, 1.0f, &rng, err);
+    if (!st) st = add_ones(w, "output_norm.weight", p->dim, err);
+    if (!st) st = add_random(w, "output.weight", p->type, p->dim, n_vocab, so, &rng, err);
+    for (int32_t l = 0; l < p->n_layers && !st; l++) {
+#define N(s) (snprintf(nm, sizeof nm, "blk.%d." s ".weight", l), nm)
+        if ((st = add_ones(w, N("attn_norm"), p->dim, err)) ||
+            (st = add_random(w, N("attn_q"), p->type, p->dim, p->dim, sd, &rng, err)) ||
+            (st = add_random(w, N("attn_k"), p->type, p->dim, kv_dim, sd, &rng, err)) ||
+            (st = add_random(w, N("attn_v"), p->type, p->dim, kv_dim, sd, &rng, err)) ||
+            (st = add_random(w, N("attn_output"), p->type, p->dim, p->dim, sd, &rng, err)) ||
+            (st = add_ones(w, N("ffn_norm"), p->dim, err)) ||
+            (st = add_random(w, N("ffn_gate"), p->type, p->dim, p->ffn_dim, sd, &rng, err)) ||
+            (st = add_random(w, N("ffn_down"), p->type, p->ffn_dim, p->dim, sf, &rng, err)) ||
+            (st = add_random(w, N("ffn_up"), p->type, p->dim, p->ffn_dim, sd, &rng, err)))
+            break;
+#undef N
+    }
+    if (!st) st = sp_gguf_writer_write(w, out_path, err);
+    sp_gguf_writer_free(w);
+    return st;
+}

@@ -1,0 +1,329 @@
+/* model: inference contexts and the forward pass over a batch of tokens
+ * (chains or trees) with a KV cache. Arithmetic only: loading lives in
+ * model_load.c, kernels in ops*.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h"
+#include "ops.h"
+#include "sp_quant.h"
+
+/* Below this many multiply-adds a job runs on the calling thread: waking
+ * workers costs more than it saves (all of stories260K falls here). */
+#define PAR_MIN_WORK (1 << 17)
+
+struct sp_ctx {
+    const sp_model *m;
+    sp_kv kv;
+    int32_t max_batch;
+    sp_pool *pool;
+    bool owns_pool;
+    bool *skip;           /* [n_layers] or NULL */
+    /* scratch, sized at init for max_batch rows */
+    float *x;             /* [B][dim] residual stream */
+    float *xb;            /* [B][max(dim, q_dim)] normed input / attention output */
+    float *q;             /* [B][q_dim] */
+    float *hb, *hb2;      /* [B][ffn] */
+    uint8_t *act;         /* [B][act_bytes] prepared activations */
+    size_t act_stride;
+    float *att;           /* [nth][n_ctx] attention scores per thread */
+    int32_t *pos;         /* [B] */
+};
+
+sp_ctx_params sp_ctx_default_params(void) {
+    sp_ctx_params p = {.n_ctx = 0, .max_batch = 64, .n_threads = 1, .pool = NULL};
+    return p;
+}
+
+const sp_model *sp_ctx_model(const sp_ctx *c) { return c->m; }
+int32_t sp_ctx_n_ctx(const sp_ctx *c) { return c->kv.n_ctx; }
+int32_t sp_ctx_max_batch(const sp_ctx *c) { return c->max_batch; }
+int32_t sp_ctx_n_past(const sp_ctx *c) { return c->kv.n; }
+sp_kv *sp_ctx_kv(sp_ctx *c) { return &c->kv; }
+
+sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err) { return sp_kv_truncate(&c->kv, n, err); }
+
+sp_status sp_ctx_keep(sp_ctx *c, int32_t start, const int32_t *idx, int32_t m, sp_error *err) {
+    return sp_kv_keep(&c->kv, start, idx, m, err);
+}
+
+sp_status sp_ctx_set_skip_layers(sp_ctx *c, const bool *skip, sp_error *err) {
+    if (!skip) {
+        free(c->skip);
+        c->skip = NULL;
+        return SP_OK;
+    }
+    int32_t kept = 0;
+    for (int32_t l = 0; l < c->m->cfg.n_layers; l++) kept += !skip[l];
+    if (kept == 0) return sp_fail(err, SP_ERR_ARG, "cannot skip every layer");
+    if (!c->skip) c->skip = malloc((size_t)c->m->cfg.n_layers * sizeof *c->skip);
+    if (!c->skip) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    memcpy(c->skip, skip, (size_t)c->m->cfg.n_layers * sizeof *c->skip);
+    return SP_OK;
+}
+
+void sp_ctx_free(sp_ctx *c) {
+    if (!c) return;
+    sp_kv_free(&c->kv);
+    if (c->owns_pool) sp_pool_free(c->pool);
+    free(c->skip);
+    free(c->x);
+    free(c->xb);
+    free(c->q);
+    free(c->hb);
+    free(c->hb2);
+    free(c->act);
+    free(c->att);
+    free(c->pos);
+    free(c);
+}
+
+static void *alloc64(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64)) return NULL;
+    return p;
+}
+
+sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, sp_error *err) {
+    *out = NULL;
+    sp_ctx_params d = sp_ctx_default_params();
+    if (!p) p = &d;
+    const sp_model_config *cfg = &m->cfg;
+    int32_t n_ctx = p->n_ctx;
+    if (n_ctx == 0) n_ctx = cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096;
+    if (n_ctx < 1 || n_ctx > (1 << 20))
+        return sp_fail(err, SP_ERR_ARG, "context size must be in [1, 1048576], got %d", n_ctx);
+    if (p->max_batch < 1 || p->max_batch > 4096)
+        return sp_fail(err, SP_ERR_ARG, "max batch must be in [1, 4096], got %d", p->max_batch);
+    sp_ctx *c = calloc(1, sizeof *c);
+    if (!c) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    c->m = m;
+    c->max_batch = p->max_batch;
+    sp_status st = SP_OK;
+    if (p->pool) {
+        c->pool = p->pool;
+    } else {
+        st = sp_pool_init(p->n_threads, &c->pool, err);
+        c->owns_pool = true;
+    }
+    if (!st) st = sp_kv_init(&c->kv, cfg->n_layers, cfg->n_kv_heads * cfg->head_dim, n_ctx, err);
+    if (st) {
+        sp_ctx_free(c);
+        return st;
+    }
+    const size_t B = (size_t)p->max_batch;
+    const int64_t q_dim = (int64_t)cfg->n_heads * cfg->head_dim;
+    const int64_t wide = q_dim > cfg->dim ? q_dim : cfg->dim;
+    int64_t maxk = wide > cfg->ffn_dim ? wide : cfg->ffn_dim;
+    /* act rows must fit the widest input of any matrix type present */
+    c->act_stride = sp_ops_act_bytes(SP_GGML_F32, maxk);
+    if (sp_ops_act_bytes(SP_GGML_Q8_0, maxk) > c->act_stride)
+        c->act_stride = sp_ops_act_bytes(SP_GGML_Q8_0, maxk);
+    int nth = sp_pool_n_threads(c->pool);
+    c->x = alloc64(B * (size_t)cfg->dim * 4);
+    c->xb = alloc64(B * (size_t)wide * 4);
+    c->q = alloc64(B * (size_t)q_dim * 4);
+    c->hb = alloc64(B * (size_t)cfg->ffn_dim * 4);
+    c->hb2 = alloc64(B * (size_t)cfg->ffn_dim * 4);
+    c->act = alloc64(B * c->act_stride);
+    c->att = alloc64((size_t)nth * (size_t)n_ctx * 4);
+    c->pos = malloc(B * sizeof(int32_t));
+    if (!c->x || !c->xb || !c->q || !c->hb || !c->hb2 || !c->act || !c->att || !c->pos) {
+        sp_ctx_free(c);
+        return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
+    }
+    *out = c;
+    return SP_OK;
+}
+
+/* ------------------------------------------------------------------ jobs */
+
+/* Up to three matmuls sharing one input, run as one parallel job; each
+ * thread takes the same contiguous share of every matrix's rows. */
+typedef struct mm_job {
+    sp_mm mm[3];
+    sp_mm_kernel fn[3];
+    int64_t rows[3];
+    int n_mm;
+} mm_job;
+
+static void mm_job_run(void *arg, int ith, int nth) {
+    mm_job *j = arg;
+    for (int i = 0; i < j->n_mm; i++) {
+        int64_t r0 = j->rows[i] * ith / nth, r1 = j->rows[i] * (ith + 1) / nth;
+        if (r1 > r0) j->fn[i](&j->mm[i], r0, r1);
+    }
+}
+
+/* Prepared activation rows of `src` (n rows of k floats, src_stride floats
+ * apart) for weight type t: f32-family weights read src directly; q8-family
+ * ones read c->act, filled here. */
+static const void *activations(sp_ctx *c, sp_ggml_type t, const float *src, int64_t src_stride,
+                               int64_t k, int32_t n, size_t *stride) {
+    if (!sp_ops_act_is_q8(t)) {
+        *stride = (size_t)src_stride * sizeof(float);
+        return src;
+    }
+    for (int32_t i = 0; i < n; i++)
+        sp_ops_act_prepare(t, src + i * src_stride, k, c->act + (size_t)i * c->act_stride);
+    *stride = c->act_stride;
+    return c->act;
+}
+
+/* Adds y = W x to job j (x: n rows of w->cols floats, x_stride floats apart). */
+static void job_add(sp_ctx *c, mm_job *j, const sp_weight *w, const float *x, int64_t x_stride,
+                    int32_t n, float *y, int64_t ld_y) {
+    int i = j->n_mm++;
+    SP_ASSERT(i < 3);
+    size_t stride;
+    const void *a = activations(c, w->type, x, x_stride, w->cols, n, &stride);
+    j->mm[i] = (sp_mm){.wtype = w->type, .w = w->data, .w_stride = w->row_bytes, .k = w->cols,
+                       .x = a, .x_stride = stride, .n = n, .y = y, .ld_y = ld_y};
+    j->fn[i] = sp_ops_mm(w->type);
+    j->rows[i] = w->rows;
+    SP_ASSERT(j->fn[i] != NULL);
+}
+
+static void job_exec(sp_ctx *c, mm_job *j) {
+    uint64_t work = 0;
+    for (int i = 0; i < j->n_mm; i++) work += (uint64_t)j->rows[i] * (uint64_t)j->mm[i].k * (uint64_t)j->mm[i].n;
+    if (work < PAR_MIN_WORK)
+        mm_job_run(j, 0, 1);
+    else
+        sp_pool_run(c->pool, mm_job_run, j);
+}
+
+/* Attention of the n new tokens (queries in c->q) over the cache. */
+typedef struct att_job {
+    sp_ctx *c;
+    int32_t layer, n, n_past;
+    const uint8_t *mask;
+    float *out; /* [n][q_dim], stride out_stride floats */
+    int64_t out_stride;
+} att_job;
+
+static inline bool visible(const att_job *a, int32_t t, int32_t slot) {
+    if (slot < a->n_past) return true;
+    int32_t u = slot - a->n_past;
+    return a->mask ? a->mask[(int64_t)t * a->n + u] != 0 : u <= t;
+}
+
+static void att_job_run(void *arg, int ith, int nth) {
+    const att_job *a = arg;
+    const sp_ctx *c = a->c;
+    const sp_model_config *cfg = &c->m->cfg;
+    const int32_t hd = cfg->head_dim, H = cfg->n_heads, group = cfg->n_heads / cfg->n_kv_heads;
+    const int64_t q_dim = (int64_t)H * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *att = c->att + (size_t)ith * (size_t)c->kv.n_ctx;
+    const int64_t tasks = (int64_t)a->n * H;
+    const int32_t end = a->n_past + a->n;
+    for (int64_t task = tasks * ith / nth; task < tasks * (ith + 1) / nth; task++) {
+        int32_t t = (int32_t)(task / H), h = (int32_t)(task % H);
+        const float *q = c->q + t * q_dim + (int64_t)h * hd;
+        const int64_t koff = (int64_t)(h / group) * hd;
+        int32_t nv = 0;
+        for (int32_t s = 0; s < end; s++) {
+            if (!visible(a, t, s)) continue;
+            const float *k = sp_kv_k(&c->kv, a->layer, s) + koff;
+            float dot = 0;
+            for (int32_t i = 0; i < hd; i++) dot += q[i] * k[i];
+            att[nv++] = dot * scale;
+        }
+        sp_softmax(att, nv);
+        float *o = a->out + t * a->out_stride + (int64_t)h * hd;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        nv = 0;
+        for (int32_t s = 0; s < end; s++) {
+            if (!visible(a, t, s)) continue;
+            const float *v = sp_kv_v(&c->kv, a->layer, s) + koff;
+            float p = att[nv++];
+            for (int32_t i = 0; i < hd; i++) o[i] += p * v[i];
+        }
+    }
+}
+
+/* --------------------------------------------------------------- forward */
+
+sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err) {
+    const sp_model *m = c->m;
+    const sp_model_config *cfg = &m->cfg;
+    const int32_t n = b->n, n_past = c->kv.n;
+    if (n < 1 || n > c->max_batch)
+        return sp_fail(err, SP_ERR_ARG, "batch of %d tokens (this context takes 1 to %d)", n,
+                       c->max_batch);
+    if (n_past + n > c->kv.n_ctx)
+        return sp_fail(err, SP_ERR_RANGE,
+                       "context full: %d cached + %d new tokens exceed the context size %d",
+                       n_past, n, c->kv.n_ctx);
+    for (int32_t i = 0; i < n; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= cfg->n_vocab)
+            return sp_fail(err, SP_ERR_ARG, "token id %d out of range [0, %d)", b->tokens[i],
+                           cfg->n_vocab);
+        c->pos[i] = b->pos ? b->pos[i] : n_past + i;
+        if (c->pos[i] < 0 || c->pos[i] >= (1 << 24))
+            return sp_fail(err, SP_ERR_ARG, "position %d out of range", c->pos[i]);
+    }
+    const int64_t dim = cfg->dim, hd = cfg->head_dim, q_dim = (int64_t)cfg->n_heads * hd;
+    const int64_t kv_dim = (int64_t)cfg->n_kv_heads * hd, ffn = cfg->ffn_dim;
+    const int64_t wide = q_dim > dim ? q_dim : dim;
+    float *x2 = c->q; /* wo/w2 outputs reuse q's buffer once attention is done */
+    SP_ASSERT(q_dim >= dim);
+
+    for (int32_t t = 0; t < n; t++)
+        sp_dequantize_row(m->tok_embd.type, m->tok_embd.data + (size_t)b->tokens[t] * m->tok_embd.row_bytes,
+                          c->x + t * dim, dim);
+
+    for (int32_t l = 0; l < cfg->n_layers; l++) {
+        if (c->skip && c->skip[l]) continue;
+        const sp_layer *L = &m->layers[l];
+        for (int32_t t = 0; t < n; t++)
+            sp_rmsnorm(c->xb + t * wide, c->x + t * dim, L->attn_norm, dim, cfg->norm_eps);
+        mm_job j = {0};
+        job_add(c, &j, &L->wq, c->xb, wide, n, c->q, q_dim);
+        job_add(c, &j, &L->wk, c->xb, wide, n, sp_kv_k(&c->kv, l, n_past), kv_dim);
+        job_add(c, &j, &L->wv, c->xb, wide, n, sp_kv_v(&c->kv, l, n_past), kv_dim);
+        job_exec(c, &j);
+        for (int32_t t = 0; t < n; t++) {
+            sp_rope(c->q + t * q_dim, cfg->n_heads, (int32_t)hd, cfg->rot_dim, c->pos[t],
+                    cfg->rope_theta, cfg->rope_neox);
+            sp_rope(sp_kv_k(&c->kv, l, n_past + t), cfg->n_kv_heads, (int32_t)hd, cfg->rot_dim,
+                    c->pos[t], cfg->rope_theta, cfg->rope_neox);
+        }
+        att_job a = {.c = c, .layer = l, .n = n, .n_past = n_past, .mask = b->mask,
+                     .out = c->xb, .out_stride = wide};
+        uint64_t att_work = (uint64_t)n * (uint64_t)(n_past + n) * (uint64_t)q_dim;
+        if (att_work < PAR_MIN_WORK)
+            att_job_run(&a, 0, 1);
+        else
+            sp_pool_run(c->pool, att_job_run, &a);
+
+        /* q is free now: wo's output goes there, then into the residual. */
+        mm_job jo = {0};
+        job_add(c, &jo, &L->wo, c->xb, wide, n, x2, dim);
+        job_exec(c, &jo);
+        for (int64_t i = 0; i < n * dim; i++) c->x[i] += x2[i];
+
+        for (int32_t t = 0; t < n; t++)
+            sp_rmsnorm(c->xb + t * wide, c->x + t * dim, L->ffn_norm, dim, cfg->norm_eps);
+        mm_job jf = {0};
+        job_add(c, &jf, &L->w1, c->xb, wide, n, c->hb, ffn);
+        job_add(c, &jf, &L->w3, c->xb, wide, n, c->hb2, ffn);
+        job_exec(c, &jf);
+        sp_swiglu(c->hb, c->hb, c->hb2, n * ffn);
+        mm_job jd = {0};
+        job_add(c, &jd, &L->w2, c->hb, ffn, n, x2, dim);
+        job_exec(c, &jd);
+        for (int64_t i = 0; i < n * dim; i++) c->x[i] += x2[i];
+    }
+
+    const int32_t first = b->logits_all ? 0 : n - 1, rows = n - first;
+    for (int32_t t = first; t < n; t++)
+        sp_rmsnorm(c->xb + (t - first) * wide, c->x + t * dim, m->out_norm, dim, cfg->norm_eps);
+    mm_job jl = {0};
+    job_add(c, &jl, &m->output, c->xb, wide, rows, logits, cfg->n_vocab);
+    job_exec(c, &jl);
+    c->kv.n = n_past + n;
+    return SP_OK;
+}

@@ -1,0 +1,48 @@
+/* model_internal: the weight layout shared by model_load.c (binding tensors
+ * from files) and model.c (the forward pass). Not a public header. */
+#ifndef SP_MODEL_INTERNAL_H
+#define SP_MODEL_INTERNAL_H
+
+#include "sp_gguf.h"
+#include "sp_model.h"
+
+/* A matrix of `rows` rows of `cols` elements; row r starts at data + r*row_bytes. */
+typedef struct sp_weight {
+    sp_ggml_type type;
+    int64_t rows, cols;
+    size_t row_bytes;
+    const uint8_t *data;
+} sp_weight;
+
+typedef struct sp_layer {
+    const float *attn_norm; /* [dim] */
+    const float *ffn_norm;  /* [dim] */
+    sp_weight wq;           /* [n_heads*head_dim, dim] */
+    sp_weight wk;           /* [kv_dim, dim] */
+    sp_weight wv;           /* [kv_dim, dim] */
+    sp_weight wo;           /* [dim, n_heads*head_dim] */
+    sp_weight w1;           /* gate [ffn, dim] */
+    sp_weight w2;           /* down [dim, ffn] */
+    sp_weight w3;           /* up   [ffn, dim] */
+} sp_layer;
+
+struct sp_model {
+    sp_model_config cfg;
+    char desc[96];
+    sp_gguf *gguf;        /* owned when loaded from GGUF */
+    void *map;            /* owned mapping of a llama2.c checkpoint */
+    size_t map_len;
+    sp_tokenizer *tok;
+    bool owns_tok;
+    sp_weight tok_embd;   /* [n_vocab, dim] */
+    sp_weight output;     /* [n_vocab, dim]; may alias tok_embd */
+    const float *out_norm;
+    sp_layer *layers;
+    void **owned;         /* buffers made at load time (converted norms, requantised weights) */
+    int n_owned, cap_owned;
+};
+
+/* Allocate a buffer owned by the model (freed with it); NULL on failure. */
+void *sp_model_alloc(sp_model *m, size_t bytes);
+
+#endif

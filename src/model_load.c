@@ -1,0 +1,428 @@
+/* model_load: bind Llama weights from a GGUF file or a llama2.c checkpoint,
+ * validating every shape, and make re-quantised copies for self-drafting. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model_internal.h"
+#include "sp_quant.h"
+
+sp_model_params sp_model_default_params(void) {
+    sp_model_params p = {0};
+    return p;
+}
+
+void *sp_model_alloc(sp_model *m, size_t bytes) {
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? 2 * m->cap_owned : 16;
+        void **n = realloc(m->owned, (size_t)cap * sizeof *n);
+        if (!n) return NULL;
+        m->owned = n;
+        m->cap_owned = cap;
+    }
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64)) return NULL;
+    m->owned[m->n_owned++] = p;
+    return p;
+}
+
+void sp_model_free(sp_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    if (m->owns_tok) sp_tokenizer_free(m->tok);
+    if (m->gguf) sp_gguf_close(m->gguf);
+    if (m->map) munmap(m->map, m->map_len);
+    free(m);
+}
+
+const sp_model_config *sp_model_cfg(const sp_model *m) { return &m->cfg; }
+const sp_tokenizer *sp_model_tokenizer(const sp_model *m) { return m->tok; }
+const char *sp_model_desc(const sp_model *m) { return m->desc; }
+
+static uint64_t weight_elems(const sp_weight *w) { return (uint64_t)w->rows * (uint64_t)w->cols; }
+static uint64_t weight_bytes(const sp_weight *w) { return (uint64_t)w->rows * w->row_bytes; }
+
+uint64_t sp_model_n_params(const sp_model *m) {
+    const sp_model_config *c = &m->cfg;
+    uint64_t n = weight_elems(&m->tok_embd) + (uint64_t)c->dim;
+    if (m->output.data != m->tok_embd.data) n += weight_elems(&m->output);
+    for (int l = 0; l < c->n_layers; l++) {
+        const sp_layer *L = &m->layers[l];
+        n += 2 * (uint64_t)c->dim + weight_elems(&L->wq) + weight_elems(&L->wk) +
+             weight_elems(&L->wv) + weight_elems(&L->wo) + weight_elems(&L->w1) +
+             weight_elems(&L->w2) + weight_elems(&L->w3);
+    }
+    return n;
+}
+
+uint64_t sp_model_weight_bytes(const sp_model *m) {
+    uint64_t n = weight_bytes(&m->output); /* one embedding row is negligible */
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const sp_layer *L = &m->layers[l];
+        n += weight_bytes(&L->wq) + weight_bytes(&L->wk) + weight_bytes(&L->wv) +
+             weight_bytes(&L->wo) + weight_bytes(&L->w1) + weight_bytes(&L->w2) +
+             weight_bytes(&L->w3);
+    }
+    return n;
+}
+
+static void set_desc(sp_model *m, const char *arch) {
+    const sp_model_config *c = &m->cfg;
+    snprintf(m->desc, sizeof m->desc, "%s %dL d%d h%d/%d ffn%d v%d %s", arch, c->n_layers, c->dim,
+             c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab, sp_ggml_type_name(c->wtype));
+}
+
+/* Shape and derived-size checks common to both formats. */
+static sp_status check_config(const sp_model_config *c, const char *path, sp_error *err) {
+    if (c->dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
+        c->ffn_dim <= 0 || c->n_vocab <= 0 || c->dim > 65536 || c->n_layers > 1024 ||
+        c->ffn_dim > 1 << 20 || c->n_vocab > 1 << 22)
+        return sp_fail(err, SP_ERR_FORMAT,
+                       "%s: implausible model shape (dim %d, layers %d, heads %d/%d, ffn %d, "
+                       "vocab %d)",
+                       path, c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_dim,
+                       c->n_vocab);
+    if (c->dim % c->n_heads || c->n_heads % c->n_kv_heads)
+        return sp_fail(err, SP_ERR_FORMAT,
+                       "%s: dim %d / heads %d / kv heads %d do not divide evenly", path, c->dim,
+                       c->n_heads, c->n_kv_heads);
+    if (c->head_dim % 2 || c->rot_dim % 2 || c->rot_dim > c->head_dim || c->rot_dim <= 0)
+        return sp_fail(err, SP_ERR_FORMAT, "%s: bad RoPE dimensions (head %d, rope %d)", path,
+                       c->head_dim, c->rot_dim);
+    if (!(c->rope_theta > 0) || !(c->norm_eps > 0) || c->norm_eps > 1)
+        return sp_fail(err, SP_ERR_FORMAT, "%s: bad rope theta %g or norm epsilon %g", path,
+                       (double)c->rope_theta, (double)c->norm_eps);
+    return SP_OK;
+}
+
+/* ------------------------------------------------------------------ GGUF */
+
+static sp_status bind_matrix(sp_model *m, const char *path, const char *name, int64_t cols,
+                             int64_t rows, bool optional, sp_weight *w, sp_error *err) {
+    const sp_gguf_tensor *t = sp_gguf_find_tensor(m->gguf, name);
+    memset(w, 0, sizeof *w);
+    if (!t) {
+        if (optional) return SP_OK;
+        return sp_fail(err, SP_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
+    }
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
+        return sp_fail(err, SP_ERR_FORMAT,
+                       "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                       path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                       (long long)t->ne[3], (long long)cols, (long long)rows);
+    if (!sp_quant_supported(t->type))
+        return sp_fail(err, SP_ERR_UNSUPPORTED,
+                       "%s: tensor '%s' has type %s, which Specula does not support (supported: "
+                       "f32, f16, bf16, q8_0, q4_0)",
+                       path, name, sp_ggml_type_name(t->type));
+    w->type = t->type;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = sp_ggml_row_size(t->type, cols);
+    w->data = t->data;
+    return SP_OK;
+}
+
+/* Norm weights are used as f32; convert other types into an owned copy. */
+static sp_status bind_vector(sp_model *m, const char *path, const char *name, int64_t n,
+                             const float **out, sp_error *err) {
+    sp_weight w;
+    sp_status st = bind_matrix(m, path, name, n, 1, false, &w, err);
+    if (st) return st;
+    if (w.type == SP_GGML_F32) {
+        *out = (const float *)w.data;
+        return SP_OK;
+    }
+    float *buf = sp_model_alloc(m, (size_t)n * sizeof(float));
+    if (!buf) return sp_fail(err, SP_ERR_NOMEM, "out of memory converting '%s'", name);
+    sp_dequantize_row(w.type, w.data, buf, n);
+    *out = buf;
+    return SP_OK;
+}
+
+static sp_status get_u32_or(const sp_gguf *g, const char *key, uint32_t def, int32_t *out,
+                            sp_error *err) {
+    uint32_t v = def;
+    if (sp_gguf_find(g, key)) {
+        sp_status st = sp_gguf_get_u32(g, key, &v, err);
+        if (st) return st;
+    }
+    if (v > INT32_MAX) return sp_fail(err, SP_ERR_FORMAT, "metadata %s = %u is too large", key, v);
+    *out = (int32_t)v;
+    return SP_OK;
+}
+
+static sp_status get_f32_or(const sp_gguf *g, const char *key, float def, float *out,
+                            sp_error *err) {
+    *out = def;
+    if (!sp_gguf_find(g, key)) return SP_OK;
+    return sp_gguf_get_f32(g, key, out, err);
+}
+
+static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
+    sp_status st = sp_gguf_open(path, &m->gguf, err);
+    if (st) return st;
+    const sp_gguf *g = m->gguf;
+    sp_str arch;
+    if ((st = sp_gguf_get_str(g, "general.architecture", &arch, err))) return st;
+    char a[64];
+    snprintf(a, sizeof a, "%.*s", (int)(arch.len < 63 ? arch.len : 63), arch.ptr);
+    if (strcmp(a, "llama") != 0)
+        return sp_fail(err, SP_ERR_UNSUPPORTED,
+                       "%s: architecture '%s' is not supported (supported: llama)", path, a);
+
+    sp_model_config *c = &m->cfg;
+    char key[128];
+#define KEY(s) (snprintf(key, sizeof key, "%s." s, a), key)
+    uint32_t u;
+    if ((st = sp_gguf_get_u32(g, KEY("embedding_length"), &u, err))) return st;
+    c->dim = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
+    if ((st = sp_gguf_get_u32(g, KEY("block_count"), &u, err))) return st;
+    c->n_layers = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
+    if ((st = sp_gguf_get_u32(g, KEY("attention.head_count"), &u, err))) return st;
+    c->n_heads = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
+    if ((st = get_u32_or(g, KEY("attention.head_count_kv"), u, &c->n_kv_heads, err))) return st;
+    if ((st = sp_gguf_get_u32(g, KEY("feed_forward_length"), &u, err))) return st;
+    c->ffn_dim = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
+    if ((st = get_u32_or(g, KEY("context_length"), 2048, &c->n_ctx_train, err))) return st;
+    if ((st = get_f32_or(g, KEY("rope.freq_base"), 10000.0f, &c->rope_theta, err))) return st;
+    if ((st = get_f32_or(g, KEY("attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps, err)))
+        return st;
+    c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
+    if ((st = get_u32_or(g, KEY("rope.dimension_count"), (uint32_t)c->head_dim, &c->rot_dim, err)))
+        return st;
+    c->rope_neox = false;
+#undef KEY
+    const sp_gguf_tensor *te = sp_gguf_find_tensor(g, "token_embd.weight");
+    if (!te) return sp_fail(err, SP_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", path);
+    c->n_vocab = te->ne[1] > INT32_MAX ? -1 : (int32_t)te->ne[1];
+    if ((st = check_config(c, path, err))) return st;
+
+    const int64_t dim = c->dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
+    const int64_t q_dim = (int64_t)c->n_heads * c->head_dim;
+    if ((st = bind_matrix(m, path, "token_embd.weight", dim, c->n_vocab, false, &m->tok_embd, err)))
+        return st;
+    if ((st = bind_matrix(m, path, "output.weight", dim, c->n_vocab, true, &m->output, err)))
+        return st;
+    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    if ((st = bind_vector(m, path, "output_norm.weight", dim, &m->out_norm, err))) return st;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) return sp_fail(err, SP_ERR_NOMEM, "out of memory for layers");
+    for (int l = 0; l < c->n_layers; l++) {
+        sp_layer *L = &m->layers[l];
+        char nm[96];
+#define T(s) (snprintf(nm, sizeof nm, "blk.%d." s ".weight", l), nm)
+        if ((st = bind_vector(m, path, T("attn_norm"), dim, &L->attn_norm, err)) ||
+            (st = bind_vector(m, path, T("ffn_norm"), dim, &L->ffn_norm, err)) ||
+            (st = bind_matrix(m, path, T("attn_q"), dim, q_dim, false, &L->wq, err)) ||
+            (st = bind_matrix(m, path, T("attn_k"), dim, kv_dim, false, &L->wk, err)) ||
+            (st = bind_matrix(m, path, T("attn_v"), dim, kv_dim, false, &L->wv, err)) ||
+            (st = bind_matrix(m, path, T("attn_output"), q_dim, dim, false, &L->wo, err)) ||
+            (st = bind_matrix(m, path, T("ffn_gate"), dim, c->ffn_dim, false, &L->w1, err)) ||
+            (st = bind_matrix(m, path, T("ffn_down"), c->ffn_dim, dim, false, &L->w2, err)) ||
+            (st = bind_matrix(m, path, T("ffn_up"), dim, c->ffn_dim, false, &L->w3, err)))
+            return st;
+#undef T
+    }
+    c->wtype = m->layers[0].wq.type;
+    set_desc(m, a);
+    if ((st = sp_tokenizer_load_gguf(g, &m->tok, err))) return st;
+    m->owns_tok = true;
+    return SP_OK;
+}
+
+/* ------------------------------------------------------------- llama2.c */
+
+/* llama2.c "version 0" checkpoint: 7 int32 header (dim, hidden_dim, n_layers,
+ * n_heads, n_kv_heads, vocab_size, seq_len; vocab_size < 0 means a separate
+ * classifier), then f32 tensors in the order bound below. */
+static sp_status load_llama2c(sp_model *m, const char *path, const sp_model_params *p,
+                              sp_error *err) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return sp_fail(err, SP_ERR_IO, "%s: cannot open model file", path);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || sb.st_size < 28) {
+        close(fd);
+        return sp_fail(err, SP_ERR_FORMAT, "%s: too small to be a model file (%lld bytes)", path,
+                       (long long)sb.st_size);
+    }
+    m->map_len = (size_t)sb.st_size;
+    m->map = mmap(NULL, m->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m->map == MAP_FAILED) {
+        m->map = NULL;
+        return sp_fail(err, SP_ERR_IO, "%s: mmap failed", path);
+    }
+    int32_t h[7];
+    memcpy(h, m->map, sizeof h);
+    if (!memcmp(m->map, "24ka", 4))
+        return sp_fail(err, SP_ERR_UNSUPPORTED,
+                       "%s: llama2.c checkpoint version 1+ ('ak42' header) is not supported; "
+                       "export with the legacy (version 0) format or convert to GGUF", path);
+    sp_model_config *c = &m->cfg;
+    c->dim = h[0];
+    c->ffn_dim = h[1];
+    c->n_layers = h[2];
+    c->n_heads = h[3];
+    c->n_kv_heads = h[4];
+    bool shared = h[5] > 0;
+    c->n_vocab = h[5] < 0 ? (h[5] == INT32_MIN ? -1 : -h[5]) : h[5];
+    c->n_ctx_train = h[6];
+    c->rope_theta = 10000.0f;
+    c->norm_eps = 1e-5f;
+    c->rope_neox = false;
+    c->wtype = SP_GGML_F32;
+    if (c->n_heads <= 0 || c->dim <= 0 || c->n_ctx_train <= 0 || c->n_ctx_train > 1 << 24)
+        return sp_fail(err, SP_ERR_FORMAT,
+                       "%s: not a GGUF file and not a valid llama2.c checkpoint (header dim %d, "
+                       "heads %d, seq_len %d)",
+                       path, h[0], h[3], h[6]);
+    c->head_dim = c->dim / c->n_heads;
+    c->rot_dim = c->head_dim;
+    sp_status st = check_config(c, path, err);
+    if (st) return st;
+
+    const int64_t dim = c->dim, L = c->n_layers, hd = c->head_dim;
+    const int64_t kv_dim = (int64_t)c->n_kv_heads * hd, ffn = c->ffn_dim, V = c->n_vocab;
+    /* Count floats first and compare with the file size before binding. */
+    int64_t need = V * dim + L * dim + L * dim * dim + 2 * L * kv_dim * dim + L * dim * dim +
+                   L * dim + 3 * L * ffn * dim + dim + (int64_t)c->n_ctx_train * hd;
+    if (!shared) need += V * dim;
+    if ((uint64_t)need * 4 + 28 > m->map_len)
+        return sp_fail(err, SP_ERR_FORMAT,
+                       "%s: truncated llama2.c checkpoint: header needs %lld bytes, file has %zu",
+                       path, (long long)need * 4 + 28, m->map_len);
+
+    const float *f = (const float *)((const uint8_t *)m->map + 28);
+#define MAT(w, r, cc)                                                                        \
+    ((w).type = SP_GGML_F32, (w).rows = (r), (w).cols = (cc), (w).row_bytes = 4 * (size_t)(cc), \
+     (w).data = (const uint8_t *)f, f += (r) * (cc))
+    MAT(m->tok_embd, V, dim);
+    m->layers = calloc((size_t)L, sizeof *m->layers);
+    if (!m->layers) return sp_fail(err, SP_ERR_NOMEM, "out of memory for layers");
+    for (int l = 0; l < L; l++) m->layers[l].attn_norm = f, f += dim;
+    for (int l = 0; l < L; l++) MAT(m->layers[l].wq, dim, dim);
+    for (int l = 0; l < L; l++) MAT(m->layers[l].wk, kv_dim, dim);
+    for (int l = 0; l < L; l++) MAT(m->layers[l].wv, kv_dim, dim);
+    for (int l = 0; l < L; l++) MAT(m->layers[l].wo, dim, dim);
+    for (int l = 0; l < L; l++) m->layers[l].ffn_norm = f, f += dim;
+    for (int l = 0; l < L; l++) MAT(m->layers[l].w1, ffn, dim);
+    for (int l = 0; l < L; l++) MAT(m->layers[l].w2, dim, ffn);
+    for (int l = 0; l < L; l++) MAT(m->layers[l].w3, ffn, dim);
+    m->out_norm = f;
+    f += dim;
+    f += (int64_t)c->n_ctx_train * hd; /* freq_cis_real + freq_cis_imag (unused) */
+    if (shared)
+        m->output = m->tok_embd;
+    else
+        MAT(m->output, V, dim);
+#undef MAT
+    set_desc(m, "llama2.c");
+    if (p && p->tokenizer_path) {
+        st = sp_tokenizer_load_llama2c(p->tokenizer_path, c->n_vocab, &m->tok, err);
+        if (st) return st;
+        m->owns_tok = true;
+    }
+    return SP_OK;
+}
+
+sp_status sp_model_load(const char *path, const sp_model_params *params, sp_model **out,
+                        sp_error *err) {
+    *out = NULL;
+    if (!path) return sp_fail(err, SP_ERR_ARG, "no model path given");
+    FILE *f = fopen(path, "rb");
+    if (!f) return sp_fail(err, SP_ERR_IO, "%s: cannot open model file", path);
+    char magic[4] = {0};
+    size_t got = fread(magic, 1, 4, f);
+    fclose(f);
+    sp_model *m = calloc(1, sizeof *m);
+    if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    sp_status st;
+    if (got == 4 && !memcmp(magic, "GGUF", 4))
+        st = load_gguf(m, path, err);
+    else
+        st = load_llama2c(m, path, params, err);
+    if (st) {
+        sp_model_free(m);
+        return st;
+    }
+    *out = m;
+    return SP_OK;
+}
+
+/* ------------------------------------------------------------ requantise */
+
+static sp_status requant_matrix(sp_model *dst, const sp_weight *src, sp_ggml_type type,
+                                sp_weight *out, float *row, sp_error *err) {
+    if (sp_ggml_blck_size(type) > 1 && src->cols % sp_ggml_blck_size(type))
+        return sp_fail(err, SP_ERR_UNSUPPORTED,
+                       "cannot quantise a matrix with rows of %lld to %s (needs a multiple of %lld)",
+                       (long long)src->cols, sp_ggml_type_name(type),
+                       (long long)sp_ggml_blck_size(type));
+    *out = *src;
+    out->type = type;
+    out->row_bytes = sp_ggml_row_size(type, src->cols);
+    uint8_t *buf = sp_model_alloc(dst, out->row_bytes * (size_t)src->rows);
+    if (!buf) return sp_fail(err, SP_ERR_NOMEM, "out of memory re-quantising weights");
+    for (int64_t r = 0; r < src->rows; r++) {
+        sp_dequantize_row(src->type, src->data + r * src->row_bytes, row, src->cols);
+        sp_quantize_row(type, row, buf + r * out->row_bytes, src->cols);
+    }
+    out->data = buf;
+    return SP_OK;
+}
+
+sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model **out,
+                              sp_error *err) {
+    *out = NULL;
+    if (!sp_quant_supported(type))
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "cannot re-quantise to type %s",
+                       sp_ggml_type_name(type));
+    sp_model *m = calloc(1, sizeof *m);
+    if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    m->cfg = src->cfg;
+    m->cfg.wtype = type;
+    m->tok = src->tok;
+    m->owns_tok = false;
+    m->tok_embd = src->tok_embd;
+    m->out_norm = src->out_norm;
+    m->layers = calloc((size_t)src->cfg.n_layers, sizeof *m->layers);
+    int64_t maxc = src->cfg.dim > src->cfg.ffn_dim ? src->cfg.dim : src->cfg.ffn_dim;
+    if ((int64_t)src->cfg.n_heads * src->cfg.head_dim > maxc)
+        maxc = (int64_t)src->cfg.n_heads * src->cfg.head_dim;
+    float *row = malloc((size_t)maxc * sizeof(float));
+    sp_status st = (!m->layers || !row) ? sp_fail(err, SP_ERR_NOMEM, "out of memory") : SP_OK;
+    for (int l = 0; !st && l < src->cfg.n_layers; l++) {
+        const sp_layer *S = &src->layers[l];
+        sp_layer *D = &m->layers[l];
+        D->attn_norm = S->attn_norm;
+        D->ffn_norm = S->ffn_norm;
+        if ((st = requant_matrix(m, &S->wq, type, &D->wq, row, err)) ||
+            (st = requant_matrix(m, &S->wk, type, &D->wk, row, err)) ||
+            (st = requant_matrix(m, &S->wv, type, &D->wv, row, err)) ||
+            (st = requant_matrix(m, &S->wo, type, &D->wo, row, err)) ||
+            (st = requant_matrix(m, &S->w1, type, &D->w1, row, err)) ||
+            (st = requant_matrix(m, &S->w2, type, &D->w2, row, err)) ||
+            (st = requant_matrix(m, &S->w3, type, &D->w3, row, err)))
+            break;
+    }
+    if (!st) st = requant_matrix(m, &src->output, type, &m->output, row, err);
+    free(row);
+    if (st) {
+        sp_model_free(m);
+        return st;
+    }
+    char base[sizeof src->desc];
+    snprintf(base, sizeof base, "%s", src->desc);
+    char *sp = strchr(base, ' ');
+    if (sp) *sp = 0;
+    set_desc(m, base);
+    *out = m;
+    return SP_OK;
+}

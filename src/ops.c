@@ -1,0 +1,242 @@
+/* ops: scalar reference kernels, activation preparation, ISA dispatch. */
+#include "ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sp_quant.h"
+
+/* ---------------- scalar reference matmuls ---------------- */
+
+static void mm_f32_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *w = (const float *)(m->w + r * m->w_stride);
+        for (int32_t t = 0; t < m->n; t++) {
+            const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride);
+            float acc = 0;
+            for (int64_t i = 0; i < m->k; i++) acc += w[i] * x[i];
+            m->y[t * m->ld_y + r] = acc;
+        }
+    }
+}
+
+static void mm_f16_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *w = (const uint16_t *)(m->w + r * m->w_stride);
+        for (int32_t t = 0; t < m->n; t++) {
+            const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride);
+            float acc = 0;
+            for (int64_t i = 0; i < m->k; i++) acc += sp_fp16_to_fp32(w[i]) * x[i];
+            m->y[t * m->ld_y + r] = acc;
+        }
+    }
+}
+
+static void mm_bf16_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *w = (const uint16_t *)(m->w + r * m->w_stride);
+        for (int32_t t = 0; t < m->n; t++) {
+            const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride);
+            float acc = 0;
+            for (int64_t i = 0; i < m->k; i++) acc += sp_bf16_to_fp32(w[i]) * x[i];
+            m->y[t * m->ld_y + r] = acc;
+        }
+    }
+}
+
+static void mm_q8_0_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t nb = m->k / SP_QK;
+    for (int64_t r = r0; r < r1; r++) {
+        const sp_block_q8_0 *w = (const sp_block_q8_0 *)(m->w + r * m->w_stride);
+        for (int32_t t = 0; t < m->n; t++) {
+            const void *xr = (const uint8_t *)m->x + t * m->x_stride;
+            const int8_t *xq = sp_act_qs(xr);
+            const float *xd = sp_act_d(xr, m->k);
+            float acc = 0;
+            for (int64_t b = 0; b < nb; b++) {
+                int32_t s = 0;
+                for (int i = 0; i < SP_QK; i++) s += (int32_t)w[b].qs[i] * xq[b * SP_QK + i];
+                acc += (float)s * (sp_fp16_to_fp32(w[b].d) * xd[b]);
+            }
+            m->y[t * m->ld_y + r] = acc;
+        }
+    }
+}
+
+static void mm_q4_0_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t nb = m->k / SP_QK;
+    for (int64_t r = r0; r < r1; r++) {
+        const sp_block_q4_0 *w = (const sp_block_q4_0 *)(m->w + r * m->w_stride);
+        for (int32_t t = 0; t < m->n; t++) {
+            const void *xr = (const uint8_t *)m->x + t * m->x_stride;
+            const int8_t *xq = sp_act_qs(xr);
+            const float *xd = sp_act_d(xr, m->k);
+            float acc = 0;
+            for (int64_t b = 0; b < nb; b++) {
+                int32_t s = 0;
+                for (int i = 0; i < SP_QK / 2; i++) {
+                    s += ((w[b].qs[i] & 0x0F) - 8) * xq[b * SP_QK + i];
+                    s += ((w[b].qs[i] >> 4) - 8) * xq[b * SP_QK + i + SP_QK / 2];
+                }
+                acc += (float)s * (sp_fp16_to_fp32(w[b].d) * xd[b]);
+            }
+            m->y[t * m->ld_y + r] = acc;
+        }
+    }
+}
+
+void sp_ops_fill_scalar(sp_ops_table *t) {
+    memset(t, 0, sizeof *t);
+    t->mm[SP_GGML_F32] = mm_f32_ref;
+    t->mm[SP_GGML_F16] = mm_f16_ref;
+    t->mm[SP_GGML_BF16] = mm_bf16_ref;
+    t->mm[SP_GGML_Q8_0] = mm_q8_0_ref;
+    t->mm[SP_GGML_Q4_0] = mm_q4_0_ref;
+}
+
+/* ---------------- activations ---------------- */
+
+bool sp_ops_act_is_q8(sp_ggml_type wtype) { return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0; }
+
+size_t sp_ops_act_bytes(sp_ggml_type wtype, int64_t k) {
+    size_t b = sp_ops_act_is_q8(wtype) ? (size_t)k + 8 * (size_t)(k / SP_QK) : 4 * (size_t)k;
+    return (b + 63) & ~(size_t)63;
+}
+
+void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst) {
+    if (!sp_ops_act_is_q8(wtype)) {
+        memcpy(dst, x, 4 * (size_t)k);
+        return;
+    }
+    int8_t *qs = (int8_t *)dst;
+    float *d = (float *)((uint8_t *)dst + k);
+    int32_t *sum = (int32_t *)((uint8_t *)dst + k + 4 * (k / SP_QK));
+    for (int64_t b = 0; b < k / SP_QK; b++) {
+        const float *xb = x + b * SP_QK;
+        float amax = 0;
+        for (int i = 0; i < SP_QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float db = amax / 127.0f, id = db != 0 ? 1.0f / db : 0.0f;
+        int32_t s = 0;
+        for (int i = 0; i < SP_QK; i++) {
+            int v = (int)roundf(xb[i] * id);
+            qs[b * SP_QK + i] = (int8_t)v;
+            s += v;
+        }
+        d[b] = db;
+        sum[b] = s;
+    }
+}
+
+/* ---------------- row kernels ---------------- */
+
+void sp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
+    float ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = w[i] * (x[i] * scale);
+}
+
+void sp_rope(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, int32_t pos,
+             float theta, bool neox) {
+    for (int32_t i = 0; i < rot_dim / 2; i++) {
+        float freq = powf(theta, -2.0f * (float)i / (float)rot_dim);
+        float a = (float)pos * freq, c = cosf(a), s = sinf(a);
+        for (int32_t h = 0; h < n_heads; h++) {
+            float *v = x + (int64_t)h * head_dim;
+            int32_t i0 = neox ? i : 2 * i, i1 = neox ? i + rot_dim / 2 : 2 * i + 1;
+            float v0 = v[i0], v1 = v[i1];
+            v[i0] = v0 * c - v1 * s;
+            v[i1] = v0 * s + v1 * c;
+        }
+    }
+}
+
+void sp_softmax(float *x, int64_t n) {
+    float mx = x[0];
+    for (int64_t i = 1; i < n; i++) mx = fmaxf(mx, x[i]);
+    float sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = 1.0f / sum;
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void sp_swiglu(float *out, const float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* ---------------- dispatch ---------------- */
+
+static sp_ops_table g_tables[SP_ISA_COUNT];
+static sp_isa g_isa = SP_ISA_COUNT; /* not yet chosen */
+
+sp_isa sp_ops_best_isa(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return SP_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return SP_ISA_AVX2;
+#endif
+    return SP_ISA_SCALAR;
+}
+
+const char *sp_ops_isa_name(sp_isa isa) {
+    switch (isa) {
+    case SP_ISA_SCALAR: return "scalar";
+    case SP_ISA_AVX2: return "avx2";
+    case SP_ISA_AVX512: return "avx512";
+    default: return "unknown";
+    }
+}
+
+static void ensure_tables(void) {
+    static bool filled;
+    if (filled) return;
+    sp_ops_fill_scalar(&g_tables[SP_ISA_SCALAR]);
+    sp_ops_fill_avx2(&g_tables[SP_ISA_AVX2]);
+    sp_ops_fill_avx512(&g_tables[SP_ISA_AVX512]);
+    /* A SIMD table lacking a kernel falls back to the reference. */
+    for (int i = 1; i < SP_ISA_COUNT; i++)
+        for (int t = 0; t < SP_GGML_TYPE_COUNT; t++)
+            if (!g_tables[i].mm[t]) g_tables[i].mm[t] = g_tables[SP_ISA_SCALAR].mm[t];
+    filled = true;
+}
+
+sp_status sp_ops_set_isa(sp_isa isa, sp_error *err) {
+    ensure_tables();
+    if (isa >= SP_ISA_COUNT || isa > sp_ops_best_isa())
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "this CPU does not support the %s kernels",
+                       sp_ops_isa_name(isa));
+    g_isa = isa;
+    return SP_OK;
+}
+
+sp_isa sp_ops_isa(void) {
+    if (g_isa == SP_ISA_COUNT) {
+        ensure_tables();
+        sp_isa isa = sp_ops_best_isa();
+        const char *env = getenv("SPECULA_ISA");
+        if (env) {
+            for (int i = 0; i < SP_ISA_COUNT; i++)
+                if (!strcmp(env, sp_ops_isa_name((sp_isa)i)) && i <= (int)isa) isa = (sp_isa)i;
+        }
+        g_isa = isa;
+    }
+    return g_isa;
+}
+
+sp_mm_kernel sp_ops_mm_isa(sp_ggml_type wtype, sp_isa isa) {
+    ensure_tables();
+    if ((unsigned)wtype >= SP_GGML_TYPE_COUNT || isa >= SP_ISA_COUNT) return NULL;
+    return g_tables[isa].mm[wtype];
+}
+
+sp_mm_kernel sp_ops_mm(sp_ggml_type wtype) { return sp_ops_mm_isa(wtype, sp_ops_isa()); }

@@ -1,0 +1,91 @@
+/* ops: compute kernels for the forward pass.
+ *
+ * The matrix-vector product is the hot loop: y[t][r] = W[r] . x[t] for a
+ * range of weight rows r and n activation rows t. Each weight row is read
+ * once and applied to all n activations (this is what makes verifying many
+ * draft tokens nearly as cheap as one). Every kernel exists as a scalar
+ * reference; SIMD versions (AVX2, AVX-512+VNNI) are chosen once at start-up
+ * and tested against it. Within one ISA, an output's accumulation order does
+ * not depend on n or on how rows are split across threads, so evaluating n
+ * tokens at once is bit-identical to n single-token calls.
+ *
+ * Activations: for F32/F16/BF16 weights x is plain f32. For Q8_0/Q4_0 weights
+ * x is first quantised per 32-block to int8 (the "q8 activation" layout:
+ * int8 qs[k], then float d[k/32], then int32 sum[k/32] with sum = sum of qs),
+ * as llama.cpp does, so the inner product runs on integers. */
+#ifndef SP_OPS_H
+#define SP_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sp_gguf.h"
+#include "sp_status.h"
+
+typedef enum sp_isa { SP_ISA_SCALAR = 0, SP_ISA_AVX2 = 1, SP_ISA_AVX512 = 2, SP_ISA_COUNT } sp_isa;
+
+typedef struct sp_mm {
+    sp_ggml_type wtype;
+    const uint8_t *w;  /* weight rows, w_stride bytes apart */
+    size_t w_stride;
+    int64_t k;         /* row length (elements) */
+    const void *x;     /* n activation rows, x_stride bytes apart */
+    size_t x_stride;
+    int32_t n;
+    float *y;          /* y[t * ld_y + r] */
+    int64_t ld_y;
+} sp_mm;
+
+typedef void (*sp_mm_kernel)(const sp_mm *m, int64_t r0, int64_t r1);
+
+/* Best ISA this CPU supports (cpuid), and the one in use. */
+sp_isa sp_ops_best_isa(void);
+sp_isa sp_ops_isa(void);
+const char *sp_ops_isa_name(sp_isa isa);
+/* Select the kernels used from now on (SP_ERR_UNSUPPORTED if the CPU lacks
+ * it). The default is the best ISA, or $SPECULA_ISA (scalar|avx2|avx512). */
+sp_status sp_ops_set_isa(sp_isa isa, sp_error *err);
+
+/* Matmul kernel for a weight type in the active ISA (or a given one; NULL
+ * when the type is not supported). */
+sp_mm_kernel sp_ops_mm(sp_ggml_type wtype);
+sp_mm_kernel sp_ops_mm_isa(sp_ggml_type wtype, sp_isa isa);
+
+/* Activation layout for a weight type: true for the q8 layout. */
+bool sp_ops_act_is_q8(sp_ggml_type wtype);
+/* Bytes of one prepared activation row of length k (64-byte multiple). */
+size_t sp_ops_act_bytes(sp_ggml_type wtype, int64_t k);
+/* Write x (k floats) as an activation row for wtype into dst. */
+void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst);
+
+/* Element-wise and row kernels (scalar; the compiler vectorises them). */
+void sp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+/* Rotate pairs (x[2i], x[2i+1]) ("norm" style, llama) or (x[i], x[i+d/2])
+ * ("neox" style) of each head by pos * theta^(-2i/rot_dim), for the first
+ * rot_dim dims of each head. */
+void sp_rope(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, int32_t pos,
+             float theta, bool neox);
+void sp_softmax(float *x, int64_t n);
+/* out[i] = silu(g[i]) * u[i] */
+void sp_swiglu(float *out, const float *g, const float *u, int64_t n);
+
+/* ---- Per-ISA kernel tables (filled by ops_*.c). ---- */
+typedef struct sp_ops_table {
+    sp_mm_kernel mm[SP_GGML_TYPE_COUNT];
+} sp_ops_table;
+
+void sp_ops_fill_scalar(sp_ops_table *t);
+void sp_ops_fill_avx2(sp_ops_table *t);
+void sp_ops_fill_avx512(sp_ops_table *t);
+
+/* q8 activation row accessors. */
+static inline const int8_t *sp_act_qs(const void *row) { return (const int8_t *)row; }
+static inline const float *sp_act_d(const void *row, int64_t k) {
+    return (const float *)((const uint8_t *)row + k);
+}
+static inline const int32_t *sp_act_sum(const void *row, int64_t k) {
+    return (const int32_t *)((const uint8_t *)row + k + 4 * (k / 32));
+}
+
+#endif

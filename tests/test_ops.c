@@ -1,0 +1,236 @@
+/* Tests for the compute kernels: every SIMD matmul against the scalar
+ * reference (stated tolerance), and the invariances the forward pass relies
+ * on: results independent of batch size and of how rows are split. */
+#include "testutil.h"
+
+#include <math.h>
+
+#include "ops.h"
+#include "sp_quant.h"
+#include "sp_rng.h"
+
+static const sp_ggml_type TYPES[] = {SP_GGML_F32, SP_GGML_F16, SP_GGML_BF16, SP_GGML_Q8_0,
+                                     SP_GGML_Q4_0};
+
+typedef struct fixture {
+    sp_ggml_type type;
+    int64_t rows, k;
+    int32_t n;
+    uint8_t *w;
+    size_t w_stride;
+    float *x;      /* [n][k] */
+    uint8_t *act;  /* prepared */
+    size_t act_stride;
+    double *bound; /* [n][rows] sum |w||x| for the tolerance */
+} fixture;
+
+static void fx_make(fixture *f, sp_ggml_type type, int64_t rows, int64_t k, int32_t n, uint64_t seed) {
+    sp_rng r;
+    sp_rng_seed(&r, seed);
+    f->type = type;
+    f->rows = rows;
+    f->k = k;
+    f->n = n;
+    f->w_stride = sp_ggml_row_size(type, k);
+    f->w = malloc(f->w_stride * (size_t)rows);
+    float *row = malloc((size_t)k * sizeof(float));
+    float *deq = malloc((size_t)k * sizeof(float));
+    f->x = malloc((size_t)(n * k) * sizeof(float));
+    f->bound = calloc((size_t)(n * rows), sizeof(double));
+    for (int64_t i = 0; i < n * k; i++) f->x[i] = (float)sp_rng_normal(&r);
+    for (int64_t j = 0; j < rows; j++) {
+        for (int64_t i = 0; i < k; i++) row[i] = (float)sp_rng_normal(&r) * 0.1f;
+        sp_quantize_row(type, row, f->w + j * f->w_stride, k);
+        sp_dequantize_row(type, f->w + j * f->w_stride, deq, k);
+        for (int32_t t = 0; t < n; t++)
+            for (int64_t i = 0; i < k; i++) f->bound[t * rows + j] += fabs(deq[i] * f->x[t * k + i]);
+    }
+    f->act_stride = sp_ops_act_bytes(type, k);
+    f->act = aligned_alloc(64, f->act_stride * (size_t)n);
+    for (int32_t t = 0; t < n; t++)
+        sp_ops_act_prepare(type, f->x + t * k, k, f->act + t * f->act_stride);
+    free(row);
+    free(deq);
+}
+
+static void fx_free(fixture *f) {
+    free(f->w);
+    free(f->x);
+    free(f->act);
+    free(f->bound);
+}
+
+static sp_mm fx_mm(const fixture *f, int32_t t0, int32_t n, float *y) {
+    return (sp_mm){.wtype = f->type, .w = f->w, .w_stride = f->w_stride, .k = f->k,
+                   .x = f->act + t0 * f->act_stride, .x_stride = f->act_stride, .n = n,
+                   .y = y, .ld_y = f->rows};
+}
+
+static bool row_len_ok(sp_ggml_type t, int64_t k) { return k % sp_ggml_blck_size(t) == 0; }
+
+/* SIMD vs scalar: |y_simd - y_ref| <= 1e-5 * sum|w x| + 1e-6 (float
+ * accumulation in a different order; the integer block sums are exact). */
+static void test_simd_matches_reference(void **state) {
+    (void)state;
+    const int64_t ks[] = {17, 32, 64, 96, 172, 256, 4096};
+    for (int isa = SP_ISA_SCALAR + 1; isa <= (int)sp_ops_best_isa(); isa++) {
+        for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++) {
+            for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                sp_ggml_type type = TYPES[ti];
+                if (!row_len_ok(type, ks[ki])) continue;
+                fixture f;
+                fx_make(&f, type, 19, ks[ki], 11, 100 + ti * 10 + ki);
+                float *yr = malloc((size_t)(f.n * f.rows) * sizeof(float));
+                float *ys = malloc((size_t)(f.n * f.rows) * sizeof(float));
+                sp_mm m = fx_mm(&f, 0, f.n, yr);
+                sp_ops_mm_isa(type, SP_ISA_SCALAR)(&m, 0, f.rows);
+                m.y = ys;
+                sp_ops_mm_isa(type, (sp_isa)isa)(&m, 0, f.rows);
+                for (int64_t i = 0; i < f.n * f.rows; i++) {
+                    double tol = 1e-5 * f.bound[i] + 1e-6;
+                    if (fabs((double)ys[i] - yr[i]) > tol)
+                        fail_msg("%s %s k=%lld: y[%lld] = %.9g, reference %.9g (tol %.3g)",
+                                 sp_ops_isa_name((sp_isa)isa), sp_ggml_type_name(type),
+                                 (long long)f.k, (long long)i, ys[i], yr[i], tol);
+                }
+                free(yr);
+                free(ys);
+                fx_free(&f);
+            }
+        }
+    }
+}
+
+/* The reference itself against a double-precision product of the
+ * dequantised weights (quantised activations add their own error for q8). */
+static void test_reference_accuracy(void **state) {
+    (void)state;
+    for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++) {
+        fixture f;
+        fx_make(&f, TYPES[ti], 7, 256, 3, 7 + ti);
+        float *y = malloc((size_t)(f.n * f.rows) * sizeof(float));
+        float *deq = malloc((size_t)f.k * sizeof(float));
+        sp_mm m = fx_mm(&f, 0, f.n, y);
+        sp_ops_mm_isa(f.type, SP_ISA_SCALAR)(&m, 0, f.rows);
+        /* q8 activations: |x - xq| <= d/2 with d = amax/127 per block */
+        double rel = sp_ops_act_is_q8(f.type) ? 0.02 : 1e-5;
+        for (int64_t j = 0; j < f.rows; j++) {
+            sp_dequantize_row(f.type, f.w + j * f.w_stride, deq, f.k);
+            for (int32_t t = 0; t < f.n; t++) {
+                double acc = 0;
+                for (int64_t i = 0; i < f.k; i++) acc += (double)deq[i] * f.x[t * f.k + i];
+                double b = f.bound[t * f.rows + j];
+                assert_true(fabs(acc - y[t * f.rows + j]) <= rel * b + 1e-6);
+            }
+        }
+        free(y);
+        free(deq);
+        fx_free(&f);
+    }
+}
+
+/* n activations in one call == one call per activation, bit for bit, and
+ * splitting rows in two calls changes nothing; for every ISA and type. */
+static void test_batch_and_split_invariance(void **state) {
+    (void)state;
+    for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
+        for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++) {
+            fixture f;
+            fx_make(&f, TYPES[ti], 23, 160, 13, 55 + ti);
+            size_t bytes = (size_t)(f.n * f.rows) * sizeof(float);
+            float *ya = malloc(bytes), *yb = malloc(bytes), *yc = malloc(bytes);
+            sp_mm_kernel k = sp_ops_mm_isa(f.type, (sp_isa)isa);
+            sp_mm m = fx_mm(&f, 0, f.n, ya);
+            k(&m, 0, f.rows);
+            for (int32_t t = 0; t < f.n; t++) {
+                sp_mm one = fx_mm(&f, t, 1, yb + t * f.rows);
+                k(&one, 0, f.rows);
+            }
+            m.y = yc;
+            k(&m, 0, 9);
+            k(&m, 9, f.rows);
+            assert_memory_equal(ya, yb, bytes);
+            assert_memory_equal(ya, yc, bytes);
+            free(ya);
+            free(yb);
+            free(yc);
+            fx_free(&f);
+        }
+    }
+}
+
+static void test_act_prepare(void **state) {
+    (void)state;
+    float x[64];
+    for (int i = 0; i < 64; i++) x[i] = i < 32 ? (float)(i - 16) : 0.0f;
+    uint8_t buf[256] __attribute__((aligned(64)));
+    assert_true(sp_ops_act_bytes(SP_GGML_Q8_0, 64) <= sizeof buf);
+    sp_ops_act_prepare(SP_GGML_Q8_0, x, 64, buf);
+    const int8_t *qs = sp_act_qs(buf);
+    const float *d = sp_act_d(buf, 64);
+    const int32_t *s = sp_act_sum(buf, 64);
+    assert_float_equal(d[0], 16.0f / 127.0f, 1e-7);
+    assert_int_equal(qs[0], -127); /* x = -16 = -amax */
+    assert_int_equal(qs[16], 0);
+    assert_int_equal(d[1], 0);
+    int32_t sum = 0;
+    for (int i = 0; i < 32; i++) sum += qs[i];
+    assert_int_equal(s[0], sum);
+    assert_int_equal(s[1], 0);
+}
+
+static void test_row_kernels(void **state) {
+    (void)state;
+    float x[8] = {1, -2, 3, -4, 5, -6, 7, -8}, w[8] = {1, 1, 1, 1, 2, 2, 2, 2}, o[8];
+    sp_rmsnorm(o, x, w, 8, 0.0f);
+    double ms = 0;
+    for (int i = 0; i < 8; i++) ms += x[i] * x[i];
+    ms = sqrt(ms / 8);
+    for (int i = 0; i < 8; i++) assert_float_equal(o[i], w[i] * x[i] / ms, 1e-5);
+
+    float s[4] = {0, logf(2), logf(3), -INFINITY};
+    sp_softmax(s, 4);
+    assert_float_equal(s[0], 1.0 / 6, 1e-6);
+    assert_float_equal(s[1], 2.0 / 6, 1e-6);
+    assert_float_equal(s[2], 3.0 / 6, 1e-6);
+    assert_float_equal(s[3], 0, 0);
+
+    /* RoPE at position 0 is the identity; rotations preserve the norm of each
+     * pair; norm style pairs (0,1), neox style pairs (0, d/2). */
+    float v[8] = {1, 2, 3, 4, 5, 6, 7, 8}, v0[8];
+    memcpy(v0, v, sizeof v);
+    sp_rope(v, 1, 8, 8, 0, 10000.0f, false);
+    assert_memory_equal(v, v0, sizeof v);
+    sp_rope(v, 1, 8, 8, 5, 10000.0f, false);
+    assert_float_equal(hypotf(v[0], v[1]), hypotf(1, 2), 1e-5);
+    assert_float_equal(v[0], cosf(5) * 1 - sinf(5) * 2, 1e-5);
+    memcpy(v, v0, sizeof v);
+    sp_rope(v, 1, 8, 8, 5, 10000.0f, true);
+    assert_float_equal(v[0], cosf(5) * 1 - sinf(5) * 5, 1e-5);
+    assert_float_equal(v[4], sinf(5) * 1 + cosf(5) * 5, 1e-5);
+
+    float g[3] = {0, 1, -1}, u[3] = {2, 2, 2}, r[3];
+    sp_swiglu(r, g, u, 3);
+    assert_float_equal(r[0], 0, 1e-7);
+    assert_float_equal(r[1], 2 * 1 / (1 + expf(-1)), 1e-6);
+}
+
+static void test_isa_selection(void **state) {
+    (void)state;
+    sp_error err = {0};
+    assert_int_equal(sp_ops_set_isa(SP_ISA_SCALAR, &err), SP_OK);
+    assert_int_equal(sp_ops_isa(), SP_ISA_SCALAR);
+    assert_int_equal(sp_ops_set_isa(sp_ops_best_isa(), &err), SP_OK);
+    assert_non_null(sp_ops_mm(SP_GGML_Q4_0));
+    assert_null(sp_ops_mm(SP_GGML_Q4_K));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_simd_matches_reference),
+    cmocka_unit_test(test_reference_accuracy),
+    cmocka_unit_test(test_batch_and_split_invariance),
+    cmocka_unit_test(test_act_prepare),
+    cmocka_unit_test(test_row_kernels),
+    cmocka_unit_test(test_isa_selection),
+};
+SP_TEST_MAIN(tests)

@@ -1,0 +1,323 @@
+/* cmd_generate: `specula generate` (text generation, streamed) and
+ * `specula run` (the default demo on the default model). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "specula.h"
+
+typedef struct gen_opts {
+    const char *model, *tokenizer, *prompt, *prompt_file;
+    long long n_predict, seed, threads, n_ctx;
+    sp_sampler_params sampling;
+    bool json;
+} gen_opts;
+
+static void gen_usage(void) {
+    fprintf(stderr,
+            "usage: specula generate -m MODEL [-z TOKENIZER] [-p PROMPT | -f FILE] [-n N]\n"
+            "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
+            "         [-c N_CTX] [--json]\n"
+            "  MODEL is a GGUF file or a llama2.c checkpoint (then -z tokenizer.bin).\n");
+}
+
+/* Parses generate's flags; returns 0, or 2 after printing the problem. */
+static int parse_gen(int argc, char **argv, gen_opts *o, bool need_model) {
+    o->n_predict = 128;
+    o->seed = 42;
+    o->threads = 1;
+    o->n_ctx = 0;
+    o->sampling = sp_sampler_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double d;
+        long long ll;
+#define NEXT() (i++, v)
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(o->model = NEXT())) goto missing;
+        } else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) {
+            if (!(o->tokenizer = NEXT())) goto missing;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (!(o->prompt = NEXT())) goto missing;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (!(o->prompt_file = NEXT())) goto missing;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            if (sp_cli_int(a, NEXT(), 1, 1 << 20, &o->n_predict)) return 2;
+        } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
+            if (sp_cli_int(a, NEXT(), 0, INT64_MAX, &o->seed)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (sp_cli_int(a, NEXT(), 1, 256, &o->threads)) return 2;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if (sp_cli_int(a, NEXT(), 1, 1 << 20, &o->n_ctx)) return 2;
+        } else if (!strcmp(a, "--temp")) {
+            if (sp_cli_float(a, NEXT(), 0, 100, &d)) return 2;
+            o->sampling.temperature = (float)d;
+        } else if (!strcmp(a, "--top-k")) {
+            if (sp_cli_int(a, NEXT(), 0, 1 << 24, &ll)) return 2;
+            o->sampling.top_k = (int32_t)ll;
+        } else if (!strcmp(a, "--top-p")) {
+            if (sp_cli_float(a, NEXT(), 1e-9, 1, &d)) return 2;
+            o->sampling.top_p = (float)d;
+        } else if (!strcmp(a, "--min-p")) {
+            if (sp_cli_float(a, NEXT(), 0, 1, &d)) return 2;
+            o->sampling.min_p = (float)d;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            gen_usage();
+            exit(0);
+        } else {
+            fprintf(stderr, "specula: unknown option '%s' for generate\n", a);
+            return 2;
+        }
+        continue;
+    missing:
+        fprintf(stderr, "specula: %s needs a value\n", a);
+        return 2;
+#undef NEXT
+    }
+    if (!o->model && need_model) {
+        fprintf(stderr, "specula: generate needs a model (-m MODEL)\n");
+        return 2;
+    }
+    if (o->prompt && o->prompt_file) {
+        fprintf(stderr, "specula: give either -p or -f, not both\n");
+        return 2;
+    }
+    return 0;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *nb = cap < (64u << 20) ? realloc(buf, cap *= 2) : NULL;
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = nb;
+        }
+    }
+    fclose(f);
+    if (buf) buf[n < cap ? n : cap - 1] = 0;
+    *len = n;
+    return buf;
+}
+
+typedef struct stream_state {
+    const sp_tokenizer *tok;
+    int32_t prev;
+    bool print;
+    char *text;      /* generated text, accumulated */
+    size_t len, cap;
+} stream_state;
+
+static bool on_tokens(void *ud, const int32_t *ids, int32_t n) {
+    stream_state *s = ud;
+    for (int32_t i = 0; i < n; i++) {
+        char piece[256];
+        size_t k = sp_tokenizer_decode_token(s->tok, s->prev, ids[i], piece, sizeof piece);
+        s->prev = ids[i];
+        if (s->len + k + 1 > s->cap) {
+            size_t nc = (s->cap + k + 1) * 2;
+            char *nt = realloc(s->text, nc);
+            if (!nt) return false;
+            s->text = nt;
+            s->cap = nc;
+        }
+        memcpy(s->text + s->len, piece, k);
+        s->len += k;
+        s->text[s->len] = 0;
+        if (s->print) {
+            fwrite(piece, 1, k, stdout);
+            fflush(stdout);
+        }
+    }
+    return true;
+}
+
+static int generate_main(gen_opts *o) {
+    sp_error err = {0};
+    sp_model *model = NULL;
+    sp_ctx *ctx = NULL;
+    int32_t *prompt = NULL, *out = NULL;
+    char *file_text = NULL;
+    stream_state ss = {0};
+    int rc = 1;
+    sp_model_params mp = sp_model_default_params();
+    mp.tokenizer_path = o->tokenizer;
+    if (sp_model_load(o->model, &mp, &model, &err)) goto fail;
+    const sp_tokenizer *tok = sp_model_tokenizer(model);
+    if (!tok) {
+        fprintf(stderr, "specula: %s has no tokenizer; give one with -z tokenizer.bin\n", o->model);
+        goto done;
+    }
+    if (sp_sampler_params_check(&o->sampling, &err)) goto fail;
+    const char *text = o->prompt ? o->prompt : "";
+    size_t text_len = strlen(text);
+    if (o->prompt_file) {
+        file_text = read_file(o->prompt_file, &text_len);
+        if (!file_text) {
+            fprintf(stderr, "specula: cannot read prompt file %s\n", o->prompt_file);
+            goto done;
+        }
+        text = file_text;
+    }
+    sp_ctx_params cp = sp_ctx_default_params();
+    cp.n_ctx = (int32_t)o->n_ctx;
+    cp.n_threads = (int32_t)o->threads;
+    if (sp_ctx_init(model, &cp, &ctx, &err)) goto fail;
+    int32_t n_ctx = sp_ctx_n_ctx(ctx), n_prompt = 0;
+    prompt = malloc((size_t)n_ctx * sizeof *prompt);
+    if (!prompt) goto done;
+    bool bos = sp_tokenizer_add_bos(tok);
+    if (sp_tokenizer_encode(tok, text, text_len, bos, prompt, n_ctx, &n_prompt, &err)) {
+        if (err.code == SP_ERR_RANGE)
+            fprintf(stderr, "specula: prompt is %d tokens, longer than the context size %d\n",
+                    n_prompt, n_ctx);
+        else
+            fprintf(stderr, "specula: %s\n", err.msg);
+        goto done;
+    }
+    if (n_prompt == 0) {
+        fprintf(stderr, "specula: the prompt is empty and the model adds no BOS token\n");
+        goto done;
+    }
+    if (n_prompt + o->n_predict > n_ctx) {
+        fprintf(stderr,
+                "specula: prompt (%d tokens) plus -n %lld exceeds the context size %d (use -c)\n",
+                n_prompt, o->n_predict, n_ctx);
+        goto done;
+    }
+    out = malloc((size_t)o->n_predict * sizeof *out);
+    if (!out) goto done;
+    sp_gen_params gp = sp_gen_default_params();
+    gp.n_predict = (int32_t)o->n_predict;
+    gp.sampling = o->sampling;
+    gp.seed = (uint64_t)o->seed;
+    ss.tok = tok;
+    ss.prev = n_prompt ? prompt[n_prompt - 1] : -1;
+    ss.print = !o->json;
+    if (!o->json) {
+        fwrite(text, 1, text_len, stdout);
+        fflush(stdout);
+    }
+    sp_gen_stats gs;
+    if (sp_generate(ctx, prompt, n_prompt, &gp, out, (int32_t)o->n_predict, &gs, on_tokens, &ss,
+                    &err))
+        goto fail;
+    double secs = gs.t_generate;
+    double tps = secs > 0 ? gs.n_generated / secs : 0;
+    if (o->json) {
+        json_t *j = json_object();
+        json_t *toks = json_array();
+        for (int32_t i = 0; i < gs.n_generated; i++) json_array_append_new(toks, json_integer(out[i]));
+        json_object_set_new(j, "text", json_stringn(ss.text ? ss.text : "", ss.len));
+        json_object_set_new(j, "tokens", toks);
+        json_object_set_new(j, "n_prompt", json_integer(n_prompt));
+        json_object_set_new(j, "n_generated", json_integer(gs.n_generated));
+        json_object_set_new(j, "seconds", json_real(secs));
+        json_object_set_new(j, "prefill_seconds", json_real(gs.t_prefill));
+        json_object_set_new(j, "tokens_per_second", json_real(tps));
+        json_object_set_new(j, "stopped_at_eos", json_boolean(gs.hit_eog));
+        json_object_set_new(j, "model", json_string(sp_model_desc(model)));
+        char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+        if (s) printf("%s\n", s);
+        free(s);
+        json_decref(j);
+    } else {
+        printf("\n");
+        fprintf(stderr,
+                "\n[%s] prompt %d tokens (%.1f ms), generated %d tokens in %.3f s: %.1f tokens/s\n",
+                sp_model_desc(model), n_prompt, gs.t_prefill * 1e3, gs.n_generated, secs, tps);
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "specula: %s\n", err.msg);
+done:
+    free(ss.text);
+    free(out);
+    free(prompt);
+    free(file_text);
+    sp_ctx_free(ctx);
+    sp_model_free(model);
+    return rc;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_opts o = {0};
+    int rc = parse_gen(argc, argv, &o, true);
+    if (rc) return rc;
+    return generate_main(&o);
+}
+
+/* ---- specula run: the default demo ---- */
+
+/* The default model, stories260K. Looked up in $SPECULA_MODEL, then the user
+ * cache, then a ../shared checkout beside this one; otherwise downloaded
+ * from its published location into the cache. */
+#define DEFAULT_URL_BASE "https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K/"
+
+static bool exists(const char *p) { return access(p, R_OK) == 0; }
+
+static int find_default_model(char *model, char *tokz, size_t cap) {
+    const char *env = getenv("SPECULA_MODEL");
+    if (env && *env) {
+        snprintf(model, cap, "%s", env);
+        tokz[0] = 0;
+        return 0;
+    }
+    const char *shared = getenv("SPECULA_SHARED");
+    const char *cands[3] = {shared, "../shared", NULL};
+    for (int i = 0; i < 2; i++) {
+        if (!cands[i] || !*cands[i]) continue;
+        snprintf(model, cap, "%s/models/stories260K.gguf", cands[i]);
+        tokz[0] = 0;
+        if (exists(model)) return 0;
+    }
+    const char *home = getenv("HOME");
+    char dir[900];
+    snprintf(dir, sizeof dir, "%s/.cache/specula", home && *home ? home : "/tmp");
+    snprintf(model, cap, "%s/stories260K.bin", dir);
+    snprintf(tokz, cap, "%s/tok512.bin", dir);
+    if (exists(model) && exists(tokz)) return 0;
+    fprintf(stderr, "specula: downloading the default model (stories260K) into %s\n", dir);
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && curl -fsSL --connect-timeout 10 -o '%s.part' '%sstories260K.bin' && "
+             "curl -fsSL --connect-timeout 10 -o '%s.part' '%stok512.bin' && mv '%s.part' '%s' && "
+             "mv '%s.part' '%s'",
+             dir, model, DEFAULT_URL_BASE, tokz, DEFAULT_URL_BASE, model, model, tokz, tokz);
+    if (system(cmd) != 0) {
+        fprintf(stderr,
+                "specula: could not download the default model; set SPECULA_MODEL to a GGUF file "
+                "or put the shared directory beside this checkout\n");
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_run(int argc, char **argv) {
+    char model[1024], tokz[1024];
+    gen_opts o = {0};
+    /* run accepts generate's flags, with defaults filled in */
+    int rc = parse_gen(argc, argv, &o, false);
+    if (rc) return rc;
+    if (!o.model) {
+        if (find_default_model(model, tokz, sizeof model)) return 1;
+        o.model = model;
+        if (tokz[0]) o.tokenizer = tokz;
+    }
+    if (!o.prompt && !o.prompt_file) o.prompt = "Once upon a time";
+    return generate_main(&o);
+}
