@@ -67,7 +67,7 @@ const char *sp_model_desc(const sp_model *m); /* e.g. "llama 5L d64 f32" */
 typedef struct sp_ctx sp_ctx;
 
 typedef struct sp_ctx_params {
-    int32_t n_ctx;      /* KV capacity in tokens; 0 = min(train context, 4096) */
+    int32_t n_ctx;      /* KV capacity in tokens; 0 = train context clamped to [512, 4096] */
     int32_t max_batch;  /* most tokens per sp_forward call; default 64 */
     int32_t n_threads;  /* used when pool is NULL; default 1 */
     sp_pool *pool;      /* shared worker pool (not owned), or NULL */

@@ -91,7 +91,9 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     if (!p) p = &d;
     const sp_model_config *cfg = &m->cfg;
     int32_t n_ctx = p->n_ctx;
-    if (n_ctx == 0) n_ctx = cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096;
+    /* Default: the training context, at least 512 (some converters write a
+     * small placeholder, e.g. 128 for stories260K) and at most 4096. */
+    if (n_ctx == 0) n_ctx = cfg->n_ctx_train < 512 ? 512 : cfg->n_ctx_train > 4096 ? 4096 : cfg->n_ctx_train;
     if (n_ctx < 1 || n_ctx > (1 << 20))
         return sp_fail(err, SP_ERR_ARG, "context size must be in [1, 1048576], got %d", n_ctx);
     if (p->max_batch < 1 || p->max_batch > 4096)
