@@ -56,8 +56,11 @@ typedef struct sp_gguf_kv {
         bool b;
         sp_str str;
     } v;
-    /* ARRAY only: element type, count, and the raw little-endian elements
-     * (for STRING arrays use sp_gguf_arr_str). */
+    /* ARRAY only: element type, count, and the raw little-endian elements,
+     * which may be unaligned (read them with sp_gguf_arr_f32/_int). For
+     * STRING arrays arr_data is a reader-built sp_str[arr_n] table (use
+     * sp_gguf_arr_str). For arrays of arrays it points at the first nested
+     * array's raw {u32 type, u64 count, elements} in the file. */
     sp_gguf_type arr_type;
     uint64_t arr_n;
     const void *arr_data;
@@ -97,6 +100,14 @@ sp_status sp_gguf_get_str(const sp_gguf *g, const char *key, sp_str *out, sp_err
 /* Element i of a STRING array (bounds-checked by SP_ASSERT). */
 sp_str sp_gguf_arr_str(const sp_gguf_kv *kv, uint64_t i);
 
+/* Element i of a FLOAT32 or FLOAT64 array, as float (bounds-checked by SP_ASSERT). */
+float sp_gguf_arr_f32(const sp_gguf_kv *kv, uint64_t i);
+/* Element i of an integer (or BOOL) array, widened (bounds-checked by SP_ASSERT). */
+int64_t sp_gguf_arr_int(const sp_gguf_kv *kv, uint64_t i);
+/* File offset of the tensor data section, and the alignment in force. */
+uint64_t sp_gguf_data_offset(const sp_gguf *g);
+uint64_t sp_gguf_alignment(const sp_gguf *g);
+
 /* Name of a ggml type ("q4_K", ...), "unknown" if out of range. */
 const char *sp_ggml_type_name(sp_ggml_type t);
 /* Block size in elements and bytes per block; 0 for unknown types. */
@@ -115,7 +126,13 @@ void sp_gguf_writer_set_i32(sp_gguf_writer *w, const char *key, int32_t v);
 void sp_gguf_writer_set_f32(sp_gguf_writer *w, const char *key, float v);
 void sp_gguf_writer_set_bool(sp_gguf_writer *w, const char *key, bool v);
 void sp_gguf_writer_set_str(sp_gguf_writer *w, const char *key, const char *v);
-/* Arrays are copied. */
+/* Any fixed-size scalar type (integers, floats, bool): *v is the native value
+ * of that type (bool as one byte). Setting a key again replaces its value. */
+void sp_gguf_writer_set_scalar(sp_gguf_writer *w, const char *key, sp_gguf_type type, const void *v);
+/* Arrays are copied. sp_gguf_writer_set_arr takes n native values of a
+ * fixed-size element type (not STRING/ARRAY). */
+void sp_gguf_writer_set_arr(sp_gguf_writer *w, const char *key, sp_gguf_type elem_type, const void *v,
+                            uint64_t n);
 void sp_gguf_writer_set_arr_str(sp_gguf_writer *w, const char *key, const sp_str *v, uint64_t n);
 void sp_gguf_writer_set_arr_f32(sp_gguf_writer *w, const char *key, const float *v, uint64_t n);
 void sp_gguf_writer_set_arr_i32(sp_gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
@@ -124,6 +141,12 @@ void sp_gguf_writer_set_arr_i32(sp_gguf_writer *w, const char *key, const int32_
 sp_status sp_gguf_writer_add_tensor(sp_gguf_writer *w, const char *name, sp_ggml_type type,
                                     uint32_t n_dims, const int64_t *ne, const void *data,
                                     bool borrow, sp_error *err);
+/* Writes GGUF v3, alignment 32, tensors contiguous in insertion order, via a
+ * temporary file renamed onto `path`. SP_ERR_IO (naming the path) on write
+ * failure, SP_ERR_NOMEM if an earlier setter ran out of memory, SP_ERR_ARG if
+ * general.alignment was set to anything but u32 32. Tensor names: 1..63
+ * bytes (add_tensor returns SP_ERR_ARG otherwise, or for duplicates, bad
+ * dims or a row length not a multiple of the block). */
 sp_status sp_gguf_writer_write(sp_gguf_writer *w, const char *path, sp_error *err);
 
 #endif
