@@ -36,15 +36,20 @@ void sp_sampler_free(sp_sampler *s);
 const sp_sampler_params *sp_sampler_params_of(const sp_sampler *s);
 
 /* Full adjusted distribution of n_vocab floats (sums to 1, zeros outside the
- * kept set). logits are not modified. No allocation. */
+ * kept set). logits are not modified. No allocation. NaN logits get
+ * probability 0; logits whose maximum is not finite (+inf, all -inf) give the
+ * one-hot argmax, as temperature 0 does. */
 void sp_sampler_probs(sp_sampler *s, const float *logits, float *probs);
 
 /* Inverse-CDF draw from probs with uniform u in [0, 1); never returns a
- * zero-probability token. */
+ * zero-probability token (u is scaled by the actual sum, so rounding near
+ * u = 1 lands on the last positive entry). If no entry is positive the input
+ * is degenerate and the argmax is returned. */
 int32_t sp_sample_from_probs(const float *probs, int32_t n, double u);
 int32_t sp_argmax(const float *x, int32_t n);
 
-/* Convenience: probs + draw. probs_out may be NULL (then internal scratch). */
+/* Convenience: probs + draw. probs_out may be NULL (then internal scratch).
+ * Always consumes exactly one sp_rng_uniform, also when greedy. */
 int32_t sp_sampler_sample(sp_sampler *s, const float *logits, sp_rng *rng, float *probs_out);
 
 #endif

@@ -1,0 +1,360 @@
+/* tokenizer_bpe: GPT-2 byte-level BPE. The text is split into words by a
+ * hand-written equivalent of the GPT-2 (or Llama-3) pre-tokeniser regex; each
+ * word starts as one symbol per byte (the token of that byte's character in
+ * the GPT-2 byte-to-unicode map) and the adjacent pair with the lowest merge
+ * rank is merged until no ranked pair is left (left-most on equal ranks).
+ * Merges are keyed by (left id, right id), so a merge costs one hash probe.
+ *
+ * Unicode classes: ASCII is classified exactly. For non-ASCII code points
+ * there are no Unicode tables here: known whitespace, digit/number and
+ * punctuation/symbol ranges are listed below and every other code point
+ * counts as a letter (\p{L}). Combining marks (U+0300..036F) are "other", as
+ * in the regex. Invalid UTF-8 bytes are single "other" characters. This is an
+ * approximation only for scripts with their own punctuation or digits that
+ * are not listed; the byte-level round trip is exact for any input. */
+#include "tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- GPT-2 byte <-> unicode ---- */
+
+static inline bool byte_is_printable(unsigned b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+uint32_t sp_tok_byte_to_cp(uint8_t b) {
+    if (byte_is_printable(b)) return b;
+    if (b <= 0x20) return 256u + b;                  /* 0x00..0x20 -> 256..288 */
+    if (b >= 0x7F && b <= 0xA0) return 289u + (b - 0x7Fu); /* -> 289..322 */
+    return 323u;                                     /* 0xAD */
+}
+
+int sp_tok_cp_to_byte(uint32_t cp) {
+    if (cp <= 0xFF) return byte_is_printable(cp) ? (int)cp : -1;
+    if (cp <= 288) return (int)(cp - 256);
+    if (cp <= 322) return (int)(0x7F + (cp - 289));
+    if (cp == 323) return 0xAD;
+    return -1;
+}
+
+/* ---- character classes ---- */
+
+enum { CL_LETTER, CL_NUMBER, CL_SPACE, CL_OTHER };
+
+static int cp_class(uint32_t cp) {
+    if (cp < 0x80) {
+        if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return CL_LETTER;
+        if (cp >= '0' && cp <= '9') return CL_NUMBER;
+        if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return CL_SPACE;
+        return CL_OTHER;
+    }
+    if (cp >= 0x110000) return CL_OTHER; /* invalid byte */
+    if (cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
+        cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000)
+        return CL_SPACE;
+    if (cp == 0xB2 || cp == 0xB3 || cp == 0xB9 || (cp >= 0xBC && cp <= 0xBE) ||
+        (cp >= 0x660 && cp <= 0x669) || (cp >= 0x6F0 && cp <= 0x6F9) ||
+        (cp >= 0x966 && cp <= 0x96F) || (cp >= 0x9E6 && cp <= 0x9EF) ||
+        (cp >= 0x2070 && cp <= 0x2079) || (cp >= 0x2080 && cp <= 0x2089) ||
+        (cp >= 0x2150 && cp <= 0x2189) || (cp >= 0x2460 && cp <= 0x249B) ||
+        (cp >= 0x2776 && cp <= 0x2793) || cp == 0x3007 || (cp >= 0x3021 && cp <= 0x3029) ||
+        (cp >= 0xFF10 && cp <= 0xFF19) || (cp >= 0x1D7CE && cp <= 0x1D7FF))
+        return CL_NUMBER;
+    if (cp <= 0xBF) return (cp == 0xAA || cp == 0xB5 || cp == 0xBA) ? CL_LETTER : CL_OTHER;
+    if (cp == 0xD7 || cp == 0xF7) return CL_OTHER;
+    if ((cp >= 0x300 && cp <= 0x36F) ||   /* combining marks */
+        (cp >= 0x2000 && cp <= 0x2BFF) || /* punctuation, currency, arrows, math, symbols */
+        (cp >= 0x2E00 && cp <= 0x2E7F) || /* supplemental punctuation */
+        (cp >= 0x3000 && cp <= 0x3004) || (cp >= 0x3008 && cp <= 0x3020) ||
+        (cp >= 0x3030 && cp <= 0x303F) ||  /* CJK punctuation */
+        (cp >= 0xE000 && cp <= 0xF8FF) ||  /* private use */
+        (cp >= 0xFE10 && cp <= 0xFE6F) ||  /* vertical/compat/small forms */
+        (cp >= 0xFF01 && cp <= 0xFF0F) || (cp >= 0xFF1A && cp <= 0xFF20) ||
+        (cp >= 0xFF3B && cp <= 0xFF40) || (cp >= 0xFF5B && cp <= 0xFF65) ||
+        (cp >= 0xFFF0 && cp <= 0xFFFF) ||
+        (cp >= 0x1F000 && cp <= 0x1FAFF)) /* emoji and pictographs */
+        return CL_OTHER;
+    return CL_LETTER;
+}
+
+/* Class and byte length of the character at pos (< len). */
+static inline int class_at(const char *s, size_t len, size_t pos, size_t *clen) {
+    uint32_t cp;
+    *clen = sp_utf8_decode(s + pos, len - pos, &cp);
+    return cp_class(cp);
+}
+
+/* Consume characters of class cl from pos; returns the end. */
+static size_t run_of(const char *s, size_t len, size_t pos, int cl) {
+    size_t l;
+    while (pos < len && class_at(s, len, pos, &l) == cl) pos += l;
+    return pos;
+}
+
+static inline char lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c + 32) : c; }
+
+/* Length of a contraction ('s 't 're 've 'm 'll 'd) at pos, 0 if none. */
+static size_t contraction(const char *s, size_t len, size_t pos, bool icase) {
+    if (s[pos] != '\'' || pos + 1 >= len) return 0;
+    char a = icase ? lower(s[pos + 1]) : s[pos + 1];
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+    if (pos + 2 >= len) return 0;
+    char b = icase ? lower(s[pos + 2]) : s[pos + 2];
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+    return 0;
+}
+
+/* \s+(?!\S)|\s+ starting at pos (a whitespace character). */
+static size_t whitespace_tail(const char *s, size_t len, size_t pos) {
+    size_t end = run_of(s, len, pos, CL_SPACE);
+    if (end == len) return end;
+    /* Followed by non-space: leave the last whitespace character for the
+     * next word unless it is the only one. */
+    size_t last = pos, l;
+    for (size_t p = pos; p < end; p += l) {
+        class_at(s, len, p, &l);
+        last = p;
+    }
+    return last > pos ? last : end;
+}
+
+/* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+static size_t next_gpt2(const char *s, size_t len, size_t pos) {
+    size_t c = contraction(s, len, pos, false);
+    if (c) return pos + c;
+    size_t l;
+    int cl = class_at(s, len, pos, &l);
+    size_t p = pos;
+    if (s[pos] == ' ' && pos + 1 < len) {
+        size_t l2;
+        int cl2 = class_at(s, len, pos + 1, &l2);
+        if (cl2 != CL_SPACE) p = pos + 1, cl = cl2;
+    }
+    if (cl != CL_SPACE) return run_of(s, len, p, cl);
+    return whitespace_tail(s, len, pos);
+}
+
+/* Llama 3:
+ * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+static size_t next_llama3(const char *s, size_t len, size_t pos) {
+    size_t c = contraction(s, len, pos, true);
+    if (c) return pos + c;
+    size_t l;
+    int cl = class_at(s, len, pos, &l);
+    if (cl == CL_LETTER) return run_of(s, len, pos, CL_LETTER);
+    if (cl != CL_NUMBER && s[pos] != '\r' && s[pos] != '\n' && pos + l < len) {
+        size_t l2;
+        if (class_at(s, len, pos + l, &l2) == CL_LETTER) return run_of(s, len, pos + l, CL_LETTER);
+    }
+    if (cl == CL_NUMBER) {
+        size_t p = pos;
+        for (int k = 0; k < 3 && p < len && class_at(s, len, p, &l) == CL_NUMBER; k++) p += l;
+        return p;
+    }
+    size_t p = pos;
+    if (s[pos] == ' ' && pos + 1 < len && class_at(s, len, pos + 1, &l) == CL_OTHER) p = pos + 1;
+    if (class_at(s, len, p, &l) == CL_OTHER) {
+        p = run_of(s, len, p, CL_OTHER);
+        while (p < len && (s[p] == '\r' || s[p] == '\n')) p++;
+        return p;
+    }
+    /* Whitespace: \s*[\r\n]+ takes the run up to its last newline. */
+    size_t end = run_of(s, len, pos, CL_SPACE), nl = 0;
+    for (size_t q = pos; q < end; q++)
+        if (s[q] == '\r' || s[q] == '\n') nl = q + 1;
+    if (nl) return nl;
+    return whitespace_tail(s, len, pos);
+}
+
+size_t sp_tok_pretok_next(sp_tok_pre pre, const char *text, size_t len, size_t pos) {
+    return pre == SP_PRE_LLAMA3 ? next_llama3(text, len, pos) : next_gpt2(text, len, pos);
+}
+
+/* ---- merges ---- */
+
+static inline uint64_t pair_key(int32_t l, int32_t r) {
+    return ((uint64_t)(uint32_t)l << 32) | (uint32_t)r;
+}
+
+static inline uint32_t pair_hash(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    return (uint32_t)k;
+}
+
+static const sp_tok_merge *find_merge(const sp_tokenizer *t, int32_t l, int32_t r) {
+    if (!t->merges) return NULL;
+    uint64_t k = pair_key(l, r);
+    for (uint32_t i = pair_hash(k) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
+        const sp_tok_merge *m = &t->merges[i];
+        if (m->key == k) return m;
+        if (m->key == UINT64_MAX) return NULL;
+    }
+}
+
+sp_status sp_tok_bpe_build_merges(sp_tokenizer *t, const sp_str *merges, int64_t n,
+                                  sp_error *err) {
+    if (n > INT32_MAX / 4) return sp_fail(err, SP_ERR_FORMAT, "tokenizer: too many merges");
+    uint32_t cap = 16;
+    while (cap < (uint64_t)n * 2) cap <<= 1;
+    t->merge_mask = cap - 1;
+    t->merges = malloc((size_t)cap * sizeof *t->merges);
+    if (!t->merges) return sp_fail(err, SP_ERR_NOMEM, "tokenizer: out of memory for merges");
+    for (uint32_t i = 0; i < cap; i++) t->merges[i].key = UINT64_MAX;
+    char *cat = NULL;
+    size_t cat_cap = 0;
+    for (int64_t r = 0; r < n; r++) {
+        sp_str m = merges[r];
+        const char *sp = m.len > 1 ? memchr(m.ptr + 1, ' ', m.len - 1) : NULL;
+        if (!sp) {
+            free(cat);
+            return sp_fail(err, SP_ERR_FORMAT, "tokenizer: merge %lld (\"%.*s\") has no space",
+                           (long long)r, (int)(m.len > 40 ? 40 : m.len), m.ptr);
+        }
+        size_t ll = (size_t)(sp - m.ptr), rl = m.len - ll - 1;
+        int32_t li = sp_tok_lookup(t, m.ptr, ll), ri = sp_tok_lookup(t, sp + 1, rl);
+        if (li < 0 || ri < 0) continue; /* can never apply */
+        if (ll + rl > cat_cap) {
+            cat_cap = (ll + rl) * 2;
+            char *nc = realloc(cat, cat_cap);
+            if (!nc) {
+                free(cat);
+                return sp_fail(err, SP_ERR_NOMEM, "tokenizer: out of memory for merges");
+            }
+            cat = nc;
+        }
+        memcpy(cat, m.ptr, ll);
+        memcpy(cat + ll, sp + 1, rl);
+        int32_t res = sp_tok_lookup(t, cat, ll + rl);
+        if (res < 0) continue; /* result is not a token: ignored */
+        uint64_t k = pair_key(li, ri);
+        uint32_t i = pair_hash(k) & t->merge_mask;
+        while (t->merges[i].key != UINT64_MAX && t->merges[i].key != k) i = (i + 1) & t->merge_mask;
+        if (t->merges[i].key == k) continue; /* duplicate: the lower rank stays */
+        t->merges[i].key = k;
+        t->merges[i].rank = (int32_t)r;
+        t->merges[i].result = res;
+    }
+    free(cat);
+    return SP_OK;
+}
+
+/* ---- encode ---- */
+
+typedef struct bpe_sym {
+    int32_t prev, next, id;
+    uint32_t start, n;
+} bpe_sym;
+
+typedef struct bpe_bigram {
+    int32_t rank, left, right, lid, rid, result;
+} bpe_bigram;
+
+static inline int bb_above(const bpe_bigram *a, const bpe_bigram *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static void bb_push(bpe_bigram *h, int32_t *n, bpe_bigram x) {
+    int32_t i = (*n)++;
+    while (i > 0) {
+        int32_t p = (i - 1) / 2;
+        if (!bb_above(&x, &h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = x;
+}
+
+static bpe_bigram bb_pop(bpe_bigram *h, int32_t *n) {
+    bpe_bigram top = h[0], x = h[--*n];
+    int32_t i = 0;
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && bb_above(&h[c + 1], &h[c])) c++;
+        if (!bb_above(&h[c], &x)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0) h[i] = x;
+    return top;
+}
+
+static void bb_try(const sp_tokenizer *t, const bpe_sym *sym, int32_t l, int32_t r,
+                   bpe_bigram *h, int32_t *nh) {
+    if (l < 0 || r < 0 || sym[l].id < 0 || sym[r].id < 0) return;
+    const sp_tok_merge *m = find_merge(t, sym[l].id, sym[r].id);
+    if (!m) return;
+    bpe_bigram b = {m->rank, l, r, sym[l].id, sym[r].id, m->result};
+    bb_push(h, nh, b);
+}
+
+static sp_status emit_word(const sp_tokenizer *t, const char *w, size_t n, bpe_sym *sym,
+                           bpe_bigram *heap, char *mapped, sp_tok_out *o, sp_error *err) {
+    if (t->pre == SP_PRE_LLAMA3) { /* ignore_merges: a word that is a token is emitted whole */
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) m += sp_utf8_encode(sp_tok_byte_to_cp((uint8_t)w[i]), mapped + m);
+        int32_t id = sp_tok_lookup(t, mapped, m);
+        if (id >= 0) {
+            sp_tok_push(o, id);
+            return SP_OK;
+        }
+    }
+    int32_t ns = (int32_t)n, nh = 0;
+    for (int32_t i = 0; i < ns; i++) {
+        sym[i].prev = i - 1;
+        sym[i].next = i + 1 < ns ? i + 1 : -1;
+        sym[i].id = t->byte_tok[(uint8_t)w[i]];
+        sym[i].start = (uint32_t)i;
+        sym[i].n = 1;
+    }
+    for (int32_t i = 1; i < ns; i++) bb_try(t, sym, i - 1, i, heap, &nh);
+    while (nh > 0) {
+        bpe_bigram b = bb_pop(heap, &nh);
+        bpe_sym *l = &sym[b.left], *r = &sym[b.right];
+        if (l->n == 0 || r->n == 0 || l->next != b.right || l->id != b.lid || r->id != b.rid)
+            continue; /* stale */
+        l->n += r->n;
+        l->id = b.result;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = b.left;
+        bb_try(t, sym, l->prev, b.left, heap, &nh);
+        bb_try(t, sym, b.left, l->next, heap, &nh);
+    }
+    for (int32_t i = ns > 0 ? 0 : -1; i >= 0; i = sym[i].next) {
+        int32_t id = sym[i].id >= 0 ? sym[i].id : t->unk;
+        if (id < 0)
+            return sp_fail(err, SP_ERR_ARG,
+                           "tokenizer: byte 0x%02X has no token and the vocabulary has no "
+                           "unknown token", (uint8_t)w[sym[i].start]);
+        sp_tok_push(o, id);
+    }
+    return SP_OK;
+}
+
+sp_status sp_tok_bpe_encode(const sp_tokenizer *t, const char *text, size_t len, sp_tok_out *o,
+                            sp_error *err) {
+    bpe_sym *sym = malloc(len * sizeof *sym);
+    bpe_bigram *heap = malloc(len * 3 * sizeof *heap);
+    char *mapped = malloc(len * 2);
+    sp_status st = SP_OK;
+    if (!sym || !heap || !mapped) {
+        st = sp_fail(err, SP_ERR_NOMEM, "tokenizer: out of memory encoding %zu bytes", len);
+        goto done;
+    }
+    for (size_t pos = 0; pos < len;) {
+        size_t end = sp_tok_pretok_next(t->pre, text, len, pos);
+        SP_ASSERT(end > pos && end <= len);
+        if ((st = emit_word(t, text + pos, end - pos, sym, heap, mapped, o, err)) != SP_OK) break;
+        pos = end;
+    }
+done:
+    free(sym);
+    free(heap);
+    free(mapped);
+    return st;
+}
