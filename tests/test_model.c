@@ -31,6 +31,7 @@ static sp_ctx *mkctx(const sp_model *m, int32_t n_ctx, int32_t threads) {
     sp_ctx_params p = sp_ctx_default_params();
     p.n_ctx = n_ctx;
     p.n_threads = threads;
+    p.max_batch = 128;
     if (sp_ctx_init(m, &p, &c, &err)) fail_msg("ctx: %s", err.msg);
     return c;
 }
