@@ -440,7 +440,8 @@ static sp_status place_tensors(sp_gguf *g, cursor *c) {
                            " bytes) runs past end of file (%" PRIu64 " data bytes)",
                            c->path, nb, t->offset, t->nbytes, avail);
         }
-        t->data = g->map + g->data_start + t->offset;
+        /* An empty tensor may sit at the very end; never point past the mapping. */
+        t->data = t->nbytes ? g->map + g->data_start + t->offset : g->map + g->size;
     }
     return SP_OK;
 }
