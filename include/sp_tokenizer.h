@@ -40,7 +40,12 @@ bool sp_tokenizer_is_eog(const sp_tokenizer *t, int32_t id);
 
 /* Encode `len` bytes of text (need not be NUL-terminated). Writes at most
  * `cap` ids; *n_out is the number produced. SP_ERR_RANGE if cap is too small
- * (then *n_out is the number needed). BOS is prepended when add_bos. */
+ * (then *n_out is the number needed). BOS is prepended when add_bos
+ * (SP_ERR_STATE if the vocabulary has none). The text is plain: control
+ * tokens written in it (e.g. "<|endoftext|>") are not recognised, while
+ * user-defined tokens (token_type 4) are matched literally, longest first.
+ * Empty text gives no tokens besides BOS. Any bytes, including invalid
+ * UTF-8, round-trip through decode (SPM via <0xNN> tokens). */
 sp_status sp_tokenizer_encode(const sp_tokenizer *t, const char *text, size_t len, bool add_bos,
                               int32_t *out, int32_t cap, int32_t *n_out, sp_error *err);
 

@@ -431,6 +431,31 @@ static void test_bpe_byte_roundtrip(void **state) {
     }
 }
 
+/* User-defined tokens are matched literally before pre-tokenisation (longest
+ * first) and print as their raw text. */
+static void test_bpe_user_defined(void **state) {
+    (void)state;
+    static bpe_vocab v;
+    bpe_vocab_build(&v);
+    v.types[257] = SP_TOKT_USER_DEFINED; /* "he" */
+    v.types[261] = SP_TOKT_USER_DEFINED; /* "hell" */
+    sp_tokenizer_spec spec = {
+        .kind = SP_TOK_BPE, .n_vocab = BPE_NV, .tokens = v.toks, .types = v.types,
+        .merges = v.merges, .n_merges = 10, .bos = 256, .eos = 256, .unk = -1, .eot = -1,
+        .eom = -1,
+    };
+    sp_tokenizer *t = NULL;
+    sp_error e = {0};
+    assert_int_equal(sp_tokenizer_init_spec(&spec, &t, &e), SP_OK);
+    int32_t ids[16];
+    /* "the hello": t, he(ud), ' ', hell(ud), o */
+    const int32_t want[] = {'t', 257, ' ', 261, 'o'};
+    assert_int_equal(encode(t, "the hello", 9, false, ids, 16), 5);
+    assert_memory_equal(ids, want, sizeof want);
+    check_roundtrip(t, "the hello", 9, false);
+    sp_tokenizer_free(t);
+}
+
 static void test_spec_errors(void **state) {
     (void)state;
     static bpe_vocab v;
@@ -560,7 +585,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_l2c_cap_and_errors),  cmocka_unit_test(test_gguf_spm_reference),
     cmocka_unit_test(test_gguf_agrees_with_l2c), cmocka_unit_test(test_bpe_byte_map),
     cmocka_unit_test(test_bpe_merges_by_rank),  cmocka_unit_test(test_bpe_pretokenize),
-    cmocka_unit_test(test_bpe_byte_roundtrip),  cmocka_unit_test(test_spec_errors),
+    cmocka_unit_test(test_bpe_byte_roundtrip),  cmocka_unit_test(test_bpe_user_defined),
+    cmocka_unit_test(test_spec_errors),
     cmocka_unit_test(test_gguf_bpe),            cmocka_unit_test(test_encode_speed),
 };
 SP_TEST_MAIN(tests)
