@@ -95,9 +95,17 @@ typedef struct sp_batch {
     const int32_t *tokens; /* n token ids */
     const int32_t *pos;    /* n positions; NULL = n_past + i */
     int32_t n;
-    /* n x n row-major: mask[i*n + j] != 0 if new token i sees new token j.
-     * NULL = causal (j <= i). All tokens already cached are always visible. */
+    /* Attention mask over cache slots [mask_base, n_past + n): row-major
+     * n x (n_past + n - mask_base), mask[i * w + (s - mask_base)] != 0 if new
+     * token i sees slot s. Slots below mask_base are always visible. When
+     * mask_from_past is false, mask_base is n_past: the mask covers only the
+     * new tokens (w = n), mask[i*n + j] for new token j. NULL = causal over
+     * the new tokens. Trees use it: each node sees the
+     * committed prefix and its own ancestors (which may be earlier cached
+     * tree levels when mask_from_past is set, as a draft tree grows). */
     const uint8_t *mask;
+    bool mask_from_past;   /* if true, mask_base below applies */
+    int32_t mask_base;
     bool logits_all;       /* logits for all n rows; else only the last */
 } sp_batch;
 

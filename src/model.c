@@ -200,15 +200,16 @@ static void job_exec(sp_ctx *c, mm_job *j) {
 typedef struct att_job {
     sp_ctx *c;
     int32_t layer, n, n_past;
+    int32_t mask_base, mask_w; /* mask covers slots [mask_base, n_past + n) */
     const uint8_t *mask;
     float *out; /* [n][q_dim], stride out_stride floats */
     int64_t out_stride;
 } att_job;
 
 static inline bool visible(const att_job *a, int32_t t, int32_t slot) {
-    if (slot < a->n_past) return true;
-    int32_t u = slot - a->n_past;
-    return a->mask ? a->mask[(int64_t)t * a->n + u] != 0 : u <= t;
+    if (slot < a->mask_base) return true;
+    if (!a->mask) return slot - a->n_past <= t;
+    return a->mask[(int64_t)t * a->mask_w + (slot - a->mask_base)] != 0;
 }
 
 static void att_job_run(void *arg, int ith, int nth) {
@@ -267,6 +268,16 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
         if (c->pos[i] < 0 || c->pos[i] >= (1 << 24))
             return sp_fail(err, SP_ERR_ARG, "position %d out of range", c->pos[i]);
     }
+    const int32_t mask_base = b->mask && b->mask_from_past ? b->mask_base : n_past;
+    if (mask_base < 0 || mask_base > n_past)
+        return sp_fail(err, SP_ERR_ARG, "mask base %d outside the cache (0..%d)", mask_base, n_past);
+    if (b->mask) {
+        /* every token must see itself, or its softmax would be empty */
+        const int32_t w = n_past + n - mask_base;
+        for (int32_t i = 0; i < n; i++)
+            if (!b->mask[(int64_t)i * w + (n_past + i - mask_base)])
+                return sp_fail(err, SP_ERR_ARG, "mask row %d does not let token %d see itself", i, i);
+    }
     const int64_t dim = cfg->dim, hd = cfg->head_dim, q_dim = (int64_t)cfg->n_heads * hd;
     const int64_t kv_dim = (int64_t)cfg->n_kv_heads * hd, ffn = cfg->ffn_dim;
     const int64_t wide = q_dim > dim ? q_dim : dim;
@@ -293,8 +304,9 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
             sp_rope(sp_kv_k(&c->kv, l, n_past + t), cfg->n_kv_heads, (int32_t)hd, cfg->rot_dim,
                     c->pos[t], cfg->rope_theta, cfg->rope_neox);
         }
-        att_job a = {.c = c, .layer = l, .n = n, .n_past = n_past, .mask = b->mask,
-                     .out = c->xb, .out_stride = wide};
+        att_job a = {.c = c, .layer = l, .n = n, .n_past = n_past, .mask_base = mask_base,
+                     .mask_w = n_past + n - mask_base, .mask = b->mask, .out = c->xb,
+                     .out_stride = wide};
         uint64_t att_work = (uint64_t)n * (uint64_t)(n_past + n) * (uint64_t)q_dim;
         if (att_work < PAR_MIN_WORK)
             att_job_run(&a, 0, 1);

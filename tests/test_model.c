@@ -231,6 +231,44 @@ static void test_tree_mask_and_keep(void **state) {
     sp_model_free(m);
 }
 
+/* A tree grown level by level (as a drafter does): level 2 sees its level-1
+ * parent in the cache but not the parent's siblings, via mask_from_past. */
+static void test_tree_levels_from_past(void **state) {
+    (void)state;
+    sp_model *m = load(sp_shared("models/stories260K.gguf"), NULL);
+    int32_t V = sp_model_cfg(m)->n_vocab;
+    sp_ctx *c = mkctx(m, 64, 1), *s = mkctx(m, 64, 1);
+    float *l = malloc((size_t)(4 * V) * sizeof(float)), *ref = malloc((size_t)(4 * V) * sizeof(float));
+    fwd(c, REF_PROMPT, NULL, 5, NULL, false, l);
+    /* level 1: two siblings at slots 5, 6 (position 5) */
+    const int32_t l1[2] = {432, 300}, p1[2] = {5, 5};
+    const uint8_t m1[4] = {1, 0, 0, 1};
+    fwd(c, l1, p1, 2, m1, true, l);
+    /* level 2: children of slot 6 ("300"): tokens at position 6 */
+    const int32_t l2[2] = {383, 286}, p2[2] = {6, 6};
+    /* mask over slots 5..8: sibling 5 hidden, parent 6 visible, self */
+    const uint8_t m2[8] = {0, 1, 1, 0, 0, 1, 0, 1};
+    sp_batch b = {.tokens = l2, .pos = p2, .n = 2, .mask = m2, .mask_from_past = true,
+                  .mask_base = 5, .logits_all = true};
+    sp_error err = {0};
+    assert_int_equal(sp_forward(c, &b, l, &err), SP_OK);
+    for (int i = 0; i < 2; i++) {
+        sp_ctx_truncate(s, 0, &err);
+        int32_t seq[7] = {1, 403, 407, 261, 378, 300, l2[i]};
+        fwd(s, seq, NULL, 7, NULL, false, ref);
+        assert_memory_equal(l + (int64_t)i * V, ref, (size_t)V * sizeof(float));
+    }
+    /* a mask row that hides the token from itself is refused */
+    const uint8_t bad[8] = {0, 1, 0, 0, 0, 1, 0, 1};
+    b.mask = bad;
+    assert_int_equal(sp_forward(c, &b, l, &err), SP_ERR_ARG);
+    free(l);
+    free(ref);
+    sp_ctx_free(c);
+    sp_ctx_free(s);
+    sp_model_free(m);
+}
+
 /* The low-precision self-draft copy: same shapes, close logits. */
 static void test_requantize(void **state) {
     (void)state;
@@ -379,6 +417,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_batch_equals_sequential),
     cmocka_unit_test(test_threads_invariant),
     cmocka_unit_test(test_tree_mask_and_keep),
+    cmocka_unit_test(test_tree_levels_from_past),
     cmocka_unit_test(test_requantize),
     cmocka_unit_test(test_forward_errors),
     cmocka_unit_test(test_bad_model_files),
