@@ -17,5 +17,6 @@ int sp_cli_int(const char *flag, const char *s, long long lo, long long hi, long
 int sp_cli_float(const char *flag, const char *s, double lo, double hi, double *out);
 
 int cmd_version(int argc, char **argv);
+int cmd_verify_sim(int argc, char **argv);
 
 #endif

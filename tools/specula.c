@@ -7,6 +7,7 @@
 
 static const sp_cli_command COMMANDS[] = {
     {"version", "print the version", cmd_version},
+    {"verify-sim", "simulate the verifiers on toy models", cmd_verify_sim},
 };
 
 static void usage(FILE *f) {
