@@ -218,6 +218,7 @@ typedef struct sim_buf {
     double *tmp;    /* [V] */
     int64_t *count; /* [n_cells] */
     double *prob;   /* [n_cells] */
+    double *rowsum; /* [V+1] */
 } sim_buf;
 
 static void buf_free(sim_buf *b) {
@@ -232,6 +233,7 @@ static void buf_free(sim_buf *b) {
     free(b->tmp);
     free(b->count);
     free(b->prob);
+    free(b->rowsum);
 }
 
 /* Chi-square over cells, pooling expected < 5. */
@@ -342,17 +344,25 @@ sp_status sp_vsim_run(const sp_vsim_model *m, const sp_vsim_params *prm, sp_vsim
     b.tmp = malloc(sizeof(double) * (size_t)V);
     b.count = calloc((size_t)n_cells, sizeof(int64_t));
     b.prob = malloc(sizeof(double) * (size_t)n_cells);
+    b.rowsum = malloc(sizeof(double) * (size_t)(V + 1));
     sp_verify_ws *ws = NULL;
     sp_status st = SP_OK;
     if (!b.p || !b.q || !b.parent || !b.token || !b.depth || !b.draft || !b.path || !b.seq ||
-        !b.tmp || !b.count || !b.prob) {
+        !b.tmp || !b.count || !b.prob || !b.rowsum) {
         st = sp_fail(err, SP_ERR_NOMEM, "verify-sim: out of memory");
         goto done;
     }
     st = sp_verify_ws_init(V, &ws, err);
     if (st) goto done;
 
-    /* exact target probabilities of every length-L sequence (big-endian index) */
+    /* exact target probabilities of every length-L sequence (big-endian
+     * index), from the target rows renormalised in double */
+    for (int32_t r = 0; r <= V; r++) {
+        const float *row = m->target + (size_t)r * V;
+        double s = 0.0;
+        for (int32_t i = 0; i < V; i++) s += (double)row[i];
+        b.rowsum[r] = s;
+    }
     for (int64_t c = 0; c < n_cells; c++) {
         int64_t x = c, div = n_cells / V;
         int32_t ctx = V;
@@ -361,10 +371,7 @@ sp_status sp_vsim_run(const sp_vsim_model *m, const sp_vsim_params *prm, sp_vsim
             int32_t t = (int32_t)(x / div);
             x %= div;
             div /= V;
-            const float *row = m->target + (size_t)ctx * V;
-            double s = 0.0;
-            for (int32_t i = 0; i < V; i++) s += (double)row[i];
-            pr *= (double)row[t] / s;
+            pr *= (double)m->target[(size_t)ctx * V + t] / b.rowsum[ctx];
             ctx = t;
         }
         b.prob[c] = pr;
