@@ -1,0 +1,186 @@
+/* sp_verify: speculative-decoding verifiers as pure functions over
+ * probability arrays (ALGORITHMS.md sections 2-4).
+ *
+ * Conventions shared by every function here:
+ *  - V is the vocabulary size the workspace was created for.
+ *  - A "distribution row" is V floats, each finite and >= 0, summing to 1
+ *    within SP_VERIFY_SUM_TOL. Rows are used as given (not renormalised);
+ *    a violated row is rejected with SP_ERR_ARG and a message naming it.
+ *  - Matrices are row-major: q is gamma x V (row i = q_i), p is
+ *    (gamma+1) x V (row i = p_i), tree rows are n_nodes x V.
+ *  - A drafted token must have positive draft probability: q(x) = 0 for a
+ *    drafted/candidate token means q does not describe the drafter, and is
+ *    rejected with SP_ERR_ARG (never divided by). A drafted token with zero
+ *    target probability is fine (it is simply rejected).
+ *  - Randomness comes only from the caller's sp_rng; no global state, no
+ *    allocation per call (all scratch lives in the workspace), no printing.
+ *    A workspace is not thread-safe: use one per thread.
+ *  - On error the outputs are unspecified and err (if non-NULL) holds a
+ *    one-line message.
+ *
+ * Lossless verifiers (output distributed exactly as the target):
+ *   token, block (the default), greedy (for one-hot/argmax targets), the
+ *   multi-candidate steps with and without replacement, naive multi-candidate,
+ *   and tree verification built on them.
+ * LOSSY, opt-in only: lenient token verification (sp_verify_lenient). */
+#ifndef SP_VERIFY_H
+#define SP_VERIFY_H
+
+#include <stdint.h>
+
+#include "sp_rng.h"
+#include "sp_status.h"
+
+#define SP_VERIFY_SUM_TOL 1e-3     /* |sum(row) - 1| allowed */
+#define SP_VERIFY_MAX_GAMMA 64     /* longest draft chain */
+#define SP_VERIFY_MAX_VOCAB (1 << 24)
+#define SP_TREE_MAX_DEPTH 64       /* levels below the root */
+#define SP_TREE_MAX_NODES 1024     /* including the root: budget <= 1023 drafted nodes */
+
+typedef struct sp_verify_ws sp_verify_ws;
+
+/* Which single-chain verifier; also used by the simulator for the
+ * multi-candidate/tree ones (MC*, NAIVE). */
+typedef enum sp_verifier {
+    SP_VERIFIER_TOKEN = 0,
+    SP_VERIFIER_BLOCK,   /* the default */
+    SP_VERIFIER_GREEDY,
+    SP_VERIFIER_LENIENT, /* LOSSY */
+    SP_VERIFIER_MC,      /* multi-candidate, candidates drawn with replacement */
+    SP_VERIFIER_MC_NOREP, /* multi-candidate, candidates drawn without replacement */
+    SP_VERIFIER_NAIVE    /* naive multi-candidate baseline */
+} sp_verifier;
+
+/* Name <-> enum ("token", "block", "greedy", "lenient", "mc", "mc-norep",
+ * "naive"). sp_verifier_parse returns SP_ERR_ARG for an unknown name. */
+const char *sp_verifier_name(sp_verifier v);
+sp_status sp_verifier_parse(const char *name, sp_verifier *out, sp_error *err);
+
+/* How the children of a node (or the k candidates at one position) were drawn
+ * from the draft distribution q. */
+typedef enum sp_mc_mode {
+    SP_MC_REPLACE = 0, /* i.i.d. from q */
+    SP_MC_NOREPLACE,   /* x_j ~ q_j, q_{j+1} = norm(q_j with x_j zeroed) */
+    SP_MC_NAIVE        /* drawn i.i.d. from q; verified by the naive baseline */
+} sp_mc_mode;
+
+/* Result of one chain verification: tau accepted draft tokens X_1..X_tau,
+ * then the extra token Y (residual sample or bonus). Emitted: tau + 1 tokens. */
+typedef struct sp_verify_result {
+    int32_t n_accepted; /* tau in [0, gamma] */
+    int32_t token;      /* Y in [0, V) */
+} sp_verify_result;
+
+/* Create a workspace for vocabulary size n_vocab in [2, SP_VERIFY_MAX_VOCAB].
+ * Allocates about 16 * n_vocab bytes once. SP_ERR_ARG for a bad size,
+ * SP_ERR_NOMEM if allocation fails. */
+sp_status sp_verify_ws_init(int32_t n_vocab, sp_verify_ws **out, sp_error *err);
+void sp_verify_ws_free(sp_verify_ws *ws); /* NULL is fine */
+int32_t sp_verify_ws_vocab(const sp_verify_ws *ws);
+
+/* Check one distribution row of n floats: finite, >= 0, sum within
+ * SP_VERIFY_SUM_TOL of 1. `what` names the row in the message. */
+sp_status sp_verify_check_row(const float *row, int32_t n, const char *what, sp_error *err);
+
+/* ---- single draft chain -------------------------------------------------
+ * Common arguments: gamma in [1, SP_VERIFY_MAX_GAMMA]; draft[gamma] tokens in
+ * [0, V); q gamma x V; p (gamma+1) x V; rng non-NULL. All rows are validated
+ * before any randomness is drawn, so an error never depends on the rng. */
+
+/* Token verification (section 2): accept X_i with prob min(1, p/q); at the
+ * first rejection Y ~ norm(max(0, p_{i-1} - q_{i-1})); else Y ~ p_gamma.
+ * If that residual is numerically empty (p ~= q) Y is drawn from p_{i-1}. */
+sp_status sp_verify_token(sp_verify_ws *ws, int32_t gamma, const int32_t *draft, const float *q,
+                          const float *p, sp_rng *rng, sp_verify_result *out, sp_error *err);
+
+/* Block verification (section 3, Sun et al. 2025), exactly as specified, no
+ * early break. Implementation note: the per-step stop/continue outcomes are
+ * drawn in order and the token y is drawn only for the last step that did not
+ * reject; since the steps' draws are independent given the draft this is the
+ * same distribution as drawing y at every step. Costs about gamma+2 passes
+ * over V. */
+sp_status sp_verify_block(sp_verify_ws *ws, int32_t gamma, const int32_t *draft, const float *q,
+                          const float *p, sp_rng *rng, sp_verify_result *out, sp_error *err);
+
+/* Greedy: accept while draft[i] == argmax p_i (lowest id on ties);
+ * Y = argmax p_tau. q and rng are not used and may be NULL. p rows are
+ * validated. Equals plain greedy decoding token for token. */
+sp_status sp_verify_greedy(sp_verify_ws *ws, int32_t gamma, const int32_t *draft, const float *p,
+                           sp_verify_result *out, sp_error *err);
+
+/* LOSSY, opt-in: lenient token verification. Accept X_i with prob
+ * min(1, p/(lenience*q)), lenience in (0, 1]; residual as in token
+ * verification. lenience = 1 is token verification. The output is NOT
+ * distributed as the target for lenience < 1. */
+sp_status sp_verify_lenient(sp_verify_ws *ws, int32_t gamma, const int32_t *draft, const float *q,
+                            const float *p, double lenience, sp_rng *rng, sp_verify_result *out,
+                            sp_error *err);
+
+/* Dispatcher over the four chain verifiers (TOKEN, BLOCK, GREEDY, LENIENT);
+ * lenience is used only by LENIENT. SP_ERR_ARG for the multi-candidate kinds. */
+sp_status sp_verify_chain(sp_verify_ws *ws, sp_verifier v, double lenience, int32_t gamma,
+                          const int32_t *draft, const float *q, const float *p, sp_rng *rng,
+                          sp_verify_result *out, sp_error *err);
+
+/* ---- multi-candidate at one position (section 4) ------------------------
+ * k in [1, SP_TREE_MAX_NODES) candidates cand[k] in [0, V), drawn from q (one
+ * row; for SP_MC_NOREPLACE the per-candidate q_j are derived from it), target
+ * row p. Writes *index = j of the accepted candidate (0-based) or -1 if none
+ * was accepted, and *token = the emitted token (cand[j], or the residual /
+ * naive sample). For SP_MC_NAIVE q is unused (may be NULL): y ~ p, accepted
+ * iff y is a candidate (first match). SP_ERR_ARG if a candidate has zero
+ * (remaining) draft probability, which for NOREPLACE includes duplicates. */
+sp_status sp_verify_mc(sp_verify_ws *ws, sp_mc_mode mode, int32_t k, const int32_t *cand,
+                       const float *q, const float *p, sp_rng *rng, int32_t *index,
+                       int32_t *token, sp_error *err);
+
+/* ---- tree verification ----------------------------------------------------
+ * A draft tree of n_nodes in [1, SP_TREE_MAX_NODES] nodes. Node 0 is the root
+ * (the last committed position; carries no token). For i >= 1: parent[i] in
+ * [0, i) (so nodes are in topological order), token[i] in [0, V). The
+ * children of a node, in increasing index order, are its candidates in the
+ * order they were sampled. p[i] (row i of n_nodes x V) is the target's
+ * next-token distribution after the root-to-i path; q[i] is the draft
+ * distribution node i's children were sampled from (rows of leaves, and all
+ * q rows for SP_MC_NAIVE, are not read; q may then be NULL only if naive).
+ * parent[0] and token[0] are ignored. */
+typedef struct sp_verify_tree {
+    int32_t n_nodes;
+    const int32_t *parent; /* [n_nodes] */
+    const int32_t *token;  /* [n_nodes] */
+    const float *p;        /* [n_nodes][V] */
+    const float *q;        /* [n_nodes][V] */
+} sp_verify_tree;
+
+/* Walk from the root applying sp_verify_mc over each node's children; move
+ * into the accepted child, or emit the residual sample and stop; at an
+ * accepted leaf emit a bonus token drawn from p[leaf]. Writes the accepted
+ * path (node indices, root excluded) into path[path_cap], its length into
+ * *n_path, and the extra token into *token. The structure is validated in
+ * full; only the p/q rows the walk reads are validated (a full check would
+ * cost n_nodes * V). SP_ERR_RANGE if the path would exceed path_cap
+ * (path_cap >= tree depth always suffices). */
+sp_status sp_verify_tree_walk(sp_verify_ws *ws, const sp_verify_tree *t, sp_mc_mode mode,
+                              sp_rng *rng, int32_t *path, int32_t path_cap, int32_t *n_path,
+                              int32_t *token, sp_error *err);
+
+/* ---- tree shapes "k1xk2x...xkd" ------------------------------------------ */
+typedef struct sp_tree_shape {
+    int32_t depth;                      /* d in [1, SP_TREE_MAX_DEPTH] */
+    int32_t branch[SP_TREE_MAX_DEPTH];  /* k1..kd, each >= 1 */
+    int32_t n_nodes;                    /* 1 + k1 + k1k2 + ... (root included) */
+} sp_tree_shape;
+
+/* Parse e.g. "4x2x2" (decimal factors >= 1 separated by 'x', no spaces, no
+ * empty factors). SP_ERR_ARG for malformed text, SP_ERR_RANGE if depth >
+ * SP_TREE_MAX_DEPTH or the node count exceeds SP_TREE_MAX_NODES. */
+sp_status sp_tree_shape_parse(const char *s, sp_tree_shape *out, sp_error *err);
+
+/* Fill parent[n_nodes] and depth_of[n_nodes] (depth_of may be NULL) for the
+ * full tree of the shape in breadth-first order: root 0, then level 1, ...;
+ * the children of a node are contiguous and in sampling order. cap is the
+ * capacity of the arrays; SP_ERR_RANGE if cap < shape->n_nodes. */
+sp_status sp_tree_shape_build(const sp_tree_shape *shape, int32_t *parent, int32_t *depth_of,
+                              int32_t cap, sp_error *err);
+
+#endif

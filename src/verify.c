@@ -1,0 +1,397 @@
+/* verify: single-chain (token, block, greedy, lenient) and multi-candidate
+ * verifiers over probability arrays; see sp_verify.h for the contracts. */
+#include "sp_verify.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sp_verify_ws {
+    int32_t n_vocab;
+    double *a; /* [V] scratch: residual / p_cur */
+    double *b; /* [V] scratch: q_cur for sampling without replacement */
+};
+
+static const char *const VERIFIER_NAMES[] = {"token", "block", "greedy", "lenient",
+                                             "mc",    "mc-norep", "naive"};
+
+const char *sp_verifier_name(sp_verifier v) {
+    if ((unsigned)v < sizeof VERIFIER_NAMES / sizeof VERIFIER_NAMES[0]) return VERIFIER_NAMES[v];
+    return "?";
+}
+
+sp_status sp_verifier_parse(const char *name, sp_verifier *out, sp_error *err) {
+    for (size_t i = 0; name && i < sizeof VERIFIER_NAMES / sizeof VERIFIER_NAMES[0]; i++)
+        if (!strcmp(name, VERIFIER_NAMES[i])) {
+            *out = (sp_verifier)i;
+            return SP_OK;
+        }
+    return sp_fail(err, SP_ERR_ARG,
+                   "unknown verifier '%s' (token, block, greedy, lenient, mc, mc-norep, naive)",
+                   name ? name : "(null)");
+}
+
+sp_status sp_verify_ws_init(int32_t n_vocab, sp_verify_ws **out, sp_error *err) {
+    if (!out) return sp_fail(err, SP_ERR_ARG, "verify workspace: NULL output pointer");
+    *out = NULL;
+    if (n_vocab < 2 || n_vocab > SP_VERIFY_MAX_VOCAB)
+        return sp_fail(err, SP_ERR_ARG, "verify workspace: vocabulary size %d outside [2, %d]",
+                       (int)n_vocab, SP_VERIFY_MAX_VOCAB);
+    sp_verify_ws *ws = calloc(1, sizeof *ws);
+    if (!ws) return sp_fail(err, SP_ERR_NOMEM, "verify workspace: out of memory");
+    ws->n_vocab = n_vocab;
+    ws->a = malloc(sizeof(double) * (size_t)n_vocab);
+    ws->b = malloc(sizeof(double) * (size_t)n_vocab);
+    if (!ws->a || !ws->b) {
+        sp_verify_ws_free(ws);
+        return sp_fail(err, SP_ERR_NOMEM, "verify workspace: out of memory for V=%d", (int)n_vocab);
+    }
+    *out = ws;
+    return SP_OK;
+}
+
+void sp_verify_ws_free(sp_verify_ws *ws) {
+    if (!ws) return;
+    free(ws->a);
+    free(ws->b);
+    free(ws);
+}
+
+int32_t sp_verify_ws_vocab(const sp_verify_ws *ws) { return ws ? ws->n_vocab : 0; }
+
+sp_status sp_verify_check_row(const float *row, int32_t n, const char *what, sp_error *err) {
+    if (!row) return sp_fail(err, SP_ERR_ARG, "%s: NULL distribution", what);
+    /* Branch-free so it vectorises: NaN fails both comparisons, inf fails the
+     * upper one, negatives fail the lower one. */
+    double sum = 0.0;
+    int bad = 0;
+    for (int32_t i = 0; i < n; i++) {
+        float x = row[i];
+        bad |= !(x >= 0.0f) | !(x <= FLT_MAX);
+        sum += (double)x;
+    }
+    if (bad) {
+        for (int32_t i = 0; i < n; i++)
+            if (!(row[i] >= 0.0f) || !(row[i] <= FLT_MAX))
+                return sp_fail(err, SP_ERR_ARG, "%s: entry %d is %g (must be finite and >= 0)", what,
+                               (int)i, (double)row[i]);
+    }
+    if (fabs(sum - 1.0) > SP_VERIFY_SUM_TOL)
+        return sp_fail(err, SP_ERR_ARG, "%s: sums to %.6g, not 1 (tolerance %g)", what, sum,
+                       SP_VERIFY_SUM_TOL);
+    return SP_OK;
+}
+
+/* ---- sampling helpers (inverse CDF in double) ---- */
+
+/* Index drawn with probability w[i] / total, total = sum(w) > 0; u in [0,1).
+ * Falls back to the last positive entry if rounding runs past the end. */
+static int32_t sample_d(const double *w, int32_t n, double total, double u) {
+    double target = u * total, c = 0.0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (w[i] > 0.0) {
+            c += w[i];
+            last = i;
+            if (target < c) return i;
+        }
+    }
+    return last;
+}
+
+static int32_t sample_f(const float *p, int32_t n, double u) {
+    double total = 0.0;
+    for (int32_t i = 0; i < n; i++) total += (double)p[i];
+    double target = u * total, c = 0.0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (p[i] > 0.0f) {
+            c += (double)p[i];
+            last = i;
+            if (target < c) return i;
+        }
+    }
+    return last;
+}
+
+static int32_t argmax_f(const float *p, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (p[i] > p[best]) best = i;
+    return best;
+}
+
+/* w = max(0, scale * p - q) (q may be NULL = zeros); returns sum(w). */
+static double residual(double *w, const float *p, double scale, const float *q, int32_t n) {
+    double s = 0.0;
+    if (q) {
+        for (int32_t i = 0; i < n; i++) {
+            double d = scale * (double)p[i] - (double)q[i];
+            d = d > 0.0 ? d : 0.0;
+            w[i] = d;
+            s += d;
+        }
+    } else {
+        for (int32_t i = 0; i < n; i++) {
+            double d = scale * (double)p[i];
+            w[i] = d;
+            s += d;
+        }
+    }
+    return s;
+}
+
+/* Residual mass below this (relative to 1) is treated as empty: it can only
+ * come from rounding when p ~= q, where rejection has ~zero probability. */
+#define RESID_EPS 1e-12
+
+/* ---- single chain ---- */
+
+static sp_status check_chain(const sp_verify_ws *ws, int32_t gamma, const int32_t *draft,
+                             const float *q, const float *p, int need_q, sp_error *err) {
+    if (!ws) return sp_fail(err, SP_ERR_ARG, "verify: NULL workspace");
+    if (gamma < 1 || gamma > SP_VERIFY_MAX_GAMMA)
+        return sp_fail(err, SP_ERR_ARG, "verify: gamma %d outside [1, %d]", (int)gamma,
+                       SP_VERIFY_MAX_GAMMA);
+    if (!draft || !p || (need_q && !q))
+        return sp_fail(err, SP_ERR_ARG, "verify: NULL draft/q/p array");
+    const int32_t V = ws->n_vocab;
+    char what[64];
+    for (int32_t i = 0; i < gamma; i++) {
+        if (draft[i] < 0 || draft[i] >= V)
+            return sp_fail(err, SP_ERR_ARG, "verify: draft token %d = %d outside [0, %d)", (int)i + 1,
+                           (int)draft[i], (int)V);
+    }
+    for (int32_t i = 0; i <= gamma; i++) {
+        snprintf(what, sizeof what, "verify: target row p_%d", (int)i);
+        sp_status st = sp_verify_check_row(p + (size_t)i * V, V, what, err);
+        if (st) return st;
+    }
+    if (need_q) {
+        for (int32_t i = 0; i < gamma; i++) {
+            snprintf(what, sizeof what, "verify: draft row q_%d", (int)i);
+            sp_status st = sp_verify_check_row(q + (size_t)i * V, V, what, err);
+            if (st) return st;
+            if (!(q[(size_t)i * V + draft[i]] > 0.0f))
+                return sp_fail(err, SP_ERR_ARG,
+                               "verify: draft token X_%d = %d has zero draft probability in q_%d",
+                               (int)i + 1, (int)draft[i], (int)i);
+        }
+    }
+    return SP_OK;
+}
+
+/* Shared body of token (lenience 1) and lenient verification. */
+static sp_status token_like(sp_verify_ws *ws, int32_t gamma, const int32_t *draft, const float *q,
+                            const float *p, double lenience, sp_rng *rng, sp_verify_result *out,
+                            sp_error *err) {
+    sp_status st = check_chain(ws, gamma, draft, q, p, 1, err);
+    if (st) return st;
+    if (!rng || !out) return sp_fail(err, SP_ERR_ARG, "verify: NULL rng or output");
+    const int32_t V = ws->n_vocab;
+    for (int32_t i = 0; i < gamma; i++) {
+        const float *pi = p + (size_t)i * V, *qi = q + (size_t)i * V;
+        int32_t x = draft[i];
+        /* accept iff u < p/(l q), written without division; q(x) > 0 checked */
+        double u = sp_rng_uniform(rng);
+        if (u * lenience * (double)qi[x] < (double)pi[x]) continue;
+        out->n_accepted = i;
+        double s = residual(ws->a, pi, 1.0, qi, V);
+        double u2 = sp_rng_uniform(rng);
+        out->token = s > RESID_EPS ? sample_d(ws->a, V, s, u2) : sample_f(pi, V, u2);
+        return SP_OK;
+    }
+    out->n_accepted = gamma;
+    out->token = sample_f(p + (size_t)gamma * V, V, sp_rng_uniform(rng));
+    return SP_OK;
+}
+
+sp_status sp_verify_token(sp_verify_ws *ws, int32_t gamma, const int32_t *draft, const float *q,
+                          const float *p, sp_rng *rng, sp_verify_result *out, sp_error *err) {
+    return token_like(ws, gamma, draft, q, p, 1.0, rng, out, err);
+}
+
+sp_status sp_verify_lenient(sp_verify_ws *ws, int32_t gamma, const int32_t *draft, const float *q,
+                            const float *p, double lenience, sp_rng *rng, sp_verify_result *out,
+                            sp_error *err) {
+    if (!(lenience > 0.0 && lenience <= 1.0))
+        return sp_fail(err, SP_ERR_ARG, "verify: lenience %g outside (0, 1]", lenience);
+    return token_like(ws, gamma, draft, q, p, lenience, rng, out, err);
+}
+
+sp_status sp_verify_block(sp_verify_ws *ws, int32_t gamma, const int32_t *draft, const float *q,
+                          const float *p, sp_rng *rng, sp_verify_result *out, sp_error *err) {
+    sp_status st = check_chain(ws, gamma, draft, q, p, 1, err);
+    if (st) return st;
+    if (!rng || !out) return sp_fail(err, SP_ERR_ARG, "verify: NULL rng or output");
+    const int32_t V = ws->n_vocab;
+    double pacc = 1.0, best_pacc = 1.0;
+    int32_t best = -1;
+    for (int32_t i = 0; i <= gamma; i++) {
+        const float *pi = p + (size_t)i * V;
+        const float *qi = i < gamma ? q + (size_t)i * V : NULL; /* q_gamma = 0 */
+        double w = residual(ws->a, pi, pacc, qi, V);
+        double r = 1.0 - pacc;
+        double total = w + r;
+        double u = sp_rng_uniform(rng);
+        /* outcome "token" with probability w / (w + r); an empty step
+         * (w + r == 0) is a reject */
+        if (total > 0.0 && u * total < w) {
+            best = i;
+            best_pacc = pacc;
+        }
+        if (i < gamma) {
+            int32_t x = draft[i];
+            double ratio = (double)pi[x] / (double)qi[x]; /* q(x) > 0 checked */
+            pacc = fmin(1.0, pacc * ratio);
+        }
+    }
+    /* best >= 0 always in exact arithmetic (see ALGORITHMS.md section 3); the
+     * last step has w = pacc > 0 whenever r = 0. */
+    SP_ASSERT(best >= 0);
+    const float *pb = p + (size_t)best * V;
+    const float *qb = best < gamma ? q + (size_t)best * V : NULL;
+    double s = residual(ws->a, pb, best_pacc, qb, V);
+    double u = sp_rng_uniform(rng);
+    out->n_accepted = best;
+    out->token = s > 0.0 ? sample_d(ws->a, V, s, u) : sample_f(pb, V, u);
+    return SP_OK;
+}
+
+sp_status sp_verify_greedy(sp_verify_ws *ws, int32_t gamma, const int32_t *draft, const float *p,
+                           sp_verify_result *out, sp_error *err) {
+    sp_status st = check_chain(ws, gamma, draft, NULL, p, 0, err);
+    if (st) return st;
+    if (!out) return sp_fail(err, SP_ERR_ARG, "verify: NULL output");
+    const int32_t V = ws->n_vocab;
+    int32_t i = 0;
+    while (i < gamma && draft[i] == argmax_f(p + (size_t)i * V, V)) i++;
+    out->n_accepted = i;
+    out->token = argmax_f(p + (size_t)i * V, V);
+    return SP_OK;
+}
+
+sp_status sp_verify_chain(sp_verify_ws *ws, sp_verifier v, double lenience, int32_t gamma,
+                          const int32_t *draft, const float *q, const float *p, sp_rng *rng,
+                          sp_verify_result *out, sp_error *err) {
+    switch (v) {
+    case SP_VERIFIER_TOKEN: return sp_verify_token(ws, gamma, draft, q, p, rng, out, err);
+    case SP_VERIFIER_BLOCK: return sp_verify_block(ws, gamma, draft, q, p, rng, out, err);
+    case SP_VERIFIER_GREEDY: return sp_verify_greedy(ws, gamma, draft, p, out, err);
+    case SP_VERIFIER_LENIENT:
+        return sp_verify_lenient(ws, gamma, draft, q, p, lenience, rng, out, err);
+    default:
+        return sp_fail(err, SP_ERR_ARG, "verify: '%s' is not a single-chain verifier",
+                       sp_verifier_name(v));
+    }
+}
+
+/* ---- multi-candidate ---- */
+
+sp_status sp_verify_mc(sp_verify_ws *ws, sp_mc_mode mode, int32_t k, const int32_t *cand,
+                       const float *q, const float *p, sp_rng *rng, int32_t *index,
+                       int32_t *token, sp_error *err) {
+    if (!ws) return sp_fail(err, SP_ERR_ARG, "verify mc: NULL workspace");
+    if (mode != SP_MC_REPLACE && mode != SP_MC_NOREPLACE && mode != SP_MC_NAIVE)
+        return sp_fail(err, SP_ERR_ARG, "verify mc: unknown mode %d", (int)mode);
+    if (k < 1 || k >= SP_TREE_MAX_NODES)
+        return sp_fail(err, SP_ERR_ARG, "verify mc: k = %d outside [1, %d]", (int)k,
+                       SP_TREE_MAX_NODES - 1);
+    if (!cand || !rng || !index || !token)
+        return sp_fail(err, SP_ERR_ARG, "verify mc: NULL candidates, rng or output");
+    const int32_t V = ws->n_vocab;
+    for (int32_t j = 0; j < k; j++)
+        if (cand[j] < 0 || cand[j] >= V)
+            return sp_fail(err, SP_ERR_ARG, "verify mc: candidate %d = %d outside [0, %d)", (int)j,
+                           (int)cand[j], (int)V);
+    sp_status st = sp_verify_check_row(p, V, "verify mc: target row p", err);
+    if (st) return st;
+    if (mode == SP_MC_NAIVE) {
+        int32_t y = sample_f(p, V, sp_rng_uniform(rng));
+        *index = -1;
+        for (int32_t j = 0; j < k; j++)
+            if (cand[j] == y) {
+                *index = j;
+                break;
+            }
+        *token = y;
+        return SP_OK;
+    }
+    st = sp_verify_check_row(q, V, "verify mc: draft row q", err);
+    if (st) return st;
+    if (mode == SP_MC_NOREPLACE) {
+        /* Check up front that every candidate has positive remaining mass
+         * (no zero-q candidate, no duplicate), so errors never depend on rng. */
+        for (int32_t j = 0; j < k; j++) {
+            if (!(q[cand[j]] > 0.0f))
+                return sp_fail(err, SP_ERR_ARG, "verify mc: candidate %d = %d has zero draft probability",
+                               (int)j, (int)cand[j]);
+            for (int32_t i = 0; i < j; i++)
+                if (cand[i] == cand[j])
+                    return sp_fail(err, SP_ERR_ARG,
+                                   "verify mc: duplicate candidate %d without replacement", (int)cand[j]);
+        }
+    } else {
+        for (int32_t j = 0; j < k; j++)
+            if (!(q[cand[j]] > 0.0f))
+                return sp_fail(err, SP_ERR_ARG, "verify mc: candidate %d = %d has zero draft probability",
+                               (int)j, (int)cand[j]);
+    }
+    /* pc: unnormalised p_cur with total S; qc: unnormalised q_j with total Q. */
+    double *pc = ws->a, *qc = ws->b;
+    double S = 0.0, Q = 0.0;
+    for (int32_t i = 0; i < V; i++) {
+        pc[i] = (double)p[i];
+        S += pc[i];
+    }
+    if (mode == SP_MC_NOREPLACE) {
+        for (int32_t i = 0; i < V; i++) {
+            qc[i] = (double)q[i];
+            Q += qc[i];
+        }
+    }
+    for (int32_t j = 0; j < k; j++) {
+        int32_t x = cand[j];
+        /* accept with min(1, (pc[x]/S) / (q_j[x])) */
+        double qx = mode == SP_MC_NOREPLACE ? qc[x] / Q : (double)q[x];
+        double u = sp_rng_uniform(rng);
+        if (u * qx * S < pc[x]) {
+            *index = j;
+            *token = x;
+            return SP_OK;
+        }
+        /* p_cur <- norm(max(0, p_cur - q_j)), kept unnormalised as
+         * max(0, pc - S q_j). First the new mass, then the update: an empty
+         * residual can only be rounding (rejection had ~0 probability), and
+         * then p_cur is kept as it is. */
+        const double *qrow = mode == SP_MC_NOREPLACE ? qc : NULL;
+        double f = mode == SP_MC_NOREPLACE ? S / Q : S;
+        double S2 = 0.0;
+        for (int32_t i = 0; i < V; i++) {
+            double d = pc[i] - f * (qrow ? qrow[i] : (double)q[i]);
+            S2 += d > 0.0 ? d : 0.0;
+        }
+        if (S2 > RESID_EPS * S) {
+            for (int32_t i = 0; i < V; i++) {
+                double d = pc[i] - f * (qrow ? qrow[i] : (double)q[i]);
+                pc[i] = d > 0.0 ? d : 0.0;
+            }
+            S = S2;
+        }
+        if (mode == SP_MC_NOREPLACE) {
+            qc[x] = 0.0;
+            if (j + 1 < k) {
+                Q = 0.0;
+                for (int32_t i = 0; i < V; i++) Q += qc[i];
+                if (!(Q > 0.0))
+                    return sp_fail(err, SP_ERR_ARG,
+                                   "verify mc: %d candidates exceed the draft support", (int)k);
+            }
+        }
+    }
+    *index = -1;
+    *token = sample_d(pc, V, S, sp_rng_uniform(rng));
+    return SP_OK;
+}
