@@ -61,13 +61,13 @@ void sp_verify_ws_free(sp_verify_ws *ws) {
 
 int32_t sp_verify_ws_vocab(const sp_verify_ws *ws) { return ws ? ws->n_vocab : 0; }
 
-static double row_sum_check(const float *row, int32_t n, int *bad_out);
+static double row_sum_check(const float *row, int32_t n, int *suspect_out);
 
 sp_status sp_verify_check_row(const float *row, int32_t n, const char *what, sp_error *err) {
     if (!row) return sp_fail(err, SP_ERR_ARG, "%s: NULL distribution", what);
-    int bad;
-    double sum = row_sum_check(row, n, &bad);
-    if (bad) {
+    int suspect;
+    double sum = row_sum_check(row, n, &suspect);
+    if (suspect) { /* exact rescan names the entry (or finds only -0.0) */
         for (int32_t i = 0; i < n; i++)
             if (!(row[i] >= 0.0f) || !(row[i] <= FLT_MAX))
                 return sp_fail(err, SP_ERR_ARG, "%s: entry %d is %g (must be finite and >= 0)", what,
@@ -80,9 +80,9 @@ sp_status sp_verify_check_row(const float *row, int32_t n, const char *what, sp_
 }
 
 /* ---- kernels over V ----
- * Loops are written with 8 independent double accumulators so they pipeline
- * (and SLP-vectorise) at -O2 without reassociation flags; sums are double so
- * tiny residual masses stay exact enough. */
+ * Sums use several independent accumulators so they pipeline at -O2 without
+ * reassociation flags; residual sums are double so tiny residual masses stay
+ * exact enough (validation alone uses float lanes, see below). */
 
 #define LANES 8
 
