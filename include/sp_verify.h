@@ -129,7 +129,11 @@ sp_status sp_verify_chain(sp_verify_ws *ws, sp_verifier v, double lenience, int3
  * was accepted, and *token = the emitted token (cand[j], or the residual /
  * naive sample). For SP_MC_NAIVE q is unused (may be NULL): y ~ p, accepted
  * iff y is a candidate (first match). SP_ERR_ARG if a candidate has zero
- * (remaining) draft probability, which for NOREPLACE includes duplicates. */
+ * (remaining) draft probability, which for NOREPLACE includes duplicates and
+ * more candidates than q's support. Numerical guard: if a residual
+ * max(0, p_cur - q_j) is empty up to rounding (p_cur ~= q_j, so rejecting had
+ * ~zero probability) p_cur is kept unchanged instead of dividing by ~0.
+ * Cost: about 2 passes over V per rejected candidate. */
 sp_status sp_verify_mc(sp_verify_ws *ws, sp_mc_mode mode, int32_t k, const int32_t *cand,
                        const float *q, const float *p, sp_rng *rng, int32_t *index,
                        int32_t *token, sp_error *err);

@@ -61,33 +61,137 @@ void sp_verify_ws_free(sp_verify_ws *ws) {
 
 int32_t sp_verify_ws_vocab(const sp_verify_ws *ws) { return ws ? ws->n_vocab : 0; }
 
+static double row_sum_check(const float *row, int32_t n, int *suspect_out);
+
 sp_status sp_verify_check_row(const float *row, int32_t n, const char *what, sp_error *err) {
     if (!row) return sp_fail(err, SP_ERR_ARG, "%s: NULL distribution", what);
-    /* Branch-free so it vectorises: NaN fails both comparisons, inf fails the
-     * upper one, negatives fail the lower one. */
-    double sum = 0.0;
-    int bad = 0;
-    for (int32_t i = 0; i < n; i++) {
-        float x = row[i];
-        bad |= !(x >= 0.0f) | !(x <= FLT_MAX);
-        sum += (double)x;
-    }
-    if (bad) {
+    int suspect;
+    double sum = row_sum_check(row, n, &suspect);
+    if (suspect) { /* exact rescan names the entry (or finds only -0.0) */
         for (int32_t i = 0; i < n; i++)
             if (!(row[i] >= 0.0f) || !(row[i] <= FLT_MAX))
                 return sp_fail(err, SP_ERR_ARG, "%s: entry %d is %g (must be finite and >= 0)", what,
                                (int)i, (double)row[i]);
     }
-    if (fabs(sum - 1.0) > SP_VERIFY_SUM_TOL)
+    if (!(fabs(sum - 1.0) <= SP_VERIFY_SUM_TOL))
         return sp_fail(err, SP_ERR_ARG, "%s: sums to %.6g, not 1 (tolerance %g)", what, sum,
                        SP_VERIFY_SUM_TOL);
     return SP_OK;
 }
 
-/* ---- sampling helpers (inverse CDF in double) ---- */
+/* ---- kernels over V ----
+ * Sums use several independent accumulators so they pipeline at -O2 without
+ * reassociation flags; residual sums are double so tiny residual masses stay
+ * exact enough (validation alone uses float lanes, see below). */
 
-/* Index drawn with probability w[i] / total, total = sum(w) > 0; u in [0,1).
- * Falls back to the last positive entry if rounding runs past the end. */
+#define LANES 8
+
+/* sum(row) for validation only: 8 float lanes within chunks of 256
+ * (relative error < 1e-5, far below SP_VERIFY_SUM_TOL), chunk sums added in
+ * double. NaN or inf entries make the sum non-finite; a negative entry sets
+ * the sign bit in the OR of all bit patterns (-0.0 does too: the caller's
+ * exact rescan then finds nothing wrong). *suspect_out is set if either. */
+static double row_sum_check(const float *row, int32_t n, int *suspect_out) {
+    double total = 0.0;
+    uint32_t sign = 0;
+    int32_t i = 0;
+    /* full chunks of 256: two 4-float vector accumulators (GCC/Clang vector
+     * extensions; plain SSE2 on x86-64), bit patterns OR-ed as integers */
+    typedef float v4f __attribute__((vector_size(16)));
+    typedef uint32_t v4u __attribute__((vector_size(16)));
+    for (; i + 256 <= n; i += 256) {
+        const float *r = row + i;
+        v4f s0 = {0, 0, 0, 0}, s1 = {0, 0, 0, 0};
+        v4u o = {0, 0, 0, 0};
+        for (int k = 0; k < 256; k += 8) {
+            v4f a, b;
+            v4u ua, ub;
+            memcpy(&a, r + k, sizeof a);
+            memcpy(&b, r + k + 4, sizeof b);
+            memcpy(&ua, r + k, sizeof ua);
+            memcpy(&ub, r + k + 4, sizeof ub);
+            s0 += a;
+            s1 += b;
+            o |= ua | ub;
+        }
+        total += ((double)s0[0] + s0[1] + s0[2] + s0[3]) + ((double)s1[0] + s1[1] + s1[2] + s1[3]);
+        sign |= o[0] | o[1] | o[2] | o[3];
+    }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, row + i, sizeof u);
+        total += (double)row[i];
+        sign |= u;
+    }
+    *suspect_out = (sign >> 31) || !isfinite(total);
+    return total;
+}
+
+/* sum_i max(0, a p[i] - q[i]); q == NULL means q = 0 */
+static double resid_sum(const float *p, double a, const float *q, int32_t n) {
+    double s[LANES] = {0}, t = 0.0;
+    int32_t i = 0;
+    if (q) {
+        for (; i + LANES <= n; i += LANES)
+            for (int j = 0; j < LANES; j++) {
+                double d = a * (double)p[i + j] - (double)q[i + j];
+                s[j] += d > 0.0 ? d : 0.0;
+            }
+        for (; i < n; i++) {
+            double d = a * (double)p[i] - (double)q[i];
+            t += d > 0.0 ? d : 0.0;
+        }
+    } else {
+        for (; i + LANES <= n; i += LANES)
+            for (int j = 0; j < LANES; j++) s[j] += a * (double)p[i + j];
+        for (; i < n; i++) t += a * (double)p[i];
+    }
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + t;
+}
+
+static inline double resid_at(const float *p, double a, const float *q, int32_t i) {
+    double d = a * (double)p[i] - (q ? (double)q[i] : 0.0);
+    return d > 0.0 ? d : 0.0;
+}
+
+#define CHUNK 512
+
+/* Inverse-CDF draw of index i with probability w(i) / total, where
+ * w(i) = max(0, a p[i] - q[i]) and total = resid_sum(p, a, q, n) > 0;
+ * u in [0, 1). Two-level scan: chunk sums first, then one chunk element by
+ * element. Never returns an index with w(i) == 0 (rounding past the end
+ * falls back to the last positive entry). */
+static int32_t sample_resid(const float *p, double a, const float *q, int32_t n, double total,
+                            double u) {
+    double target = u * total, c = 0.0;
+    int32_t last_chunk = -1;
+    for (int32_t lo = 0; lo < n; lo += CHUNK) {
+        int32_t len = n - lo < CHUNK ? n - lo : CHUNK;
+        double cs = resid_sum(p + lo, a, q ? q + lo : NULL, len);
+        if (!(cs > 0.0)) continue;
+        last_chunk = lo;
+        if (target < c + cs) {
+            int32_t last = -1;
+            for (int32_t i = lo; i < lo + len; i++) {
+                double d = resid_at(p, a, q, i);
+                if (d > 0.0) {
+                    c += d;
+                    last = i;
+                    if (target < c) return i;
+                }
+            }
+            return last;
+        }
+        c += cs;
+    }
+    SP_ASSERT(last_chunk >= 0);
+    int32_t end = n - last_chunk < CHUNK ? n : last_chunk + CHUNK;
+    for (int32_t i = end - 1; i >= last_chunk; i--)
+        if (resid_at(p, a, q, i) > 0.0) return i;
+    return last_chunk;
+}
+
+/* Same for an unnormalised double array w >= 0 with total = sum(w) > 0. */
 static int32_t sample_d(const double *w, int32_t n, double total, double u) {
     double target = u * total, c = 0.0;
     int32_t last = 0;
@@ -101,46 +205,24 @@ static int32_t sample_d(const double *w, int32_t n, double total, double u) {
     return last;
 }
 
+/* Draw from a validated distribution row. */
 static int32_t sample_f(const float *p, int32_t n, double u) {
-    double total = 0.0;
-    for (int32_t i = 0; i < n; i++) total += (double)p[i];
-    double target = u * total, c = 0.0;
-    int32_t last = 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (p[i] > 0.0f) {
-            c += (double)p[i];
-            last = i;
-            if (target < c) return i;
-        }
-    }
-    return last;
+    return sample_resid(p, 1.0, NULL, n, resid_sum(p, 1.0, NULL, n), u);
 }
 
+/* Lowest index of the maximum (max first with 8 lanes, then the first hit). */
 static int32_t argmax_f(const float *p, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (p[i] > p[best]) best = i;
-    return best;
-}
-
-/* w = max(0, scale * p - q) (q may be NULL = zeros); returns sum(w). */
-static double residual(double *w, const float *p, double scale, const float *q, int32_t n) {
-    double s = 0.0;
-    if (q) {
-        for (int32_t i = 0; i < n; i++) {
-            double d = scale * (double)p[i] - (double)q[i];
-            d = d > 0.0 ? d : 0.0;
-            w[i] = d;
-            s += d;
-        }
-    } else {
-        for (int32_t i = 0; i < n; i++) {
-            double d = scale * (double)p[i];
-            w[i] = d;
-            s += d;
-        }
-    }
-    return s;
+    float m[LANES];
+    for (int j = 0; j < LANES; j++) m[j] = p[0];
+    int32_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) m[j] = p[i + j] > m[j] ? p[i + j] : m[j];
+    float mx = m[0];
+    for (int j = 1; j < LANES; j++) mx = m[j] > mx ? m[j] : mx;
+    for (; i < n; i++) mx = p[i] > mx ? p[i] : mx;
+    for (i = 0; i < n; i++)
+        if (p[i] == mx) return i;
+    return 0;
 }
 
 /* Residual mass below this (relative to 1) is treated as empty: it can only
@@ -198,9 +280,9 @@ static sp_status token_like(sp_verify_ws *ws, int32_t gamma, const int32_t *draf
         double u = sp_rng_uniform(rng);
         if (u * lenience * (double)qi[x] < (double)pi[x]) continue;
         out->n_accepted = i;
-        double s = residual(ws->a, pi, 1.0, qi, V);
+        double s = resid_sum(pi, 1.0, qi, V);
         double u2 = sp_rng_uniform(rng);
-        out->token = s > RESID_EPS ? sample_d(ws->a, V, s, u2) : sample_f(pi, V, u2);
+        out->token = s > RESID_EPS ? sample_resid(pi, 1.0, qi, V, s, u2) : sample_f(pi, V, u2);
         return SP_OK;
     }
     out->n_accepted = gamma;
@@ -232,7 +314,7 @@ sp_status sp_verify_block(sp_verify_ws *ws, int32_t gamma, const int32_t *draft,
     for (int32_t i = 0; i <= gamma; i++) {
         const float *pi = p + (size_t)i * V;
         const float *qi = i < gamma ? q + (size_t)i * V : NULL; /* q_gamma = 0 */
-        double w = residual(ws->a, pi, pacc, qi, V);
+        double w = resid_sum(pi, pacc, qi, V);
         double r = 1.0 - pacc;
         double total = w + r;
         double u = sp_rng_uniform(rng);
@@ -253,10 +335,10 @@ sp_status sp_verify_block(sp_verify_ws *ws, int32_t gamma, const int32_t *draft,
     SP_ASSERT(best >= 0);
     const float *pb = p + (size_t)best * V;
     const float *qb = best < gamma ? q + (size_t)best * V : NULL;
-    double s = residual(ws->a, pb, best_pacc, qb, V);
+    double s = resid_sum(pb, best_pacc, qb, V);
     double u = sp_rng_uniform(rng);
     out->n_accepted = best;
-    out->token = s > 0.0 ? sample_d(ws->a, V, s, u) : sample_f(pb, V, u);
+    out->token = s > 0.0 ? sample_resid(pb, best_pacc, qb, V, s, u) : sample_f(pb, V, u);
     return SP_OK;
 }
 

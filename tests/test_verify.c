@@ -680,12 +680,40 @@ static void test_chi2_tail(void **state) {
     assert_true(fabs(sp_vsim_gamma_q(1, 2) - exp(-2)) < 1e-15);
 }
 
+/* Validation over long rows (the vectorised chunk path): a single bad entry
+ * anywhere is found and named; -0.0 is a valid zero. */
+static void test_validation_large(void **state) {
+    (void)state;
+    enum { V = 1000 };
+    static float row[V];
+    static const int where[] = {0, 255, 256, 700, 767, 768, 999};
+    static const float badv[] = {NAN, -1e-30f, INFINITY, -INFINITY, 2.0f};
+    sp_error e;
+    for (size_t w = 0; w < sizeof where / sizeof where[0]; w++)
+        for (size_t b = 0; b < sizeof badv / sizeof badv[0]; b++) {
+            for (int i = 0; i < V; i++) row[i] = 1.0f / V;
+            row[where[w]] = badv[b];
+            assert_int_equal(sp_verify_check_row(row, V, "row", &e), SP_ERR_ARG);
+            if (b < 4) {
+                char want[32];
+                snprintf(want, sizeof want, "entry %d ", where[w]);
+                assert_non_null(strstr(e.msg, want));
+            }
+        }
+    for (int i = 0; i < V; i++) row[i] = i < 500 ? 2.0f / V : -0.0f;
+    assert_int_equal(sp_verify_check_row(row, V, "row", &e), SP_OK);
+    for (int i = 0; i < V; i++) row[i] = 1.0f / V * 1.002f; /* sum 1.002 */
+    assert_int_equal(sp_verify_check_row(row, V, "row", &e), SP_ERR_ARG);
+    for (int i = 0; i < V; i++) row[i] = 1.0f / V * 1.0005f;
+    assert_int_equal(sp_verify_check_row(row, V, "row", &e), SP_OK);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_toy_exact),          cmocka_unit_test(test_markov_exact),
     cmocka_unit_test(test_chain_matches_reference), cmocka_unit_test(test_mc_exact),
     cmocka_unit_test(test_mc_sampled),         cmocka_unit_test(test_greedy_chain),
     cmocka_unit_test(test_edges),              cmocka_unit_test(test_rejects_bad_input),
     cmocka_unit_test(test_tree_shape),         cmocka_unit_test(test_tree_walk_bad),
-    cmocka_unit_test(test_chi2_tail),
+    cmocka_unit_test(test_chi2_tail),          cmocka_unit_test(test_validation_large),
 };
 SP_TEST_MAIN(tests)

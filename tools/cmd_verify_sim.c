@@ -16,6 +16,7 @@ static void vsim_usage(FILE *f) {
             "  --p P0,P1,...     context-free target distribution (with --q)\n"
             "  --q Q0,Q1,...     context-free draft distribution (same length as --p)\n"
             "  --markov V        random first-order Markov target and draft over V tokens\n"
+            "                    (the default model: --markov 4)\n"
             "  --gamma G         draft length in [1, %d] (default 4; tree depth for --candidates)\n"
             "  --candidates K    mc/mc-norep/naive: K candidates at the first position,\n"
             "                    each continued by one drafted chain (default 2)\n"
