@@ -83,6 +83,8 @@ int32_t sp_ctx_max_batch(const sp_ctx *c);
 /* Tokens currently in the KV cache. */
 int32_t sp_ctx_n_past(const sp_ctx *c);
 sp_kv *sp_ctx_kv(sp_ctx *c);
+/* The worker pool this context computes on (to share with a draft context). */
+sp_pool *sp_ctx_pool(sp_ctx *c);
 /* Roll back: keep only the first n cached tokens. */
 sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err);
 /* Keep cached slots start+idx[i] (increasing) as start..start+m-1. */

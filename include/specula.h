@@ -14,5 +14,8 @@
 #include "sp_model.h"
 #include "sp_generate.h"
 #include "sp_mkmodel.h"
+#include "sp_verify.h"
+#include "sp_draft.h"
+#include "sp_spec.h"
 
 #endif

@@ -41,6 +41,7 @@ int32_t sp_ctx_n_ctx(const sp_ctx *c) { return c->kv.n_ctx; }
 int32_t sp_ctx_max_batch(const sp_ctx *c) { return c->max_batch; }
 int32_t sp_ctx_n_past(const sp_ctx *c) { return c->kv.n; }
 sp_kv *sp_ctx_kv(sp_ctx *c) { return &c->kv; }
+sp_pool *sp_ctx_pool(sp_ctx *c) { return c->pool; }
 
 sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err) { return sp_kv_truncate(&c->kv, n, err); }
 

@@ -358,13 +358,12 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
 
 /* ------------------------------------------------------------ requantise */
 
+/* Rows whose length is not a multiple of the block size (e.g. stories260K's
+ * FFN of 172) cannot hold a block format; those matrices become F16, the
+ * nearest lower-precision type that fits any length. */
 static sp_status requant_matrix(sp_model *dst, const sp_weight *src, sp_ggml_type type,
                                 sp_weight *out, float *row, sp_error *err) {
-    if (sp_ggml_blck_size(type) > 1 && src->cols % sp_ggml_blck_size(type))
-        return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "cannot quantise a matrix with rows of %lld to %s (needs a multiple of %lld)",
-                       (long long)src->cols, sp_ggml_type_name(type),
-                       (long long)sp_ggml_blck_size(type));
+    if (sp_ggml_blck_size(type) > 1 && src->cols % sp_ggml_blck_size(type)) type = SP_GGML_F16;
     *out = *src;
     out->type = type;
     out->row_bytes = sp_ggml_row_size(type, src->cols);

@@ -3,6 +3,11 @@
 #define SP_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "sp_spec.h"
 
 typedef int (*sp_cli_fn)(int argc, char **argv);
 typedef struct sp_cli_command {
@@ -15,6 +20,10 @@ typedef struct sp_cli_command {
  * [lo, hi]; otherwise print one line naming the flag and return -1. */
 int sp_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out);
 int sp_cli_float(const char *flag, const char *s, double lo, double hi, double *out);
+
+/* The speculation statistics as a JSON object / a short text summary. */
+json_t *sp_cli_spec_json(const sp_spec_stats *s);
+void sp_cli_spec_print(FILE *f, const sp_spec_stats *s);
 
 int cmd_version(int argc, char **argv);
 int cmd_run(int argc, char **argv);

@@ -8,11 +8,15 @@
 
 #include "cli.h"
 #include "specula.h"
+#include "sp_spec.h"
 
 typedef struct gen_opts {
     const char *model, *tokenizer, *prompt, *prompt_file;
+    const char *draft_model, *draft_tokenizer;
     long long n_predict, seed, threads, n_ctx;
     sp_sampler_params sampling;
+    sp_spec_params spec;
+    bool drafter_given;
     bool json;
 } gen_opts;
 
@@ -21,7 +25,12 @@ static void gen_usage(void) {
             "usage: specula generate -m MODEL [-z TOKENIZER] [-p PROMPT | -f FILE] [-n N]\n"
             "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
             "         [-c N_CTX] [--json]\n"
-            "  MODEL is a GGUF file or a llama2.c checkpoint (then -z tokenizer.bin).\n");
+            "       speculation: [-md DRAFT [-zd TOKENIZER]] [--draft model|ngram|layerskip|lowbit|none]\n"
+            "         [--verify block|token|greedy|lenient|mc|mc-norep|naive] [--lenience L]\n"
+            "         [--gamma G] [--adaptive] [--draft-p-min P] [--tree 4x2x2]\n"
+            "         [--ngram-min N] [--ngram-max N] [--skip-layers 1,3] [--lowbit q4_0|q8_0|f16]\n"
+            "  MODEL is a GGUF file or a llama2.c checkpoint (then -z tokenizer.bin).\n"
+            "  Defaults: plain decoding; with -md, the draft model and block verification.\n");
 }
 
 /* Parses generate's flags; returns 0, or 2 after printing the problem. */
@@ -31,6 +40,7 @@ static int parse_gen(int argc, char **argv, gen_opts *o, bool need_model) {
     o->threads = 1;
     o->n_ctx = 0;
     o->sampling = sp_sampler_default_params();
+    o->spec = sp_spec_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d;
@@ -66,6 +76,56 @@ static int parse_gen(int argc, char **argv, gen_opts *o, bool need_model) {
             o->sampling.min_p = (float)d;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
+        } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
+            if (!(o->draft_model = NEXT())) goto missing;
+        } else if (!strcmp(a, "-zd") || !strcmp(a, "--tokenizer-draft")) {
+            if (!(o->draft_tokenizer = NEXT())) goto missing;
+        } else if (!strcmp(a, "--draft")) {
+            sp_error e = {0};
+            if (!NEXT()) goto missing;
+            if (sp_drafter_parse(v, &o->spec.draft.kind, &e)) {
+                fprintf(stderr, "specula: %s\n", e.msg);
+                return 2;
+            }
+            o->drafter_given = true;
+        } else if (!strcmp(a, "--verify")) {
+            sp_error e = {0};
+            if (!NEXT()) goto missing;
+            if (sp_verifier_parse(v, &o->spec.verifier, &e)) {
+                fprintf(stderr, "specula: %s\n", e.msg);
+                return 2;
+            }
+        } else if (!strcmp(a, "--lenience")) {
+            if (sp_cli_float(a, NEXT(), 1e-6, 1, &d)) return 2;
+            o->spec.lenience = d;
+        } else if (!strcmp(a, "--gamma")) {
+            if (sp_cli_int(a, NEXT(), 1, SP_SPEC_MAX_GAMMA, &ll)) return 2;
+            o->spec.gamma = (int32_t)ll;
+        } else if (!strcmp(a, "--adaptive")) {
+            o->spec.adaptive = true;
+        } else if (!strcmp(a, "--draft-p-min")) {
+            if (sp_cli_float(a, NEXT(), 0, 1, &d)) return 2;
+            o->spec.draft_p_min = (float)d;
+        } else if (!strcmp(a, "--tree")) {
+            if (!(o->spec.tree = NEXT())) goto missing;
+        } else if (!strcmp(a, "--ngram-min")) {
+            if (sp_cli_int(a, NEXT(), 1, 64, &ll)) return 2;
+            o->spec.draft.ngram_min = (int32_t)ll;
+        } else if (!strcmp(a, "--ngram-max")) {
+            if (sp_cli_int(a, NEXT(), 1, 64, &ll)) return 2;
+            o->spec.draft.ngram_max = (int32_t)ll;
+        } else if (!strcmp(a, "--skip-layers")) {
+            if (!(o->spec.draft.skip_layers = NEXT())) goto missing;
+        } else if (!strcmp(a, "--lowbit")) {
+            if (!NEXT()) goto missing;
+            if (!strcmp(v, "q4_0")) o->spec.draft.lowbit_type = SP_GGML_Q4_0;
+            else if (!strcmp(v, "q8_0")) o->spec.draft.lowbit_type = SP_GGML_Q8_0;
+            else if (!strcmp(v, "f16")) o->spec.draft.lowbit_type = SP_GGML_F16;
+            else if (!strcmp(v, "bf16")) o->spec.draft.lowbit_type = SP_GGML_BF16;
+            else {
+                fprintf(stderr, "specula: --lowbit must be q4_0, q8_0, f16 or bf16, got '%s'\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             gen_usage();
             exit(0);
@@ -85,6 +145,19 @@ static int parse_gen(int argc, char **argv, gen_opts *o, bool need_model) {
     }
     if (o->prompt && o->prompt_file) {
         fprintf(stderr, "specula: give either -p or -f, not both\n");
+        return 2;
+    }
+    if (!o->drafter_given && o->draft_model) o->spec.draft.kind = SP_DRAFT_MODEL;
+    if (o->spec.draft.kind == SP_DRAFT_MODEL && !o->draft_model) {
+        fprintf(stderr, "specula: --draft model needs a draft model (-md DRAFT)\n");
+        return 2;
+    }
+    if (o->draft_model && o->spec.draft.kind != SP_DRAFT_MODEL) {
+        fprintf(stderr, "specula: -md is only used with --draft model\n");
+        return 2;
+    }
+    if (o->spec.draft.ngram_min > o->spec.draft.ngram_max) {
+        fprintf(stderr, "specula: --ngram-min must not exceed --ngram-max\n");
         return 2;
     }
     return 0;
@@ -145,10 +218,21 @@ static bool on_tokens(void *ud, const int32_t *ids, int32_t n) {
     return true;
 }
 
+/* Target batch big enough for the draft budget (chain or tree). */
+static int32_t batch_for(const sp_spec_params *sp) {
+    int32_t need = sp->gamma + 2;
+    if (sp->tree) {
+        sp_tree_shape sh;
+        if (sp_tree_shape_parse(sp->tree, &sh, NULL) == SP_OK) need = sh.n_nodes + 1;
+    }
+    return need > 64 ? need : 64;
+}
+
 static int generate_main(gen_opts *o) {
     sp_error err = {0};
-    sp_model *model = NULL;
+    sp_model *model = NULL, *dmodel = NULL;
     sp_ctx *ctx = NULL;
+    sp_spec *spec = NULL;
     int32_t *prompt = NULL, *out = NULL;
     char *file_text = NULL;
     stream_state ss = {0};
@@ -160,6 +244,12 @@ static int generate_main(gen_opts *o) {
     if (!tok) {
         fprintf(stderr, "specula: %s has no tokenizer; give one with -z tokenizer.bin\n", o->model);
         goto done;
+    }
+    if (o->draft_model) {
+        sp_model_params dp = sp_model_default_params();
+        dp.tokenizer_path = o->draft_tokenizer ? o->draft_tokenizer : o->tokenizer;
+        if (sp_model_load(o->draft_model, &dp, &dmodel, &err)) goto fail;
+        o->spec.draft.draft_model = dmodel;
     }
     if (sp_sampler_params_check(&o->sampling, &err)) goto fail;
     const char *text = o->prompt ? o->prompt : "";
@@ -175,7 +265,9 @@ static int generate_main(gen_opts *o) {
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = (int32_t)o->n_ctx;
     cp.n_threads = (int32_t)o->threads;
+    cp.max_batch = batch_for(&o->spec);
     if (sp_ctx_init(model, &cp, &ctx, &err)) goto fail;
+    if (sp_spec_init(ctx, &o->spec, &spec, &err)) goto fail;
     int32_t n_ctx = sp_ctx_n_ctx(ctx), n_prompt = 0;
     prompt = malloc((size_t)n_ctx * sizeof *prompt);
     if (!prompt) goto done;
@@ -205,18 +297,20 @@ static int generate_main(gen_opts *o) {
     gp.sampling = o->sampling;
     gp.seed = (uint64_t)o->seed;
     ss.tok = tok;
-    ss.prev = n_prompt ? prompt[n_prompt - 1] : -1;
+    ss.prev = prompt[n_prompt - 1];
     ss.print = !o->json;
     if (!o->json) {
         fwrite(text, 1, text_len, stdout);
         fflush(stdout);
     }
     sp_gen_stats gs;
-    if (sp_generate(ctx, prompt, n_prompt, &gp, out, (int32_t)o->n_predict, &gs, on_tokens, &ss,
-                    &err))
+    sp_spec_stats sst;
+    if (sp_spec_generate(spec, prompt, n_prompt, &gp, out, (int32_t)o->n_predict, &gs, &sst,
+                         on_tokens, &ss, &err))
         goto fail;
     double secs = gs.t_generate;
     double tps = secs > 0 ? gs.n_generated / secs : 0;
+    bool speculative = o->spec.draft.kind != SP_DRAFT_NONE;
     if (o->json) {
         json_t *j = json_object();
         json_t *toks = json_array();
@@ -230,6 +324,7 @@ static int generate_main(gen_opts *o) {
         json_object_set_new(j, "tokens_per_second", json_real(tps));
         json_object_set_new(j, "stopped_at_eos", json_boolean(gs.hit_eog));
         json_object_set_new(j, "model", json_string(sp_model_desc(model)));
+        if (speculative) json_object_set_new(j, "spec", sp_cli_spec_json(&sst));
         char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
         if (s) printf("%s\n", s);
         free(s);
@@ -239,6 +334,7 @@ static int generate_main(gen_opts *o) {
         fprintf(stderr,
                 "\n[%s] prompt %d tokens (%.1f ms), generated %d tokens in %.3f s: %.1f tokens/s\n",
                 sp_model_desc(model), n_prompt, gs.t_prefill * 1e3, gs.n_generated, secs, tps);
+        if (speculative) sp_cli_spec_print(stderr, &sst);
     }
     rc = 0;
     goto done;
@@ -249,7 +345,9 @@ done:
     free(out);
     free(prompt);
     free(file_text);
+    sp_spec_free(spec);
     sp_ctx_free(ctx);
+    sp_model_free(dmodel);
     sp_model_free(model);
     return rc;
 }

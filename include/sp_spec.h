@@ -1,0 +1,71 @@
+/* sp_spec: speculative generation (ALGORITHMS.md section 1).
+ *
+ * Each iteration: draft (a chain of gamma tokens, or a tree), one batched
+ * target forward over every drafted token (trees under a tree mask), verify,
+ * commit the accepted tokens plus one more, and roll both KV caches back to
+ * the accepted path. Sampler settings apply identically to draft and target,
+ * so the output is distributed exactly as plain sampling from the target
+ * with those settings (lossless verifiers), and at temperature 0 equals plain
+ * greedy decoding token for token. Every statistic is in sp_spec_stats. */
+#ifndef SP_SPEC_H
+#define SP_SPEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sp_draft.h"
+#include "sp_generate.h"
+#include "sp_verify.h"
+
+#define SP_SPEC_MAX_GAMMA 32
+
+typedef struct sp_spec_params {
+    sp_drafter_params draft;  /* kind NONE = plain decoding */
+    sp_verifier verifier;     /* default BLOCK; MC/MC_NOREP/NAIVE for trees */
+    double lenience;          /* LENIENT only (lossy) */
+    int32_t gamma;            /* draft length (the maximum when adaptive) */
+    bool adaptive;            /* choose gamma per iteration (section 6) */
+    float draft_p_min;        /* stop drafting below this top probability; 0 = off */
+    const char *tree;         /* "4x2x2" or NULL for a chain */
+} sp_spec_params;
+
+sp_spec_params sp_spec_default_params(void);
+
+typedef struct sp_spec_stats {
+    const char *drafter;
+    const char *verifier;
+    int64_t iterations;
+    int64_t drafted;          /* draft tokens proposed (tree: nodes) */
+    int64_t accepted;         /* draft tokens accepted */
+    int64_t emitted;          /* tokens emitted by speculative iterations */
+    int64_t target_forwards;  /* including prefill */
+    int64_t prefill_forwards; /* of which prefill */
+    int64_t draft_forwards;
+    int64_t accept_hist[SP_SPEC_MAX_GAMMA + 2];  /* iterations with tau accepted */
+    int64_t gamma_hist[SP_SPEC_MAX_GAMMA + 2];   /* iterations that drafted gamma */
+    double t_draft, t_target, t_verify, t_sample; /* seconds */
+} sp_spec_stats;
+
+/* Derived figures (0 when undefined). */
+double sp_spec_acceptance_rate(const sp_spec_stats *s);  /* accepted / drafted */
+double sp_spec_block_efficiency(const sp_spec_stats *s); /* emitted / target forwards in decode */
+double sp_spec_mean_accepted(const sp_spec_stats *s);    /* accepted / iterations */
+
+typedef struct sp_spec sp_spec;
+
+/* Validates the parameters against the target context (tree budget within
+ * the batch and context, gamma range, verifier/temperature combinations are
+ * checked at generate time) and builds the drafter. */
+sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, sp_error *err);
+void sp_spec_free(sp_spec *s);
+
+/* Like sp_generate, with speculation. target must be empty. */
+sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
+                           const sp_gen_params *gp, int32_t *out, int32_t cap,
+                           sp_gen_stats *gstats, sp_spec_stats *stats, sp_token_cb cb, void *ud,
+                           sp_error *err);
+
+/* Reset the target and draft caches so the object can serve a new prompt. */
+sp_status sp_spec_reset(sp_spec *s, sp_error *err);
+
+#endif

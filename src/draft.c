@@ -1,0 +1,381 @@
+/* draft: drafters (draft model, prompt lookup, layer skip, low-bit copy),
+ * chain and tree drafting, and keeping the draft cache in step with the
+ * committed text. See sp_draft.h. */
+#include "sp_draft.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sp_generate.h"
+
+struct sp_drafter {
+    sp_drafter_params p;
+    sp_drafter_kind kind;
+    sp_model *owned_model;   /* lowbit copy */
+    sp_ctx *ctx;             /* NULL for ngram */
+    int32_t V;
+    float *logits;           /* [max_batch][V] */
+    float *row;              /* [V] scratch */
+    int32_t *tok, *pos;      /* [max_batch] */
+    uint8_t *mask;           /* tree level mask */
+    int32_t max_batch;
+    int32_t tree_cached;     /* tree nodes 1..tree_cached are in the cache */
+    sp_draft_counters cnt;
+};
+
+static const char *const KIND_NAMES[] = {"none", "model", "ngram", "layerskip", "lowbit"};
+
+const char *sp_drafter_name(sp_drafter_kind k) {
+    return (unsigned)k < sizeof KIND_NAMES / sizeof KIND_NAMES[0] ? KIND_NAMES[k] : "unknown";
+}
+
+sp_status sp_drafter_parse(const char *name, sp_drafter_kind *out, sp_error *err) {
+    for (int i = 0; i < (int)(sizeof KIND_NAMES / sizeof KIND_NAMES[0]); i++)
+        if (name && !strcmp(name, KIND_NAMES[i])) {
+            *out = (sp_drafter_kind)i;
+            return SP_OK;
+        }
+    return sp_fail(err, SP_ERR_ARG, "unknown drafter '%s' (model, ngram, layerskip, lowbit, none)",
+                   name ? name : "");
+}
+
+int32_t sp_ngram_propose(const int32_t *hist, int32_t len, int32_t n_min, int32_t n_max,
+                         int32_t max_pred, int32_t *out) {
+    if (n_min < 1) n_min = 1;
+    for (int32_t n = n_max < len - 1 ? n_max : len - 1; n >= n_min; n--) {
+        const int32_t *key = hist + len - n;
+        /* most recent earlier occurrence: scan start positions backwards */
+        for (int32_t s = len - n - 1; s >= 0; s--) {
+            if (memcmp(hist + s, key, (size_t)n * sizeof *hist)) continue;
+            int32_t k = 0;
+            while (k < max_pred && s + n + k < len) {
+                out[k] = hist[s + n + k];
+                k++;
+            }
+            if (k > 0) return k;
+        }
+    }
+    return 0;
+}
+
+sp_status sp_parse_skip_layers(const char *s, int32_t L, bool *skip, sp_error *err) {
+    memset(skip, 0, (size_t)L * sizeof *skip);
+    if (!s || !*s) {
+        for (int32_t l = 1; l < L - 1; l += 2) skip[l] = true;
+        if (L < 3) return sp_fail(err, SP_ERR_ARG, "a %d-layer model has no layer to skip by default", L);
+        return SP_OK;
+    }
+    const char *c = s;
+    while (*c) {
+        char *end;
+        long a = strtol(c, &end, 10), b;
+        if (end == c || a < 0 || a >= L) goto bad;
+        b = a;
+        c = end;
+        if (*c == '-') {
+            b = strtol(c + 1, &end, 10);
+            if (end == c + 1 || b < a || b >= L) goto bad;
+            c = end;
+        }
+        for (long l = a; l <= b; l++) skip[l] = true;
+        if (*c == ',') c++;
+        else if (*c) goto bad;
+    }
+    for (int32_t l = 0; l < L; l++)
+        if (!skip[l]) return SP_OK;
+    return sp_fail(err, SP_ERR_ARG, "--skip-layers '%s' skips every layer", s);
+bad:
+    return sp_fail(err, SP_ERR_ARG,
+                   "--skip-layers '%s': expected layers like '1,3,5-7' within [0, %d)", s, L);
+}
+
+sp_drafter_params sp_drafter_default_params(void) {
+    sp_drafter_params p = {.kind = SP_DRAFT_NONE, .ngram_min = 1, .ngram_max = 4,
+                           .lowbit_type = SP_GGML_Q4_0, .max_batch = 64};
+    return p;
+}
+
+void sp_drafter_free(sp_drafter *d) {
+    if (!d) return;
+    sp_ctx_free(d->ctx);
+    sp_model_free(d->owned_model);
+    free(d->logits);
+    free(d->row);
+    free(d->tok);
+    free(d->pos);
+    free(d->mask);
+    free(d);
+}
+
+sp_drafter_kind sp_drafter_kind_of(const sp_drafter *d) { return d->kind; }
+sp_ctx *sp_drafter_ctx(sp_drafter *d) { return d->ctx; }
+const sp_draft_counters *sp_drafter_counters(const sp_drafter *d) { return &d->cnt; }
+
+/* Same vocabulary: same size and, when both have tokenizers, same pieces. */
+static sp_status check_vocab(const sp_model *t, const sp_model *d, sp_error *err) {
+    int32_t vt = sp_model_cfg(t)->n_vocab, vd = sp_model_cfg(d)->n_vocab;
+    if (vt != vd)
+        return sp_fail(err, SP_ERR_ARG,
+                       "draft model vocabulary (%d tokens) differs from the target's (%d tokens)",
+                       vd, vt);
+    const sp_tokenizer *a = sp_model_tokenizer(t), *b = sp_model_tokenizer(d);
+    if (a && b) {
+        for (int32_t i = 0; i < vt; i++) {
+            sp_str x = sp_tokenizer_token_text(a, i), y = sp_tokenizer_token_text(b, i);
+            if (x.len != y.len || memcmp(x.ptr, y.ptr, x.len))
+                return sp_fail(err, SP_ERR_ARG,
+                               "draft model vocabulary differs from the target's at token %d", i);
+        }
+    }
+    return SP_OK;
+}
+
+sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter **out,
+                          sp_error *err) {
+    *out = NULL;
+    if (p->kind == SP_DRAFT_NONE || p->kind > SP_DRAFT_LOWBIT)
+        return sp_fail(err, SP_ERR_ARG, "no drafter kind given");
+    sp_drafter *d = calloc(1, sizeof *d);
+    if (!d) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    d->p = *p;
+    d->kind = p->kind;
+    const sp_model *tm = sp_ctx_model(target);
+    d->V = sp_model_cfg(tm)->n_vocab;
+    d->max_batch = p->max_batch > 0 ? p->max_batch : 64;
+    sp_status st = SP_OK;
+    const sp_model *dm = NULL;
+    bool skip_buf[1024];
+    switch (p->kind) {
+    case SP_DRAFT_MODEL:
+        if (!p->draft_model) st = sp_fail(err, SP_ERR_ARG, "the model drafter needs a draft model (-md)");
+        else st = check_vocab(tm, p->draft_model, err);
+        dm = p->draft_model;
+        break;
+    case SP_DRAFT_LOWBIT:
+        st = sp_model_requantize(tm, p->lowbit_type, &d->owned_model, err);
+        dm = d->owned_model;
+        break;
+    case SP_DRAFT_LAYERSKIP:
+        if (sp_model_cfg(tm)->n_layers > 1024) st = sp_fail(err, SP_ERR_UNSUPPORTED, "too many layers");
+        else st = sp_parse_skip_layers(p->skip_layers, sp_model_cfg(tm)->n_layers, skip_buf, err);
+        dm = tm;
+        break;
+    case SP_DRAFT_NGRAM:
+        if (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > 64)
+            st = sp_fail(err, SP_ERR_ARG, "n-gram sizes must satisfy 1 <= min <= max <= 64 (got %d, %d)",
+                         p->ngram_min, p->ngram_max);
+        break;
+    default: break;
+    }
+    if (!st && dm) {
+        sp_ctx_params cp = sp_ctx_default_params();
+        cp.n_ctx = sp_ctx_n_ctx(target);
+        cp.max_batch = d->max_batch;
+        cp.pool = sp_ctx_pool(target);
+        st = sp_ctx_init(dm, &cp, &d->ctx, err);
+        if (!st && p->kind == SP_DRAFT_LAYERSKIP) st = sp_ctx_set_skip_layers(d->ctx, skip_buf, err);
+    }
+    if (!st) {
+        size_t B = (size_t)d->max_batch;
+        d->logits = malloc(B * (size_t)d->V * sizeof(float));
+        d->row = malloc((size_t)d->V * sizeof(float));
+        d->tok = malloc(B * sizeof(int32_t));
+        d->pos = malloc(B * sizeof(int32_t));
+        d->mask = malloc(B * (B + SP_TREE_MAX_NODES) * sizeof(uint8_t));
+        if (!d->logits || !d->row || !d->tok || !d->pos || !d->mask)
+            st = sp_fail(err, SP_ERR_NOMEM, "out of memory for drafter buffers");
+    }
+    if (st) {
+        sp_drafter_free(d);
+        return st;
+    }
+    *out = d;
+    return SP_OK;
+}
+
+static sp_status dforward(sp_drafter *d, const sp_batch *b, float *logits, sp_error *err) {
+    double t0 = sp_now();
+    sp_status st = sp_forward(d->ctx, b, logits, err);
+    d->cnt.seconds += sp_now() - t0;
+    d->cnt.forwards++;
+    return st;
+}
+
+/* Evaluate the committed tokens the draft cache lacks; last row's logits
+ * go to d->logits. The cache never lacks nothing: its last committed token
+ * is always left out after accept, so at least one token is fed. */
+static sp_status catch_up(sp_drafter *d, const int32_t *hist, int32_t n, sp_error *err) {
+    int32_t have = sp_ctx_n_past(d->ctx);
+    if (have >= n) {
+        sp_status st = sp_ctx_truncate(d->ctx, n - 1, err);
+        if (st) return st;
+        have = n - 1;
+    }
+    while (have < n) {
+        int32_t m = n - have < d->max_batch ? n - have : d->max_batch;
+        sp_batch b = {.tokens = hist + have, .n = m};
+        sp_status st = dforward(d, &b, d->logits, err);
+        if (st) return st;
+        have += m;
+    }
+    return SP_OK;
+}
+
+sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_error *err) {
+    if (!d->ctx || n <= 0) return SP_OK;
+    double t0 = sp_now();
+    sp_status st = sp_prefill(d->ctx, hist, n, d->logits, &d->cnt.forwards, err);
+    d->cnt.seconds += sp_now() - t0;
+    return st;
+}
+
+static float row_max(const float *x, int32_t n) {
+    float m = x[0];
+    for (int32_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t gamma,
+                           float p_min, sp_sampler *smp, sp_rng *rng, int32_t *draft, float *q,
+                           int32_t *n_draft, sp_error *err) {
+    const int32_t V = d->V;
+    *n_draft = 0;
+    if (d->kind == SP_DRAFT_NGRAM) {
+        int32_t k = sp_ngram_propose(hist, n, d->p.ngram_min, d->p.ngram_max, gamma, draft);
+        for (int32_t i = 0; i < k; i++) {
+            float *qi = q + (int64_t)i * V;
+            memset(qi, 0, (size_t)V * sizeof(float));
+            qi[draft[i]] = 1.0f;
+        }
+        *n_draft = k;
+        return SP_OK;
+    }
+    sp_status st = catch_up(d, hist, n, err);
+    if (st) return st;
+    for (int32_t i = 0; i < gamma; i++) {
+        float *qi = q + (int64_t)i * V;
+        sp_sampler_probs(smp, d->logits, qi);
+        if (i > 0 && p_min > 0 && row_max(qi, V) < p_min) break;
+        draft[i] = sp_sample_from_probs(qi, V, sp_rng_uniform(rng));
+        *n_draft = i + 1;
+        if (i + 1 < gamma) {
+            sp_batch b = {.tokens = &draft[i], .n = 1};
+            if ((st = dforward(d, &b, d->logits, err))) return st;
+        }
+    }
+    return SP_OK;
+}
+
+sp_status sp_drafter_accept_chain(sp_drafter *d, int32_t n, int32_t tau, sp_error *err) {
+    if (!d->ctx) return SP_OK;
+    int32_t keep = n + tau, have = sp_ctx_n_past(d->ctx);
+    return sp_ctx_truncate(d->ctx, keep < have ? keep : have, err);
+}
+
+/* Children of one node: top-k by logit (greedy) or k draws from q. */
+static int32_t pick_children(sp_drafter *d, const float *logits, const float *q, int32_t k,
+                             bool greedy, sp_mc_mode mode, sp_rng *rng, int32_t *out) {
+    const int32_t V = d->V;
+    int32_t m = 0;
+    if (greedy) {
+        for (; m < k && m < V; m++) {
+            int32_t best = -1;
+            for (int32_t v = 0; v < V; v++) {
+                bool used = false;
+                for (int32_t j = 0; j < m; j++) used |= out[j] == v;
+                if (!used && (best < 0 || logits[v] > logits[best])) best = v;
+            }
+            out[m] = best;
+        }
+        return m;
+    }
+    if (mode != SP_MC_NOREPLACE) {
+        for (; m < k; m++) out[m] = sp_sample_from_probs(q, V, sp_rng_uniform(rng));
+        return m;
+    }
+    float *w = d->row;
+    memcpy(w, q, (size_t)V * sizeof(float));
+    for (; m < k; m++) {
+        bool any = false;
+        for (int32_t v = 0; v < V && !any; v++) any = w[v] > 0;
+        if (!any) break; /* q has fewer tokens than children asked for */
+        out[m] = sp_sample_from_probs(w, V, sp_rng_uniform(rng));
+        w[out[m]] = 0;
+    }
+    return m;
+}
+
+sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
+                          const sp_tree_shape *shape, int32_t max_depth, bool greedy,
+                          sp_mc_mode mode, sp_sampler *smp, sp_rng *rng, sp_draft_tree *t,
+                          sp_error *err) {
+    if (!d->ctx) return sp_fail(err, SP_ERR_ARG, "trees need a model-based drafter");
+    const int32_t V = d->V;
+    sp_status st = catch_up(d, hist, n, err);
+    if (st) return st;
+    const int32_t base = sp_ctx_n_past(d->ctx); /* first tree slot in the draft cache */
+    t->n_nodes = 1;
+    t->parent[0] = -1;
+    t->token[0] = hist[n - 1];
+    t->depth[0] = 0;
+    sp_sampler_probs(smp, d->logits, t->q);
+    /* logits of the current frontier, row per frontier node */
+    const float *front_logits = d->logits;
+    int32_t f0 = 0, f1 = 1; /* frontier = nodes [f0, f1) */
+    d->tree_cached = 0;
+    int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
+    for (int32_t lev = 1; lev <= depth; lev++) {
+        int32_t first_new = t->n_nodes;
+        for (int32_t f = f0; f < f1; f++) {
+            int32_t kids[SP_TREE_MAX_NODES];
+            int32_t k = shape->branch[lev - 1];
+            if (t->n_nodes + k > SP_TREE_MAX_NODES) k = SP_TREE_MAX_NODES - t->n_nodes;
+            k = pick_children(d, front_logits + (int64_t)(f - f0) * V, t->q + (int64_t)f * V, k,
+                              greedy, mode, rng, kids);
+            for (int32_t j = 0; j < k; j++) {
+                int32_t c = t->n_nodes++;
+                t->parent[c] = f;
+                t->token[c] = kids[j];
+                t->depth[c] = lev;
+            }
+        }
+        f0 = first_new;
+        f1 = t->n_nodes;
+        if (lev == depth || f1 == f0) break;
+        /* evaluate this level in one draft forward under a tree mask */
+        int32_t m = f1 - f0;
+        if (m > d->max_batch)
+            return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the draft batch %d", m,
+                           d->max_batch);
+        int32_t have = sp_ctx_n_past(d->ctx);
+        int32_t w = have + m - base;
+        memset(d->mask, 0, (size_t)m * (size_t)w);
+        for (int32_t i = 0; i < m; i++) {
+            int32_t node = f0 + i;
+            d->tok[i] = t->token[node];
+            d->pos[i] = n - 1 + lev;
+            for (int32_t a = node; a > 0; a = t->parent[a]) d->mask[(int64_t)i * w + (a - 1)] = 1;
+        }
+        sp_batch b = {.tokens = d->tok, .pos = d->pos, .n = m, .mask = d->mask,
+                      .mask_from_past = true, .mask_base = base, .logits_all = true};
+        if ((st = dforward(d, &b, d->logits, err))) return st;
+        d->tree_cached = f1 - 1;
+        for (int32_t i = 0; i < m; i++)
+            sp_sampler_probs(smp, d->logits + (int64_t)i * V, t->q + (int64_t)(f0 + i) * V);
+        front_logits = d->logits;
+    }
+    return SP_OK;
+}
+
+sp_status sp_drafter_accept_tree(sp_drafter *d, int32_t n, const sp_draft_tree *t,
+                                 const int32_t *path, int32_t n_path, sp_error *err) {
+    (void)t;
+    /* A tree trimmed to depth 0 drafted nothing and left the cache behind:
+     * the next catch-up brings it level. */
+    if (!d->ctx || sp_ctx_n_past(d->ctx) < n) return SP_OK;
+    int32_t idx[SP_TREE_MAX_DEPTH + 1], m = 0;
+    for (int32_t i = 0; i < n_path && path[i] <= d->tree_cached; i++) idx[m++] = path[i] - 1;
+    d->tree_cached = 0;
+    return sp_ctx_keep(d->ctx, n, idx, m, err);
+}

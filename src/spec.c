@@ -1,0 +1,437 @@
+/* spec: the speculative generation loop: draft, one batched target forward,
+ * verify, commit, roll back. Orchestration only; drafting is in draft.c,
+ * verification in verify*.c, arithmetic in model.c. */
+#include "sp_spec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sp_spec {
+    sp_spec_params prm;
+    sp_ctx *target;
+    sp_drafter *drafter;     /* NULL for plain decoding */
+    sp_verify_ws *ws;
+    sp_tree_shape shape;
+    bool is_tree;
+    int32_t V;
+    int32_t max_nodes;       /* chain: gamma + 1; tree: shape nodes */
+    /* buffers sized at init */
+    float *q;                /* [max_nodes][V] draft distributions */
+    float *p;                /* [max_nodes][V] target distributions */
+    float *logits;           /* [batch][V] target logits */
+    int32_t *batch_tok, *batch_pos;
+    uint8_t *mask;           /* [batch][batch] */
+    int32_t *draft;          /* [max_nodes] */
+    sp_draft_tree tree;
+    int32_t batch_cap;
+    /* adaptive gamma state */
+    double acc_a, acc_b;     /* discounted accepted / trials */
+    double t_tok_draft;      /* EMA seconds per draft forward */
+    double t_target[SP_SPEC_MAX_GAMMA + 2]; /* EMA seconds per target forward of k tokens */
+};
+
+sp_spec_params sp_spec_default_params(void) {
+    sp_spec_params p = {.draft = sp_drafter_default_params(), .verifier = SP_VERIFIER_BLOCK,
+                        .lenience = 1.0, .gamma = 4, .adaptive = false, .draft_p_min = 0,
+                        .tree = NULL};
+    return p;
+}
+
+double sp_spec_acceptance_rate(const sp_spec_stats *s) {
+    return s->drafted ? (double)s->accepted / (double)s->drafted : 0;
+}
+double sp_spec_block_efficiency(const sp_spec_stats *s) {
+    int64_t f = s->target_forwards - s->prefill_forwards;
+    return f ? (double)s->emitted / (double)f : 0;
+}
+double sp_spec_mean_accepted(const sp_spec_stats *s) {
+    return s->iterations ? (double)s->accepted / (double)s->iterations : 0;
+}
+
+void sp_spec_free(sp_spec *s) {
+    if (!s) return;
+    sp_drafter_free(s->drafter);
+    sp_verify_ws_free(s->ws);
+    free(s->q);
+    free(s->p);
+    free(s->logits);
+    free(s->batch_tok);
+    free(s->batch_pos);
+    free(s->mask);
+    free(s->draft);
+    free(s->tree.parent);
+    free(s->tree.token);
+    free(s->tree.depth);
+    free(s);
+}
+
+sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, sp_error *err) {
+    *out = NULL;
+    if (p->gamma < 1 || p->gamma > SP_SPEC_MAX_GAMMA)
+        return sp_fail(err, SP_ERR_ARG, "gamma must be in [1, %d], got %d", SP_SPEC_MAX_GAMMA,
+                       p->gamma);
+    if (!(p->draft_p_min >= 0 && p->draft_p_min <= 1))
+        return sp_fail(err, SP_ERR_ARG, "draft p-min must be in [0, 1]");
+    if (p->verifier == SP_VERIFIER_LENIENT && !(p->lenience > 0 && p->lenience <= 1))
+        return sp_fail(err, SP_ERR_ARG, "lenience must be in (0, 1]");
+    sp_spec *s = calloc(1, sizeof *s);
+    if (!s) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    s->prm = *p;
+    s->prm.tree = NULL; /* not kept: the shape is parsed below */
+    s->target = target;
+    s->V = sp_model_cfg(sp_ctx_model(target))->n_vocab;
+    sp_status st = SP_OK;
+    bool mc = p->verifier == SP_VERIFIER_MC || p->verifier == SP_VERIFIER_MC_NOREP ||
+              p->verifier == SP_VERIFIER_NAIVE;
+    if (p->tree) {
+        st = sp_tree_shape_parse(p->tree, &s->shape, err);
+        s->is_tree = true;
+        if (!st && p->draft.kind != SP_DRAFT_MODEL && p->draft.kind != SP_DRAFT_LAYERSKIP &&
+            p->draft.kind != SP_DRAFT_LOWBIT)
+            st = sp_fail(err, SP_ERR_ARG, "--tree needs a model-based drafter (model, layerskip, lowbit)");
+        if (!st && !mc && p->verifier != SP_VERIFIER_GREEDY)
+            st = sp_fail(err, SP_ERR_ARG,
+                         "trees are verified with --verify mc, mc-norep or greedy, not %s",
+                         sp_verifier_name(p->verifier));
+        s->max_nodes = s->shape.n_nodes;
+    } else {
+        if (mc) st = sp_fail(err, SP_ERR_ARG, "--verify %s needs a draft tree (--tree SHAPE)",
+                             sp_verifier_name(p->verifier));
+        s->max_nodes = p->gamma + 1;
+    }
+    /* The target evaluates the uncommitted tail (normally 1 token) plus every
+     * drafted node in one call. */
+    s->batch_cap = s->max_nodes + 1;
+    if (!st && s->batch_cap > sp_ctx_max_batch(target))
+        st = sp_fail(err, SP_ERR_RANGE,
+                     "draft budget of %d tokens exceeds the target batch size %d", s->max_nodes - 1,
+                     sp_ctx_max_batch(target));
+    if (!st && s->max_nodes + 8 > sp_ctx_n_ctx(target))
+        st = sp_fail(err, SP_ERR_RANGE, "draft budget of %d tokens does not fit the context of %d",
+                     s->max_nodes - 1, sp_ctx_n_ctx(target));
+    if (!st && p->draft.kind != SP_DRAFT_NONE) {
+        sp_drafter_params dp = p->draft;
+        int32_t level = 1;
+        if (s->is_tree) {
+            level = 1;
+            for (int32_t i = 0, w = 1; i < s->shape.depth; i++) {
+                w *= s->shape.branch[i];
+                level = w > level ? w : level;
+            }
+        }
+        dp.max_batch = level > 64 ? level : 64;
+        st = sp_drafter_init(&dp, target, &s->drafter, err);
+    }
+    if (!st) st = sp_verify_ws_init(s->V, &s->ws, err);
+    if (!st) {
+        size_t V = (size_t)s->V, N = (size_t)s->max_nodes, B = (size_t)s->batch_cap;
+        s->q = malloc(N * V * sizeof(float));
+        s->p = malloc(N * V * sizeof(float));
+        s->logits = malloc(B * V * sizeof(float));
+        s->batch_tok = malloc(B * sizeof(int32_t));
+        s->batch_pos = malloc(B * sizeof(int32_t));
+        s->mask = malloc(B * B);
+        s->draft = malloc(N * sizeof(int32_t));
+        s->tree.parent = malloc(N * sizeof(int32_t));
+        s->tree.token = malloc(N * sizeof(int32_t));
+        s->tree.depth = malloc(N * sizeof(int32_t));
+        s->tree.q = s->q;
+        if (!s->q || !s->p || !s->logits || !s->batch_tok || !s->batch_pos || !s->mask ||
+            !s->draft || !s->tree.parent || !s->tree.token || !s->tree.depth)
+            st = sp_fail(err, SP_ERR_NOMEM, "out of memory for speculation buffers (%zu x %zu)", N, V);
+    }
+    if (st) {
+        sp_spec_free(s);
+        return st;
+    }
+    *out = s;
+    return SP_OK;
+}
+
+sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
+    sp_status st = sp_ctx_truncate(s->target, 0, err);
+    if (!st && s->drafter && sp_drafter_ctx(s->drafter))
+        st = sp_ctx_truncate(sp_drafter_ctx(s->drafter), 0, err);
+    return st;
+}
+
+/* ---------------------------------------------------------- adaptive gamma */
+
+/* Expected tokens per second for gamma given acceptance alpha:
+ * E[tokens] = (1 - a^(g+1)) / (1 - a), time = g * t_draft + t_target(g+1). */
+static int32_t choose_gamma(const sp_spec *s, int32_t gmax) {
+    double alpha = s->acc_b > 0 ? s->acc_a / s->acc_b : 0.5;
+    alpha = alpha < 0.01 ? 0.01 : alpha > 0.99 ? 0.99 : alpha;
+    double t1 = s->t_target[1] > 0 ? s->t_target[1] : s->t_target[2];
+    int32_t best = 1;
+    double best_rate = -1;
+    for (int32_t g = 1; g <= gmax; g++) {
+        double tt = s->t_target[g + 1];
+        if (tt <= 0) { /* unmeasured: interpolate from the nearest measured size */
+            int32_t lo = g + 1;
+            while (lo > 1 && s->t_target[lo] <= 0) lo--;
+            tt = s->t_target[lo] > 0 ? s->t_target[lo] : (t1 > 0 ? t1 : 1e-3);
+        }
+        double e = (1 - pow(alpha, g + 1)) / (1 - alpha);
+        double rate = e / (g * s->t_tok_draft + tt);
+        if (rate > best_rate) best_rate = rate, best = g;
+    }
+    return best;
+}
+
+static void ema(double *x, double v) { *x = *x > 0 ? 0.8 * *x + 0.2 * v : v; }
+
+/* ------------------------------------------------------------------ loop */
+
+typedef struct emit_state {
+    int32_t *out, cap, n;
+    int32_t budget;
+    const sp_tokenizer *tok;
+    bool stop_at_eog, hit_eog, stop;
+    sp_token_cb cb;
+    void *ud;
+} emit_state;
+
+/* Appends tokens to the output (and the history), honouring the budget and
+ * EOS; returns how many were taken. */
+static int32_t emit(emit_state *e, int32_t *hist, int32_t *n_hist, const int32_t *t, int32_t k) {
+    int32_t taken = 0;
+    for (int32_t i = 0; i < k && e->n < e->budget && !e->stop; i++) {
+        e->out[e->n++] = t[i];
+        hist[(*n_hist)++] = t[i];
+        taken++;
+        if (e->stop_at_eog && e->tok && sp_tokenizer_is_eog(e->tok, t[i])) e->hit_eog = e->stop = true;
+    }
+    if (taken && e->cb && !e->cb(e->ud, t, taken)) e->stop = true;
+    if (e->n >= e->budget) e->stop = true;
+    return taken;
+}
+
+/* One target forward over the uncommitted tail hist[T.n_past..n) and the
+ * drafted nodes; tree mask when parent != NULL. Writes p rows (adjusted)
+ * for the last tail token and each node. */
+static sp_status target_pass(sp_spec *s, const int32_t *hist, int32_t n, const int32_t *nodes,
+                             const int32_t *parent, const int32_t *depth, int32_t n_nodes,
+                             sp_sampler *smp, sp_spec_stats *st, sp_error *err) {
+    const int32_t V = s->V, past = sp_ctx_n_past(s->target), tail = n - past;
+    const int32_t B = tail + n_nodes;
+    SP_ASSERT(tail >= 1 && B <= s->batch_cap);
+    for (int32_t i = 0; i < tail; i++) {
+        s->batch_tok[i] = hist[past + i];
+        s->batch_pos[i] = past + i;
+    }
+    for (int32_t i = 0; i < n_nodes; i++) {
+        s->batch_tok[tail + i] = nodes[i];
+        s->batch_pos[tail + i] = n - 1 + (depth ? depth[i + 1] : i + 1);
+    }
+    const uint8_t *mask = NULL;
+    if (parent) {
+        memset(s->mask, 0, (size_t)B * (size_t)B);
+        for (int32_t i = 0; i < B; i++) {
+            for (int32_t j = 0; j < tail && j <= i; j++) s->mask[(int64_t)i * B + j] = 1;
+            if (i >= tail)
+                for (int32_t a = i - tail + 1; a > 0; a = parent[a])
+                    s->mask[(int64_t)i * B + tail + a - 1] = 1;
+        }
+        mask = s->mask;
+    }
+    sp_batch b = {.tokens = s->batch_tok, .pos = s->batch_pos, .n = B, .mask = mask,
+                  .logits_all = true};
+    double t0 = sp_now();
+    sp_status rc = sp_forward(s->target, &b, s->logits, err);
+    double t1 = sp_now();
+    st->t_target += t1 - t0;
+    st->target_forwards++;
+    if (B <= SP_SPEC_MAX_GAMMA + 1) ema(&s->t_target[B], t1 - t0);
+    if (rc) return rc;
+    for (int32_t j = 0; j <= n_nodes; j++)
+        sp_sampler_probs(smp, s->logits + (int64_t)(tail - 1 + j) * V, s->p + (int64_t)j * V);
+    st->t_sample += sp_now() - t1;
+    return SP_OK;
+}
+
+/* Greedy walk of a tree: follow the child equal to the target argmax. */
+static void greedy_tree_walk(const sp_spec *s, const sp_draft_tree *t, int32_t *path,
+                             int32_t *n_path, int32_t *token) {
+    int32_t node = 0, m = 0;
+    for (;;) {
+        int32_t a = sp_argmax(s->p + (int64_t)node * s->V, s->V), next = -1;
+        for (int32_t c = node + 1; c < t->n_nodes && next < 0; c++)
+            if (t->parent[c] == node && t->token[c] == a) next = c;
+        if (next < 0) {
+            *token = a;
+            break;
+        }
+        path[m++] = node = next;
+    }
+    *n_path = m;
+}
+
+sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
+                           const sp_gen_params *gp, int32_t *out, int32_t cap,
+                           sp_gen_stats *gstats, sp_spec_stats *stats, sp_token_cb cb, void *ud,
+                           sp_error *err) {
+    sp_spec_stats st_local;
+    sp_gen_stats gs_local;
+    if (!stats) stats = &st_local;
+    if (!gstats) gstats = &gs_local;
+    memset(stats, 0, sizeof *stats);
+    stats->drafter = sp_drafter_name(s->prm.draft.kind);
+    stats->verifier = s->drafter ? sp_verifier_name(s->prm.verifier) : "none";
+    if (!s->drafter) {
+        sp_status rc = sp_generate(s->target, prompt, n_prompt, gp, out, cap, gstats, cb, ud, err);
+        stats->target_forwards = gstats->target_forwards;
+        return rc;
+    }
+    *gstats = (sp_gen_stats){.n_prompt = n_prompt};
+    const bool greedy_t = gp->sampling.temperature == 0;
+    if (s->prm.verifier == SP_VERIFIER_GREEDY && !greedy_t)
+        return sp_fail(err, SP_ERR_ARG, "greedy verification needs temperature 0 (it is lossy otherwise)");
+    if (n_prompt < 1) return sp_fail(err, SP_ERR_ARG, "empty prompt (need at least one token)");
+    if (gp->n_predict < 1 || gp->n_predict > cap)
+        return sp_fail(err, SP_ERR_ARG, "token budget %d must be in [1, %d]", gp->n_predict, cap);
+    if (sp_ctx_n_past(s->target) != 0) return sp_fail(err, SP_ERR_STATE, "context is not empty");
+    const int32_t n_ctx = sp_ctx_n_ctx(s->target);
+    if ((int64_t)n_prompt + gp->n_predict > n_ctx)
+        return sp_fail(err, SP_ERR_RANGE,
+                       "prompt (%d tokens) plus %d new tokens exceed the context size %d", n_prompt,
+                       gp->n_predict, n_ctx);
+    if (s->is_tree && (int64_t)n_prompt + gp->n_predict + s->max_nodes > n_ctx)
+        return sp_fail(err, SP_ERR_RANGE,
+                       "tree budget of %d nodes does not fit the context: prompt %d + %d new + "
+                       "tree > %d",
+                       s->max_nodes - 1, n_prompt, gp->n_predict, n_ctx);
+    sp_sampler *smp;
+    sp_status rc = sp_sampler_init(&gp->sampling, s->V, &smp, err);
+    if (rc) return rc;
+    int32_t *hist = malloc(((size_t)n_prompt + (size_t)gp->n_predict + 1) * sizeof *hist);
+    if (!hist) {
+        sp_sampler_free(smp);
+        return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    }
+    memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
+    int32_t n = n_prompt;
+    sp_rng rng;
+    sp_rng_seed(&rng, gp->seed);
+    const sp_tokenizer *tok = sp_model_tokenizer(sp_ctx_model(s->target));
+    emit_state e = {.out = out, .cap = cap, .budget = gp->n_predict, .tok = tok,
+                    .stop_at_eog = gp->stop_at_eog, .cb = cb, .ud = ud};
+    const sp_draft_counters *dc = sp_drafter_counters(s->drafter);
+    const int64_t dc_f0 = dc->forwards;
+    const double dc_t0 = dc->seconds;
+    const int32_t V = s->V;
+
+    /* Prefill everything but the last prompt token (the first iteration
+     * evaluates it together with the first draft). */
+    double t0 = sp_now();
+    if (n > 1) {
+        rc = sp_prefill(s->target, hist, n - 1, s->logits, &stats->prefill_forwards, err);
+        if (!rc) rc = sp_drafter_prefill(s->drafter, hist, n - 1, err);
+    }
+    stats->target_forwards = stats->prefill_forwards;
+    gstats->t_prefill = sp_now() - t0;
+    double t1 = sp_now();
+    const sp_mc_mode mode = s->prm.verifier == SP_VERIFIER_MC ? SP_MC_REPLACE
+                            : s->prm.verifier == SP_VERIFIER_NAIVE ? SP_MC_NAIVE
+                                                                 : SP_MC_NOREPLACE;
+    while (!rc && !e.stop) {
+        const int32_t remaining = e.budget - e.n;
+        const int32_t n_before = n;
+        const int32_t t_past = sp_ctx_n_past(s->target);
+        int32_t emitted[SP_TREE_MAX_DEPTH + SP_SPEC_MAX_GAMMA + 2], n_emit = 0, tau = 0;
+        double td0 = sp_now(), dsec0 = dc->seconds;
+        int64_t dfw0 = dc->forwards;
+        if (s->is_tree) {
+            int32_t depth = remaining - 1 < s->shape.depth ? remaining - 1 : s->shape.depth;
+            int32_t nn = 1;
+            if (depth >= 1) {
+                rc = sp_drafter_tree(s->drafter, hist, n, &s->shape, depth, greedy_t, mode, smp,
+                                     &rng, &s->tree, err);
+                nn = s->tree.n_nodes;
+            }
+            stats->t_draft += sp_now() - td0;
+            if (rc) break;
+            stats->drafted += nn - 1;
+            rc = target_pass(s, hist, n, s->tree.token + 1, nn > 1 ? s->tree.parent : NULL,
+                             s->tree.depth, nn - 1, smp, stats, err);
+            if (rc) break;
+            int32_t path[SP_TREE_MAX_DEPTH + 1], n_path = 0, y;
+            double tv = sp_now();
+            if (nn == 1) {
+                y = sp_sample_from_probs(s->p, V, sp_rng_uniform(&rng));
+            } else if (greedy_t) {
+                greedy_tree_walk(s, &s->tree, path, &n_path, &y);
+            } else {
+                sp_verify_tree vt = {.n_nodes = nn, .parent = s->tree.parent,
+                                     .token = s->tree.token, .p = s->p, .q = s->q};
+                rc = sp_verify_tree_walk(s->ws, &vt, mode, &rng, path, SP_TREE_MAX_DEPTH + 1,
+                                         &n_path, &y, err);
+            }
+            stats->t_verify += sp_now() - tv;
+            if (rc) break;
+            tau = n_path;
+            for (int32_t i = 0; i < n_path; i++) emitted[n_emit++] = s->tree.token[path[i]];
+            emitted[n_emit++] = y;
+            /* roll back: keep the tail plus the accepted path */
+            int32_t idx[SP_TREE_MAX_DEPTH + 1];
+            for (int32_t i = 0; i < n_path; i++) idx[i] = path[i] - 1;
+            rc = sp_ctx_keep(s->target, n, idx, n_path, err);
+            if (!rc) rc = sp_drafter_accept_tree(s->drafter, n, &s->tree, path, n_path, err);
+        } else {
+            int32_t gamma = s->prm.gamma;
+            if (s->prm.adaptive) gamma = choose_gamma(s, s->prm.gamma);
+            if (gamma > remaining - 1) gamma = remaining - 1;
+            int32_t nd = 0;
+            if (gamma >= 1)
+                rc = sp_drafter_chain(s->drafter, hist, n, gamma, s->prm.draft_p_min, smp, &rng,
+                                      s->draft, s->q, &nd, err);
+            stats->t_draft += sp_now() - td0;
+            if (rc) break;
+            stats->drafted += nd;
+            rc = target_pass(s, hist, n, s->draft, NULL, NULL, nd, smp, stats, err);
+            if (rc) break;
+            sp_verify_result vr = {0, 0};
+            double tv = sp_now();
+            if (nd == 0)
+                vr.token = sp_sample_from_probs(s->p, V, sp_rng_uniform(&rng));
+            else if (s->prm.verifier == SP_VERIFIER_GREEDY)
+                rc = sp_verify_greedy(s->ws, nd, s->draft, s->p, &vr, err);
+            else
+                rc = sp_verify_chain(s->ws, s->prm.verifier, s->prm.lenience, nd, s->draft, s->q,
+                                     s->p, &rng, &vr, err);
+            stats->t_verify += sp_now() - tv;
+            if (rc) break;
+            tau = vr.n_accepted;
+            memcpy(emitted, s->draft, (size_t)tau * sizeof *emitted);
+            n_emit = tau;
+            emitted[n_emit++] = vr.token;
+            if (nd > 0) {
+                stats->gamma_hist[nd < SP_SPEC_MAX_GAMMA + 1 ? nd : SP_SPEC_MAX_GAMMA + 1]++;
+                s->acc_a = 0.9 * s->acc_a + tau;
+                s->acc_b = 0.9 * s->acc_b + tau + (tau < nd ? 1 : 0);
+                int64_t df = dc->forwards - dfw0;
+                if (df > 0) ema(&s->t_tok_draft, (dc->seconds - dsec0) / (double)df);
+            }
+            rc = sp_ctx_truncate(s->target, n + tau, err);
+            if (!rc) rc = sp_drafter_accept_chain(s->drafter, n, tau, err);
+        }
+        if (rc) break;
+        (void)t_past;
+        stats->iterations++;
+        stats->accepted += tau;
+        stats->accept_hist[tau < SP_SPEC_MAX_GAMMA + 1 ? tau : SP_SPEC_MAX_GAMMA + 1]++;
+        int32_t taken = emit(&e, hist, &n, emitted, n_emit);
+        stats->emitted += taken;
+        (void)n_before;
+    }
+    gstats->t_generate = sp_now() - t1;
+    gstats->n_generated = e.n;
+    gstats->hit_eog = e.hit_eog;
+    gstats->target_forwards = stats->target_forwards;
+    stats->draft_forwards = dc->forwards - dc_f0;
+    (void)dc_t0;
+    free(hist);
+    sp_sampler_free(smp);
+    return rc;
+}
