@@ -31,9 +31,11 @@ static inline const char *sp_tmpdir(void) {
     return t && *t ? t : "/tmp";
 }
 
+/* SP_TEST_FILTER=pattern runs only the matching tests (cmocka's filter). */
 #define SP_TEST_MAIN(tests)                                                          \
     int main(void) {                                                                 \
         int n_ = (int)(sizeof(tests) / sizeof((tests)[0]));                          \
+        if (getenv("SP_TEST_FILTER")) cmocka_set_test_filter(getenv("SP_TEST_FILTER")); \
         int failed_ = cmocka_run_group_tests(tests, NULL, NULL);                     \
         printf("SP_RESULT %d %d\n", n_ - failed_, failed_);                          \
         return failed_ ? 1 : 0;                                                      \

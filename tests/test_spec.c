@@ -1,0 +1,440 @@
+/* Tests for speculative generation end to end: greedy speculation equals
+ * plain greedy decoding for every drafter, verifier and tree shape; sampled
+ * speculation reproduces the exact target distribution of the first tokens
+ * (chi-square at significance 1e-4); KV caches after rejections equal a fresh
+ * run over the accepted text; bad configurations are refused. */
+#include "testutil.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#include "specula.h"
+#include "sp_vsim.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SP_SLOW 1
+#else
+#define SP_SLOW 0
+#endif
+
+static char g_paths[4][512];
+
+static const char *tiny_model(int which, int32_t vocab, uint64_t seed, float scale) {
+    char *p = g_paths[which];
+    snprintf(p, sizeof g_paths[0], "%s/specula_spec_%d_%d.gguf", sp_tmpdir(), which, (int)getpid());
+    sp_mkmodel_params mp = sp_mkmodel_default_params();
+    mp.dim = 32;
+    mp.n_layers = 3;
+    mp.n_heads = 2;
+    mp.n_kv_heads = 1;
+    mp.ffn_dim = 64;
+    mp.n_vocab = vocab;
+    mp.seed = seed;
+    mp.logit_scale = scale;
+    sp_error err = {0};
+    if (sp_mkmodel(&mp, p, &err)) fail_msg("mkmodel: %s", err.msg);
+    return p;
+}
+
+static sp_model *load(const char *path) {
+    sp_error err = {0};
+    sp_model *m = NULL;
+    if (sp_model_load(path, NULL, &m, &err)) fail_msg("load %s: %s", path, err.msg);
+    return m;
+}
+
+static sp_ctx *mkctx(const sp_model *m, int32_t n_ctx) {
+    sp_error err = {0};
+    sp_ctx *c = NULL;
+    sp_ctx_params p = sp_ctx_default_params();
+    p.n_ctx = n_ctx;
+    p.max_batch = 64;
+    if (sp_ctx_init(m, &p, &c, &err)) fail_msg("ctx: %s", err.msg);
+    return c;
+}
+
+/* Generates with the given speculation settings; returns tokens in out. */
+static int32_t run_spec(sp_ctx *t, const sp_spec_params *sp, const int32_t *prompt, int32_t np,
+                        const sp_gen_params *gp, int32_t *out, sp_spec_stats *stats) {
+    sp_error err = {0};
+    sp_spec *s = NULL;
+    if (sp_spec_init(t, sp, &s, &err)) fail_msg("spec init: %s", err.msg);
+    sp_gen_stats gs;
+    if (sp_spec_generate(s, prompt, np, gp, out, gp->n_predict, &gs, stats, NULL, NULL, &err))
+        fail_msg("spec generate (%s): %s", sp_drafter_name(sp->draft.kind), err.msg);
+    sp_spec_free(s);
+    return gs.n_generated;
+}
+
+static const int32_t PROMPT[] = {1, 403, 407, 261, 378}; /* "<s> Once upon a time" */
+
+typedef struct cfg {
+    sp_drafter_kind kind;
+    sp_verifier ver;
+    int32_t gamma;
+    const char *tree;
+    bool adaptive;
+    float p_min;
+} cfg;
+
+static const cfg GREEDY_CFGS[] = {
+    {SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, 4, NULL, false, 0},
+    {SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, 8, NULL, false, 0},
+    {SP_DRAFT_MODEL, SP_VERIFIER_GREEDY, 3, NULL, false, 0},
+    {SP_DRAFT_NGRAM, SP_VERIFIER_BLOCK, 4, NULL, false, 0},
+    {SP_DRAFT_NGRAM, SP_VERIFIER_TOKEN, 8, NULL, true, 0},
+    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_BLOCK, 4, NULL, false, 0},
+    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_BLOCK, 6, NULL, true, 0.3f},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_BLOCK, 5, NULL, false, 0},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_TOKEN, 2, NULL, false, 0.5f},
+    {SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, 0, "3x2x2", false, 0},
+    {SP_DRAFT_MODEL, SP_VERIFIER_MC, 0, "2x2", false, 0},
+    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_GREEDY, 0, "4x2x1", false, 0},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_NAIVE, 0, "2x2x2x2", false, 0},
+};
+
+/* Temperature 0: every configuration emits plain greedy decoding's tokens. */
+static void greedy_equal(const char *target_path, const char *draft_path, const int32_t *prompt,
+                         int32_t np, int32_t n) {
+    sp_model *tm = load(target_path), *dm = load(draft_path);
+    sp_ctx *t = mkctx(tm, 512);
+    sp_gen_params gp = sp_gen_default_params();
+    gp.n_predict = n;
+    gp.sampling.temperature = 0;
+    gp.stop_at_eog = false;
+    int32_t *ref = malloc((size_t)n * sizeof *ref), *out = malloc((size_t)n * sizeof *out);
+    sp_spec_params plain = sp_spec_default_params();
+    int32_t nr = run_spec(t, &plain, prompt, np, &gp, ref, NULL);
+    assert_int_equal(nr, n);
+    for (size_t i = 0; i < sizeof GREEDY_CFGS / sizeof GREEDY_CFGS[0]; i++) {
+        const cfg *c = &GREEDY_CFGS[i];
+        sp_spec_params sp = sp_spec_default_params();
+        sp.draft.kind = c->kind;
+        sp.draft.draft_model = dm;
+        sp.draft.lowbit_type = SP_GGML_Q4_0;
+        sp.verifier = c->ver;
+        if (c->gamma) sp.gamma = c->gamma;
+        sp.tree = c->tree;
+        sp.adaptive = c->adaptive;
+        sp.draft_p_min = c->p_min;
+        sp_error err = {0};
+        assert_int_equal(sp_ctx_truncate(t, 0, &err), SP_OK);
+        sp_spec_stats st;
+        int32_t no = run_spec(t, &sp, prompt, np, &gp, out, &st);
+        if (no != n || memcmp(out, ref, (size_t)n * sizeof *out)) {
+            int32_t j = 0;
+            while (j < no && j < n && out[j] == ref[j]) j++;
+            fail_msg("config %zu (%s/%s%s%s): differs from greedy at token %d", i,
+                     sp_drafter_name(c->kind), sp_verifier_name(c->ver), c->tree ? " tree " : "",
+                     c->tree ? c->tree : "", j);
+        }
+        assert_true(st.iterations > 0);
+        assert_int_equal(st.emitted, n);
+        assert_true(st.accepted <= st.drafted);
+        assert_true(sp_spec_block_efficiency(&st) >= 1.0);
+        assert_int_equal(sp_ctx_truncate(t, 0, &err), SP_OK);
+    }
+    free(ref);
+    free(out);
+    sp_ctx_free(t);
+    sp_model_free(tm);
+    sp_model_free(dm);
+}
+
+static void test_greedy_stories(void **state) {
+    (void)state;
+    const char *m = sp_shared("models/stories260K.gguf");
+    greedy_equal(m, m, PROMPT, 5, SP_SLOW ? 48 : 160);
+}
+
+static void test_greedy_random_models(void **state) {
+    (void)state;
+    const char *t = tiny_model(0, 64, 5, 3.0f), *d = tiny_model(1, 64, 6, 3.0f);
+    const int32_t prompt[] = {1, 7, 9, 7, 9, 7};
+    greedy_equal(t, d, prompt, 6, SP_SLOW ? 40 : 120);
+    unlink(t);
+    unlink(d);
+}
+
+/* ---- distribution of the first K tokens vs the exact target ---- */
+
+enum { K = 3 };
+
+/* Exact P(x1..xK | prompt) under the adjusted target, by enumeration. */
+static void exact_dist(sp_model *m, const sp_sampler_params *sp, const int32_t *prompt, int32_t np,
+                       double *dist) {
+    int32_t V = sp_model_cfg(m)->n_vocab;
+    sp_ctx *c = mkctx(m, 64);
+    sp_sampler *s;
+    sp_error err = {0};
+    assert_int_equal(sp_sampler_init(sp, V, &s, &err), SP_OK);
+    float *lg = malloc((size_t)V * 4), *p1 = malloc((size_t)V * 4), *p2 = malloc((size_t)V * 4),
+          *p3 = malloc((size_t)V * 4);
+    sp_batch b = {.tokens = prompt, .n = np};
+    assert_int_equal(sp_forward(c, &b, lg, &err), SP_OK);
+    sp_sampler_probs(s, lg, p1);
+    for (int32_t a = 0; a < V; a++) {
+        for (int32_t i = 0; i < V * V; i++) dist[(int64_t)a * V * V + i] = 0;
+        if (p1[a] == 0) continue;
+        sp_ctx_truncate(c, np, &err);
+        b = (sp_batch){.tokens = &a, .n = 1};
+        assert_int_equal(sp_forward(c, &b, lg, &err), SP_OK);
+        sp_sampler_probs(s, lg, p2);
+        for (int32_t bb = 0; bb < V; bb++) {
+            if (p2[bb] == 0) continue;
+            sp_ctx_truncate(c, np + 1, &err);
+            sp_batch b2 = {.tokens = &bb, .n = 1};
+            assert_int_equal(sp_forward(c, &b2, lg, &err), SP_OK);
+            sp_sampler_probs(s, lg, p3);
+            for (int32_t cc = 0; cc < V; cc++)
+                dist[((int64_t)a * V + bb) * V + cc] = (double)p1[a] * p2[bb] * p3[cc];
+        }
+    }
+    free(lg);
+    free(p1);
+    free(p2);
+    free(p3);
+    sp_sampler_free(s);
+    sp_ctx_free(c);
+}
+
+/* Pearson chi-square of counts against probabilities, pooling cells whose
+ * expected count is below 5; returns the p-value. */
+static double chi2_pvalue(const long *cnt, const double *prob, int64_t cells, long n, double *chi2_out,
+                          int *dof_out) {
+    double chi2 = 0, pool_e = 0, pool_o = 0, total = 0;
+    int dof = -1;
+    for (int64_t i = 0; i < cells; i++) total += prob[i];
+    for (int64_t i = 0; i < cells; i++) {
+        double e = prob[i] / total * (double)n;
+        if (e < 5) {
+            pool_e += e;
+            pool_o += cnt[i];
+            continue;
+        }
+        chi2 += (cnt[i] - e) * (cnt[i] - e) / e;
+        dof++;
+    }
+    if (pool_e > 0) {
+        chi2 += (pool_o - pool_e) * (pool_o - pool_e) / (pool_e > 1e-12 ? pool_e : 1e-12);
+        dof++;
+    }
+    *chi2_out = chi2;
+    *dof_out = dof;
+    return sp_vsim_chi2_sf(chi2, dof);
+}
+
+static void distribution_case(sp_model *tm, sp_model *dm, sp_drafter_kind kind, sp_verifier ver,
+                              const char *tree, const sp_sampler_params *smp, long n_runs) {
+    const int32_t V = sp_model_cfg(tm)->n_vocab;
+    const int32_t prompt[] = {1, 5, 6, 5, 6, 5};
+    const int64_t cells = (int64_t)V * V * V;
+    double *dist = malloc((size_t)cells * sizeof *dist);
+    long *cnt = calloc((size_t)cells, sizeof *cnt);
+    exact_dist(tm, smp, prompt, 6, dist);
+    sp_ctx *t = mkctx(tm, 64);
+    sp_spec_params sp = sp_spec_default_params();
+    sp.draft.kind = kind;
+    sp.draft.draft_model = dm;
+    sp.draft.ngram_min = 1;
+    sp.verifier = ver;
+    sp.gamma = 4;
+    sp.tree = tree;
+    sp_error err = {0};
+    sp_spec *s = NULL;
+    if (sp_spec_init(t, &sp, &s, &err)) fail_msg("spec init: %s", err.msg);
+    sp_gen_params gp = sp_gen_default_params();
+    gp.n_predict = K;
+    gp.sampling = *smp;
+    gp.stop_at_eog = false;
+    sp_spec_stats st, tot = {0};
+    for (long r = 0; r < n_runs; r++) {
+        int32_t out[K];
+        gp.seed = 1000 + (uint64_t)r;
+        assert_int_equal(sp_spec_reset(s, &err), SP_OK);
+        if (sp_spec_generate(s, prompt, 6, &gp, out, K, NULL, &st, NULL, NULL, &err))
+            fail_msg("generate: %s", err.msg);
+        cnt[((int64_t)out[0] * V + out[1]) * V + out[2]]++;
+        tot.drafted += st.drafted;
+        tot.accepted += st.accepted;
+    }
+    double chi2;
+    int dof;
+    double pv = chi2_pvalue(cnt, dist, cells, n_runs, &chi2, &dof);
+    if (pv < 1e-4)
+        fail_msg("%s/%s%s top_k %d top_p %.2f min_p %.2f T %.2f: chi2 %.1f dof %d p %.2g", sp_drafter_name(kind),
+                 sp_verifier_name(ver), tree ? tree : "", smp->top_k, (double)smp->top_p,
+                 (double)smp->min_p, (double)smp->temperature, chi2, dof, pv);
+    /* the check must exercise speculation: drafts are made and some rejected */
+    assert_true(tot.drafted > 0);
+    assert_true(tot.accepted < tot.drafted);
+    sp_spec_free(s);
+    sp_ctx_free(t);
+    free(dist);
+    free(cnt);
+}
+
+static void test_distribution(void **state) {
+    (void)state;
+    /* V = 8, K = 3: 512 cells; 6000 runs give ~12 expected per cell. */
+    const char *tp = tiny_model(2, 8, 21, 2.0f), *dp = tiny_model(3, 8, 22, 2.0f);
+    sp_model *tm = load(tp), *dm = load(dp);
+    const long N = SP_SLOW ? 1500 : 6000;
+    sp_sampler_params plain = sp_sampler_default_params();
+    sp_sampler_params filt = plain;
+    filt.temperature = 0.8f;
+    filt.top_k = 6;
+    filt.top_p = 0.9f;
+    filt.min_p = 0.02f;
+    const sp_sampler_params *sps[2] = {&plain, &filt};
+    for (int f = 0; f < 2; f++) {
+        distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, NULL, sps[f], N);
+        distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, NULL, sps[f], N);
+    }
+    distribution_case(tm, dm, SP_DRAFT_NGRAM, SP_VERIFIER_BLOCK, NULL, &filt, N);
+    distribution_case(tm, dm, SP_DRAFT_LOWBIT, SP_VERIFIER_TOKEN, NULL, &plain, N);
+    distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, "2x2", &filt, N);
+    distribution_case(tm, dm, SP_DRAFT_LAYERSKIP, SP_VERIFIER_MC, "3x1", &plain, N);
+    sp_model_free(tm);
+    sp_model_free(dm);
+    unlink(tp);
+    unlink(dp);
+}
+
+/* After generation with rejections, the target and draft caches hold exactly
+ * the committed text: the next logits equal a fresh run's, bit for bit. */
+static void test_kv_after_rejections(void **state) {
+    (void)state;
+    const char *tp = tiny_model(2, 32, 31, 2.0f), *dp = tiny_model(3, 32, 32, 2.0f);
+    sp_model *tm = load(tp), *dm = load(dp);
+    const int32_t V = 32;
+    const char *trees[2] = {NULL, "3x2"};
+    for (int tr = 0; tr < 2; tr++) {
+        sp_ctx *t = mkctx(tm, 128);
+        sp_spec_params sp = sp_spec_default_params();
+        sp.draft.kind = SP_DRAFT_MODEL;
+        sp.draft.draft_model = dm;
+        sp.gamma = 5;
+        sp.tree = trees[tr];
+        sp.verifier = trees[tr] ? SP_VERIFIER_MC_NOREP : SP_VERIFIER_BLOCK;
+        sp_error err = {0};
+        sp_spec *s = NULL;
+        assert_int_equal(sp_spec_init(t, &sp, &s, &err), SP_OK);
+        sp_gen_params gp = sp_gen_default_params();
+        gp.n_predict = 40;
+        gp.stop_at_eog = false;
+        int32_t out[40];
+        const int32_t prompt[] = {1, 4, 8, 15};
+        sp_spec_stats st;
+        assert_int_equal(sp_spec_generate(s, prompt, 4, &gp, out, 40, NULL, &st, NULL, NULL, &err), SP_OK);
+        assert_true(st.accepted < st.drafted); /* there were rejections */
+        /* target holds prompt + out[0..38]; feed out[39] */
+        assert_int_equal(sp_ctx_n_past(t), 4 + 39);
+        float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4);
+        sp_batch b = {.tokens = &out[39], .n = 1};
+        assert_int_equal(sp_forward(t, &b, la, &err), SP_OK);
+        sp_ctx *f = mkctx(tm, 128);
+        int32_t seq[44];
+        memcpy(seq, prompt, sizeof prompt);
+        memcpy(seq + 4, out, sizeof out);
+        for (int i = 0; i < 44; i++) {
+            b = (sp_batch){.tokens = &seq[i], .n = 1};
+            assert_int_equal(sp_forward(f, &b, lb, &err), SP_OK);
+        }
+        assert_memory_equal(la, lb, (size_t)V * 4);
+        sp_spec_free(s);
+        sp_ctx_free(t);
+        sp_ctx_free(f);
+        free(la);
+        free(lb);
+    }
+    sp_model_free(tm);
+    sp_model_free(dm);
+    unlink(tp);
+    unlink(dp);
+}
+
+static void test_bad_configs(void **state) {
+    (void)state;
+    const char *tp = tiny_model(2, 32, 41, 1.0f), *dp = tiny_model(3, 48, 42, 1.0f);
+    sp_model *tm = load(tp), *dm = load(dp);
+    sp_ctx *t = mkctx(tm, 64);
+    sp_error err = {0};
+    sp_spec *s = NULL;
+    sp_spec_params sp = sp_spec_default_params();
+    sp.draft.kind = SP_DRAFT_MODEL;
+    sp.draft.draft_model = dm; /* 48 tokens vs 32 */
+    assert_int_equal(sp_spec_init(t, &sp, &s, &err), SP_ERR_ARG);
+    assert_non_null(strstr(err.msg, "vocabulary"));
+    assert_null(s);
+    sp.draft.kind = SP_DRAFT_NGRAM;
+    sp.gamma = 0;
+    assert_int_equal(sp_spec_init(t, &sp, &s, &err), SP_ERR_ARG);
+    sp.gamma = 1000;
+    assert_int_equal(sp_spec_init(t, &sp, &s, &err), SP_ERR_ARG);
+    sp.gamma = 4;
+    sp.tree = "4x4x4"; /* 85 nodes > batch 64 */
+    sp.draft.kind = SP_DRAFT_LAYERSKIP;
+    sp.verifier = SP_VERIFIER_MC;
+    assert_int_equal(sp_spec_init(t, &sp, &s, &err), SP_ERR_RANGE);
+    sp.tree = "4x2x2"; /* 29 nodes: fits the batch, but not 64 tokens of context with the text */
+    if (sp_spec_init(t, &sp, &s, &err)) fail_msg("%s", err.msg);
+    sp_gen_params gp = sp_gen_default_params();
+    gp.n_predict = 40;
+    int32_t out[40], prompt[] = {1, 5};
+    assert_int_equal(sp_spec_generate(s, prompt, 2, &gp, out, 40, NULL, NULL, NULL, NULL, &err), SP_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "tree"));
+    sp_spec_free(s);
+    s = NULL;
+    sp.tree = "2x0";
+    assert_int_not_equal(sp_spec_init(t, &sp, &s, &err), SP_OK);
+    sp.tree = "2x2";
+    sp.verifier = SP_VERIFIER_BLOCK;
+    assert_int_equal(sp_spec_init(t, &sp, &s, &err), SP_ERR_ARG);
+    sp.tree = NULL;
+    sp.verifier = SP_VERIFIER_MC;
+    assert_int_equal(sp_spec_init(t, &sp, &s, &err), SP_ERR_ARG);
+    sp.verifier = SP_VERIFIER_GREEDY;
+    assert_int_equal(sp_spec_init(t, &sp, &s, &err), SP_OK);
+    gp.n_predict = 8;
+    gp.sampling.temperature = 1.0f; /* greedy verification is lossy above 0 */
+    assert_int_equal(sp_spec_generate(s, prompt, 2, &gp, out, 8, NULL, NULL, NULL, NULL, &err), SP_ERR_ARG);
+    sp_spec_free(s);
+    sp_ctx_free(t);
+    sp_model_free(tm);
+    sp_model_free(dm);
+    unlink(tp);
+    unlink(dp);
+}
+
+static void test_ngram_propose(void **state) {
+    (void)state;
+    const int32_t h[] = {1, 2, 3, 4, 9, 2, 3, 4, 7, 8, 2, 3};
+    int32_t out[8];
+    /* last 2 tokens "2 3": most recent earlier occurrence at 5 -> "4 7 8" */
+    assert_int_equal(sp_ngram_propose(h, 12, 1, 2, 3, out), 3);
+    assert_int_equal(out[0], 4);
+    assert_int_equal(out[1], 7);
+    assert_int_equal(out[2], 8);
+    const int32_t g[] = {5, 6, 7};
+    assert_int_equal(sp_ngram_propose(g, 3, 1, 3, 4, out), 0);
+    bool skip[6];
+    sp_error err = {0};
+    assert_int_equal(sp_parse_skip_layers("1,3-4", 6, skip, &err), SP_OK);
+    assert_true(skip[1] && skip[3] && skip[4] && !skip[0] && !skip[2] && !skip[5]);
+    assert_int_equal(sp_parse_skip_layers("0-5", 6, skip, &err), SP_ERR_ARG);
+    assert_int_equal(sp_parse_skip_layers("7", 6, skip, &err), SP_ERR_ARG);
+    assert_int_equal(sp_parse_skip_layers("1,,2", 6, skip, &err), SP_ERR_ARG);
+    assert_int_equal(sp_parse_skip_layers(NULL, 6, skip, &err), SP_OK);
+    assert_true(skip[1] && skip[3] && !skip[5]);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_ngram_propose),
+    cmocka_unit_test(test_greedy_stories),
+    cmocka_unit_test(test_greedy_random_models),
+    cmocka_unit_test(test_distribution),
+    cmocka_unit_test(test_kv_after_rejections),
+    cmocka_unit_test(test_bad_configs),
+};
+SP_TEST_MAIN(tests)
