@@ -26,7 +26,8 @@
  *             comma-separated numbers after skip= continue the list),
  *             lowbit (q4_0|q8_0|f16|bf16), lenience ((0,1], verify=lenient)
  * Without a draft key the drafter is `model` when a draft model was given
- * (-md), as in `specula generate`. Keys that the chosen drafter/verifier
+ * (-md), as in `specula generate`; with a tree and no verify key the
+ * verifier is mc-norep (block otherwise). Keys that the chosen drafter/verifier
  * would ignore are errors, so a typo cannot silently measure the wrong
  * thing. The display name is the string as given, trimmed. */
 typedef struct sp_bench_config {

@@ -278,6 +278,19 @@ int sp_bench_config_parse(const char *text, bool has_draft_model, sp_bench_confi
               sp.draft.ngram_min, sp.draft.ngram_max);
         goto done;
     }
+    if (seen[K_TREE] && !seen[K_VERIFY]) sp.verifier = SP_VERIFIER_MC_NOREP;
+    const bool mc = sp.verifier == SP_VERIFIER_MC || sp.verifier == SP_VERIFIER_MC_NOREP ||
+                    sp.verifier == SP_VERIFIER_NAIVE;
+    if (mc && !seen[K_TREE]) {
+        failf(msg, msg_cap, "config '%s': key verify: %s verifies a draft tree; add tree=SHAPE",
+              out->name, sp_verifier_name(sp.verifier));
+        goto done;
+    }
+    if (seen[K_TREE] && !mc && sp.verifier != SP_VERIFIER_GREEDY) {
+        failf(msg, msg_cap, "config '%s': key tree: trees are verified with verify=mc, mc-norep, "
+              "naive or greedy, not %s", out->name, sp_verifier_name(sp.verifier));
+        goto done;
+    }
     if (seen[K_TREE] && seen[K_GAMMA]) {
         failf(msg, msg_cap, "config '%s': key gamma: a tree's shape sets the draft length", out->name);
         goto done;
