@@ -29,5 +29,6 @@ int cmd_version(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_verify_sim(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

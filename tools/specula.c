@@ -9,6 +9,7 @@ static const sp_cli_command COMMANDS[] = {
     {"run", "generate from the default model (demo)", cmd_run},
     {"generate", "generate text from a model", cmd_generate},
     {"version", "print the version", cmd_version},
+    {"bench", "benchmark speculation configurations over prompts", cmd_bench},
     {"verify-sim", "simulate the verifiers on toy models", cmd_verify_sim},
 };
 

@@ -1,0 +1,315 @@
+/* End-to-end tests of `specula bench` on stories260K: results.json fields
+ * and values (plain baseline, self-draft at temperature 0 accepts
+ * everything), results.csv shape, PNG plots when gnuplot is installed, and
+ * exit code 2 with one stderr line for bad input. The binary is found as
+ * ../specula next to the test binary's directory. */
+#include "testutil.h"
+
+#include <jansson.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char g_bin[1024], g_dir[1024];
+
+static const char *specula_bin(void) {
+    if (g_bin[0]) return g_bin;
+    char exe[900];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    assert_true(n > 0);
+    exe[n] = 0;
+    snprintf(g_bin, sizeof g_bin, "%s/../specula", dirname(exe));
+    return g_bin;
+}
+
+static void remove_scratch(void) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+/* A fresh scratch directory for this process, removed at exit. */
+static const char *scratch(void) {
+    if (!g_dir[0]) {
+        snprintf(g_dir, sizeof g_dir, "%s/sp_bench_test_XXXXXX", sp_tmpdir());
+        assert_non_null(mkdtemp(g_dir));
+        atexit(remove_scratch);
+    }
+    return g_dir;
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Run `specula bench ARGS`, capturing stderr (stdout discarded) into buf.
+ * Returns the exit code. */
+static int run_bench(const char *args, char *buf, size_t cap) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' bench %s 2>&1 >/dev/null", specula_bin(), args);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t len = fread(buf, 1, cap - 1, f);
+    buf[len] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+static double num(json_t *j, const char *k) {
+    json_t *v = json_object_get(j, k);
+    if (!v) fprintf(stderr, "missing field %s\n", k);
+    assert_non_null(v);
+    assert_true(json_is_number(v));
+    return json_number_value(v);
+}
+
+static json_t *find_config(json_t *cfgs, const char *name) {
+    for (size_t i = 0; i < json_array_size(cfgs); i++) {
+        json_t *c = json_array_get(cfgs, i);
+        if (!strcmp(json_string_value(json_object_get(c, "name")), name)) return c;
+    }
+    fprintf(stderr, "config %s missing from results.json\n", name);
+    fail();
+    return NULL;
+}
+
+static bool has_png(const char *dir, const char *name) {
+    char p[2048];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "rb");
+    if (!f) return false;
+    unsigned char sig[8] = {0};
+    size_t n = fread(sig, 1, 8, f);
+    fclose(f);
+    static const unsigned char png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    return n == 8 && !memcmp(sig, png, 8);
+}
+
+#define CONFIGS                                                                         \
+    "draft=model,gamma=4;draft=ngram,gamma=4;draft=layerskip,skip=1,3,gamma=2;"       \
+    "draft=lowbit,lowbit=q8_0,gamma=3;draft=model,tree=2x2,verify=mc-norep"
+static const char *const NAMES[] = {"plain", "draft=model,gamma=4", "draft=ngram,gamma=4",
+                                    "draft=layerskip,skip=1,3,gamma=2",
+                                    "draft=lowbit,lowbit=q8_0,gamma=3",
+                                    "draft=model,tree=2x2,verify=mc-norep"};
+#define N_NAMES (sizeof NAMES / sizeof NAMES[0])
+
+static void test_run(void **state) {
+    (void)state;
+    const char *dir = scratch();
+    char prompts[1200], out[1200], args[4096], err[8192];
+    snprintf(prompts, sizeof prompts, "%s/prompts.jsonl", dir);
+    snprintf(out, sizeof out, "%s/out/nested", dir);
+    write_file(prompts, "{\"prompt\": \"Once upon a time\"}\n\n"
+                        "{\"id\": 2, \"prompt\": \"The little dog ran to the park\"}\n");
+    const char *model = sp_shared("models/stories260K.gguf");
+    snprintf(args, sizeof args,
+             "-m '%s' -md '%s' --prompts '%s' --configs '" CONFIGS "' -n 16 --repeat 1 --temp 0 "
+             "--out '%s'",
+             model, model, prompts, out);
+    int rc = run_bench(args, err, sizeof err);
+    if (rc) fprintf(stderr, "stderr: %s\n", err);
+    assert_int_equal(rc, 0);
+
+    char path[2048];
+    snprintf(path, sizeof path, "%s/results.json", out);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) fprintf(stderr, "results.json: %s\n", je.text);
+    assert_non_null(j);
+    assert_int_equal((int)num(j, "n_predict"), 16);
+    assert_int_equal((int)num(j, "n_prompts"), 2);
+    json_t *cfgs = json_object_get(j, "configs");
+    assert_int_equal(json_array_size(cfgs), N_NAMES);
+    /* plain first, in list order after it */
+    for (size_t i = 0; i < N_NAMES; i++)
+        assert_string_equal(json_string_value(json_object_get(json_array_get(cfgs, i), "name")),
+                            NAMES[i]);
+    for (size_t i = 0; i < N_NAMES; i++) {
+        json_t *c = find_config(cfgs, NAMES[i]);
+        assert_true(num(c, "tokens_per_second") > 0);
+        assert_true(num(c, "speedup") > 0);
+        assert_true(num(c, "speedup_std") >= 0);
+        assert_true(num(c, "block_efficiency") >= 1);
+        assert_int_equal((int)num(c, "runs"), 2);
+        assert_int_equal(json_array_size(json_object_get(c, "speedup_by_repeat")), 1);
+        if (i == 0) continue;
+        double ar = num(c, "acceptance_rate");
+        assert_true(ar >= 0 && ar <= 1);
+        assert_true(num(c, "mean_accepted") >= 0);
+        json_t *spec = json_object_get(c, "spec");
+        assert_true(json_is_object(spec));
+        json_t *h = json_object_get(spec, "accept_hist");
+        assert_true(json_is_array(h));
+        /* the summed histogram counts every iteration of both runs */
+        json_int_t sum = 0;
+        for (size_t k = 0; k < json_array_size(h); k++) sum += json_integer_value(json_array_get(h, k));
+        assert_int_equal(sum, json_integer_value(json_object_get(spec, "iterations")));
+    }
+    json_t *plain = find_config(cfgs, "plain");
+    assert_true(num(plain, "speedup") == 1.0);
+    json_t *ar = json_object_get(plain, "acceptance_rate");
+    assert_true(!ar || json_number_value(ar) == 0);
+    /* the target drafting for itself at temperature 0 accepts everything */
+    json_t *self = find_config(cfgs, "draft=model,gamma=4");
+    assert_true(num(self, "acceptance_rate") == 1.0);
+    assert_true(num(self, "block_efficiency") > 1);
+    /* runs: every (config, prompt), same seed for every config on a prompt */
+    json_t *runs = json_object_get(j, "runs");
+    assert_int_equal(json_array_size(runs), 2 * N_NAMES);
+    for (size_t i = 0; i < json_array_size(runs); i++) {
+        json_t *r = json_array_get(runs, i);
+        json_t *r0 = json_array_get(runs, i - i % N_NAMES);
+        assert_int_equal(json_integer_value(json_object_get(r, "seed")),
+                         json_integer_value(json_object_get(r0, "seed")));
+        assert_true(num(r, "n_generated") >= 1 && num(r, "n_generated") <= 16);
+        assert_int_equal(json_object_get(r, "spec") != NULL, i % N_NAMES != 0);
+    }
+    json_decref(j);
+
+    /* results.csv: header + one row per config */
+    snprintf(path, sizeof path, "%s/results.csv", out);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[1024];
+    int lines = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (lines == 0) assert_non_null(strstr(line, "configuration,acceptance_rate,block_efficiency"));
+        if (lines == 1) assert_int_equal(strncmp(line, "plain,", 6), 0);
+        lines++;
+    }
+    fclose(f);
+    assert_int_equal(lines, 1 + (int)N_NAMES);
+
+    if (system("command -v gnuplot >/dev/null 2>&1") == 0) {
+        assert_true(has_png(out, "tokens_per_second.png"));
+        assert_true(has_png(out, "block_efficiency.png"));
+        assert_true(has_png(out, "accept_hist.png"));
+    }
+}
+
+static void test_json_stdout(void **state) {
+    (void)state;
+    const char *dir = scratch();
+    char prompts[1200], cmd[4096];
+    snprintf(prompts, sizeof prompts, "%s/one.jsonl", dir);
+    write_file(prompts, "{\"prompt\": \"Once upon a time\"}\n");
+    snprintf(cmd, sizeof cmd,
+             "'%s' bench -m '%s' --prompts '%s' --configs 'draft=ngram,gamma=2' -n 8 --repeat 2 "
+             "--json --out '%s/json-out' 2>/dev/null",
+             specula_bin(), sp_shared("models/stories260K.gguf"), prompts, dir);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    static char buf[1 << 20];
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    buf[len] = 0;
+    int st = pclose(f);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(count_lines(buf), 1);
+    json_error_t je;
+    json_t *j = json_loads(buf, 0, &je);
+    assert_non_null(j);
+    json_t *cfgs = json_object_get(j, "configs");
+    assert_int_equal(json_array_size(cfgs), 2);
+    assert_int_equal(json_array_size(json_object_get(j, "runs")), 4);
+    json_t *ng = find_config(cfgs, "draft=ngram,gamma=2");
+    assert_int_equal(json_array_size(json_object_get(ng, "speedup_by_repeat")), 2);
+    json_decref(j);
+}
+
+static void test_bad_input(void **state) {
+    (void)state;
+    const char *dir = scratch();
+    char good[1200], bad_json[1200], no_field[1200], empty[1200], missing[1200];
+    snprintf(good, sizeof good, "%s/good.jsonl", dir);
+    snprintf(bad_json, sizeof bad_json, "%s/bad.jsonl", dir);
+    snprintf(no_field, sizeof no_field, "%s/nofield.jsonl", dir);
+    snprintf(empty, sizeof empty, "%s/empty.jsonl", dir);
+    snprintf(missing, sizeof missing, "%s/does-not-exist.jsonl", dir);
+    write_file(good, "{\"prompt\": \"Once upon a time\"}\n");
+    write_file(bad_json, "{\"prompt\": \"fine\"}\n{\"prompt\": \"broken\"\n");
+    write_file(no_field, "{\"text\": \"no prompt field\"}\n");
+    write_file(empty, "\n\n");
+    const char *model = sp_shared("models/stories260K.gguf");
+    static const char *bad[] = {
+        "--configs 'draft=bogus'",
+        "--configs 'draft=ngram,gamma=0'",
+        "--configs 'draft=ngram,gamma=99'",
+        "--configs 'draft=ngram,gama=4'",
+        "--configs 'draft=ngram,gamma=4,gamma=2'",
+        "--configs 'draft=ngram,skip=1'",
+        "--configs 'draft=ngram,tree=2x2'",
+        "--configs 'draft=layerskip,tree=2x2,verify=token'",
+        "--configs 'draft=layerskip,tree=2x2,gamma=4'",
+        "--configs 'draft=layerskip,tree=2x'",
+        "--configs 'draft=layerskip,skip=9'",
+        "--configs 'draft=lowbit,lowbit=q3'",
+        "--configs 'draft=ngram,ngram_min=5,ngram_max=2'",
+        "--configs 'draft=ngram,verify=mc-norep'",
+        "--configs 'draft=ngram,lenience=0.5'",
+        "--configs 'draft=model'",
+        "--configs 'verify=token'",
+        "--configs 'draft=ngram;draft=ngram'",
+        "--configs 'draft=none,gamma=4'",
+        "--configs 'draft=ngram,p_min=2'",
+        "--configs 'draft=ngram,verify=greedy' --temp 1",
+        "-n 0",
+        "-n 100000000",
+        "-n 600",
+        "--repeat 0",
+        "--repeat x",
+        "--temp -1",
+        "--top-p 0",
+        "--bogus",
+        "--out",
+    };
+    char args[4096], err[8192];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "-m '%s' --prompts '%s' -n 8 --out '%s/bad-out' %s", model,
+                 good, dir, bad[i]);
+        int rc = run_bench(args, err, sizeof err);
+        if (rc != 2 || count_lines(err) != 1)
+            fprintf(stderr, "args '%s': rc %d stderr '%s'\n", bad[i], rc, err);
+        assert_int_equal(rc, 2);
+        assert_int_equal(count_lines(err), 1);
+    }
+    /* prompt files and models */
+    const char *files[] = {bad_json, no_field, empty, missing};
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(args, sizeof args, "-m '%s' --prompts '%s' -n 8 --out '%s/bad-out'", model,
+                 files[i], dir);
+        int rc = run_bench(args, err, sizeof err);
+        if (rc != 2 || count_lines(err) != 1) fprintf(stderr, "file %zu: rc %d stderr '%s'\n", i, rc, err);
+        assert_int_equal(rc, 2);
+        assert_int_equal(count_lines(err), 1);
+    }
+    snprintf(args, sizeof args, "--prompts '%s' --out '%s/bad-out'", bad_json, dir);
+    assert_int_equal(run_bench(args, err, sizeof err), 2); /* no -m */
+    assert_int_equal(count_lines(err), 1);
+    snprintf(args, sizeof args, "-m '%s/nope.gguf' --prompts '%s' --out '%s/bad-out'", dir, good, dir);
+    assert_int_equal(run_bench(args, err, sizeof err), 2);
+    assert_int_equal(count_lines(err), 1);
+    /* the malformed line is named */
+    snprintf(args, sizeof args, "-m '%s' --prompts '%s' --out '%s/bad-out'", model, bad_json, dir);
+    assert_int_equal(run_bench(args, err, sizeof err), 2);
+    assert_non_null(strstr(err, ":2:"));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_run),
+    cmocka_unit_test(test_json_stdout),
+    cmocka_unit_test(test_bad_input),
+};
+SP_TEST_MAIN(tests)

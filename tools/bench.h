@@ -1,0 +1,114 @@
+/* bench.h: internals of `specula bench` shared by its files: configuration
+ * strings (bench_config.c), per-run records and their aggregation
+ * (bench_config.c), and the reports (bench_report.c). Library-free apart
+ * from the public parameter/stat types. */
+#ifndef SP_BENCH_H
+#define SP_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "sp_spec.h"
+
+/* One configuration under test.
+ *
+ * Grammar of a configuration string (configs are separated by ';'):
+ *   config := "plain" | item ("," item)*
+ *   item   := key "=" value | "adaptive"
+ *   keys   := draft (model|ngram|layerskip|lowbit|none), verify (token|block|
+ *             greedy|lenient|mc|mc-norep|naive), gamma (1..32), tree (4x2x2),
+ *             adaptive (0|1|true|false, or bare), p_min ([0,1]),
+ *             ngram_min / ngram_max (1..64), skip (layer list "1,3,5-7"; the
+ *             comma-separated numbers after skip= continue the list),
+ *             lowbit (q4_0|q8_0|f16|bf16), lenience ((0,1], verify=lenient)
+ * Without a draft key the drafter is `model` when a draft model was given
+ * (-md), as in `specula generate`; with a tree and no verify key the
+ * verifier is mc-norep (block otherwise). Keys that the chosen drafter/verifier
+ * would ignore are errors, so a typo cannot silently measure the wrong
+ * thing. The display name is the string as given, trimmed. */
+typedef struct sp_bench_config {
+    char *name;          /* owned */
+    bool plain;          /* plain decoding (drafter NONE) */
+    sp_spec_params spec; /* spec.tree / spec.draft.skip_layers point at the owned copies */
+    char *tree, *skip;   /* owned, or NULL */
+} sp_bench_config;
+
+/* Parse one configuration string. has_draft_model: -md was given. On error
+ * returns -1 with a one-line message (naming the config and key) in msg. */
+int sp_bench_config_parse(const char *text, bool has_draft_model, sp_bench_config *out,
+                          char *msg, size_t msg_cap);
+void sp_bench_config_free(sp_bench_config *c);
+
+/* Parse a ';'-separated list into a new array. Plain decoding is always
+ * config 0 (added when absent; "plain" and "draft=none" are moved there);
+ * empty items are skipped; a name listed twice is an error. Returns 0, or
+ * -1 with a message. Free with sp_bench_configs_free. */
+int sp_bench_configs_parse(const char *list, bool has_draft_model, sp_bench_config **out,
+                           int *n_out, char *msg, size_t msg_cap);
+void sp_bench_configs_free(sp_bench_config *c, int n);
+
+/* The default --configs list. */
+const char *sp_bench_default_configs(bool has_draft_model);
+
+/* Target batch a configuration needs (the uncommitted token plus the draft
+ * budget, chain or tree), at least 64. */
+int32_t sp_bench_config_batch(const sp_bench_config *c);
+/* Extra KV slots a configuration needs beyond prompt + n_predict (trees
+ * evaluate their whole budget before rolling back). */
+int32_t sp_bench_config_extra_ctx(const sp_bench_config *c);
+
+/* One generation: configuration `config` on prompt `prompt` in repeat `repeat`. */
+typedef struct sp_bench_run {
+    int config, prompt, repeat;
+    uint64_t seed;
+    int32_t n_prompt, n_generated;
+    double t_prefill, t_generate; /* seconds */
+    bool hit_eog;
+    sp_spec_stats spec;
+} sp_bench_run;
+
+/* Per-configuration aggregates over all its runs. */
+typedef struct sp_bench_agg {
+    int n_runs, n_repeats;
+    int64_t tokens;           /* generated, over all runs */
+    double seconds;           /* generate seconds, over all runs */
+    sp_spec_stats sum;        /* counters and histograms summed over runs */
+    double *tps;              /* [n_repeats]: tokens / generate seconds of that repeat */
+    double *speedup;          /* [n_repeats]: tps / plain tps of the same repeat */
+    double tps_mean, tps_std; /* over repeats (sample std; 0 for one repeat) */
+    double speedup_mean, speedup_std;
+} sp_bench_agg;
+
+/* Aggregate runs (any order) into agg[n_configs], config 0 being plain
+ * decoding. Allocates the per-repeat arrays; returns -1 when out of memory.
+ * Free with sp_bench_aggs_free. */
+int sp_bench_aggregate(const sp_bench_run *runs, size_t n_runs, int n_configs, int n_repeats,
+                       sp_bench_agg *agg);
+void sp_bench_aggs_free(sp_bench_agg *agg, int n_configs);
+
+/* Summary figures of an aggregate: plain decoding has block efficiency 1 by
+ * definition (one token per target forward) and no acceptance figures. */
+double sp_bench_block_efficiency(const sp_bench_config *c, const sp_bench_agg *a);
+
+/* ---- reports (bench_report.c) ---- */
+
+/* The results document: meta (owned by the caller, stolen), configs, runs. */
+json_t *sp_bench_results_json(json_t *meta, const sp_bench_config *cfg, int n_cfg,
+                              const sp_bench_agg *agg, const sp_bench_run *runs, size_t n_runs);
+/* The table for stdout. */
+void sp_bench_print_table(FILE *f, const sp_bench_config *cfg, int n_cfg, const sp_bench_agg *agg);
+/* results.csv: header + one row per configuration. Returns 0 or -1 (errno set). */
+int sp_bench_write_csv(const char *path, const sp_bench_config *cfg, int n_cfg,
+                       const sp_bench_agg *agg);
+/* Writes the data files and plots.gp into dir and runs gnuplot there, making
+ * tokens_per_second.png, block_efficiency.png and accept_hist.png. Returns 0
+ * on success, 1 when gnuplot is not installed, -1 on failure (one line in
+ * msg). */
+int sp_bench_plot(const char *dir, const sp_bench_config *cfg, int n_cfg, const sp_bench_agg *agg,
+                  char *msg, size_t msg_cap);
+
+#endif
