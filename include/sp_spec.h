@@ -65,7 +65,8 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
                            sp_gen_stats *gstats, sp_spec_stats *stats, sp_token_cb cb, void *ud,
                            sp_error *err);
 
-/* Reset the target and draft caches so the object can serve a new prompt. */
+/* Reset the target and draft caches and the adaptive-gamma estimates so the
+ * object can serve a new prompt from scratch. */
 sp_status sp_spec_reset(sp_spec *s, sp_error *err);
 
 #endif

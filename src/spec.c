@@ -150,6 +150,9 @@ sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, s
 }
 
 sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
+    /* forget the adaptive estimates too: each prompt starts from scratch */
+    s->acc_a = s->acc_b = s->t_tok_draft = 0;
+    memset(s->t_target, 0, sizeof s->t_target);
     sp_status st = sp_ctx_truncate(s->target, 0, err);
     if (!st && s->drafter && sp_drafter_ctx(s->drafter))
         st = sp_ctx_truncate(sp_drafter_ctx(s->drafter), 0, err);

@@ -21,6 +21,17 @@ typedef struct sp_cli_command {
 int sp_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out);
 int sp_cli_float(const char *flag, const char *s, double lo, double hi, double *out);
 
+/* Flags shared by generate and bench: -n, -s/--seed, -t, -c, --temp, --top-k,
+ * --top-p, --min-p. */
+typedef struct sp_cli_run_opts {
+    long long n_predict, seed, threads, n_ctx;
+    sp_sampler_params sampling;
+} sp_cli_run_opts;
+void sp_cli_run_opts_default(sp_cli_run_opts *r);
+/* 1 if flag a is one of the shared ones (value v consumed), 0 if not, -1
+ * after printing what is wrong with v. */
+int sp_cli_run_flag(const char *a, const char *v, sp_cli_run_opts *r);
+
 /* The speculation statistics as a JSON object / a short text summary. */
 json_t *sp_cli_spec_json(const sp_spec_stats *s);
 void sp_cli_spec_print(FILE *f, const sp_spec_stats *s);

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <string.h>
+
 #include "cli.h"
 
 int sp_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
@@ -35,6 +37,48 @@ int sp_cli_float(const char *flag, const char *s, double lo, double hi, double *
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+void sp_cli_run_opts_default(sp_cli_run_opts *r) {
+    r->n_predict = 128;
+    r->seed = 42;
+    r->threads = 1;
+    r->n_ctx = 0;
+    r->sampling = sp_sampler_default_params();
+}
+
+int sp_cli_run_flag(const char *a, const char *v, sp_cli_run_opts *r) {
+    double d;
+    long long ll;
+    if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
+        return sp_cli_int(a, v, 1, 1 << 20, &r->n_predict) ? -1 : 1;
+    if (!strcmp(a, "--seed") || !strcmp(a, "-s"))
+        return sp_cli_int(a, v, 0, INT64_MAX, &r->seed) ? -1 : 1;
+    if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+        return sp_cli_int(a, v, 1, 256, &r->threads) ? -1 : 1;
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
+        return sp_cli_int(a, v, 1, 1 << 20, &r->n_ctx) ? -1 : 1;
+    if (!strcmp(a, "--temp")) {
+        if (sp_cli_float(a, v, 0, 100, &d)) return -1;
+        r->sampling.temperature = (float)d;
+        return 1;
+    }
+    if (!strcmp(a, "--top-k")) {
+        if (sp_cli_int(a, v, 0, 1 << 24, &ll)) return -1;
+        r->sampling.top_k = (int32_t)ll;
+        return 1;
+    }
+    if (!strcmp(a, "--top-p")) {
+        if (sp_cli_float(a, v, 1e-9, 1, &d)) return -1;
+        r->sampling.top_p = (float)d;
+        return 1;
+    }
+    if (!strcmp(a, "--min-p")) {
+        if (sp_cli_float(a, v, 0, 1, &d)) return -1;
+        r->sampling.min_p = (float)d;
+        return 1;
+    }
     return 0;
 }
 

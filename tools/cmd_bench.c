@@ -21,8 +21,8 @@
 typedef struct bench_opts {
     const char *model, *tokenizer, *draft_model, *draft_tokenizer;
     const char *prompts, *configs, *out_dir;
-    long long n_predict, seed, threads, n_ctx, repeat;
-    sp_sampler_params sampling;
+    sp_cli_run_opts run;
+    long long repeat;
     bool json;
 } bench_opts;
 
@@ -45,18 +45,17 @@ static void bench_usage(FILE *f) {
 
 /* Parses bench's flags; returns 0, -1 for --help, or 2 after printing the problem. */
 static int parse_bench(int argc, char **argv, bench_opts *o) {
-    o->n_predict = 128;
-    o->seed = 42;
-    o->threads = 1;
+    sp_cli_run_opts_default(&o->run);
     o->repeat = 1;
     o->out_dir = "bench-out";
-    o->sampling = sp_sampler_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double d;
-        long long ll;
 #define NEXT() (i++, v)
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        int shared = sp_cli_run_flag(a, v, &o->run);
+        if (shared < 0) return 2;
+        if (shared > 0) {
+            i++;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(o->model = NEXT())) goto missing;
         } else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) {
             if (!(o->tokenizer = NEXT())) goto missing;
@@ -74,28 +73,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
                 fprintf(stderr, "specula: --out needs a directory name\n");
                 return 2;
             }
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (sp_cli_int(a, NEXT(), 1, 1 << 20, &o->n_predict)) return 2;
         } else if (!strcmp(a, "--repeat")) {
             if (sp_cli_int(a, NEXT(), 1, 10000, &o->repeat)) return 2;
-        } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
-            if (sp_cli_int(a, NEXT(), 0, INT64_MAX, &o->seed)) return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (sp_cli_int(a, NEXT(), 1, 256, &o->threads)) return 2;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if (sp_cli_int(a, NEXT(), 1, 1 << 20, &o->n_ctx)) return 2;
-        } else if (!strcmp(a, "--temp")) {
-            if (sp_cli_float(a, NEXT(), 0, 100, &d)) return 2;
-            o->sampling.temperature = (float)d;
-        } else if (!strcmp(a, "--top-k")) {
-            if (sp_cli_int(a, NEXT(), 0, 1 << 24, &ll)) return 2;
-            o->sampling.top_k = (int32_t)ll;
-        } else if (!strcmp(a, "--top-p")) {
-            if (sp_cli_float(a, NEXT(), 1e-9, 1, &d)) return 2;
-            o->sampling.top_p = (float)d;
-        } else if (!strcmp(a, "--min-p")) {
-            if (sp_cli_float(a, NEXT(), 0, 1, &d)) return 2;
-            o->sampling.min_p = (float)d;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -303,7 +282,7 @@ static int bench_main(const bench_opts *o) {
     bool uses_model = false;
     for (int c = 0; c < n_cfg; c++) {
         uses_model |= cfg[c].spec.draft.kind == SP_DRAFT_MODEL;
-        if (cfg[c].spec.verifier == SP_VERIFIER_GREEDY && o->sampling.temperature != 0) {
+        if (cfg[c].spec.verifier == SP_VERIFIER_GREEDY && o->run.sampling.temperature != 0) {
             fprintf(stderr, "specula: config '%s': verify=greedy needs --temp 0\n", cfg[c].name);
             goto done;
         }
@@ -312,7 +291,7 @@ static int bench_main(const bench_opts *o) {
         fprintf(stderr, "specula: -md given but no configuration uses draft=model\n");
         goto done;
     }
-    if (sp_sampler_params_check(&o->sampling, &err)) goto fail;
+    if (sp_sampler_params_check(&o->run.sampling, &err)) goto fail;
     if (make_dirs(o->out_dir)) {
         fprintf(stderr, "specula: cannot create output directory %s: %s\n", o->out_dir,
                 strerror(errno));
@@ -333,8 +312,8 @@ static int bench_main(const bench_opts *o) {
         if (sp_model_load(o->draft_model, &dp, &dmodel, &err)) goto fail;
     }
     sp_ctx_params cp = sp_ctx_default_params();
-    cp.n_ctx = (int32_t)o->n_ctx;
-    cp.n_threads = (int32_t)o->threads;
+    cp.n_ctx = (int32_t)o->run.n_ctx;
+    cp.n_threads = (int32_t)o->run.threads;
     int32_t extra = 0;
     for (int c = 0; c < n_cfg; c++) {
         int32_t b = sp_bench_config_batch(&cfg[c]), x = sp_bench_config_extra_ctx(&cfg[c]);
@@ -372,48 +351,48 @@ static int bench_main(const bench_opts *o) {
                         np[i] < 1 ? "encodes to no tokens" : err.msg);
             goto done;
         }
-        if ((int64_t)np[i] + o->n_predict + extra > n_ctx) {
+        if ((int64_t)np[i] + o->run.n_predict + extra > n_ctx) {
             fprintf(stderr,
                     "specula: prompt %d (%d tokens) plus -n %lld%s exceeds the context size %d "
                     "(lower -n or raise -c)\n",
-                    i + 1, np[i], o->n_predict, extra ? " plus the largest tree" : "", n_ctx);
+                    i + 1, np[i], o->run.n_predict, extra ? " plus the largest tree" : "", n_ctx);
             goto done;
         }
     }
-    out = malloc((size_t)o->n_predict * sizeof *out);
+    out = malloc((size_t)o->run.n_predict * sizeof *out);
     const size_t total = (size_t)o->repeat * (size_t)ps.n * (size_t)n_cfg;
     runs = calloc(total, sizeof *runs);
     if (!out || !runs) goto oom;
 
     sp_gen_params gp = sp_gen_default_params();
-    gp.sampling = o->sampling;
+    gp.sampling = o->run.sampling;
     /* warm-up (not recorded): one short run per configuration, so the first
      * configuration timed does not pay for cold caches and page faults */
-    gp.n_predict = o->n_predict < 16 ? (int32_t)o->n_predict : 16;
-    gp.seed = (uint64_t)o->seed;
+    gp.n_predict = o->run.n_predict < 16 ? (int32_t)o->run.n_predict : 16;
+    gp.seed = (uint64_t)o->run.seed;
     for (int c = 0; c < n_cfg; c++) {
         if (sp_spec_reset(specs[c], &err) ||
-            sp_spec_generate(specs[c], ptok[0], np[0], &gp, out, (int32_t)o->n_predict, NULL, NULL,
+            sp_spec_generate(specs[c], ptok[0], np[0], &gp, out, (int32_t)o->run.n_predict, NULL, NULL,
                              NULL, NULL, &err)) {
             fprintf(stderr, "specula: config '%s' (warm-up): %s\n", cfg[c].name, err.msg);
             rc = 1;
             goto done;
         }
     }
-    gp.n_predict = (int32_t)o->n_predict;
+    gp.n_predict = (int32_t)o->run.n_predict;
     progress pg = {.tty = isatty(2), .total = (int64_t)total, .t0 = sp_now()};
     pg.t_repeat = pg.t0;
     for (int r = 0; r < o->repeat; r++) {
         for (int i = 0; i < ps.n; i++) {
             /* the same seed for every configuration on this (prompt, repeat) */
-            gp.seed = (uint64_t)o->seed + (uint64_t)r * (uint64_t)ps.n + (uint64_t)i;
+            gp.seed = (uint64_t)o->run.seed + (uint64_t)r * (uint64_t)ps.n + (uint64_t)i;
             for (int c = 0; c < n_cfg; c++) {
                 sp_bench_run *run = &runs[n_runs];
                 sp_gen_stats gs;
                 *run = (sp_bench_run){.config = c, .prompt = i, .repeat = r, .seed = gp.seed,
                                       .n_prompt = np[i]};
                 if (sp_spec_reset(specs[c], &err) ||
-                    sp_spec_generate(specs[c], ptok[i], np[i], &gp, out, (int32_t)o->n_predict, &gs,
+                    sp_spec_generate(specs[c], ptok[i], np[i], &gp, out, (int32_t)o->run.n_predict, &gs,
                                      &run->spec, NULL, NULL, &err)) {
                     if (pg.tty) fprintf(stderr, "\n");
                     fprintf(stderr, "specula: config '%s', prompt %d: %s\n", cfg[c].name, i + 1,
@@ -443,15 +422,15 @@ static int bench_main(const bench_opts *o) {
     }
     json_object_set_new(meta, "prompts_file", json_string(ppath));
     json_object_set_new(meta, "n_prompts", json_integer(ps.n));
-    json_object_set_new(meta, "n_predict", json_integer(o->n_predict));
+    json_object_set_new(meta, "n_predict", json_integer(o->run.n_predict));
     json_object_set_new(meta, "repeat", json_integer(o->repeat));
-    json_object_set_new(meta, "seed", json_integer(o->seed));
-    json_object_set_new(meta, "threads", json_integer(o->threads));
+    json_object_set_new(meta, "seed", json_integer(o->run.seed));
+    json_object_set_new(meta, "threads", json_integer(o->run.threads));
     json_object_set_new(meta, "n_ctx", json_integer(n_ctx));
-    json_object_set_new(meta, "temperature", json_real(o->sampling.temperature));
-    json_object_set_new(meta, "top_k", json_integer(o->sampling.top_k));
-    json_object_set_new(meta, "top_p", json_real(o->sampling.top_p));
-    json_object_set_new(meta, "min_p", json_real(o->sampling.min_p));
+    json_object_set_new(meta, "temperature", json_real(o->run.sampling.temperature));
+    json_object_set_new(meta, "top_k", json_integer(o->run.sampling.top_k));
+    json_object_set_new(meta, "top_p", json_real(o->run.sampling.top_p));
+    json_object_set_new(meta, "min_p", json_real(o->run.sampling.min_p));
     json_object_set_new(meta, "wall_seconds", json_real(sp_now() - pg.t0));
     json_object_set_new(meta, "tokens_per_second_definition",
                         json_string("per repeat: generated tokens / generate seconds (prefill "

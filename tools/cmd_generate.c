@@ -13,8 +13,7 @@
 typedef struct gen_opts {
     const char *model, *tokenizer, *prompt, *prompt_file;
     const char *draft_model, *draft_tokenizer;
-    long long n_predict, seed, threads, n_ctx;
-    sp_sampler_params sampling;
+    sp_cli_run_opts run;
     sp_spec_params spec;
     bool drafter_given;
     bool json;
@@ -35,18 +34,18 @@ static void gen_usage(void) {
 
 /* Parses generate's flags; returns 0, or 2 after printing the problem. */
 static int parse_gen(int argc, char **argv, gen_opts *o, bool need_model) {
-    o->n_predict = 128;
-    o->seed = 42;
-    o->threads = 1;
-    o->n_ctx = 0;
-    o->sampling = sp_sampler_default_params();
+    sp_cli_run_opts_default(&o->run);
     o->spec = sp_spec_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d;
         long long ll;
 #define NEXT() (i++, v)
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        int shared = sp_cli_run_flag(a, v, &o->run);
+        if (shared < 0) return 2;
+        if (shared > 0) {
+            i++;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(o->model = NEXT())) goto missing;
         } else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) {
             if (!(o->tokenizer = NEXT())) goto missing;
@@ -54,26 +53,6 @@ static int parse_gen(int argc, char **argv, gen_opts *o, bool need_model) {
             if (!(o->prompt = NEXT())) goto missing;
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             if (!(o->prompt_file = NEXT())) goto missing;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (sp_cli_int(a, NEXT(), 1, 1 << 20, &o->n_predict)) return 2;
-        } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
-            if (sp_cli_int(a, NEXT(), 0, INT64_MAX, &o->seed)) return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (sp_cli_int(a, NEXT(), 1, 256, &o->threads)) return 2;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if (sp_cli_int(a, NEXT(), 1, 1 << 20, &o->n_ctx)) return 2;
-        } else if (!strcmp(a, "--temp")) {
-            if (sp_cli_float(a, NEXT(), 0, 100, &d)) return 2;
-            o->sampling.temperature = (float)d;
-        } else if (!strcmp(a, "--top-k")) {
-            if (sp_cli_int(a, NEXT(), 0, 1 << 24, &ll)) return 2;
-            o->sampling.top_k = (int32_t)ll;
-        } else if (!strcmp(a, "--top-p")) {
-            if (sp_cli_float(a, NEXT(), 1e-9, 1, &d)) return 2;
-            o->sampling.top_p = (float)d;
-        } else if (!strcmp(a, "--min-p")) {
-            if (sp_cli_float(a, NEXT(), 0, 1, &d)) return 2;
-            o->sampling.min_p = (float)d;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
@@ -251,7 +230,7 @@ static int generate_main(gen_opts *o) {
         if (sp_model_load(o->draft_model, &dp, &dmodel, &err)) goto fail;
         o->spec.draft.draft_model = dmodel;
     }
-    if (sp_sampler_params_check(&o->sampling, &err)) goto fail;
+    if (sp_sampler_params_check(&o->run.sampling, &err)) goto fail;
     const char *text = o->prompt ? o->prompt : "";
     size_t text_len = strlen(text);
     if (o->prompt_file) {
@@ -263,8 +242,8 @@ static int generate_main(gen_opts *o) {
         text = file_text;
     }
     sp_ctx_params cp = sp_ctx_default_params();
-    cp.n_ctx = (int32_t)o->n_ctx;
-    cp.n_threads = (int32_t)o->threads;
+    cp.n_ctx = (int32_t)o->run.n_ctx;
+    cp.n_threads = (int32_t)o->run.threads;
     cp.max_batch = batch_for(&o->spec);
     if (sp_ctx_init(model, &cp, &ctx, &err)) goto fail;
     if (sp_spec_init(ctx, &o->spec, &spec, &err)) goto fail;
@@ -284,18 +263,18 @@ static int generate_main(gen_opts *o) {
         fprintf(stderr, "specula: the prompt is empty and the model adds no BOS token\n");
         goto done;
     }
-    if (n_prompt + o->n_predict > n_ctx) {
+    if (n_prompt + o->run.n_predict > n_ctx) {
         fprintf(stderr,
                 "specula: prompt (%d tokens) plus -n %lld exceeds the context size %d (use -c)\n",
-                n_prompt, o->n_predict, n_ctx);
+                n_prompt, o->run.n_predict, n_ctx);
         goto done;
     }
-    out = malloc((size_t)o->n_predict * sizeof *out);
+    out = malloc((size_t)o->run.n_predict * sizeof *out);
     if (!out) goto done;
     sp_gen_params gp = sp_gen_default_params();
-    gp.n_predict = (int32_t)o->n_predict;
-    gp.sampling = o->sampling;
-    gp.seed = (uint64_t)o->seed;
+    gp.n_predict = (int32_t)o->run.n_predict;
+    gp.sampling = o->run.sampling;
+    gp.seed = (uint64_t)o->run.seed;
     ss.tok = tok;
     ss.prev = prompt[n_prompt - 1];
     ss.print = !o->json;
@@ -305,7 +284,7 @@ static int generate_main(gen_opts *o) {
     }
     sp_gen_stats gs;
     sp_spec_stats sst;
-    if (sp_spec_generate(spec, prompt, n_prompt, &gp, out, (int32_t)o->n_predict, &gs, &sst,
+    if (sp_spec_generate(spec, prompt, n_prompt, &gp, out, (int32_t)o->run.n_predict, &gs, &sst,
                          on_tokens, &ss, &err))
         goto fail;
     double secs = gs.t_generate;
