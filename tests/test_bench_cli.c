@@ -3,27 +3,13 @@
  * everything), results.csv shape, PNG plots when gnuplot is installed, and
  * exit code 2 with one stderr line for bad input. The binary is found as
  * ../specula next to the test binary's directory. */
-#include "testutil.h"
+#include "cli_testutil.h"
 
-#include <jansson.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdbool.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-static char g_bin[1024], g_dir[1024];
-
-static const char *specula_bin(void) {
-    if (g_bin[0]) return g_bin;
-    char exe[900];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    assert_true(n > 0);
-    exe[n] = 0;
-    snprintf(g_bin, sizeof g_bin, "%s/../specula", dirname(exe));
-    return g_bin;
-}
+static char g_dir[1024];
 
 static void remove_scratch(void) {
     char cmd[1200];
@@ -48,32 +34,13 @@ static void write_file(const char *path, const char *text) {
     fclose(f);
 }
 
-/* Run `specula bench ARGS`, capturing stderr (stdout discarded) into buf.
- * Returns the exit code. */
+/* Run `specula bench ARGS`, capturing stderr; returns the exit code. */
 static int run_bench(const char *args, char *buf, size_t cap) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' bench %s 2>&1 >/dev/null", specula_bin(), args);
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    size_t len = fread(buf, 1, cap - 1, f);
-    buf[len] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char full[4096];
+    snprintf(full, sizeof full, "bench %s", args);
+    return sp_cli_run(full, SP_CAPTURE_STDERR, buf, cap);
 }
 
-static int count_lines(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
-static double num(json_t *j, const char *k) {
-    json_t *v = json_object_get(j, k);
-    if (!v) fprintf(stderr, "missing field %s\n", k);
-    assert_non_null(v);
-    assert_true(json_is_number(v));
-    return json_number_value(v);
-}
 
 static json_t *find_config(json_t *cfgs, const char *name) {
     for (size_t i = 0; i < json_array_size(cfgs); i++) {
@@ -129,8 +96,8 @@ static void test_run(void **state) {
     json_t *j = json_load_file(path, 0, &je);
     if (!j) fprintf(stderr, "results.json: %s\n", je.text);
     assert_non_null(j);
-    assert_int_equal((int)num(j, "n_predict"), 16);
-    assert_int_equal((int)num(j, "n_prompts"), 2);
+    assert_int_equal((int)sp_json_num(j, "n_predict"), 16);
+    assert_int_equal((int)sp_json_num(j, "n_prompts"), 2);
     json_t *cfgs = json_object_get(j, "configs");
     assert_int_equal(json_array_size(cfgs), N_NAMES);
     /* plain first, in list order after it */
@@ -139,16 +106,16 @@ static void test_run(void **state) {
                             NAMES[i]);
     for (size_t i = 0; i < N_NAMES; i++) {
         json_t *c = find_config(cfgs, NAMES[i]);
-        assert_true(num(c, "tokens_per_second") > 0);
-        assert_true(num(c, "speedup") > 0);
-        assert_true(num(c, "speedup_std") >= 0);
-        assert_true(num(c, "block_efficiency") >= 1);
-        assert_int_equal((int)num(c, "runs"), 2);
+        assert_true(sp_json_num(c, "tokens_per_second") > 0);
+        assert_true(sp_json_num(c, "speedup") > 0);
+        assert_true(sp_json_num(c, "speedup_std") >= 0);
+        assert_true(sp_json_num(c, "block_efficiency") >= 1);
+        assert_int_equal((int)sp_json_num(c, "runs"), 2);
         assert_int_equal(json_array_size(json_object_get(c, "speedup_by_repeat")), 1);
         if (i == 0) continue;
-        double ar = num(c, "acceptance_rate");
+        double ar = sp_json_num(c, "acceptance_rate");
         assert_true(ar >= 0 && ar <= 1);
-        assert_true(num(c, "mean_accepted") >= 0);
+        assert_true(sp_json_num(c, "mean_accepted") >= 0);
         json_t *spec = json_object_get(c, "spec");
         assert_true(json_is_object(spec));
         json_t *h = json_object_get(spec, "accept_hist");
@@ -159,13 +126,13 @@ static void test_run(void **state) {
         assert_int_equal(sum, json_integer_value(json_object_get(spec, "iterations")));
     }
     json_t *plain = find_config(cfgs, "plain");
-    assert_true(num(plain, "speedup") == 1.0);
+    assert_true(sp_json_num(plain, "speedup") == 1.0);
     json_t *ar = json_object_get(plain, "acceptance_rate");
     assert_true(!ar || json_number_value(ar) == 0);
     /* the target drafting for itself at temperature 0 accepts everything */
     json_t *self = find_config(cfgs, "draft=model,gamma=4");
-    assert_true(num(self, "acceptance_rate") == 1.0);
-    assert_true(num(self, "block_efficiency") > 1);
+    assert_true(sp_json_num(self, "acceptance_rate") == 1.0);
+    assert_true(sp_json_num(self, "block_efficiency") > 1);
     /* runs: every (config, prompt), same seed for every config on a prompt */
     json_t *runs = json_object_get(j, "runs");
     assert_int_equal(json_array_size(runs), 2 * N_NAMES);
@@ -174,7 +141,7 @@ static void test_run(void **state) {
         json_t *r0 = json_array_get(runs, i - i % N_NAMES);
         assert_int_equal(json_integer_value(json_object_get(r, "seed")),
                          json_integer_value(json_object_get(r0, "seed")));
-        assert_true(num(r, "n_generated") >= 1 && num(r, "n_generated") <= 16);
+        assert_true(sp_json_num(r, "n_generated") >= 1 && sp_json_num(r, "n_generated") <= 16);
         assert_int_equal(json_object_get(r, "spec") != NULL, i % N_NAMES != 0);
     }
     json_decref(j);
@@ -207,17 +174,12 @@ static void test_json_stdout(void **state) {
     snprintf(prompts, sizeof prompts, "%s/one.jsonl", dir);
     write_file(prompts, "{\"prompt\": \"Once upon a time\"}\n");
     snprintf(cmd, sizeof cmd,
-             "'%s' bench -m '%s' --prompts '%s' --configs 'draft=ngram,gamma=2' -n 8 --repeat 2 "
-             "--json --out '%s/json-out' 2>/dev/null",
-             specula_bin(), sp_shared("models/stories260K.gguf"), prompts, dir);
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
+             "bench -m '%s' --prompts '%s' --configs 'draft=ngram,gamma=2' -n 8 --repeat 2 "
+             "--json --out '%s/json-out'",
+             sp_shared("models/stories260K.gguf"), prompts, dir);
     static char buf[1 << 20];
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
-    buf[len] = 0;
-    int st = pclose(f);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    assert_int_equal(count_lines(buf), 1);
+    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+    assert_int_equal(sp_count_lines(buf), 1);
     json_error_t je;
     json_t *j = json_loads(buf, 0, &je);
     assert_non_null(j);
@@ -280,10 +242,10 @@ static void test_bad_input(void **state) {
         snprintf(args, sizeof args, "-m '%s' --prompts '%s' -n 8 --out '%s/bad-out' %s", model,
                  good, dir, bad[i]);
         int rc = run_bench(args, err, sizeof err);
-        if (rc != 2 || count_lines(err) != 1)
+        if (rc != 2 || sp_count_lines(err) != 1)
             fprintf(stderr, "args '%s': rc %d stderr '%s'\n", bad[i], rc, err);
         assert_int_equal(rc, 2);
-        assert_int_equal(count_lines(err), 1);
+        assert_int_equal(sp_count_lines(err), 1);
     }
     /* prompt files and models */
     const char *files[] = {bad_json, no_field, empty, missing};
@@ -291,16 +253,16 @@ static void test_bad_input(void **state) {
         snprintf(args, sizeof args, "-m '%s' --prompts '%s' -n 8 --out '%s/bad-out'", model,
                  files[i], dir);
         int rc = run_bench(args, err, sizeof err);
-        if (rc != 2 || count_lines(err) != 1) fprintf(stderr, "file %zu: rc %d stderr '%s'\n", i, rc, err);
+        if (rc != 2 || sp_count_lines(err) != 1) fprintf(stderr, "file %zu: rc %d stderr '%s'\n", i, rc, err);
         assert_int_equal(rc, 2);
-        assert_int_equal(count_lines(err), 1);
+        assert_int_equal(sp_count_lines(err), 1);
     }
     snprintf(args, sizeof args, "--prompts '%s' --out '%s/bad-out'", bad_json, dir);
     assert_int_equal(run_bench(args, err, sizeof err), 2); /* no -m */
-    assert_int_equal(count_lines(err), 1);
+    assert_int_equal(sp_count_lines(err), 1);
     snprintf(args, sizeof args, "-m '%s/nope.gguf' --prompts '%s' --out '%s/bad-out'", dir, good, dir);
     assert_int_equal(run_bench(args, err, sizeof err), 2);
-    assert_int_equal(count_lines(err), 1);
+    assert_int_equal(sp_count_lines(err), 1);
     /* the malformed line is named */
     snprintf(args, sizeof args, "-m '%s' --prompts '%s' --out '%s/bad-out'", model, bad_json, dir);
     assert_int_equal(run_bench(args, err, sizeof err), 2);

@@ -2,50 +2,21 @@
  * and exit code 2 with one stderr line for every bad flag. The binary is
  * found as ../specula next to the test binary's directory (build/tests ->
  * build/specula, build-san/tests -> build-san/specula). */
-#include "testutil.h"
+#include "cli_testutil.h"
 
-#include <jansson.h>
-#include <libgen.h>
 #include <math.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-static char g_bin[1024];
-
-static const char *specula_bin(void) {
-    if (g_bin[0]) return g_bin;
-    char exe[900];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    assert_true(n > 0);
-    exe[n] = 0;
-    snprintf(g_bin, sizeof g_bin, "%s/../specula", dirname(exe));
-    return g_bin;
-}
-
-/* Run `specula verify-sim ARGS`; capture stdout (and, with stderr_to_out,
- * only stderr) into buf. Returns the exit code. */
+/* `specula verify-sim ARGS`, capturing stdout or (stderr_only) stderr. */
 static int run_cli(const char *args, int stderr_only, char *buf, size_t cap) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' verify-sim %s %s", specula_bin(), args,
-             stderr_only ? "2>&1 >/dev/null" : "2>/dev/null");
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    size_t len = fread(buf, 1, cap - 1, f);
-    buf[len] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int count_lines(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
+    char full[4096];
+    snprintf(full, sizeof full, "verify-sim %s", args);
+    return sp_cli_run(full, stderr_only ? SP_CAPTURE_STDERR : SP_CAPTURE_STDOUT, buf, cap);
 }
 
 static json_t *run_json(const char *args) {
     static char buf[65536];
     assert_int_equal(run_cli(args, 0, buf, sizeof buf), 0);
-    assert_int_equal(count_lines(buf), 1);
+    assert_int_equal(sp_count_lines(buf), 1);
     json_error_t je;
     json_t *j = json_loads(buf, 0, &je);
     if (!j) fprintf(stderr, "bad JSON: %s\n%s\n", je.text, buf);
@@ -53,24 +24,18 @@ static json_t *run_json(const char *args) {
     return j;
 }
 
-static double num(json_t *j, const char *k) {
-    json_t *v = json_object_get(j, k);
-    assert_non_null(v);
-    assert_true(json_is_number(v));
-    return json_number_value(v);
-}
 
 static void test_json_toy(void **state) {
     (void)state;
     json_t *j = run_json("--verifier block --p 0.3333,0.6667 --q 0.6667,0.3333 --gamma 2 "
                          "--trials 200000 --seed 3 --json");
     assert_string_equal(json_string_value(json_object_get(j, "verifier")), "block");
-    assert_int_equal((int)num(j, "gamma"), 2);
-    assert_int_equal((int)num(j, "trials"), 200000);
-    double ma = num(j, "mean_accepted");
+    assert_int_equal((int)sp_json_num(j, "gamma"), 2);
+    assert_int_equal((int)sp_json_num(j, "trials"), 200000);
+    double ma = sp_json_num(j, "mean_accepted");
     /* 11/9 with p, q = 0.3333/0.6667 (not exactly thirds): within 0.01 */
     assert_true(fabs(ma - 11.0 / 9) < 0.01);
-    assert_true(fabs(num(j, "block_efficiency") - (ma + 1)) < 1e-12);
+    assert_true(fabs(sp_json_num(j, "block_efficiency") - (ma + 1)) < 1e-12);
     json_t *h = json_object_get(j, "accept_hist");
     assert_true(json_is_array(h));
     assert_int_equal(json_array_size(h), 3);
@@ -82,9 +47,9 @@ static void test_json_toy(void **state) {
     }
     assert_int_equal(sum, 200000);
     assert_true(fabs(msum / 200000 - ma) < 1e-12);
-    assert_int_equal((int)num(j, "dof"), 7);
-    assert_true(num(j, "chi2") >= 0);
-    assert_true(num(j, "p_value") > 1e-4);
+    assert_int_equal((int)sp_json_num(j, "dof"), 7);
+    assert_true(sp_json_num(j, "chi2") >= 0);
+    assert_true(sp_json_num(j, "p_value") > 1e-4);
     json_decref(j);
 }
 
@@ -92,19 +57,19 @@ static void test_json_markov_tree_lenient(void **state) {
     (void)state;
     json_t *j = run_json("--verifier mc-norep --markov 5 --tree 2x2 --trials 5000 --seed 2 --temp 2 --json");
     assert_string_equal(json_string_value(json_object_get(j, "verifier")), "mc-norep");
-    assert_int_equal((int)num(j, "gamma"), 2);
-    assert_true(num(j, "p_value") > 1e-4);
+    assert_int_equal((int)sp_json_num(j, "gamma"), 2);
+    assert_true(sp_json_num(j, "p_value") > 1e-4);
     json_decref(j);
     j = run_json("--verifier mc --markov 4 --candidates 3 --gamma 3 --trials 5000 --json");
     assert_int_equal(json_array_size(json_object_get(j, "accept_hist")), 4);
     json_decref(j);
     j = run_json("--verifier greedy --markov 6 --gamma 4 --temp 0 --trials 1000 --json");
-    assert_true(num(j, "p_value") == 1.0);
+    assert_true(sp_json_num(j, "p_value") == 1.0);
     json_decref(j);
     /* the lossy verifier is caught */
     j = run_json("--verifier lenient --lenience 0.5 --p 0.3333,0.6667 --q 0.6667,0.3333 --gamma 2 "
                  "--trials 20000 --json");
-    assert_true(num(j, "p_value") < 1e-4);
+    assert_true(sp_json_num(j, "p_value") < 1e-4);
     json_decref(j);
 }
 
@@ -153,9 +118,9 @@ static void test_bad_flags(void **state) {
     char buf[4096];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = run_cli(bad[i], 1, buf, sizeof buf);
-        if (rc != 2 || count_lines(buf) != 1) fprintf(stderr, "args '%s': rc %d stderr '%s'\n", bad[i], rc, buf);
+        if (rc != 2 || sp_count_lines(buf) != 1) fprintf(stderr, "args '%s': rc %d stderr '%s'\n", bad[i], rc, buf);
         assert_int_equal(rc, 2);
-        assert_int_equal(count_lines(buf), 1);
+        assert_int_equal(sp_count_lines(buf), 1);
     }
 }
 
