@@ -27,7 +27,7 @@ enum { SP_CAPTURE_STDOUT = 0, SP_CAPTURE_STDERR = 1 };
 /* Runs `specula ARGS` (ARGS is shell text), captures stdout (the other
  * stream discarded) or stderr into buf; returns the exit code. */
 static inline int sp_cli_run(const char *args, int capture, char *buf, size_t cap) {
-    char cmd[8192];
+    char cmd[16384];
     snprintf(cmd, sizeof cmd, "'%s' %s %s", sp_cli_bin(), args,
              capture == SP_CAPTURE_STDERR ? "2>&1 >/dev/null" : "2>/dev/null");
     FILE *f = popen(cmd, "r");

@@ -36,7 +36,7 @@ static void write_file(const char *path, const char *text) {
 
 /* Run `specula bench ARGS`, capturing stderr; returns the exit code. */
 static int run_bench(const char *args, char *buf, size_t cap) {
-    char full[4096];
+    char full[8192];
     snprintf(full, sizeof full, "bench %s", args);
     return sp_cli_run(full, SP_CAPTURE_STDERR, buf, cap);
 }
