@@ -17,7 +17,13 @@ typedef struct gen_opts {
     sp_spec_params spec;
     bool drafter_given;
     bool json;
+    bool quiet;  /* no text or statistics output (run's plain baseline) */
 } gen_opts;
+
+typedef struct gen_result {
+    double tokens_per_second;
+    int32_t n_generated;
+} gen_result;
 
 static void gen_usage(void) {
     fprintf(stderr,
@@ -33,9 +39,13 @@ static void gen_usage(void) {
 }
 
 /* Parses generate's flags; returns 0, or 2 after printing the problem. */
-static int parse_gen(int argc, char **argv, gen_opts *o, bool need_model) {
+static void gen_defaults(gen_opts *o) {
     sp_cli_run_opts_default(&o->run);
     o->spec = sp_spec_default_params();
+}
+
+/* Parses generate's flags over the defaults already in o. */
+static int parse_gen(int argc, char **argv, gen_opts *o, bool need_model) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d;
@@ -207,7 +217,7 @@ static int32_t batch_for(const sp_spec_params *sp) {
     return need > 64 ? need : 64;
 }
 
-static int generate_main(gen_opts *o) {
+static int generate_main(gen_opts *o, gen_result *res) {
     sp_error err = {0};
     sp_model *model = NULL, *dmodel = NULL;
     sp_ctx *ctx = NULL;
@@ -277,8 +287,8 @@ static int generate_main(gen_opts *o) {
     gp.seed = (uint64_t)o->run.seed;
     ss.tok = tok;
     ss.prev = prompt[n_prompt - 1];
-    ss.print = !o->json;
-    if (!o->json) {
+    ss.print = !o->json && !o->quiet;
+    if (ss.print) {
         fwrite(text, 1, text_len, stdout);
         fflush(stdout);
     }
@@ -290,7 +300,9 @@ static int generate_main(gen_opts *o) {
     double secs = gs.t_generate;
     double tps = secs > 0 ? gs.n_generated / secs : 0;
     bool speculative = o->spec.draft.kind != SP_DRAFT_NONE;
-    if (o->json) {
+    if (res) *res = (gen_result){.tokens_per_second = tps, .n_generated = gs.n_generated};
+    if (o->quiet) {
+    } else if (o->json) {
         json_t *j = json_object();
         json_t *toks = json_array();
         for (int32_t i = 0; i < gs.n_generated; i++) json_array_append_new(toks, json_integer(out[i]));
@@ -333,9 +345,10 @@ done:
 
 int cmd_generate(int argc, char **argv) {
     gen_opts o = {0};
+    gen_defaults(&o);
     int rc = parse_gen(argc, argv, &o, true);
     if (rc) return rc;
-    return generate_main(&o);
+    return generate_main(&o, NULL);
 }
 
 /* ---- specula run: the default demo ---- */
@@ -384,10 +397,14 @@ static int find_default_model(char *model, char *tokz, size_t cap) {
     return 0;
 }
 
+/* The demo: greedy speculative generation on the default model (with the
+ * target's own Q8_0 copy as draft unless another drafter is given), then
+ * plain decoding of the same prompt for the speedup in the same run. */
 int cmd_run(int argc, char **argv) {
     char model[1024], tokz[1024];
     gen_opts o = {0};
-    /* run accepts generate's flags, with defaults filled in */
+    gen_defaults(&o);
+    o.run.sampling.temperature = 0;
     int rc = parse_gen(argc, argv, &o, false);
     if (rc) return rc;
     if (!o.model) {
@@ -396,5 +413,20 @@ int cmd_run(int argc, char **argv) {
         if (tokz[0]) o.tokenizer = tokz;
     }
     if (!o.prompt && !o.prompt_file) o.prompt = "Once upon a time";
-    return generate_main(&o);
+    if (!o.drafter_given && !o.draft_model) {
+        o.spec.draft.kind = SP_DRAFT_LOWBIT;
+        o.spec.draft.lowbit_type = SP_GGML_Q8_0;
+    }
+    gen_result spec_res, plain_res;
+    if ((rc = generate_main(&o, &spec_res)) || o.spec.draft.kind == SP_DRAFT_NONE || o.json) return rc;
+    gen_opts plain = o;
+    plain.spec = sp_spec_default_params();
+    plain.draft_model = NULL;
+    plain.quiet = true;
+    if ((rc = generate_main(&plain, &plain_res))) return rc;
+    fprintf(stderr, "[run] plain decoding %.1f tokens/s, speculative (%s) %.1f tokens/s: speedup %.2fx\n",
+            plain_res.tokens_per_second, sp_drafter_name(o.spec.draft.kind),
+            spec_res.tokens_per_second,
+            plain_res.tokens_per_second > 0 ? spec_res.tokens_per_second / plain_res.tokens_per_second : 0);
+    return 0;
 }

@@ -1,0 +1,163 @@
+/* End-to-end tests of `specula generate` / `specula run`: the reference
+ * continuation through the whole CLI (tokenizer, model, sampler, JSON), the
+ * speculation statistics object, and one clear stderr line with a non-zero
+ * exit for every kind of bad input. */
+#include "cli_testutil.h"
+
+#include <math.h>
+
+static const int REF_GEN[64] = {
+    432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
+    410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394,
+    261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432,
+    398, 312, 286, 267, 414, 270, 333, 415, 426, 13,  438, 310, 439, 419, 357, 336};
+static const char *REF_TEXT =
+    ", there was a little girl named Lily. She loved to play outside in the park. One day, she "
+    "saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said";
+
+static json_t *gen_json(const char *args) {
+    static char buf[1 << 16], cmd[8192];
+    snprintf(cmd, sizeof cmd, "generate %s --json", args);
+    int rc = sp_cli_run(cmd, SP_CAPTURE_STDOUT, buf, sizeof buf);
+    if (rc) fail_msg("specula %s exited %d", cmd, rc);
+    assert_int_equal(sp_count_lines(buf), 1);
+    json_error_t je;
+    json_t *j = json_loads(buf, 0, &je);
+    if (!j) fail_msg("bad JSON (%s): %s", je.text, buf);
+    return j;
+}
+
+static void check_reference(json_t *j) {
+    json_t *toks = json_object_get(j, "tokens");
+    assert_int_equal(json_array_size(toks), 64);
+    for (int i = 0; i < 64; i++) assert_int_equal(json_integer_value(json_array_get(toks, i)), REF_GEN[i]);
+    assert_string_equal(json_string_value(json_object_get(j, "text")), REF_TEXT);
+    assert_int_equal((int)sp_json_num(j, "n_prompt"), 5);
+    assert_int_equal((int)sp_json_num(j, "n_generated"), 64);
+    assert_true(sp_json_num(j, "seconds") > 0);
+    assert_true(sp_json_num(j, "tokens_per_second") > 0);
+}
+
+static void test_reference_through_cli(void **state) {
+    (void)state;
+    char args[4096];
+    snprintf(args, sizeof args, "-m '%s' -p 'Once upon a time' -n 64 --temp 0",
+             sp_shared("models/stories260K.gguf"));
+    json_t *j = gen_json(args);
+    check_reference(j);
+    assert_null(json_object_get(j, "spec"));
+    json_decref(j);
+    snprintf(args, sizeof args, "-m '%s' -z '%s' -p 'Once upon a time' -n 64 --temp 0 -t 2",
+             sp_shared("models/stories260K.bin"), sp_shared("models/tok512.bin"));
+    j = gen_json(args);
+    check_reference(j);
+    json_decref(j);
+}
+
+static void test_speculative_json(void **state) {
+    (void)state;
+    const char *m = sp_shared("models/stories260K.gguf");
+    const char *variants[] = {"-md '%s'", "--draft ngram --gamma 6", "--draft lowbit --adaptive",
+                              "-md '%s' --tree 2x2x2 --verify mc-norep",
+                              "--draft layerskip --skip-layers 2-3 --verify token"};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        char extra[2048], args[4096];
+        snprintf(extra, sizeof extra, variants[v], m);
+        snprintf(args, sizeof args, "-m '%s' -p 'Once upon a time' -n 64 --temp 0 %s", m, extra);
+        json_t *j = gen_json(args);
+        check_reference(j);
+        json_t *s = json_object_get(j, "spec");
+        if (!s) fail_msg("no spec object for %s", extra);
+        const char *keys[] = {"iterations", "drafted", "accepted", "acceptance_rate",
+                              "block_efficiency", "mean_accepted", "target_forwards",
+                              "draft_forwards", "seconds_draft", "seconds_target",
+                              "seconds_verify", "seconds_sample"};
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) sp_json_num(s, keys[k]);
+        assert_true(json_is_array(json_object_get(s, "accept_hist")));
+        assert_true(json_is_string(json_object_get(s, "drafter")));
+        assert_true(json_is_string(json_object_get(s, "verifier")));
+        double rate = sp_json_num(s, "acceptance_rate");
+        assert_true(rate >= 0 && rate <= 1);
+        assert_true(sp_json_num(s, "block_efficiency") >= 1);
+        if (v == 0) assert_true(rate == 1.0); /* the target drafting for itself */
+        json_decref(j);
+    }
+}
+
+/* Every bad input: exit code `code`, exactly one line on stderr containing
+ * `needle`. */
+static void expect_error(const char *args, int code, const char *needle) {
+    static char buf[1 << 16];
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s", args);
+    int rc = sp_cli_run(cmd, SP_CAPTURE_STDERR, buf, sizeof buf);
+    if (rc != code) fail_msg("'%s': exit %d, want %d (stderr: %s)", args, rc, code, buf);
+    if (sp_count_lines(buf) != 1) fail_msg("'%s': stderr has %d lines: %s", args, sp_count_lines(buf), buf);
+    if (needle && !strstr(buf, needle)) fail_msg("'%s': stderr '%s' lacks '%s'", args, buf, needle);
+}
+
+static void test_bad_input(void **state) {
+    (void)state;
+    char m[1024], a[4096], tmp[1024], small[1024];
+    snprintf(m, sizeof m, "%s", sp_shared("models/stories260K.gguf"));
+    snprintf(tmp, sizeof tmp, "%s/specula_cli_trunc_%d.gguf", sp_tmpdir(), (int)getpid());
+    snprintf(small, sizeof small, "%s/specula_cli_small_%d.gguf", sp_tmpdir(), (int)getpid());
+    /* a truncated copy of the model, and a model with another vocabulary */
+    snprintf(a, sizeof a, "head -c 300000 '%s' > '%s'", m, tmp);
+    assert_int_equal(system(a), 0);
+    snprintf(a, sizeof a, "mkmodel --out '%s' --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --vocab 40 --type f32 --seed 1", small);
+    static char out[4096];
+    assert_int_equal(sp_cli_run(a, SP_CAPTURE_STDERR, out, sizeof out), 0);
+
+    expect_error("generate", 2, "model");
+    expect_error("generate -m /nonexistent.gguf -p hi", 1, "cannot open");
+    snprintf(a, sizeof a, "generate -m '%s' -p hi", tmp);
+    expect_error(a, 1, "GGUF");
+    snprintf(a, sizeof a, "generate -m '%s' -p hi --bogus", m);
+    expect_error(a, 2, "--bogus");
+    const char *bad_flags[] = {"--temp -1", "--temp nan", "--top-p 0", "--top-p 1.5", "--min-p 2",
+                               "--top-k -3", "-n 0", "-n 10x", "-t 0", "--gamma 0", "--gamma 1000",
+                               "--draft bogus", "--verify bogus", "--lowbit q5_K", "-c",
+                               "--ngram-min 3 --ngram-max 2 --draft ngram",
+                               "--draft model", "-p a -f b"};
+    for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
+        snprintf(a, sizeof a, "generate -m '%s' %s", m, bad_flags[i]);
+        expect_error(a, 2, NULL);
+    }
+    snprintf(a, sizeof a, "generate -m '%s' -f /nonexistent/prompt.txt", m);
+    expect_error(a, 1, "prompt file");
+    snprintf(a, sizeof a, "generate -m '%s' -c 16 -p 'Once upon a time there was a little girl named Lily who loved to play in the park with her dog'", m);
+    expect_error(a, 1, "context");
+    snprintf(a, sizeof a, "generate -m '%s' -c 64 -p 'Once upon a time' -n 100", m);
+    expect_error(a, 1, "context");
+    snprintf(a, sizeof a, "generate -m '%s' -md '%s' -p hi", m, small);
+    expect_error(a, 1, "vocabulary");
+    snprintf(a, sizeof a, "generate -m '%s' -md '%s' --tree 2x2 --verify block -p hi", m, m);
+    expect_error(a, 1, "tree");
+    snprintf(a, sizeof a, "generate -m '%s' --draft ngram --tree 2x2 --verify mc -p hi", m);
+    expect_error(a, 1, "tree");
+    snprintf(a, sizeof a, "generate -m '%s' -md '%s' --tree 9x9x9 --verify mc -p hi", m, m);
+    expect_error(a, 1, NULL);
+    snprintf(a, sizeof a, "generate -m '%s' -md '%s' --verify greedy --temp 1 -p hi", m, m);
+    expect_error(a, 1, "greedy");
+    snprintf(a, sizeof a, "generate -m '%s' -p hi", sp_shared("models/stories260K.bin"));
+    expect_error(a, 1, "tokenizer");
+    unlink(tmp);
+    unlink(small);
+}
+
+static void test_run_demo(void **state) {
+    (void)state;
+    static char buf[1 << 16];
+    setenv("SPECULA_SHARED", sp_shared(""), 1);
+    assert_int_equal(sp_cli_run("run -n 40", SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+    assert_non_null(strstr(buf, "Once upon a time, there was a little girl named Lily"));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_reference_through_cli),
+    cmocka_unit_test(test_speculative_json),
+    cmocka_unit_test(test_bad_input),
+    cmocka_unit_test(test_run_demo),
+};
+SP_TEST_MAIN(tests)
