@@ -19,5 +19,7 @@ int sp_cli_float(const char *flag, const char *s, double lo, double hi, double *
 int cmd_version(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_mkmodel(int argc, char **argv);
+int cmd_bench_forward(int argc, char **argv);
 
 #endif

@@ -8,6 +8,8 @@
 static const sp_cli_command COMMANDS[] = {
     {"run", "generate from the default model (demo)", cmd_run},
     {"generate", "generate text from a model", cmd_generate},
+    {"mkmodel", "write a random-weight model (tests, benchmarks)", cmd_mkmodel},
+    {"bench-forward", "time the forward pass (decode rate, k-token cost)", cmd_bench_forward},
     {"version", "print the version", cmd_version},
 };
 
