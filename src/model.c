@@ -2,6 +2,7 @@
  * (chains or trees) with a KV cache. Arithmetic only: loading lives in
  * model_load.c, kernels in ops*.c. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,20 +142,39 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
 
 /* ------------------------------------------------------------------ jobs */
 
-/* Up to three matmuls sharing one input, run as one parallel job; each
- * thread takes the same contiguous share of every matrix's rows. */
+/* Up to three matmuls sharing one input, run as one parallel job. Rows are
+ * cut into chunks (a multiple of 4 rows, about CHUNK_BYTES of weights) that
+ * threads claim from a shared counter, so a thread that is descheduled or
+ * slower (another process on the core) does not hold the others up for
+ * half the job. Which thread computes a row does not change its value. */
+#define CHUNK_BYTES (64 << 10)
+
 typedef struct mm_job {
     sp_mm mm[3];
     sp_mm_kernel fn[3];
     int64_t rows[3];
+    int64_t chunk_rows[3]; /* rows per chunk */
+    int64_t chunk_end[3];  /* cumulative chunk counts */
     int n_mm;
+    _Atomic int64_t next;  /* next unclaimed chunk */
 } mm_job;
 
 static void mm_job_run(void *arg, int ith, int nth) {
     mm_job *j = arg;
-    for (int i = 0; i < j->n_mm; i++) {
-        int64_t r0 = j->rows[i] * ith / nth, r1 = j->rows[i] * (ith + 1) / nth;
-        if (r1 > r0) j->fn[i](&j->mm[i], r0, r1);
+    (void)ith;
+    if (nth == 1) {
+        for (int i = 0; i < j->n_mm; i++) j->fn[i](&j->mm[i], 0, j->rows[i]);
+        return;
+    }
+    const int64_t total = j->chunk_end[j->n_mm - 1];
+    for (;;) {
+        int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (c >= total) return;
+        int i = 0;
+        while (c >= j->chunk_end[i]) i++;
+        int64_t first = c - (i ? j->chunk_end[i - 1] : 0);
+        int64_t r0 = first * j->chunk_rows[i], r1 = r0 + j->chunk_rows[i];
+        j->fn[i](&j->mm[i], r0, r1 < j->rows[i] ? r1 : j->rows[i]);
     }
 }
 
@@ -190,10 +210,24 @@ static void job_add(sp_ctx *c, mm_job *j, const sp_weight *w, const float *x, in
 static void job_exec(sp_ctx *c, mm_job *j) {
     uint64_t work = 0;
     for (int i = 0; i < j->n_mm; i++) work += (uint64_t)j->rows[i] * (uint64_t)j->mm[i].k * (uint64_t)j->mm[i].n;
-    if (work < PAR_MIN_WORK)
+    if (work < PAR_MIN_WORK || sp_pool_n_threads(c->pool) == 1) {
         mm_job_run(j, 0, 1);
-    else
-        sp_pool_run(c->pool, mm_job_run, j);
+        return;
+    }
+    const int64_t nth = sp_pool_n_threads(c->pool);
+    int64_t end = 0;
+    for (int i = 0; i < j->n_mm; i++) {
+        /* about CHUNK_BYTES per chunk, but at least 8 chunks per thread */
+        int64_t cr = (int64_t)(CHUNK_BYTES / (j->mm[i].w_stride ? j->mm[i].w_stride : 1));
+        int64_t cap = j->rows[i] / (8 * nth);
+        if (cr > cap) cr = cap;
+        cr = cr < 4 ? 4 : cr & ~(int64_t)3;
+        j->chunk_rows[i] = cr;
+        end += (j->rows[i] + cr - 1) / cr;
+        j->chunk_end[i] = end;
+    }
+    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+    sp_pool_run(c->pool, mm_job_run, j);
 }
 
 /* Attention of the n new tokens (queries in c->q) over the cache. */
