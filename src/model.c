@@ -256,28 +256,22 @@ static void att_job_run(void *arg, int ith, int nth) {
     float *att = c->att + (size_t)ith * (size_t)c->kv.n_ctx;
     const int64_t tasks = (int64_t)a->n * H;
     const int32_t end = a->n_past + a->n;
+    const sp_att_scores_fn scores = sp_ops_att_scores();
+    const sp_att_mix_fn mix = sp_ops_att_mix();
     for (int64_t task = tasks * ith / nth; task < tasks * (ith + 1) / nth; task++) {
         int32_t t = (int32_t)(task / H), h = (int32_t)(task % H);
         const float *q = c->q + t * q_dim + (int64_t)h * hd;
         const int64_t koff = (int64_t)(h / group) * hd;
-        int32_t nv = 0;
-        for (int32_t s = 0; s < end; s++) {
-            if (!visible(a, t, s)) continue;
-            const float *k = sp_kv_k(&c->kv, a->layer, s) + koff;
-            float dot = 0;
-            for (int32_t i = 0; i < hd; i++) dot += q[i] * k[i];
-            att[nv++] = dot * scale;
-        }
-        sp_softmax(att, nv);
+        /* causal: slots after the token's own are never seen */
+        const int32_t ns = a->mask ? end : a->n_past + t + 1;
+        scores(q, sp_kv_k(&c->kv, a->layer, 0) + koff, c->kv.kv_dim, ns, hd, scale, att);
+        if (a->mask)
+            for (int32_t s = a->mask_base; s < ns; s++)
+                if (!visible(a, t, s)) att[s] = -INFINITY;
+        sp_softmax(att, ns); /* masked slots get exactly 0 */
         float *o = a->out + t * a->out_stride + (int64_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
-        nv = 0;
-        for (int32_t s = 0; s < end; s++) {
-            if (!visible(a, t, s)) continue;
-            const float *v = sp_kv_v(&c->kv, a->layer, s) + koff;
-            float p = att[nv++];
-            for (int32_t i = 0; i < hd; i++) o[i] += p * v[i];
-        }
+        mix(att, sp_kv_v(&c->kv, a->layer, 0) + koff, c->kv.kv_dim, ns, hd, o);
     }
 }
 

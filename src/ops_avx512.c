@@ -196,7 +196,64 @@ DEFINE_MM(mm_bf16, tile_bf16)
 DEFINE_MM(mm_q8_0, tile_q8_0)
 DEFINE_MM(mm_q4_0, tile_q4_0)
 
+/* ---- attention (see ops.h) ---- */
+
+AI __mmask16 lanes(int32_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+
+/* q . k_s as a 16-lane product summed chunk by chunk, then reduced. */
+static void att_scores(const float *q, const float *k, int64_t stride, int32_t n, int32_t hd,
+                       float scale, float *out) {
+    if (hd <= 64) {
+        __m512 qv[4];
+        UNROLL for (int c = 0; c < 4; c++)
+            qv[c] = c * 16 < hd ? _mm512_maskz_loadu_ps(lanes(hd - c * 16), q + c * 16) : _mm512_setzero_ps();
+        for (int32_t s = 0; s < n; s++) {
+            const float *ks = k + s * stride;
+            __m512 acc = _mm512_mul_ps(qv[0], _mm512_maskz_loadu_ps(lanes(hd), ks));
+            UNROLL for (int c = 1; c < 4; c++)
+                if (c * 16 < hd)
+                    acc = _mm512_fmadd_ps(qv[c], _mm512_maskz_loadu_ps(lanes(hd - c * 16), ks + c * 16), acc);
+            out[s] = _mm512_reduce_add_ps(acc) * scale;
+        }
+        return;
+    }
+    for (int32_t s = 0; s < n; s++) {
+        const float *ks = k + s * stride;
+        __m512 acc = _mm512_setzero_ps();
+        for (int32_t i = 0; i < hd; i += 16)
+            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lanes(hd - i), q + i),
+                                  _mm512_maskz_loadu_ps(lanes(hd - i), ks + i), acc);
+        out[s] = _mm512_reduce_add_ps(acc) * scale;
+    }
+}
+
+/* o[i] = fma(p[s], v_s[i], o[i]) over s, 64 outputs at a time in registers. */
+static void att_mix(const float *p, const float *v, int64_t stride, int32_t n, int32_t hd, float *o) {
+    for (int32_t i0 = 0; i0 < hd; i0 += 64) {
+        __m512 acc[4];
+        UNROLL for (int c = 0; c < 4; c++) {
+            int32_t left = hd - i0 - c * 16;
+            acc[c] = left > 0 ? _mm512_maskz_loadu_ps(lanes(left), o + i0 + c * 16) : _mm512_setzero_ps();
+        }
+        for (int32_t s = 0; s < n; s++) {
+            if (p[s] == 0.0f) continue;
+            const __m512 ps = _mm512_set1_ps(p[s]);
+            const float *vs = v + s * stride + i0;
+            UNROLL for (int c = 0; c < 4; c++) {
+                int32_t left = hd - i0 - c * 16;
+                if (left > 0) acc[c] = _mm512_fmadd_ps(ps, _mm512_maskz_loadu_ps(lanes(left), vs + c * 16), acc[c]);
+            }
+        }
+        UNROLL for (int c = 0; c < 4; c++) {
+            int32_t left = hd - i0 - c * 16;
+            if (left > 0) _mm512_mask_storeu_ps(o + i0 + c * 16, lanes(left), acc[c]);
+        }
+    }
+}
+
 void sp_ops_fill_avx512(sp_ops_table *t) {
+    t->att_scores = att_scores;
+    t->att_mix = att_mix;
     t->mm[SP_GGML_F32] = mm_f32;
     t->mm[SP_GGML_F16] = mm_f16;
     t->mm[SP_GGML_BF16] = mm_bf16;
