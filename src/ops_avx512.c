@@ -21,7 +21,9 @@
 #define UNROLL _Pragma("GCC unroll 16")
 
 /* Prefetch distance ahead of the current weight position, in bytes. */
+#ifndef PF_BYTES
 #define PF_BYTES 1024
+#endif
 
 AI void prefetch(const void *p) { _mm_prefetch((const char *)p, _MM_HINT_T0); }
 
@@ -117,8 +119,16 @@ AI __m512i q4_wbytes(const sp_block_q4_0 *b, int two) {
     __m256i n1 = two ? q4_nibbles(&b[1]) : _mm256_setzero_si256();
     return _mm512_inserti64x4(_mm512_castsi256_si512(q4_nibbles(&b[0])), n1, 1);
 }
-AI __m512 q_wscale(uint16_t d0, uint16_t d1, int two) {
-    return _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(d0)), _mm256_set1_ps(two ? _cvtsh_ss(d1) : 0.0f), 1);
+
+/* fp16 scales d (the first field) of ns <= 16 consecutive blocks of bsz
+ * bytes, as f32; lanes past ns are 0. The gather reads 4 bytes per block,
+ * which stay inside the block. */
+AI __m512 block_scales(const void *blk0, int bsz, int64_t ns) {
+    const __m512i off = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(bsz));
+    const __mmask16 live = ns >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << ns) - 1);
+    __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, off, blk0, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
 }
 
 /* BLK: block type; WBYTES: block(s) -> unsigned bytes; SHIFT: log2 of the
@@ -134,31 +144,40 @@ AI __m512 q_wscale(uint16_t d0, uint16_t d1, int two) {
             ws[q] = (const BLK *)(m->w + (r + q) * m->w_stride);                             \
             UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_setzero_ps();             \
         }                                                                                    \
-        for (int64_t b = 0; b < nb; b += 2) {                                                \
-            const int two = b + 1 < nb;                                                      \
-            __m512i wv[4];                                                                   \
-            __m512 wd[4];                                                                    \
-            UNROLL for (int q = 0; q < RR; q++) {                                            \
-                prefetch((const uint8_t *)(ws[q] + b) + PF_BYTES);                           \
-                prefetch((const uint8_t *)(ws[q] + b) + PF_BYTES + 64);                      \
-                wv[q] = WBYTES(ws[q] + b, two);                                              \
-                wd[q] = q_wscale(ws[q][b].d, two ? ws[q][b + 1].d : 0, two);                 \
-            }                                                                                \
-            UNROLL for (int t = 0; t < NT; t++) {                                            \
-                const int8_t *xq = sp_act_qs(xs[t]) + b * SP_QK;                             \
-                __m512i xv = two ? _mm512_loadu_si512(xq)                                    \
-                                 : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)xq)); \
-                __m512i s = two_i32(sp_act_sum(xs[t], k) + b);                               \
-                __m512 xd = two_f32(sp_act_d(xs[t], k) + b);                                 \
-                if (!two) {                                                                  \
-                    s = _mm512_maskz_mov_epi32(0x00FF, s);                                   \
-                    xd = _mm512_maskz_mov_ps(0x00FF, xd);                                    \
-                }                                                                            \
-                __m512i xc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, SHIFT)); \
+        for (int64_t s0 = 0; s0 < nb; s0 += 16) {                                            \
+            /* the weight scales of the next 16 blocks of each row, as f32 */                \
+            const int64_t ns = nb - s0 < 16 ? nb - s0 : 16;                                  \
+            __m512 wds[4];                                                                   \
+            UNROLL for (int q = 0; q < RR; q++) wds[q] = block_scales(ws[q] + s0, sizeof(BLK), ns); \
+            __m512i pick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1); \
+            for (int64_t j = 0; j < ns; j += 2) {                                            \
+                const int64_t b = s0 + j;                                                    \
+                const int two = j + 1 < ns;                                                  \
+                __m512i wv[4];                                                               \
+                __m512 wd[4];                                                                \
                 UNROLL for (int q = 0; q < RR; q++) {                                        \
-                    __m512i dot = _mm512_dpbusd_epi32(xc, wv[q], xv);                        \
-                    acc[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),                     \
-                                                _mm512_mul_ps(wd[q], xd), acc[q][t]);        \
+                    prefetch((const uint8_t *)(ws[q] + b) + PF_BYTES);                       \
+                    prefetch((const uint8_t *)(ws[q] + b) + PF_BYTES + 64);                  \
+                    wv[q] = WBYTES(ws[q] + b, two);                                          \
+                    wd[q] = _mm512_permutexvar_ps(pick, wds[q]); /* 0 past the row end */    \
+                }                                                                            \
+                pick = _mm512_add_epi32(pick, _mm512_set1_epi32(2));                         \
+                UNROLL for (int t = 0; t < NT; t++) {                                        \
+                    const int8_t *xq = sp_act_qs(xs[t]) + b * SP_QK;                         \
+                    __m512i xv = two ? _mm512_loadu_si512(xq)                                \
+                                     : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)xq)); \
+                    __m512i s = two_i32(sp_act_sum(xs[t], k) + b);                           \
+                    __m512 xd = two_f32(sp_act_d(xs[t], k) + b);                             \
+                    if (!two) {                                                              \
+                        s = _mm512_maskz_mov_epi32(0x00FF, s);                               \
+                        xd = _mm512_maskz_mov_ps(0x00FF, xd);                                \
+                    }                                                                        \
+                    __m512i xc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, SHIFT)); \
+                    UNROLL for (int q = 0; q < RR; q++) {                                    \
+                        __m512i dot = _mm512_dpbusd_epi32(xc, wv[q], xv);                    \
+                        acc[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),                 \
+                                                    _mm512_mul_ps(wd[q], xd), acc[q][t]);    \
+                    }                                                                        \
                 }                                                                            \
             }                                                                                \
         }                                                                                    \
