@@ -10,8 +10,8 @@
  * rows are split (tests/test_ops.c checks this bit for bit).
  *
  * Weights are streamed from memory once per call; software prefetch runs
- * PF_BYTES ahead of each row because the hardware prefetcher stops at 4 KiB
- * page boundaries. */
+ * one tile ahead (see PF_TILES) because the hardware prefetcher stops at
+ * 4 KiB page boundaries and restarts slowly on each new row. */
 #include <immintrin.h>
 
 #include "ops.h"
@@ -21,11 +21,19 @@
 #define UNROLL _Pragma("GCC unroll 16")
 
 /* Prefetch distance ahead of the current weight position, in bytes. */
-#ifndef PF_BYTES
-#define PF_BYTES 1024
+/* Prefetch target: the same offset in the next tile's rows, RR rows on
+ * (PF_TILES tiles ahead). Rows are only a few KiB, so prefetching ahead
+ * within a row mostly lands in data already streaming; the next tile is
+ * where the misses are. Measured single-threaded on synth-1b: q8_0 8.0 ->
+ * 10.6 GB/s, f16 10.4 -> 12.6 GB/s, vs 1 KiB ahead within the row. */
+#ifndef PF_TILES
+#define PF_TILES 1
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
 #endif
 
-AI void prefetch(const void *p) { _mm_prefetch((const char *)p, _MM_HINT_T0); }
+AI void prefetch(const void *p) { _mm_prefetch((const char *)p, PF_HINT); }
 
 /* Masked load of the f32 tail; k % 16 lanes. */
 AI __m512 load_x(const float *x, int64_t i, int64_t k) {
@@ -69,7 +77,7 @@ AI __m512 loadw_bf16(const uint8_t *w, int64_t i, int64_t k) {
             __m512 xv[8];                                                                   \
             UNROLL for (int t = 0; t < NT; t++) xv[t] = load_x(xs[t], i, k);                \
             UNROLL for (int q = 0; q < RR; q++) {                                           \
-                if ((i * ESZ) % 64 == 0) prefetch(ws[q] + i * ESZ + PF_BYTES);              \
+                if ((i * ESZ) % 64 == 0) prefetch(ws[q] + i * ESZ + PF_TILES * RR * m->w_stride);              \
                 __m512 w = LOADW(ws[q], i, k);                                              \
                 UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_fmadd_ps(w, xv[t], acc[q][t]); \
             }                                                                               \
@@ -156,8 +164,8 @@ AI __m512 block_scales(const void *blk0, int bsz, int64_t ns) {
                 __m512i wv[4];                                                               \
                 __m512 wd[4];                                                                \
                 UNROLL for (int q = 0; q < RR; q++) {                                        \
-                    prefetch((const uint8_t *)(ws[q] + b) + PF_BYTES);                       \
-                    prefetch((const uint8_t *)(ws[q] + b) + PF_BYTES + 64);                  \
+                    prefetch((const uint8_t *)(ws[q] + b) + PF_TILES * RR * m->w_stride); \
+                    prefetch((const uint8_t *)(ws[q] + b) + PF_TILES * RR * m->w_stride + 64); \
                     wv[q] = WBYTES(ws[q] + b, two);                                          \
                     wd[q] = _mm512_permutexvar_ps(pick, wds[q]); /* 0 past the row end */    \
                 }                                                                            \
