@@ -335,8 +335,10 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
         att_job a = {.c = c, .layer = l, .n = n, .n_past = n_past, .mask_base = mask_base,
                      .mask_w = n_past + n - mask_base, .mask = b->mask, .out = c->xb,
                      .out_stride = wide};
+        /* per (token, head, slot): a dot, an exp and an axpy of head_dim,
+         * several times a matmul's multiply-add per weight: split sooner */
         uint64_t att_work = (uint64_t)n * (uint64_t)(n_past + n) * (uint64_t)q_dim;
-        if (att_work < PAR_MIN_WORK)
+        if (att_work < PAR_MIN_WORK / 4 || sp_pool_n_threads(c->pool) == 1)
             att_job_run(&a, 0, 1);
         else
             sp_pool_run(c->pool, att_job_run, &a);

@@ -174,8 +174,10 @@ void sp_rope(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, int32
 }
 
 void sp_softmax(float *x, int64_t n) {
+    /* a plain compare, not fmaxf (a libm call here): same result for the
+     * non-NaN inputs attention produces, -INFINITY included */
     float mx = x[0];
-    for (int64_t i = 1; i < n; i++) mx = fmaxf(mx, x[i]);
+    for (int64_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
     float sum = 0;
     for (int64_t i = 0; i < n; i++) {
         x[i] = expf(x[i] - mx);
