@@ -2,6 +2,7 @@
  * (chains or trees) with a KV cache. Arithmetic only: loading lives in
  * model_load.c, kernels in ops*.c. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,20 +143,39 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
 
 /* ------------------------------------------------------------------ jobs */
 
-/* Up to three matmuls sharing one input, run as one parallel job; each
- * thread takes the same contiguous share of every matrix's rows. */
+/* Up to three matmuls sharing one input, run as one parallel job. Rows are
+ * cut into chunks (a multiple of 4 rows, about CHUNK_BYTES of weights) that
+ * threads claim from a shared counter, so a thread that is descheduled or
+ * slower (another process on the core) does not hold the others up for
+ * half the job. Which thread computes a row does not change its value. */
+#define CHUNK_BYTES (64 << 10)
+
 typedef struct mm_job {
     sp_mm mm[3];
     sp_mm_kernel fn[3];
     int64_t rows[3];
+    int64_t chunk_rows[3]; /* rows per chunk */
+    int64_t chunk_end[3];  /* cumulative chunk counts */
     int n_mm;
+    _Atomic int64_t next;  /* next unclaimed chunk */
 } mm_job;
 
 static void mm_job_run(void *arg, int ith, int nth) {
     mm_job *j = arg;
-    for (int i = 0; i < j->n_mm; i++) {
-        int64_t r0 = j->rows[i] * ith / nth, r1 = j->rows[i] * (ith + 1) / nth;
-        if (r1 > r0) j->fn[i](&j->mm[i], r0, r1);
+    (void)ith;
+    if (nth == 1) {
+        for (int i = 0; i < j->n_mm; i++) j->fn[i](&j->mm[i], 0, j->rows[i]);
+        return;
+    }
+    const int64_t total = j->chunk_end[j->n_mm - 1];
+    for (;;) {
+        int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (c >= total) return;
+        int i = 0;
+        while (c >= j->chunk_end[i]) i++;
+        int64_t first = c - (i ? j->chunk_end[i - 1] : 0);
+        int64_t r0 = first * j->chunk_rows[i], r1 = r0 + j->chunk_rows[i];
+        j->fn[i](&j->mm[i], r0, r1 < j->rows[i] ? r1 : j->rows[i]);
     }
 }
 
@@ -191,10 +211,24 @@ static void job_add(sp_ctx *c, mm_job *j, const sp_weight *w, const float *x, in
 static void job_exec(sp_ctx *c, mm_job *j) {
     uint64_t work = 0;
     for (int i = 0; i < j->n_mm; i++) work += (uint64_t)j->rows[i] * (uint64_t)j->mm[i].k * (uint64_t)j->mm[i].n;
-    if (work < PAR_MIN_WORK)
+    if (work < PAR_MIN_WORK || sp_pool_n_threads(c->pool) == 1) {
         mm_job_run(j, 0, 1);
-    else
-        sp_pool_run(c->pool, mm_job_run, j);
+        return;
+    }
+    const int64_t nth = sp_pool_n_threads(c->pool);
+    int64_t end = 0;
+    for (int i = 0; i < j->n_mm; i++) {
+        /* about CHUNK_BYTES per chunk, but at least 8 chunks per thread */
+        int64_t cr = (int64_t)(CHUNK_BYTES / (j->mm[i].w_stride ? j->mm[i].w_stride : 1));
+        int64_t cap = j->rows[i] / (8 * nth);
+        if (cr > cap) cr = cap;
+        cr = cr < 4 ? 4 : cr & ~(int64_t)3;
+        j->chunk_rows[i] = cr;
+        end += (j->rows[i] + cr - 1) / cr;
+        j->chunk_end[i] = end;
+    }
+    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+    sp_pool_run(c->pool, mm_job_run, j);
 }
 
 /* Attention of the n new tokens (queries in c->q) over the cache. */
@@ -223,28 +257,22 @@ static void att_job_run(void *arg, int ith, int nth) {
     float *att = c->att + (size_t)ith * (size_t)c->kv.n_ctx;
     const int64_t tasks = (int64_t)a->n * H;
     const int32_t end = a->n_past + a->n;
+    const sp_att_scores_fn scores = sp_ops_att_scores();
+    const sp_att_mix_fn mix = sp_ops_att_mix();
     for (int64_t task = tasks * ith / nth; task < tasks * (ith + 1) / nth; task++) {
         int32_t t = (int32_t)(task / H), h = (int32_t)(task % H);
         const float *q = c->q + t * q_dim + (int64_t)h * hd;
         const int64_t koff = (int64_t)(h / group) * hd;
-        int32_t nv = 0;
-        for (int32_t s = 0; s < end; s++) {
-            if (!visible(a, t, s)) continue;
-            const float *k = sp_kv_k(&c->kv, a->layer, s) + koff;
-            float dot = 0;
-            for (int32_t i = 0; i < hd; i++) dot += q[i] * k[i];
-            att[nv++] = dot * scale;
-        }
-        sp_softmax(att, nv);
+        /* causal: slots after the token's own are never seen */
+        const int32_t ns = a->mask ? end : a->n_past + t + 1;
+        scores(q, sp_kv_k(&c->kv, a->layer, 0) + koff, c->kv.kv_dim, ns, hd, scale, att);
+        if (a->mask)
+            for (int32_t s = a->mask_base; s < ns; s++)
+                if (!visible(a, t, s)) att[s] = -INFINITY;
+        sp_softmax(att, ns); /* masked slots get exactly 0 */
         float *o = a->out + t * a->out_stride + (int64_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
-        nv = 0;
-        for (int32_t s = 0; s < end; s++) {
-            if (!visible(a, t, s)) continue;
-            const float *v = sp_kv_v(&c->kv, a->layer, s) + koff;
-            float p = att[nv++];
-            for (int32_t i = 0; i < hd; i++) o[i] += p * v[i];
-        }
+        mix(att, sp_kv_v(&c->kv, a->layer, 0) + koff, c->kv.kv_dim, ns, hd, o);
     }
 }
 
@@ -308,8 +336,10 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
         att_job a = {.c = c, .layer = l, .n = n, .n_past = n_past, .mask_base = mask_base,
                      .mask_w = n_past + n - mask_base, .mask = b->mask, .out = c->xb,
                      .out_stride = wide};
+        /* per (token, head, slot): a dot, an exp and an axpy of head_dim,
+         * several times a matmul's multiply-add per weight: split sooner */
         uint64_t att_work = (uint64_t)n * (uint64_t)(n_past + n) * (uint64_t)q_dim;
-        if (att_work < PAR_MIN_WORK)
+        if (att_work < PAR_MIN_WORK / 4 || sp_pool_n_threads(c->pool) == 1)
             att_job_run(&a, 0, 1);
         else
             sp_pool_run(c->pool, att_job_run, &a);

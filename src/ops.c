@@ -86,6 +86,25 @@ static void mm_q4_0_ref(const sp_mm *m, int64_t r0, int64_t r1) {
     }
 }
 
+static void att_scores_ref(const float *q, const float *k, int64_t stride, int32_t n, int32_t hd,
+                           float scale, float *out) {
+    for (int32_t s = 0; s < n; s++) {
+        const float *ks = k + s * stride;
+        float dot = 0;
+        for (int32_t i = 0; i < hd; i++) dot += q[i] * ks[i];
+        out[s] = dot * scale;
+    }
+}
+
+static void att_mix_ref(const float *p, const float *v, int64_t stride, int32_t n, int32_t hd,
+                        float *o) {
+    for (int32_t s = 0; s < n; s++) {
+        if (p[s] == 0.0f) continue;
+        const float *vs = v + s * stride;
+        for (int32_t i = 0; i < hd; i++) o[i] += p[s] * vs[i];
+    }
+}
+
 void sp_ops_fill_scalar(sp_ops_table *t) {
     memset(t, 0, sizeof *t);
     t->mm[SP_GGML_F32] = mm_f32_ref;
@@ -93,6 +112,8 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm[SP_GGML_BF16] = mm_bf16_ref;
     t->mm[SP_GGML_Q8_0] = mm_q8_0_ref;
     t->mm[SP_GGML_Q4_0] = mm_q4_0_ref;
+    t->att_scores = att_scores_ref;
+    t->att_mix = att_mix_ref;
 }
 
 /* ---------------- activations ---------------- */
@@ -153,8 +174,10 @@ void sp_rope(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, int32
 }
 
 void sp_softmax(float *x, int64_t n) {
+    /* a plain compare, not fmaxf (a libm call here): same result for the
+     * non-NaN inputs attention produces, -INFINITY included */
     float mx = x[0];
-    for (int64_t i = 1; i < n; i++) mx = fmaxf(mx, x[i]);
+    for (int64_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
     float sum = 0;
     for (int64_t i = 0; i < n; i++) {
         x[i] = expf(x[i] - mx);
@@ -207,6 +230,10 @@ static void ensure_tables(void) {
     for (int i = 1; i < SP_ISA_COUNT; i++)
         for (int t = 0; t < SP_GGML_TYPE_COUNT; t++)
             if (!g_tables[i].mm[t]) g_tables[i].mm[t] = g_tables[SP_ISA_SCALAR].mm[t];
+    for (int i = 1; i < SP_ISA_COUNT; i++) {
+        if (!g_tables[i].att_scores) g_tables[i].att_scores = att_scores_ref;
+        if (!g_tables[i].att_mix) g_tables[i].att_mix = att_mix_ref;
+    }
     filled = true;
 }
 
@@ -240,3 +267,6 @@ sp_mm_kernel sp_ops_mm_isa(sp_ggml_type wtype, sp_isa isa) {
 }
 
 sp_mm_kernel sp_ops_mm(sp_ggml_type wtype) { return sp_ops_mm_isa(wtype, sp_ops_isa()); }
+
+sp_att_scores_fn sp_ops_att_scores(void) { return g_tables[sp_ops_isa()].att_scores; }
+sp_att_mix_fn sp_ops_att_mix(void) { return g_tables[sp_ops_isa()].att_mix; }

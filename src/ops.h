@@ -70,9 +70,25 @@ void sp_softmax(float *x, int64_t n);
 /* out[i] = silu(g[i]) * u[i] */
 void sp_swiglu(float *out, const float *g, const float *u, int64_t n);
 
+/* Attention kernels over n cache slots s (rows `stride` floats apart, hd
+ * floats used from each):
+ *   scores: out[s] = scale * (q . k_s)
+ *   mix:    o[i] += p[s] * v_s[i] for s = 0..n-1 in order, skipping slots
+ *           with p[s] == 0 (masked slots cost nothing and add nothing).
+ * Per-slot arithmetic does not depend on n, so a token's attention output is
+ * the same whether it is evaluated alone or in a batch. */
+typedef void (*sp_att_scores_fn)(const float *q, const float *k, int64_t stride, int32_t n,
+                                 int32_t hd, float scale, float *out);
+typedef void (*sp_att_mix_fn)(const float *p, const float *v, int64_t stride, int32_t n,
+                              int32_t hd, float *o);
+sp_att_scores_fn sp_ops_att_scores(void);
+sp_att_mix_fn sp_ops_att_mix(void);
+
 /* ---- Per-ISA kernel tables (filled by ops_*.c). ---- */
 typedef struct sp_ops_table {
     sp_mm_kernel mm[SP_GGML_TYPE_COUNT];
+    sp_att_scores_fn att_scores; /* NULL: the scalar one */
+    sp_att_mix_fn att_mix;
 } sp_ops_table;
 
 void sp_ops_fill_scalar(sp_ops_table *t);

@@ -1,5 +1,167 @@
-/* ops_avx2: AVX2+FMA matmul kernels (placeholder table: kernels not yet
- * written fall back to the scalar reference in ops.c). */
-#include "ops.h"
+/* ops_avx2: AVX2+FMA+F16C matmul kernels; compiled with -mavx2 -mfma -mf16c
+ * and only called when cpuid reports support (see ops.c).
+ *
+ * Same structure as ops_avx512.c: each kernel handles NT activation rows per
+ * pass over a weight row (weights loaded and widened once, NT accumulators).
+ * An output's sequence of operations is the same whatever NT is, so results
+ * do not depend on the batch size or on the row split. */
+#include <immintrin.h>
 
-void sp_ops_fill_avx2(sp_ops_table *t) { (void)t; }
+#include "ops.h"
+#include "sp_quant.h"
+
+#define AI __attribute__((always_inline)) static inline
+
+/* Horizontal sum of 8 lanes, always in the same order. */
+AI float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Lanes [0, n) set, for tails of n < 8 elements. */
+AI __m256i tail_mask(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+AI __m256 load_x(const float *x, int64_t i, int64_t k) {
+    if (i + 8 <= k) return _mm256_loadu_ps(x + i);
+    return _mm256_maskload_ps(x + i, tail_mask(k - i));
+}
+
+/* 8 16-bit values (a partial tail is zero-filled; never reads past k). */
+AI __m128i load_h8(const uint16_t *p, int64_t i, int64_t k) {
+    if (i + 8 <= k) return _mm_loadu_si128((const __m128i *)(p + i));
+    uint16_t tmp[8] = {0};
+    for (int64_t j = 0; j < k - i; j++) tmp[j] = p[i + j];
+    return _mm_loadu_si128((const __m128i *)tmp);
+}
+
+AI __m256 loadw_f32(const uint8_t *w, int64_t i, int64_t k) { return load_x((const float *)w, i, k); }
+AI __m256 loadw_f16(const uint8_t *w, int64_t i, int64_t k) {
+    return _mm256_cvtph_ps(load_h8((const uint16_t *)w, i, k));
+}
+AI __m256 loadw_bf16(const uint8_t *w, int64_t i, int64_t k) {
+    __m256i v = _mm256_cvtepu16_epi32(load_h8((const uint16_t *)w, i, k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+/* ---- F32 / F16 / BF16: weights widened to f32, FMA into 8 lanes ---- */
+#define DEFINE_FLOAT_ROW(NAME, LOADW)                                                        \
+    AI void NAME(const uint8_t *wrow, const sp_mm *m, int32_t t0, int nt, float *out) {      \
+        __m256 acc[4];                                                                       \
+        const float *xs[4];                                                                  \
+        for (int t = 0; t < nt; t++) {                                                       \
+            acc[t] = _mm256_setzero_ps();                                                    \
+            xs[t] = (const float *)((const uint8_t *)m->x + (t0 + t) * m->x_stride);         \
+        }                                                                                    \
+        const int64_t k = m->k;                                                              \
+        for (int64_t i = 0; i < k; i += 8) {                                                 \
+            __m256 w = LOADW(wrow, i, k);                                                    \
+            for (int t = 0; t < nt; t++) acc[t] = _mm256_fmadd_ps(w, load_x(xs[t], i, k), acc[t]); \
+        }                                                                                    \
+        for (int t = 0; t < nt; t++) out[t] = hsum8(acc[t]);                                 \
+    }
+
+DEFINE_FLOAT_ROW(row_f32, loadw_f32)
+DEFINE_FLOAT_ROW(row_f16, loadw_f16)
+DEFINE_FLOAT_ROW(row_bf16, loadw_bf16)
+
+/* ---- Q8_0 / Q4_0 against q8 activations, one 32-block per 256-bit op ---- */
+
+/* Q8_0: signed x signed int8 dot of one block into 8 int32 lanes. maddubs
+ * takes u8 x s8, so feed |w| (hoisted: shared by all NT rows) and x with
+ * w's sign. |w| <= 128 and |x| <= 127 (the activation quantiser rounds into
+ * [-127, 127]), so a pair sum is at most 32512: the int16 step never
+ * saturates and the block sum is exact. */
+AI void row_q8_0(const uint8_t *wrow, const sp_mm *m, int32_t t0, int nt, float *out) {
+    const sp_block_q8_0 *w = (const sp_block_q8_0 *)wrow;
+    const int64_t nb = m->k / SP_QK;
+    __m256 acc[4];
+    const uint8_t *xs[4];
+    for (int t = 0; t < nt; t++) {
+        acc[t] = _mm256_setzero_ps();
+        xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i wv = _mm256_loadu_si256((const __m256i *)w[b].qs);
+        __m256i aw = _mm256_sign_epi8(wv, wv);
+        const float wd = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < nt; t++) {
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(sp_act_qs(xs[t]) + b * SP_QK));
+            __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv));
+            __m256i dot = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+            __m256 sc = _mm256_set1_ps(wd * sp_act_d(xs[t], m->k)[b]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sc, acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = hsum8(acc[t]);
+}
+
+/* Q4_0: unsigned nibbles (0..15) times int8 x via maddubs (a pair is at most
+ * 2*15*128, no saturation), then subtract 8 * sum(x) per block (sum(x) in
+ * each of the 8 lanes). */
+AI __m256i q4_nibbles(const sp_block_q4_0 *blk) {
+    __m128i v = _mm_loadu_si128((const __m128i *)blk->qs);
+    __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+
+AI void row_q4_0(const uint8_t *wrow, const sp_mm *m, int32_t t0, int nt, float *out) {
+    const sp_block_q4_0 *w = (const sp_block_q4_0 *)wrow;
+    const int64_t nb = m->k / SP_QK;
+    __m256 acc[4];
+    const uint8_t *xs[4];
+    for (int t = 0; t < nt; t++) {
+        acc[t] = _mm256_setzero_ps();
+        xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i wv = q4_nibbles(&w[b]);
+        const float wd = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < nt; t++) {
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(sp_act_qs(xs[t]) + b * SP_QK));
+            __m256i p = _mm256_maddubs_epi16(wv, xv);
+            __m256i dot = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+            dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(sp_act_sum(xs[t], m->k)[b]));
+            __m256 sc = _mm256_set1_ps(wd * sp_act_d(xs[t], m->k)[b]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sc, acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = hsum8(acc[t]);
+}
+
+/* Driver: rows r0..r1, activations in groups of 4, then 1 (constant NT per
+ * call so the accumulators stay in registers; 16 ymm registers). */
+#define DEFINE_MM(NAME, ROW)                                                          \
+    static void NAME(const sp_mm *m, int64_t r0, int64_t r1) {                       \
+        float out[4];                                                                 \
+        for (int64_t r = r0; r < r1; r++) {                                           \
+            const uint8_t *wrow = m->w + r * m->w_stride;                             \
+            int32_t t = 0;                                                            \
+            for (; t + 4 <= m->n; t += 4) {                                           \
+                ROW(wrow, m, t, 4, out);                                              \
+                for (int j = 0; j < 4; j++) m->y[(t + j) * m->ld_y + r] = out[j];     \
+            }                                                                         \
+            for (; t < m->n; t++) {                                                   \
+                ROW(wrow, m, t, 1, out);                                              \
+                m->y[t * m->ld_y + r] = out[0];                                       \
+            }                                                                         \
+        }                                                                             \
+    }
+
+DEFINE_MM(mm_f32, row_f32)
+DEFINE_MM(mm_f16, row_f16)
+DEFINE_MM(mm_bf16, row_bf16)
+DEFINE_MM(mm_q8_0, row_q8_0)
+DEFINE_MM(mm_q4_0, row_q4_0)
+
+void sp_ops_fill_avx2(sp_ops_table *t) {
+    t->mm[SP_GGML_F32] = mm_f32;
+    t->mm[SP_GGML_F16] = mm_f16;
+    t->mm[SP_GGML_BF16] = mm_bf16;
+    t->mm[SP_GGML_Q8_0] = mm_q8_0;
+    t->mm[SP_GGML_Q4_0] = mm_q4_0;
+}

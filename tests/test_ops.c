@@ -215,6 +215,50 @@ static void test_row_kernels(void **state) {
     assert_float_equal(r[1], 2 * 1 / (1 + expf(-1)), 1e-6);
 }
 
+/* Attention kernels of every ISA against the scalar reference (tolerance
+ * 1e-5 of sum |a b|), for head sizes with and without a 16-lane tail; mix
+ * must leave zero-weight slots out entirely. */
+static void test_attention_kernels(void **state) {
+    (void)state;
+    const int32_t hds[] = {8, 20, 64, 80, 128};
+    const int32_t n = 37, stride = 160;
+    sp_rng r;
+    sp_rng_seed(&r, 9);
+    float *kv = malloc((size_t)(n * stride) * sizeof(float)), q[128], p[37];
+    for (int32_t i = 0; i < n * stride; i++) kv[i] = (float)sp_rng_normal(&r);
+    for (int i = 0; i < 128; i++) q[i] = (float)sp_rng_normal(&r);
+    for (int i = 0; i < n; i++) p[i] = i % 5 == 3 ? 0.0f : (float)sp_rng_uniform(&r);
+    kv[3 * stride] = NAN; /* slot 3 has p = 0: must not reach the output */
+    sp_isa saved = sp_ops_isa();
+    sp_error err = {0};
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+        const int32_t hd = hds[hi];
+        float ref_s[37], ref_o[128] = {0};
+        assert_int_equal(sp_ops_set_isa(SP_ISA_SCALAR, &err), SP_OK);
+        sp_ops_att_scores()(q, kv + 4 * stride, stride, n - 4, hd, 0.5f, ref_s);
+        sp_ops_att_mix()(p, kv, stride, n, hd, ref_o);
+        for (int isa = 1; isa <= (int)sp_ops_best_isa(); isa++) {
+            float s[37], o[128] = {0};
+            assert_int_equal(sp_ops_set_isa((sp_isa)isa, &err), SP_OK);
+            sp_ops_att_scores()(q, kv + 4 * stride, stride, n - 4, hd, 0.5f, s);
+            sp_ops_att_mix()(p, kv, stride, n, hd, o);
+            for (int32_t j = 0; j < n - 4; j++) {
+                double b = 0;
+                for (int32_t i = 0; i < hd; i++) b += 0.5 * fabs(q[i] * kv[(j + 4) * stride + i]);
+                assert_true(fabs(s[j] - ref_s[j]) <= 1e-5 * b + 1e-6);
+            }
+            for (int32_t i = 0; i < hd; i++) {
+                double b = 0;
+                for (int32_t j = 0; j < n; j++) b += p[j] == 0 ? 0 : fabs(p[j] * kv[j * stride + i]);
+                assert_false(isnan(o[i]));
+                assert_true(fabs(o[i] - ref_o[i]) <= 1e-5 * b + 1e-6);
+            }
+        }
+    }
+    assert_int_equal(sp_ops_set_isa(saved, &err), SP_OK);
+    free(kv);
+}
+
 static void test_isa_selection(void **state) {
     (void)state;
     sp_error err = {0};
@@ -231,6 +275,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_batch_and_split_invariance),
     cmocka_unit_test(test_act_prepare),
     cmocka_unit_test(test_row_kernels),
+    cmocka_unit_test(test_attention_kernels),
     cmocka_unit_test(test_isa_selection),
 };
 SP_TEST_MAIN(tests)

@@ -41,5 +41,7 @@ int cmd_run(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_verify_sim(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_mkmodel(int argc, char **argv);
+int cmd_bench_forward(int argc, char **argv);
 
 #endif

@@ -8,9 +8,11 @@
 static const sp_cli_command COMMANDS[] = {
     {"run", "generate from the default model (demo)", cmd_run},
     {"generate", "generate text from a model", cmd_generate},
-    {"version", "print the version", cmd_version},
+    {"mkmodel", "write a random-weight model (tests, benchmarks)", cmd_mkmodel},
+    {"bench-forward", "time the forward pass (decode rate, k-token cost)", cmd_bench_forward},
     {"bench", "benchmark speculation configurations over prompts", cmd_bench},
     {"verify-sim", "simulate the verifiers on toy models", cmd_verify_sim},
+    {"version", "print the version", cmd_version},
 };
 
 static void usage(FILE *f) {
