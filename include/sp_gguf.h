@@ -136,6 +136,9 @@ void sp_gguf_writer_set_arr(sp_gguf_writer *w, const char *key, sp_gguf_type ele
 void sp_gguf_writer_set_arr_str(sp_gguf_writer *w, const char *key, const sp_str *v, uint64_t n);
 void sp_gguf_writer_set_arr_f32(sp_gguf_writer *w, const char *key, const float *v, uint64_t n);
 void sp_gguf_writer_set_arr_i32(sp_gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
+/* Copies every key/value of g whose key starts with `prefix` (NULL: all),
+ * with its exact type; nested arrays are skipped. */
+void sp_gguf_writer_copy_kv(sp_gguf_writer *w, const sp_gguf *g, const char *prefix);
 /* Adds a tensor; `data` (sp_ggml_row_size(type, ne[0]) * rows bytes) is
  * copied unless `borrow` is true, in which case it must outlive the write. */
 sp_status sp_gguf_writer_add_tensor(sp_gguf_writer *w, const char *name, sp_ggml_type type,

@@ -30,6 +30,7 @@ typedef struct sp_model_config {
     int32_t n_vocab;
     int32_t n_ctx_train;
     float rope_theta;
+    float rope_scale;    /* linear position scaling: angle = pos * rope_scale * freq */
     float norm_eps;
     bool rope_neox;      /* false: adjacent pairs (llama); true: halves */
     sp_ggml_type wtype;  /* type of the attention/FFN matrices (of layer 0's wq) */

@@ -371,3 +371,49 @@ sp_status sp_gguf_writer_write(sp_gguf_writer *w, const char *path, sp_error *er
     free(tmp);
     return SP_OK;
 }
+
+void sp_gguf_writer_copy_kv(sp_gguf_writer *w, const sp_gguf *g, const char *prefix) {
+    size_t plen = prefix ? strlen(prefix) : 0;
+    for (uint64_t i = 0; i < sp_gguf_n_kv(g); i++) {
+        const sp_gguf_kv *kv = sp_gguf_kv_at(g, i);
+        if (kv->key.len < plen || memcmp(kv->key.ptr, prefix, plen)) continue;
+        char *key = malloc(kv->key.len + 1);
+        SP_ASSERT(key != NULL);
+        memcpy(key, kv->key.ptr, kv->key.len);
+        key[kv->key.len] = 0;
+        union {
+            uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
+            uint64_t u64; int64_t i64; float f32; double f64;
+        } v;
+        switch (kv->type) {
+        case SP_GGUF_UINT8: v.u8 = (uint8_t)kv->v.u64; break;
+        case SP_GGUF_INT8: v.i8 = (int8_t)kv->v.i64; break;
+        case SP_GGUF_UINT16: v.u16 = (uint16_t)kv->v.u64; break;
+        case SP_GGUF_INT16: v.i16 = (int16_t)kv->v.i64; break;
+        case SP_GGUF_UINT32: v.u32 = (uint32_t)kv->v.u64; break;
+        case SP_GGUF_INT32: v.i32 = (int32_t)kv->v.i64; break;
+        case SP_GGUF_UINT64: v.u64 = kv->v.u64; break;
+        case SP_GGUF_INT64: v.i64 = kv->v.i64; break;
+        case SP_GGUF_FLOAT32: v.f32 = (float)kv->v.f64; break;
+        case SP_GGUF_FLOAT64: v.f64 = kv->v.f64; break;
+        case SP_GGUF_BOOL: v.u8 = kv->v.b; break;
+        default: break;
+        }
+        if (kv->type == SP_GGUF_STRING) {
+            bbuf o = {0};
+            bb_str(&o, kv->v.str.ptr, kv->v.str.len);
+            set_kv(w, key, SP_GGUF_STRING, o);
+        } else if (kv->type == SP_GGUF_ARRAY && kv->arr_type == SP_GGUF_STRING) {
+            sp_str *a = malloc((kv->arr_n ? kv->arr_n : 1) * sizeof *a);
+            SP_ASSERT(a != NULL);
+            for (uint64_t j = 0; j < kv->arr_n; j++) a[j] = sp_gguf_arr_str(kv, j);
+            sp_gguf_writer_set_arr_str(w, key, a, kv->arr_n);
+            free(a);
+        } else if (kv->type == SP_GGUF_ARRAY && kv->arr_type != SP_GGUF_ARRAY) {
+            sp_gguf_writer_set_arr(w, key, kv->arr_type, kv->arr_data, kv->arr_n);
+        } else if (kv->type != SP_GGUF_ARRAY) {
+            sp_gguf_writer_set_scalar(w, key, kv->type, &v);
+        }
+        free(key);
+    }
+}

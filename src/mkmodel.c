@@ -16,7 +16,7 @@ sp_mkmodel_params sp_mkmodel_default_params(void) {
     return p;
 }
 
-/* Copies every tokenizer.* key of src into w. */
+/* Copies the tokenizer.* keys of another model into w. */
 static sp_status copy_vocab(sp_gguf_writer *w, const char *path, int32_t *n_vocab, sp_error *err) {
     sp_gguf *g;
     sp_status st = sp_gguf_open(path, &g, err);
@@ -27,49 +27,9 @@ static sp_status copy_vocab(sp_gguf_writer *w, const char *path, int32_t *n_voca
         return sp_fail(err, SP_ERR_FORMAT, "%s: no tokenizer.ggml.tokens to copy", path);
     }
     *n_vocab = (int32_t)tk->arr_n;
-    char key[256];
-    for (uint64_t i = 0; i < sp_gguf_n_kv(g) && !st; i++) {
-        const sp_gguf_kv *kv = sp_gguf_kv_at(g, i);
-        if (kv->key.len < 10 || memcmp(kv->key.ptr, "tokenizer.", 10) || kv->key.len >= sizeof key)
-            continue;
-        memcpy(key, kv->key.ptr, kv->key.len);
-        key[kv->key.len] = 0;
-        switch (kv->type) {
-        case SP_GGUF_UINT8: case SP_GGUF_UINT16: case SP_GGUF_UINT32: case SP_GGUF_UINT64:
-            sp_gguf_writer_set_u32(w, key, (uint32_t)kv->v.u64);
-            break;
-        case SP_GGUF_INT8: case SP_GGUF_INT16: case SP_GGUF_INT32: case SP_GGUF_INT64:
-            sp_gguf_writer_set_i32(w, key, (int32_t)kv->v.i64);
-            break;
-        case SP_GGUF_FLOAT32: case SP_GGUF_FLOAT64:
-            sp_gguf_writer_set_f32(w, key, (float)kv->v.f64);
-            break;
-        case SP_GGUF_BOOL: sp_gguf_writer_set_bool(w, key, kv->v.b); break;
-        case SP_GGUF_STRING: {
-            char *s = strndup(kv->v.str.ptr, kv->v.str.len);
-            if (!s) st = sp_fail(err, SP_ERR_NOMEM, "out of memory");
-            else sp_gguf_writer_set_str(w, key, s);
-            free(s);
-            break;
-        }
-        case SP_GGUF_ARRAY:
-            if (kv->arr_type == SP_GGUF_STRING) {
-                sp_str *v = malloc((kv->arr_n ? kv->arr_n : 1) * sizeof *v);
-                if (!v) { st = sp_fail(err, SP_ERR_NOMEM, "out of memory"); break; }
-                for (uint64_t j = 0; j < kv->arr_n; j++) v[j] = sp_gguf_arr_str(kv, j);
-                sp_gguf_writer_set_arr_str(w, key, v, kv->arr_n);
-                free(v);
-            } else if (kv->arr_type == SP_GGUF_FLOAT32) {
-                sp_gguf_writer_set_arr_f32(w, key, kv->arr_data, kv->arr_n);
-            } else if (kv->arr_type == SP_GGUF_INT32 || kv->arr_type == SP_GGUF_UINT32) {
-                sp_gguf_writer_set_arr_i32(w, key, kv->arr_data, kv->arr_n);
-            }
-            break;
-        default: break;
-        }
-    }
+    sp_gguf_writer_copy_kv(w, g, "tokenizer.");
     sp_gguf_close(g);
-    return st;
+    return SP_OK;
 }
 
 /* A made-up SPM vocabulary: <unk>, <s>, </s>, then printable characters

@@ -30,6 +30,8 @@ struct sp_ctx {
     size_t act_stride;
     float *att;           /* [nth][n_ctx] attention scores per thread */
     int32_t *pos;         /* [B] */
+    float *inv_freq;      /* [rot_dim/2] RoPE frequencies, scaling applied */
+    float *rope_cs;       /* [B][rot_dim] cos/sin per new token */
 };
 
 sp_ctx_params sp_ctx_default_params(void) {
@@ -78,6 +80,8 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->act);
     free(c->att);
     free(c->pos);
+    free(c->inv_freq);
+    free(c->rope_cs);
     free(c);
 }
 
@@ -133,7 +137,17 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     c->act = alloc64(B * c->act_stride);
     c->att = alloc64((size_t)nth * (size_t)n_ctx * 4);
     c->pos = malloc(B * sizeof(int32_t));
-    if (!c->x || !c->xb || !c->q || !c->hb || !c->hb2 || !c->act || !c->att || !c->pos) {
+    c->inv_freq = malloc((size_t)cfg->rot_dim / 2 * sizeof(float));
+    c->rope_cs = malloc(B * (size_t)cfg->rot_dim * sizeof(float));
+    if (c->inv_freq) {
+        for (int32_t i = 0; i < cfg->rot_dim / 2; i++) {
+            float f = powf(cfg->rope_theta, -2.0f * (float)i / (float)cfg->rot_dim);
+            if (m->rope_factors) f /= m->rope_factors[i];
+            c->inv_freq[i] = f * cfg->rope_scale;
+        }
+    }
+    if (!c->x || !c->xb || !c->q || !c->hb || !c->hb2 || !c->act || !c->att || !c->pos ||
+        !c->inv_freq || !c->rope_cs) {
         sp_ctx_free(c);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
     }
@@ -314,6 +328,8 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
     SP_ASSERT(q_dim >= dim);
 
     for (int32_t t = 0; t < n; t++)
+        sp_rope_cs(c->rope_cs + (int64_t)t * cfg->rot_dim, c->pos[t], c->inv_freq, cfg->rot_dim);
+    for (int32_t t = 0; t < n; t++)
         sp_dequantize_row(m->tok_embd.type, m->tok_embd.data + (size_t)b->tokens[t] * m->tok_embd.row_bytes,
                           c->x + t * dim, dim);
 
@@ -328,10 +344,11 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
         job_add(c, &j, &L->wv, c->xb, wide, n, sp_kv_v(&c->kv, l, n_past), kv_dim);
         job_exec(c, &j);
         for (int32_t t = 0; t < n; t++) {
-            sp_rope(c->q + t * q_dim, cfg->n_heads, (int32_t)hd, cfg->rot_dim, c->pos[t],
-                    cfg->rope_theta, cfg->rope_neox);
-            sp_rope(sp_kv_k(&c->kv, l, n_past + t), cfg->n_kv_heads, (int32_t)hd, cfg->rot_dim,
-                    c->pos[t], cfg->rope_theta, cfg->rope_neox);
+            const float *cs = c->rope_cs + (int64_t)t * cfg->rot_dim;
+            sp_rope_apply(c->q + t * q_dim, cfg->n_heads, (int32_t)hd, cfg->rot_dim, cs,
+                          cfg->rope_neox);
+            sp_rope_apply(sp_kv_k(&c->kv, l, n_past + t), cfg->n_kv_heads, (int32_t)hd,
+                          cfg->rot_dim, cs, cfg->rope_neox);
         }
         att_job a = {.c = c, .layer = l, .n = n, .n_past = n_past, .mask_base = mask_base,
                      .mask_w = n_past + n - mask_base, .mask = b->mask, .out = c->xb,

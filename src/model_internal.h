@@ -37,6 +37,7 @@ struct sp_model {
     sp_weight tok_embd;   /* [n_vocab, dim] */
     sp_weight output;     /* [n_vocab, dim]; may alias tok_embd */
     const float *out_norm;
+    const float *rope_factors; /* [rot_dim/2] frequency divisors (Llama 3.1 rope_freqs), or NULL */
     sp_layer *layers;
     void **owned;         /* buffers made at load time (converted norms, requantised weights) */
     int n_owned, cap_owned;

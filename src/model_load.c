@@ -198,6 +198,26 @@ static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
     if ((st = get_u32_or(g, KEY("rope.dimension_count"), (uint32_t)c->head_dim, &c->rot_dim, err)))
         return st;
     c->rope_neox = false;
+    c->rope_scale = 1.0f;
+    /* RoPE scaling: linear (positions divided by the factor) is supported;
+     * the others change the model's function and are refused by name
+     * rather than silently ignored. Llama 3.1's per-frequency factors come
+     * as the rope_freqs.weight tensor (bound below). */
+    const sp_gguf_kv *sk = sp_gguf_find(g, KEY("rope.scaling.type"));
+    if (sk && sk->type == SP_GGUF_STRING) {
+        char ty[32];
+        snprintf(ty, sizeof ty, "%.*s", (int)(sk->v.str.len < 31 ? sk->v.str.len : 31), sk->v.str.ptr);
+        if (!strcmp(ty, "linear")) {
+            float f = 1.0f;
+            if ((st = get_f32_or(g, KEY("rope.scaling.factor"), 1.0f, &f, err))) return st;
+            if (!(f >= 1.0f && f <= 1024.0f))
+                return sp_fail(err, SP_ERR_FORMAT, "%s: bad RoPE scaling factor %g", path, (double)f);
+            c->rope_scale = 1.0f / f;
+        } else if (strcmp(ty, "none") != 0) {
+            return sp_fail(err, SP_ERR_UNSUPPORTED,
+                           "%s: RoPE scaling '%s' is not supported (supported: none, linear)", path, ty);
+        }
+    }
 #undef KEY
     const sp_gguf_tensor *te = sp_gguf_find_tensor(g, "token_embd.weight");
     if (!te) return sp_fail(err, SP_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", path);
@@ -212,6 +232,13 @@ static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
         return st;
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     if ((st = bind_vector(m, path, "output_norm.weight", dim, &m->out_norm, err))) return st;
+    if (sp_gguf_find_tensor(g, "rope_freqs.weight")) {
+        if ((st = bind_vector(m, path, "rope_freqs.weight", c->rot_dim / 2, &m->rope_factors, err)))
+            return st;
+        for (int32_t i = 0; i < c->rot_dim / 2; i++)
+            if (!(m->rope_factors[i] > 0))
+                return sp_fail(err, SP_ERR_FORMAT, "%s: rope_freqs.weight[%d] is not positive", path, i);
+    }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return sp_fail(err, SP_ERR_NOMEM, "out of memory for layers");
     for (int l = 0; l < c->n_layers; l++) {
@@ -275,6 +302,7 @@ static sp_status load_llama2c(sp_model *m, const char *path, const sp_model_para
     c->n_vocab = h[5] < 0 ? (h[5] == INT32_MIN ? -1 : -h[5]) : h[5];
     c->n_ctx_train = h[6];
     c->rope_theta = 10000.0f;
+    c->rope_scale = 1.0f;
     c->norm_eps = 1e-5f;
     c->rope_neox = false;
     c->wtype = SP_GGML_F32;
@@ -391,6 +419,7 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
     m->owns_tok = false;
     m->tok_embd = src->tok_embd;
     m->out_norm = src->out_norm;
+    m->rope_factors = src->rope_factors;
     m->layers = calloc((size_t)src->cfg.n_layers, sizeof *m->layers);
     int64_t maxc = src->cfg.dim > src->cfg.ffn_dim ? src->cfg.dim : src->cfg.ffn_dim;
     if ((int64_t)src->cfg.n_heads * src->cfg.head_dim > maxc)

@@ -158,13 +158,20 @@ void sp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps
     for (int64_t i = 0; i < n; i++) out[i] = w[i] * (x[i] * scale);
 }
 
-void sp_rope(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, int32_t pos,
-             float theta, bool neox) {
+void sp_rope_cs(float *cs, int32_t pos, const float *inv_freq, int32_t rot_dim) {
     for (int32_t i = 0; i < rot_dim / 2; i++) {
-        float freq = powf(theta, -2.0f * (float)i / (float)rot_dim);
-        float a = (float)pos * freq, c = cosf(a), s = sinf(a);
-        for (int32_t h = 0; h < n_heads; h++) {
-            float *v = x + (int64_t)h * head_dim;
+        float a = (float)pos * inv_freq[i];
+        cs[2 * i] = cosf(a);
+        cs[2 * i + 1] = sinf(a);
+    }
+}
+
+void sp_rope_apply(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, const float *cs,
+                   bool neox) {
+    for (int32_t h = 0; h < n_heads; h++) {
+        float *v = x + (int64_t)h * head_dim;
+        for (int32_t i = 0; i < rot_dim / 2; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
             int32_t i0 = neox ? i : 2 * i, i1 = neox ? i + rot_dim / 2 : 2 * i + 1;
             float v0 = v[i0], v1 = v[i1];
             v[i0] = v0 * c - v1 * s;

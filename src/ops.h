@@ -61,11 +61,15 @@ void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst
 
 /* Element-wise and row kernels (scalar; the compiler vectorises them). */
 void sp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
-/* Rotate pairs (x[2i], x[2i+1]) ("norm" style, llama) or (x[i], x[i+d/2])
- * ("neox" style) of each head by pos * theta^(-2i/rot_dim), for the first
- * rot_dim dims of each head. */
-void sp_rope(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, int32_t pos,
-             float theta, bool neox);
+/* RoPE in two steps. sp_rope_cs fills cs[2i], cs[2i+1] = cos, sin of
+ * pos * inv_freq[i] for i < rot_dim/2 (inv_freq[i] = theta^(-2i/rot_dim),
+ * already divided by any scaling factors); sp_rope_apply rotates pairs
+ * (x[2i], x[2i+1]) ("norm" style, llama) or (x[i], x[i+rot_dim/2]) ("neox"
+ * style) of each head's first rot_dim dims. One cs table per token serves
+ * every layer and both q and k. */
+void sp_rope_cs(float *cs, int32_t pos, const float *inv_freq, int32_t rot_dim);
+void sp_rope_apply(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, const float *cs,
+                   bool neox);
 void sp_softmax(float *x, int64_t n);
 /* out[i] = silu(g[i]) * u[i] */
 void sp_swiglu(float *out, const float *g, const float *u, int64_t n);

@@ -16,6 +16,8 @@ static const int32_t REF_GEN[64] = {
     261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432,
     398, 312, 286, 267, 414, 270, 333, 415, 426, 13,  438, 310, 439, 419, 357, 336};
 
+static void expect_load_error(const char *path, sp_status want, const char *needle);
+
 static sp_model *load(const char *path, const char *tok) {
     sp_error err = {0};
     sp_model *m = NULL;
@@ -269,6 +271,70 @@ static void test_tree_levels_from_past(void **state) {
     sp_model_free(m);
 }
 
+/* stories260K copied with extra RoPE metadata: variant 0 linear scaling x2,
+ * 1 rope_freqs.weight all 2.0 (Llama 3.1 style), 2 yarn (unsupported). */
+static const char *rope_variant(int variant) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/specula_rope_%d_%d.gguf", sp_tmpdir(), variant, (int)getpid());
+    sp_error err = {0};
+    sp_gguf *g = NULL;
+    if (sp_gguf_open(sp_shared("models/stories260K.gguf"), &g, &err)) fail_msg("%s", err.msg);
+    sp_gguf_writer *w = sp_gguf_writer_init();
+    sp_gguf_writer_copy_kv(w, g, NULL);
+    if (variant == 0) {
+        sp_gguf_writer_set_str(w, "llama.rope.scaling.type", "linear");
+        sp_gguf_writer_set_f32(w, "llama.rope.scaling.factor", 2.0f);
+    } else if (variant == 2) {
+        sp_gguf_writer_set_str(w, "llama.rope.scaling.type", "yarn");
+    }
+    for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
+        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        assert_int_equal(sp_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, true, &err), SP_OK);
+    }
+    float twos[4] = {2, 2, 2, 2}; /* head 8 -> 4 frequencies */
+    int64_t ne[1] = {4};
+    if (variant == 1)
+        assert_int_equal(sp_gguf_writer_add_tensor(w, "rope_freqs.weight", SP_GGML_F32, 1, ne, twos, false, &err), SP_OK);
+    if (sp_gguf_writer_write(w, path, &err)) fail_msg("%s", err.msg);
+    sp_gguf_writer_free(w);
+    sp_gguf_close(g);
+    return path;
+}
+
+/* Halving every RoPE angle, by linear scaling or by frequency factors, makes
+ * positions 0,2,4,.. behave exactly like 0,1,2,.. of the plain model; an
+ * unsupported scaling type is refused by name. */
+static void test_rope_scaling(void **state) {
+    (void)state;
+    sp_model *base = load(sp_shared("models/stories260K.gguf"), NULL);
+    int32_t V = sp_model_cfg(base)->n_vocab;
+    float *ref = malloc((size_t)(5 * V) * sizeof(float)), *got = malloc((size_t)(5 * V) * sizeof(float));
+    sp_ctx *c = mkctx(base, 64, 1);
+    fwd(c, REF_PROMPT, NULL, 5, NULL, true, ref);
+    sp_ctx_free(c);
+    const int32_t even[5] = {0, 2, 4, 6, 8};
+    for (int v = 0; v < 2; v++) {
+        const char *p = rope_variant(v);
+        sp_model *m = load(p, NULL);
+        c = mkctx(m, 64, 1);
+        fwd(c, REF_PROMPT, even, 5, NULL, true, got);
+        assert_memory_equal(ref, got, (size_t)(5 * V) * sizeof(float));
+        fwd(c, REF_PROMPT, NULL, 5, NULL, true, got); /* positions 5..9: really different */
+        assert_true(memcmp(ref, got, (size_t)(5 * V) * sizeof(float)) != 0);
+        sp_ctx_free(c);
+        sp_model_free(m);
+        unlink(p);
+    }
+    const char *p = rope_variant(2);
+    expect_load_error(p, SP_ERR_UNSUPPORTED, "yarn");
+    unlink(p);
+    free(ref);
+    free(got);
+    sp_model_free(base);
+}
+
 /* The low-precision self-draft copy: same shapes, close logits. */
 static void test_requantize(void **state) {
     (void)state;
@@ -418,6 +484,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_threads_invariant),
     cmocka_unit_test(test_tree_mask_and_keep),
     cmocka_unit_test(test_tree_levels_from_past),
+    cmocka_unit_test(test_rope_scaling),
     cmocka_unit_test(test_requantize),
     cmocka_unit_test(test_forward_errors),
     cmocka_unit_test(test_bad_model_files),

@@ -197,17 +197,26 @@ static void test_row_kernels(void **state) {
 
     /* RoPE at position 0 is the identity; rotations preserve the norm of each
      * pair; norm style pairs (0,1), neox style pairs (0, d/2). */
-    float v[8] = {1, 2, 3, 4, 5, 6, 7, 8}, v0[8];
+    float v[8] = {1, 2, 3, 4, 5, 6, 7, 8}, v0[8], inv[4], cs[8];
+    for (int i = 0; i < 4; i++) inv[i] = powf(10000.0f, -2.0f * (float)i / 8.0f);
     memcpy(v0, v, sizeof v);
-    sp_rope(v, 1, 8, 8, 0, 10000.0f, false);
+    sp_rope_cs(cs, 0, inv, 8);
+    sp_rope_apply(v, 1, 8, 8, cs, false);
     assert_memory_equal(v, v0, sizeof v);
-    sp_rope(v, 1, 8, 8, 5, 10000.0f, false);
+    sp_rope_cs(cs, 5, inv, 8);
+    sp_rope_apply(v, 1, 8, 8, cs, false);
     assert_float_equal(hypotf(v[0], v[1]), hypotf(1, 2), 1e-5);
     assert_float_equal(v[0], cosf(5) * 1 - sinf(5) * 2, 1e-5);
+    assert_float_equal(v[2], cosf(5 * inv[1]) * 3 - sinf(5 * inv[1]) * 4, 1e-5);
     memcpy(v, v0, sizeof v);
-    sp_rope(v, 1, 8, 8, 5, 10000.0f, true);
+    sp_rope_apply(v, 1, 8, 8, cs, true);
     assert_float_equal(v[0], cosf(5) * 1 - sinf(5) * 5, 1e-5);
     assert_float_equal(v[4], sinf(5) * 1 + cosf(5) * 5, 1e-5);
+    /* partial rotary: dims past rot_dim are left alone */
+    memcpy(v, v0, sizeof v);
+    sp_rope_apply(v, 1, 8, 4, cs, false);
+    assert_float_equal(v[4], 5, 0);
+    assert_float_equal(v[7], 8, 0);
 
     float g[3] = {0, 1, -1}, u[3] = {2, 2, 2}, r[3];
     sp_swiglu(r, g, u, 3);
