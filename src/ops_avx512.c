@@ -104,7 +104,7 @@ DEFINE_FLOAT_TILE(tile_bf16, loadw_bf16, 2)
 
 /* 16 lanes: lanes 0-7 take p[0], lanes 8-15 take p[1]. */
 AI __m512 two_f32(const float *p) {
-    __m128 v = _mm_castpd_ps(_mm_load_sd((const double *)p));
+    __m128 v = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)p)); /* unaligned-safe */
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
                                  _mm512_castps128_ps512(v));
 }
