@@ -167,6 +167,7 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
 typedef struct mm_job {
     sp_mm mm[3];
     sp_mm_kernel fn[3];
+    const float *src[3];   /* unprepared input of each matmul */
     int64_t rows[3];
     int64_t chunk_rows[3]; /* rows per chunk */
     int64_t chunk_end[3];  /* cumulative chunk counts */
@@ -214,7 +215,16 @@ static void job_add(sp_ctx *c, mm_job *j, const sp_weight *w, const float *x, in
     int i = j->n_mm++;
     SP_ASSERT(i < 3);
     size_t stride;
-    const void *a = activations(c, w->type, x, x_stride, w->cols, n, &stride);
+    const void *a;
+    if (i > 0 && j->src[i - 1] == x && j->mm[i - 1].wtype == w->type && j->mm[i - 1].k == w->cols &&
+        j->mm[i - 1].n == n) {
+        /* same input as the previous matmul (wq/wk/wv, w1/w3): already prepared */
+        a = j->mm[i - 1].x;
+        stride = j->mm[i - 1].x_stride;
+    } else {
+        a = activations(c, w->type, x, x_stride, w->cols, n, &stride);
+    }
+    j->src[i] = x;
     j->mm[i] = (sp_mm){.wtype = w->type, .w = w->data, .w_stride = w->row_bytes, .k = w->cols,
                        .x = a, .x_stride = stride, .n = n, .y = y, .ld_y = ld_y};
     j->fn[i] = sp_ops_mm(w->type);

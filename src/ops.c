@@ -105,6 +105,8 @@ static void att_mix_ref(const float *p, const float *v, int64_t stride, int32_t 
     }
 }
 
+static void act_q8_ref(const float *x, int64_t k, void *dst);
+
 void sp_ops_fill_scalar(sp_ops_table *t) {
     memset(t, 0, sizeof *t);
     t->mm[SP_GGML_F32] = mm_f32_ref;
@@ -114,6 +116,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm[SP_GGML_Q4_0] = mm_q4_0_ref;
     t->att_scores = att_scores_ref;
     t->att_mix = att_mix_ref;
+    t->act_q8 = act_q8_ref;
 }
 
 /* ---------------- activations ---------------- */
@@ -125,11 +128,11 @@ size_t sp_ops_act_bytes(sp_ggml_type wtype, int64_t k) {
     return (b + 63) & ~(size_t)63;
 }
 
-void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst) {
-    if (!sp_ops_act_is_q8(wtype)) {
-        memcpy(dst, x, 4 * (size_t)k);
-        return;
-    }
+static sp_ops_table g_tables[SP_ISA_COUNT];
+
+/* Scalar reference of the q8 activation layout (ops.h): per 32-block,
+ * d = amax / 127, q = roundf(x / d) (half away from zero), sum = sum(q). */
+static void act_q8_ref(const float *x, int64_t k, void *dst) {
     int8_t *qs = (int8_t *)dst;
     float *d = (float *)((uint8_t *)dst + k);
     int32_t *sum = (int32_t *)((uint8_t *)dst + k + 4 * (k / SP_QK));
@@ -147,6 +150,14 @@ void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst
         d[b] = db;
         sum[b] = s;
     }
+}
+
+void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst) {
+    if (!sp_ops_act_is_q8(wtype)) {
+        memcpy(dst, x, 4 * (size_t)k);
+        return;
+    }
+    g_tables[sp_ops_isa()].act_q8(x, k, dst);
 }
 
 /* ---------------- row kernels ---------------- */
@@ -200,7 +211,6 @@ void sp_swiglu(float *out, const float *g, const float *u, int64_t n) {
 
 /* ---------------- dispatch ---------------- */
 
-static sp_ops_table g_tables[SP_ISA_COUNT];
 static sp_isa g_isa = SP_ISA_COUNT; /* not yet chosen */
 
 sp_isa sp_ops_best_isa(void) {
@@ -240,6 +250,7 @@ static void ensure_tables(void) {
     for (int i = 1; i < SP_ISA_COUNT; i++) {
         if (!g_tables[i].att_scores) g_tables[i].att_scores = att_scores_ref;
         if (!g_tables[i].att_mix) g_tables[i].att_mix = att_mix_ref;
+        if (!g_tables[i].act_q8) g_tables[i].act_q8 = act_q8_ref;
     }
     filled = true;
 }

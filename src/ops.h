@@ -93,6 +93,9 @@ typedef struct sp_ops_table {
     sp_mm_kernel mm[SP_GGML_TYPE_COUNT];
     sp_att_scores_fn att_scores; /* NULL: the scalar one */
     sp_att_mix_fn att_mix;
+    /* q8 activation row (see sp_ops_act_prepare); must be bit-identical to
+     * the scalar one. NULL: the scalar one. */
+    void (*act_q8)(const float *x, int64_t k, void *dst);
 } sp_ops_table;
 
 void sp_ops_fill_scalar(sp_ops_table *t);

@@ -42,7 +42,10 @@ static void test_mkmodel_makes_loadable_model(void **state) {
              "mkmodel --out '%s' --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 40 "
              "--ctx 128 --type q8_0 --seed 7", path);
     int rc = run_cli(args, out, sizeof out);
-    if (rc != 0) fail_msg("mkmodel exited %d: %s", rc, out);
+    if (rc != 0) {
+        remove(path);
+        fail_msg("mkmodel exited %d: %s", rc, out);
+    }
     sp_error err = {0};
     sp_model *m = NULL;
     if (sp_model_load(path, NULL, &m, &err)) fail_msg("load: %s", err.msg);
@@ -59,12 +62,12 @@ static void test_mkmodel_makes_loadable_model(void **state) {
     /* bench-forward runs on it and reports the numbers asked for */
     snprintf(args, sizeof args, "bench-forward -m '%s' -t 2 --reps 2 --depth 8 --decode 4 --json", path);
     rc = run_cli(args, out, sizeof out);
+    remove(path);
     if (rc != 0) fail_msg("bench-forward exited %d: %s", rc, out);
     assert_non_null(strstr(out, "\"decode_tok_s\""));
     assert_non_null(strstr(out, "\"gb_s\""));
     assert_non_null(strstr(out, "\"isa\""));
     assert_non_null(strstr(out, "\"k\":16"));
-    remove(path);
 }
 
 /* Each bad invocation: exit 2 and one line naming the problem. */

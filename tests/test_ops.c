@@ -179,6 +179,41 @@ static void test_act_prepare(void **state) {
     assert_int_equal(s[1], 0);
 }
 
+/* Every ISA's q8 activation quantiser is bit-identical to the scalar one,
+ * including exact .5 ties (roundf rounds them away from zero), zero blocks
+ * and negative zeros. */
+static void test_act_prepare_isa_identical(void **state) {
+    (void)state;
+    const int64_t k = 4096;
+    float *x = malloc((size_t)k * sizeof(float));
+    sp_rng r;
+    sp_rng_seed(&r, 77);
+    for (int64_t i = 0; i < k; i++) x[i] = (float)sp_rng_normal(&r) * (i % 7 == 0 ? 100.0f : 1.0f);
+    /* block 0: amax 127 so id = 1 and x = n + 0.5 are exact ties */
+    for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) + 0.5f;
+    x[31] = 127.0f;
+    for (int i = 32; i < 64; i++) x[i] = i % 2 ? -0.0f : 0.0f; /* block 1: all zero */
+    size_t bytes = sp_ops_act_bytes(SP_GGML_Q8_0, k);
+    uint8_t *ref = aligned_alloc(64, bytes), *got = aligned_alloc(64, bytes);
+    memset(ref, 0, bytes);
+    sp_isa saved = sp_ops_isa();
+    sp_error err = {0};
+    assert_int_equal(sp_ops_set_isa(SP_ISA_SCALAR, &err), SP_OK);
+    sp_ops_act_prepare(SP_GGML_Q8_0, x, k, ref);
+    assert_int_equal(sp_act_qs(ref)[0], -16 + 0); /* -15.5 -> -16 */
+    assert_int_equal(sp_act_qs(ref)[16], 1);      /* 0.5 -> 1 */
+    for (int isa = 1; isa <= (int)sp_ops_best_isa(); isa++) {
+        memset(got, 0, bytes);
+        assert_int_equal(sp_ops_set_isa((sp_isa)isa, &err), SP_OK);
+        sp_ops_act_prepare(SP_GGML_Q8_0, x, k, got);
+        assert_memory_equal(ref, got, bytes);
+    }
+    assert_int_equal(sp_ops_set_isa(saved, &err), SP_OK);
+    free(x);
+    free(ref);
+    free(got);
+}
+
 static void test_row_kernels(void **state) {
     (void)state;
     float x[8] = {1, -2, 3, -4, 5, -6, 7, -8}, w[8] = {1, 1, 1, 1, 2, 2, 2, 2}, o[8];
@@ -283,6 +318,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_reference_accuracy),
     cmocka_unit_test(test_batch_and_split_invariance),
     cmocka_unit_test(test_act_prepare),
+    cmocka_unit_test(test_act_prepare_isa_identical),
     cmocka_unit_test(test_row_kernels),
     cmocka_unit_test(test_attention_kernels),
     cmocka_unit_test(test_isa_selection),
