@@ -376,7 +376,7 @@ void sp_gguf_writer_copy_kv(sp_gguf_writer *w, const sp_gguf *g, const char *pre
     size_t plen = prefix ? strlen(prefix) : 0;
     for (uint64_t i = 0; i < sp_gguf_n_kv(g); i++) {
         const sp_gguf_kv *kv = sp_gguf_kv_at(g, i);
-        if (kv->key.len < plen || memcmp(kv->key.ptr, prefix, plen)) continue;
+        if (plen && (kv->key.len < plen || memcmp(kv->key.ptr, prefix, plen))) continue;
         char *key = malloc(kv->key.len + 1);
         SP_ASSERT(key != NULL);
         memcpy(key, kv->key.ptr, kv->key.len);
