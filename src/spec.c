@@ -271,6 +271,134 @@ static void greedy_tree_walk(const sp_spec *s, const sp_draft_tree *t, int32_t *
     *n_path = m;
 }
 
+/* State of one generation shared by the step functions. */
+typedef struct gen_run {
+    sp_spec *s;
+    sp_sampler *smp;
+    sp_rng rng;
+    int32_t *hist, n;     /* committed text */
+    bool greedy_t;        /* temperature 0 */
+    sp_mc_mode mode;      /* trees: how children are drawn/verified */
+    sp_spec_stats *stats;
+    /* result of a step */
+    int32_t emitted[SP_TREE_MAX_DEPTH + SP_SPEC_MAX_GAMMA + 2];
+    int32_t n_emit, tau;
+} gen_run;
+
+/* One tree iteration: grow the draft tree (trimmed to the token budget),
+ * verify it in one target pass, keep the accepted path in both caches. */
+static sp_status step_tree(gen_run *g, int32_t remaining, sp_error *err) {
+    sp_spec *s = g->s;
+    sp_spec_stats *st = g->stats;
+    int32_t depth = remaining - 1 < s->shape.depth ? remaining - 1 : s->shape.depth, nn = 1;
+    double t0 = sp_now();
+    sp_status rc = SP_OK;
+    if (depth >= 1) {
+        rc = sp_drafter_tree(s->drafter, g->hist, g->n, &s->shape, depth, g->greedy_t, g->mode,
+                             g->smp, &g->rng, &s->tree, err);
+        nn = s->tree.n_nodes;
+    }
+    st->t_draft += sp_now() - t0;
+    if (rc) return rc;
+    st->drafted += nn - 1;
+    rc = target_pass(s, g->hist, g->n, s->tree.token + 1, nn > 1 ? s->tree.parent : NULL,
+                     s->tree.depth, nn - 1, g->smp, st, err);
+    if (rc) return rc;
+    int32_t path[SP_TREE_MAX_DEPTH + 1], n_path = 0, y;
+    double tv = sp_now();
+    if (nn == 1) {
+        y = sp_sample_from_probs(s->p, s->V, sp_rng_uniform(&g->rng));
+    } else if (g->greedy_t) {
+        greedy_tree_walk(s, &s->tree, path, &n_path, &y);
+    } else {
+        sp_verify_tree vt = {.n_nodes = nn, .parent = s->tree.parent, .token = s->tree.token,
+                             .p = s->p, .q = s->q};
+        rc = sp_verify_tree_walk(s->ws, &vt, g->mode, &g->rng, path, SP_TREE_MAX_DEPTH + 1,
+                                 &n_path, &y, err);
+    }
+    st->t_verify += sp_now() - tv;
+    if (rc) return rc;
+    g->tau = n_path;
+    g->n_emit = 0;
+    for (int32_t i = 0; i < n_path; i++) g->emitted[g->n_emit++] = s->tree.token[path[i]];
+    g->emitted[g->n_emit++] = y;
+    /* roll back: keep the tail plus the accepted path */
+    int32_t idx[SP_TREE_MAX_DEPTH + 1];
+    for (int32_t i = 0; i < n_path; i++) idx[i] = path[i] - 1;
+    rc = sp_ctx_keep(s->target, g->n, idx, n_path, err);
+    if (!rc) rc = sp_drafter_accept_tree(s->drafter, g->n, &s->tree, path, n_path, err);
+    return rc;
+}
+
+/* One chain iteration: draft up to gamma tokens, verify them in one target
+ * pass, truncate both caches to the accepted prefix. */
+static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
+    sp_spec *s = g->s;
+    sp_spec_stats *st = g->stats;
+    const sp_draft_counters *dc = sp_drafter_counters(s->drafter);
+    double t0 = sp_now(), dsec0 = dc->seconds;
+    int64_t dfw0 = dc->forwards;
+    int32_t gamma = s->prm.adaptive ? choose_gamma(s, s->prm.gamma) : s->prm.gamma;
+    if (gamma > remaining - 1) gamma = remaining - 1;
+    int32_t nd = 0;
+    sp_status rc = SP_OK;
+    if (gamma >= 1)
+        rc = sp_drafter_chain(s->drafter, g->hist, g->n, gamma, s->prm.draft_p_min, g->smp,
+                              &g->rng, s->draft, s->q, &nd, err);
+    st->t_draft += sp_now() - t0;
+    if (rc) return rc;
+    st->drafted += nd;
+    rc = target_pass(s, g->hist, g->n, s->draft, NULL, NULL, nd, g->smp, st, err);
+    if (rc) return rc;
+    sp_verify_result vr = {0, 0};
+    double tv = sp_now();
+    if (nd == 0)
+        vr.token = sp_sample_from_probs(s->p, s->V, sp_rng_uniform(&g->rng));
+    else if (s->prm.verifier == SP_VERIFIER_GREEDY)
+        rc = sp_verify_greedy(s->ws, nd, s->draft, s->p, &vr, err);
+    else
+        rc = sp_verify_chain(s->ws, s->prm.verifier, s->prm.lenience, nd, s->draft, s->q, s->p,
+                             &g->rng, &vr, err);
+    st->t_verify += sp_now() - tv;
+    if (rc) return rc;
+    g->tau = vr.n_accepted;
+    memcpy(g->emitted, s->draft, (size_t)g->tau * sizeof *g->emitted);
+    g->n_emit = g->tau;
+    g->emitted[g->n_emit++] = vr.token;
+    if (nd > 0) {
+        st->gamma_hist[nd < SP_SPEC_MAX_GAMMA + 1 ? nd : SP_SPEC_MAX_GAMMA + 1]++;
+        s->acc_a = 0.9 * s->acc_a + g->tau;
+        s->acc_b = 0.9 * s->acc_b + g->tau + (g->tau < nd ? 1 : 0);
+        int64_t df = dc->forwards - dfw0;
+        if (df > 0) ema(&s->t_tok_draft, (dc->seconds - dsec0) / (double)df);
+    }
+    rc = sp_ctx_truncate(s->target, g->n + g->tau, err);
+    if (!rc) rc = sp_drafter_accept_chain(s->drafter, g->n, g->tau, err);
+    return rc;
+}
+
+/* Checks generate-time arguments against the spec object and the context. */
+static sp_status check_generate(const sp_spec *s, int32_t n_prompt, const sp_gen_params *gp,
+                                int32_t cap, sp_error *err) {
+    if (s->prm.verifier == SP_VERIFIER_GREEDY && gp->sampling.temperature != 0)
+        return sp_fail(err, SP_ERR_ARG, "greedy verification needs temperature 0 (it is lossy otherwise)");
+    if (n_prompt < 1) return sp_fail(err, SP_ERR_ARG, "empty prompt (need at least one token)");
+    if (gp->n_predict < 1 || gp->n_predict > cap)
+        return sp_fail(err, SP_ERR_ARG, "token budget %d must be in [1, %d]", gp->n_predict, cap);
+    if (sp_ctx_n_past(s->target) != 0) return sp_fail(err, SP_ERR_STATE, "context is not empty");
+    const int32_t n_ctx = sp_ctx_n_ctx(s->target);
+    if ((int64_t)n_prompt + gp->n_predict > n_ctx)
+        return sp_fail(err, SP_ERR_RANGE,
+                       "prompt (%d tokens) plus %d new tokens exceed the context size %d", n_prompt,
+                       gp->n_predict, n_ctx);
+    if (s->is_tree && (int64_t)n_prompt + gp->n_predict + s->max_nodes > n_ctx)
+        return sp_fail(err, SP_ERR_RANGE,
+                       "tree budget of %d nodes does not fit the context: prompt %d + %d new + "
+                       "tree > %d",
+                       s->max_nodes - 1, n_prompt, gp->n_predict, n_ctx);
+    return SP_OK;
+}
+
 sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
                            const sp_gen_params *gp, int32_t *out, int32_t cap,
                            sp_gen_stats *gstats, sp_spec_stats *stats, sp_token_cb cb, void *ud,
@@ -288,153 +416,51 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
         return rc;
     }
     *gstats = (sp_gen_stats){.n_prompt = n_prompt};
-    const bool greedy_t = gp->sampling.temperature == 0;
-    if (s->prm.verifier == SP_VERIFIER_GREEDY && !greedy_t)
-        return sp_fail(err, SP_ERR_ARG, "greedy verification needs temperature 0 (it is lossy otherwise)");
-    if (n_prompt < 1) return sp_fail(err, SP_ERR_ARG, "empty prompt (need at least one token)");
-    if (gp->n_predict < 1 || gp->n_predict > cap)
-        return sp_fail(err, SP_ERR_ARG, "token budget %d must be in [1, %d]", gp->n_predict, cap);
-    if (sp_ctx_n_past(s->target) != 0) return sp_fail(err, SP_ERR_STATE, "context is not empty");
-    const int32_t n_ctx = sp_ctx_n_ctx(s->target);
-    if ((int64_t)n_prompt + gp->n_predict > n_ctx)
-        return sp_fail(err, SP_ERR_RANGE,
-                       "prompt (%d tokens) plus %d new tokens exceed the context size %d", n_prompt,
-                       gp->n_predict, n_ctx);
-    if (s->is_tree && (int64_t)n_prompt + gp->n_predict + s->max_nodes > n_ctx)
-        return sp_fail(err, SP_ERR_RANGE,
-                       "tree budget of %d nodes does not fit the context: prompt %d + %d new + "
-                       "tree > %d",
-                       s->max_nodes - 1, n_prompt, gp->n_predict, n_ctx);
-    sp_sampler *smp;
-    sp_status rc = sp_sampler_init(&gp->sampling, s->V, &smp, err);
+    sp_status rc = check_generate(s, n_prompt, gp, cap, err);
     if (rc) return rc;
-    int32_t *hist = malloc(((size_t)n_prompt + (size_t)gp->n_predict + 1) * sizeof *hist);
-    if (!hist) {
-        sp_sampler_free(smp);
+    gen_run g = {.s = s, .stats = stats, .greedy_t = gp->sampling.temperature == 0,
+                 .mode = s->prm.verifier == SP_VERIFIER_MC      ? SP_MC_REPLACE
+                         : s->prm.verifier == SP_VERIFIER_NAIVE ? SP_MC_NAIVE
+                                                                : SP_MC_NOREPLACE};
+    if ((rc = sp_sampler_init(&gp->sampling, s->V, &g.smp, err))) return rc;
+    g.hist = malloc(((size_t)n_prompt + (size_t)gp->n_predict + 1) * sizeof *g.hist);
+    if (!g.hist) {
+        sp_sampler_free(g.smp);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     }
-    memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
-    int32_t n = n_prompt;
-    sp_rng rng;
-    sp_rng_seed(&rng, gp->seed);
-    const sp_tokenizer *tok = sp_model_tokenizer(sp_ctx_model(s->target));
-    emit_state e = {.out = out, .cap = cap, .budget = gp->n_predict, .tok = tok,
+    memcpy(g.hist, prompt, (size_t)n_prompt * sizeof *g.hist);
+    g.n = n_prompt;
+    sp_rng_seed(&g.rng, gp->seed);
+    emit_state e = {.out = out, .cap = cap, .budget = gp->n_predict,
+                    .tok = sp_model_tokenizer(sp_ctx_model(s->target)),
                     .stop_at_eog = gp->stop_at_eog, .cb = cb, .ud = ud};
-    const sp_draft_counters *dc = sp_drafter_counters(s->drafter);
-    const int64_t dc_f0 = dc->forwards;
-    const double dc_t0 = dc->seconds;
-    const int32_t V = s->V;
+    const int64_t dc_f0 = sp_drafter_counters(s->drafter)->forwards;
 
     /* Prefill everything but the last prompt token (the first iteration
      * evaluates it together with the first draft). */
     double t0 = sp_now();
-    if (n > 1) {
-        rc = sp_prefill(s->target, hist, n - 1, s->logits, &stats->prefill_forwards, err);
-        if (!rc) rc = sp_drafter_prefill(s->drafter, hist, n - 1, err);
+    if (g.n > 1) {
+        rc = sp_prefill(s->target, g.hist, g.n - 1, s->logits, &stats->prefill_forwards, err);
+        if (!rc) rc = sp_drafter_prefill(s->drafter, g.hist, g.n - 1, err);
     }
     stats->target_forwards = stats->prefill_forwards;
     gstats->t_prefill = sp_now() - t0;
     double t1 = sp_now();
-    const sp_mc_mode mode = s->prm.verifier == SP_VERIFIER_MC ? SP_MC_REPLACE
-                            : s->prm.verifier == SP_VERIFIER_NAIVE ? SP_MC_NAIVE
-                                                                 : SP_MC_NOREPLACE;
     while (!rc && !e.stop) {
         const int32_t remaining = e.budget - e.n;
-        const int32_t n_before = n;
-        const int32_t t_past = sp_ctx_n_past(s->target);
-        int32_t emitted[SP_TREE_MAX_DEPTH + SP_SPEC_MAX_GAMMA + 2], n_emit = 0, tau = 0;
-        double td0 = sp_now(), dsec0 = dc->seconds;
-        int64_t dfw0 = dc->forwards;
-        if (s->is_tree) {
-            int32_t depth = remaining - 1 < s->shape.depth ? remaining - 1 : s->shape.depth;
-            int32_t nn = 1;
-            if (depth >= 1) {
-                rc = sp_drafter_tree(s->drafter, hist, n, &s->shape, depth, greedy_t, mode, smp,
-                                     &rng, &s->tree, err);
-                nn = s->tree.n_nodes;
-            }
-            stats->t_draft += sp_now() - td0;
-            if (rc) break;
-            stats->drafted += nn - 1;
-            rc = target_pass(s, hist, n, s->tree.token + 1, nn > 1 ? s->tree.parent : NULL,
-                             s->tree.depth, nn - 1, smp, stats, err);
-            if (rc) break;
-            int32_t path[SP_TREE_MAX_DEPTH + 1], n_path = 0, y;
-            double tv = sp_now();
-            if (nn == 1) {
-                y = sp_sample_from_probs(s->p, V, sp_rng_uniform(&rng));
-            } else if (greedy_t) {
-                greedy_tree_walk(s, &s->tree, path, &n_path, &y);
-            } else {
-                sp_verify_tree vt = {.n_nodes = nn, .parent = s->tree.parent,
-                                     .token = s->tree.token, .p = s->p, .q = s->q};
-                rc = sp_verify_tree_walk(s->ws, &vt, mode, &rng, path, SP_TREE_MAX_DEPTH + 1,
-                                         &n_path, &y, err);
-            }
-            stats->t_verify += sp_now() - tv;
-            if (rc) break;
-            tau = n_path;
-            for (int32_t i = 0; i < n_path; i++) emitted[n_emit++] = s->tree.token[path[i]];
-            emitted[n_emit++] = y;
-            /* roll back: keep the tail plus the accepted path */
-            int32_t idx[SP_TREE_MAX_DEPTH + 1];
-            for (int32_t i = 0; i < n_path; i++) idx[i] = path[i] - 1;
-            rc = sp_ctx_keep(s->target, n, idx, n_path, err);
-            if (!rc) rc = sp_drafter_accept_tree(s->drafter, n, &s->tree, path, n_path, err);
-        } else {
-            int32_t gamma = s->prm.gamma;
-            if (s->prm.adaptive) gamma = choose_gamma(s, s->prm.gamma);
-            if (gamma > remaining - 1) gamma = remaining - 1;
-            int32_t nd = 0;
-            if (gamma >= 1)
-                rc = sp_drafter_chain(s->drafter, hist, n, gamma, s->prm.draft_p_min, smp, &rng,
-                                      s->draft, s->q, &nd, err);
-            stats->t_draft += sp_now() - td0;
-            if (rc) break;
-            stats->drafted += nd;
-            rc = target_pass(s, hist, n, s->draft, NULL, NULL, nd, smp, stats, err);
-            if (rc) break;
-            sp_verify_result vr = {0, 0};
-            double tv = sp_now();
-            if (nd == 0)
-                vr.token = sp_sample_from_probs(s->p, V, sp_rng_uniform(&rng));
-            else if (s->prm.verifier == SP_VERIFIER_GREEDY)
-                rc = sp_verify_greedy(s->ws, nd, s->draft, s->p, &vr, err);
-            else
-                rc = sp_verify_chain(s->ws, s->prm.verifier, s->prm.lenience, nd, s->draft, s->q,
-                                     s->p, &rng, &vr, err);
-            stats->t_verify += sp_now() - tv;
-            if (rc) break;
-            tau = vr.n_accepted;
-            memcpy(emitted, s->draft, (size_t)tau * sizeof *emitted);
-            n_emit = tau;
-            emitted[n_emit++] = vr.token;
-            if (nd > 0) {
-                stats->gamma_hist[nd < SP_SPEC_MAX_GAMMA + 1 ? nd : SP_SPEC_MAX_GAMMA + 1]++;
-                s->acc_a = 0.9 * s->acc_a + tau;
-                s->acc_b = 0.9 * s->acc_b + tau + (tau < nd ? 1 : 0);
-                int64_t df = dc->forwards - dfw0;
-                if (df > 0) ema(&s->t_tok_draft, (dc->seconds - dsec0) / (double)df);
-            }
-            rc = sp_ctx_truncate(s->target, n + tau, err);
-            if (!rc) rc = sp_drafter_accept_chain(s->drafter, n, tau, err);
-        }
+        rc = s->is_tree ? step_tree(&g, remaining, err) : step_chain(&g, remaining, err);
         if (rc) break;
-        (void)t_past;
         stats->iterations++;
-        stats->accepted += tau;
-        stats->accept_hist[tau < SP_SPEC_MAX_GAMMA + 1 ? tau : SP_SPEC_MAX_GAMMA + 1]++;
-        int32_t taken = emit(&e, hist, &n, emitted, n_emit);
-        stats->emitted += taken;
-        (void)n_before;
+        stats->accepted += g.tau;
+        stats->accept_hist[g.tau < SP_SPEC_MAX_GAMMA + 1 ? g.tau : SP_SPEC_MAX_GAMMA + 1]++;
+        stats->emitted += emit(&e, g.hist, &g.n, g.emitted, g.n_emit);
     }
     gstats->t_generate = sp_now() - t1;
     gstats->n_generated = e.n;
     gstats->hit_eog = e.hit_eog;
     gstats->target_forwards = stats->target_forwards;
-    stats->draft_forwards = dc->forwards - dc_f0;
-    (void)dc_t0;
-    free(hist);
-    sp_sampler_free(smp);
+    stats->draft_forwards = sp_drafter_counters(s->drafter)->forwards - dc_f0;
+    free(g.hist);
+    sp_sampler_free(g.smp);
     return rc;
 }
