@@ -21,9 +21,10 @@ typedef struct sp_cli_command {
 int sp_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out);
 int sp_cli_float(const char *flag, const char *s, double lo, double hi, double *out);
 
-/* Flags shared by generate and bench: -n, -s/--seed, -t, -c, --temp, --top-k,
- * --top-p, --min-p. */
+/* Flags shared by generate and bench: -m, -z, -md, -zd, -n, -s/--seed, -t,
+ * -c, --temp, --top-k, --top-p, --min-p. */
 typedef struct sp_cli_run_opts {
+    const char *model, *tokenizer, *draft_model, *draft_tokenizer;
     long long n_predict, seed, threads, n_ctx;
     sp_sampler_params sampling;
 } sp_cli_run_opts;

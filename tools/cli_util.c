@@ -41,6 +41,7 @@ int sp_cli_float(const char *flag, const char *s, double lo, double hi, double *
 }
 
 void sp_cli_run_opts_default(sp_cli_run_opts *r) {
+    r->model = r->tokenizer = r->draft_model = r->draft_tokenizer = NULL;
     r->n_predict = 128;
     r->seed = 42;
     r->threads = 1;
@@ -51,6 +52,19 @@ void sp_cli_run_opts_default(sp_cli_run_opts *r) {
 int sp_cli_run_flag(const char *a, const char *v, sp_cli_run_opts *r) {
     double d;
     long long ll;
+    const char **path = !strcmp(a, "-m") || !strcmp(a, "--model")             ? &r->model
+                        : !strcmp(a, "-z") || !strcmp(a, "--tokenizer")       ? &r->tokenizer
+                        : !strcmp(a, "-md") || !strcmp(a, "--model-draft")    ? &r->draft_model
+                        : !strcmp(a, "-zd") || !strcmp(a, "--tokenizer-draft") ? &r->draft_tokenizer
+                                                                               : NULL;
+    if (path) {
+        if (!v) {
+            fprintf(stderr, "specula: %s needs a value\n", a);
+            return -1;
+        }
+        *path = v;
+        return 1;
+    }
     if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
         return sp_cli_int(a, v, 1, 1 << 20, &r->n_predict) ? -1 : 1;
     if (!strcmp(a, "--seed") || !strcmp(a, "-s"))

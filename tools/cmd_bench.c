@@ -19,7 +19,6 @@
 #define MAX_PROMPTS 100000
 
 typedef struct bench_opts {
-    const char *model, *tokenizer, *draft_model, *draft_tokenizer;
     const char *prompts, *configs, *out_dir;
     sp_cli_run_opts run;
     long long repeat;
@@ -55,14 +54,6 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         if (shared < 0) return 2;
         if (shared > 0) {
             i++;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(o->model = NEXT())) goto missing;
-        } else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) {
-            if (!(o->tokenizer = NEXT())) goto missing;
-        } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
-            if (!(o->draft_model = NEXT())) goto missing;
-        } else if (!strcmp(a, "-zd") || !strcmp(a, "--tokenizer-draft")) {
-            if (!(o->draft_tokenizer = NEXT())) goto missing;
         } else if (!strcmp(a, "--prompts")) {
             if (!(o->prompts = NEXT())) goto missing;
         } else if (!strcmp(a, "--configs")) {
@@ -90,7 +81,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         return 2;
 #undef NEXT
     }
-    if (!o->model) {
+    if (!o->run.model) {
         fprintf(stderr, "specula: bench needs a model (-m MODEL)\n");
         return 2;
     }
@@ -274,8 +265,8 @@ static int bench_main(const bench_opts *o) {
     }
     if ((rc = load_prompts(ppath, &ps))) goto done;
     rc = 2;
-    const char *clist = o->configs ? o->configs : sp_bench_default_configs(o->draft_model != NULL);
-    if (sp_bench_configs_parse(clist, o->draft_model != NULL, &cfg, &n_cfg, msg, sizeof msg)) {
+    const char *clist = o->configs ? o->configs : sp_bench_default_configs(o->run.draft_model != NULL);
+    if (sp_bench_configs_parse(clist, o->run.draft_model != NULL, &cfg, &n_cfg, msg, sizeof msg)) {
         fprintf(stderr, "specula: %s\n", msg);
         goto done;
     }
@@ -287,7 +278,7 @@ static int bench_main(const bench_opts *o) {
             goto done;
         }
     }
-    if (o->draft_model && !uses_model) {
+    if (o->run.draft_model && !uses_model) {
         fprintf(stderr, "specula: -md given but no configuration uses draft=model\n");
         goto done;
     }
@@ -299,17 +290,17 @@ static int bench_main(const bench_opts *o) {
     }
 
     sp_model_params mp = sp_model_default_params();
-    mp.tokenizer_path = o->tokenizer;
-    if (sp_model_load(o->model, &mp, &model, &err)) goto fail;
+    mp.tokenizer_path = o->run.tokenizer;
+    if (sp_model_load(o->run.model, &mp, &model, &err)) goto fail;
     const sp_tokenizer *tok = sp_model_tokenizer(model);
     if (!tok) {
-        fprintf(stderr, "specula: %s has no tokenizer; give one with -z tokenizer.bin\n", o->model);
+        fprintf(stderr, "specula: %s has no tokenizer; give one with -z tokenizer.bin\n", o->run.model);
         goto done;
     }
-    if (o->draft_model) {
+    if (o->run.draft_model) {
         sp_model_params dp = sp_model_default_params();
-        dp.tokenizer_path = o->draft_tokenizer ? o->draft_tokenizer : o->tokenizer;
-        if (sp_model_load(o->draft_model, &dp, &dmodel, &err)) goto fail;
+        dp.tokenizer_path = o->run.draft_tokenizer ? o->run.draft_tokenizer : o->run.tokenizer;
+        if (sp_model_load(o->run.draft_model, &dp, &dmodel, &err)) goto fail;
     }
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = (int32_t)o->run.n_ctx;
@@ -414,10 +405,10 @@ static int bench_main(const bench_opts *o) {
     agg = calloc((size_t)n_cfg, sizeof *agg);
     if (!agg || sp_bench_aggregate(runs, n_runs, n_cfg, (int)o->repeat, agg)) goto oom;
     json_t *meta = json_object();
-    json_object_set_new(meta, "model", json_string(o->model));
+    json_object_set_new(meta, "model", json_string(o->run.model));
     json_object_set_new(meta, "model_desc", json_string(sp_model_desc(model)));
     if (dmodel) {
-        json_object_set_new(meta, "draft_model", json_string(o->draft_model));
+        json_object_set_new(meta, "draft_model", json_string(o->run.draft_model));
         json_object_set_new(meta, "draft_model_desc", json_string(sp_model_desc(dmodel)));
     }
     json_object_set_new(meta, "prompts_file", json_string(ppath));

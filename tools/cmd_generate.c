@@ -11,8 +11,7 @@
 #include "sp_spec.h"
 
 typedef struct gen_opts {
-    const char *model, *tokenizer, *prompt, *prompt_file;
-    const char *draft_model, *draft_tokenizer;
+    const char *prompt, *prompt_file;
     sp_cli_run_opts run;
     sp_spec_params spec;
     bool drafter_given;
@@ -55,20 +54,12 @@ static int parse_gen(int argc, char **argv, gen_opts *o, bool need_model) {
         if (shared < 0) return 2;
         if (shared > 0) {
             i++;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(o->model = NEXT())) goto missing;
-        } else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) {
-            if (!(o->tokenizer = NEXT())) goto missing;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             if (!(o->prompt = NEXT())) goto missing;
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             if (!(o->prompt_file = NEXT())) goto missing;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
-        } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
-            if (!(o->draft_model = NEXT())) goto missing;
-        } else if (!strcmp(a, "-zd") || !strcmp(a, "--tokenizer-draft")) {
-            if (!(o->draft_tokenizer = NEXT())) goto missing;
         } else if (!strcmp(a, "--draft")) {
             sp_error e = {0};
             if (!NEXT()) goto missing;
@@ -128,7 +119,7 @@ static int parse_gen(int argc, char **argv, gen_opts *o, bool need_model) {
         return 2;
 #undef NEXT
     }
-    if (!o->model && need_model) {
+    if (!o->run.model && need_model) {
         fprintf(stderr, "specula: generate needs a model (-m MODEL)\n");
         return 2;
     }
@@ -136,12 +127,12 @@ static int parse_gen(int argc, char **argv, gen_opts *o, bool need_model) {
         fprintf(stderr, "specula: give either -p or -f, not both\n");
         return 2;
     }
-    if (!o->drafter_given && o->draft_model) o->spec.draft.kind = SP_DRAFT_MODEL;
-    if (o->spec.draft.kind == SP_DRAFT_MODEL && !o->draft_model) {
+    if (!o->drafter_given && o->run.draft_model) o->spec.draft.kind = SP_DRAFT_MODEL;
+    if (o->spec.draft.kind == SP_DRAFT_MODEL && !o->run.draft_model) {
         fprintf(stderr, "specula: --draft model needs a draft model (-md DRAFT)\n");
         return 2;
     }
-    if (o->draft_model && o->spec.draft.kind != SP_DRAFT_MODEL) {
+    if (o->run.draft_model && o->spec.draft.kind != SP_DRAFT_MODEL) {
         fprintf(stderr, "specula: -md is only used with --draft model\n");
         return 2;
     }
@@ -227,17 +218,17 @@ static int generate_main(gen_opts *o, gen_result *res) {
     stream_state ss = {0};
     int rc = 1;
     sp_model_params mp = sp_model_default_params();
-    mp.tokenizer_path = o->tokenizer;
-    if (sp_model_load(o->model, &mp, &model, &err)) goto fail;
+    mp.tokenizer_path = o->run.tokenizer;
+    if (sp_model_load(o->run.model, &mp, &model, &err)) goto fail;
     const sp_tokenizer *tok = sp_model_tokenizer(model);
     if (!tok) {
-        fprintf(stderr, "specula: %s has no tokenizer; give one with -z tokenizer.bin\n", o->model);
+        fprintf(stderr, "specula: %s has no tokenizer; give one with -z tokenizer.bin\n", o->run.model);
         goto done;
     }
-    if (o->draft_model) {
+    if (o->run.draft_model) {
         sp_model_params dp = sp_model_default_params();
-        dp.tokenizer_path = o->draft_tokenizer ? o->draft_tokenizer : o->tokenizer;
-        if (sp_model_load(o->draft_model, &dp, &dmodel, &err)) goto fail;
+        dp.tokenizer_path = o->run.draft_tokenizer ? o->run.draft_tokenizer : o->run.tokenizer;
+        if (sp_model_load(o->run.draft_model, &dp, &dmodel, &err)) goto fail;
         o->spec.draft.draft_model = dmodel;
     }
     if (sp_sampler_params_check(&o->run.sampling, &err)) goto fail;
@@ -407,13 +398,13 @@ int cmd_run(int argc, char **argv) {
     o.run.sampling.temperature = 0;
     int rc = parse_gen(argc, argv, &o, false);
     if (rc) return rc;
-    if (!o.model) {
+    if (!o.run.model) {
         if (find_default_model(model, tokz, sizeof model)) return 1;
-        o.model = model;
-        if (tokz[0]) o.tokenizer = tokz;
+        o.run.model = model;
+        if (tokz[0]) o.run.tokenizer = tokz;
     }
     if (!o.prompt && !o.prompt_file) o.prompt = "Once upon a time";
-    if (!o.drafter_given && !o.draft_model) {
+    if (!o.drafter_given && !o.run.draft_model) {
         o.spec.draft.kind = SP_DRAFT_LOWBIT;
         o.spec.draft.lowbit_type = SP_GGML_Q8_0;
     }
@@ -421,7 +412,7 @@ int cmd_run(int argc, char **argv) {
     if ((rc = generate_main(&o, &spec_res)) || o.spec.draft.kind == SP_DRAFT_NONE || o.json) return rc;
     gen_opts plain = o;
     plain.spec = sp_spec_default_params();
-    plain.draft_model = NULL;
+    plain.run.draft_model = NULL;
     plain.quiet = true;
     if ((rc = generate_main(&plain, &plain_res))) return rc;
     fprintf(stderr, "[run] plain decoding %.1f tokens/s, speculative (%s) %.1f tokens/s: speedup %.2fx\n",
