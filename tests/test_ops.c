@@ -72,7 +72,7 @@ static bool row_len_ok(sp_ggml_type t, int64_t k) { return k % sp_ggml_blck_size
  * accumulation in a different order; the integer block sums are exact). */
 static void test_simd_matches_reference(void **state) {
     (void)state;
-    const int64_t ks[] = {17, 32, 64, 96, 172, 256, 4096};
+    const int64_t ks[] = {17, 32, 64, 96, 172, 256, 544, 608, 4096};
     for (int isa = SP_ISA_SCALAR + 1; isa <= (int)sp_ops_best_isa(); isa++) {
         for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++) {
             for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
