@@ -146,9 +146,9 @@ AI __m512 block_scales(const void *blk0, int bsz, int64_t ns) {
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
 }
 
-/* BLK: block type; WBYTES4: four blocks -> lo, hi; SHIFT: log2 of the
- * per-lane correction factor (128/4 = 32 -> 5 for Q8_0, 8/4 = 2 -> 1 for Q4_0). */
-#define DEFINE_Q_TILE(NAME, BLK, WBYTES4, SHIFT)                                             \
+/* BLK: block type; WBYTES4: four blocks -> lo, hi. The activation side comes
+ * ready-shuffled from the Q4_0 activation extension (ops.h). */
+#define DEFINE_Q_TILE(NAME, BLK, WBYTES4)                                             \
     AI void NAME(const sp_mm *m, int64_t r, int32_t t0, const int RR, const int NT) {        \
         const int64_t k = m->k, nb = k / SP_QK;                                              \
         __m512 acc[4][8];                                                                    \
@@ -180,19 +180,13 @@ AI __m512 block_scales(const void *blk0, int bsz, int64_t ns) {
                     wd[q] = _mm512_permutexvar_ps(pick, wds[q]); /* 0 past the row end */    \
                 }                                                                            \
                 pick = _mm512_add_epi32(pick, _mm512_set1_epi32(4));                         \
-                const __mmask16 lv = (__mmask16)((1u << nbg) - 1);                           \
-                const __mmask64 bv = nbg >= 2 ? ~(__mmask64)0 : (((__mmask64)1 << 32) - 1); \
-                const __mmask64 bv2 = nbg <= 2 ? 0 : nbg == 4 ? ~(__mmask64)0 : (((__mmask64)1 << 32) - 1); \
+                const int64_t g = b / 4;                                                     \
                 UNROLL for (int t = 0; t < NT; t++) {                                        \
-                    const int8_t *xq = sp_act_qs(xs[t]) + b * SP_QK;                         \
-                    __m512i xa = _mm512_maskz_loadu_epi8(bv, xq);                            \
-                    __m512i xb = _mm512_maskz_loadu_epi8(bv2, xq + 64);                      \
-                    __m512i xlo = _mm512_shuffle_i64x2(xa, xb, _MM_SHUFFLE(2, 0, 2, 0));     \
-                    __m512i xhi = _mm512_shuffle_i64x2(xa, xb, _MM_SHUFFLE(3, 1, 3, 1));     \
-                    __m512i s = _mm512_permutexvar_epi32(                                     \
-                        spread, _mm512_maskz_loadu_epi32(lv, sp_act_sum(xs[t], k) + b));     \
-                    __m512 xd = _mm512_permutexvar_ps(spread, _mm512_maskz_loadu_ps(lv, sp_act_d(xs[t], k) + b)); \
-                    __m512i xc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, SHIFT)); \
+                    const int8_t *gq = sp_act_g4_qs(xs[t], k) + g * 128;                     \
+                    __m512i xlo = _mm512_loadu_si512(gq);                                    \
+                    __m512i xhi = _mm512_loadu_si512(gq + 64);                               \
+                    __m512 xd = _mm512_loadu_ps(sp_act_g4_d(xs[t], k) + g * 16);             \
+                    __m512i xc = _mm512_loadu_si512(sp_act_g4_corr(xs[t], k) + g * 16);      \
                     UNROLL for (int q = 0; q < RR; q++) {                                    \
                         __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(xc, lo[q], xlo), hi[q], xhi); \
                         acc[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),                 \
@@ -206,7 +200,7 @@ AI __m512 block_scales(const void *blk0, int bsz, int64_t ns) {
                 m->y[(t0 + t) * m->ld_y + r + q] = _mm512_reduce_add_ps(acc[q][t]);          \
     }
 
-DEFINE_Q_TILE(tile_q4_0, sp_block_q4_0, q4_wbytes4, 1)
+DEFINE_Q_TILE(tile_q4_0, sp_block_q4_0, q4_wbytes4)
 
 /* 16 lanes: lanes 0-7 take p[0], lanes 8-15 take p[1]. */
 AI __m512 two_f32(const float *p) {
