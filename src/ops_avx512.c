@@ -103,7 +103,9 @@ DEFINE_FLOAT_TILE(tile_bf16, loadw_bf16, 2)
  * holds elements 0-15 of block b+c and lane c of "hi" elements 16-31 (for
  * Q4_0 these are exactly the low and high nibbles of the block's 16 bytes,
  * so unpacking is one and, one shift, one and for four blocks). The
- * activations are shuffled to match once per tile. Two dpbusd into one
+ * activations come in the same order, with the scales and corrections
+ * already broadcast per lane, from the group-of-4 extension of the
+ * activation row (ops.h), made once per token. Two dpbusd into one
  * accumulator leave each block's sum in the four int32 lanes of its 128-bit
  * lane; the correction is spread over those lanes (c/4 each) and preloaded,
  * so the block sums are exact. Then one convert and one fma per four blocks:
@@ -201,79 +203,8 @@ AI __m512 block_scales(const void *blk0, int bsz, int64_t ns) {
     }
 
 DEFINE_Q_TILE(tile_q4_0, sp_block_q4_0, q4_wbytes4)
+DEFINE_Q_TILE(tile_q8_0, sp_block_q8_0, q8_wbytes4)
 
-/* 16 lanes: lanes 0-7 take p[0], lanes 8-15 take p[1]. */
-AI __m512 two_f32(const float *p) {
-    __m128 v = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)p)); /* unaligned-safe */
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                 _mm512_castps128_ps512(v));
-}
-AI __m512i two_i32(const int32_t *p) { return _mm512_castps_si512(two_f32((const float *)p)); }
-
-/* Weight half-tile of one or two blocks: unsigned bytes and scales. */
-AI __m512i q8_wbytes(const sp_block_q8_0 *b, int two) {
-    __m256i w0 = _mm256_loadu_si256((const __m256i *)b[0].qs);
-    __m256i w1 = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_set1_epi8(-128);
-    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1),
-                            _mm512_set1_epi8(-128));
-}
-/* Two blocks per step (the Q8_0 kernel; see DEFINE_Q_TILE for Q4_0). */
-/* BLK: block type; WBYTES: block(s) -> unsigned bytes; SHIFT: log2 of the
- * per-lane correction factor (128/8 = 16 -> 4 for Q8_0, 8/8 = 1 -> 0 for Q4_0). */
-#define DEFINE_Q2_TILE(NAME, BLK, WBYTES, SHIFT)                                              \
-    AI void NAME(const sp_mm *m, int64_t r, int32_t t0, const int RR, const int NT) {        \
-        const int64_t k = m->k, nb = k / SP_QK;                                              \
-        __m512 acc[4][8];                                                                    \
-        const uint8_t *xs[8];                                                                \
-        const BLK *ws[4];                                                                    \
-        UNROLL for (int t = 0; t < NT; t++) xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride; \
-        UNROLL for (int q = 0; q < RR; q++) {                                                \
-            ws[q] = (const BLK *)(m->w + (r + q) * m->w_stride);                             \
-            UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_setzero_ps();             \
-        }                                                                                    \
-        for (int64_t s0 = 0; s0 < nb; s0 += 16) {                                            \
-            /* the weight scales of the next 16 blocks of each row, as f32 */                \
-            const int64_t ns = nb - s0 < 16 ? nb - s0 : 16;                                  \
-            __m512 wds[4];                                                                   \
-            UNROLL for (int q = 0; q < RR; q++) wds[q] = block_scales(ws[q] + s0, sizeof(BLK), ns); \
-            __m512i pick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1); \
-            for (int64_t j = 0; j < ns; j += 2) {                                            \
-                const int64_t b = s0 + j;                                                    \
-                const int two = j + 1 < ns;                                                  \
-                __m512i wv[4];                                                               \
-                __m512 wd[4];                                                                \
-                UNROLL for (int q = 0; q < RR; q++) {                                        \
-                    prefetch((const uint8_t *)(ws[q] + b) + PF_TILES * RR * m->w_stride); \
-                    prefetch((const uint8_t *)(ws[q] + b) + PF_TILES * RR * m->w_stride + 64); \
-                    wv[q] = WBYTES(ws[q] + b, two);                                          \
-                    wd[q] = _mm512_permutexvar_ps(pick, wds[q]); /* 0 past the row end */    \
-                }                                                                            \
-                pick = _mm512_add_epi32(pick, _mm512_set1_epi32(2));                         \
-                UNROLL for (int t = 0; t < NT; t++) {                                        \
-                    const int8_t *xq = sp_act_qs(xs[t]) + b * SP_QK;                         \
-                    __m512i xv = two ? _mm512_loadu_si512(xq)                                \
-                                     : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)xq)); \
-                    __m512i s = two_i32(sp_act_sum(xs[t], k) + b);                           \
-                    __m512 xd = two_f32(sp_act_d(xs[t], k) + b);                             \
-                    if (!two) {                                                              \
-                        s = _mm512_maskz_mov_epi32(0x00FF, s);                               \
-                        xd = _mm512_maskz_mov_ps(0x00FF, xd);                                \
-                    }                                                                        \
-                    __m512i xc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, SHIFT)); \
-                    UNROLL for (int q = 0; q < RR; q++) {                                    \
-                        __m512i dot = _mm512_dpbusd_epi32(xc, wv[q], xv);                    \
-                        acc[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),                 \
-                                                    _mm512_mul_ps(wd[q], xd), acc[q][t]);    \
-                    }                                                                        \
-                }                                                                            \
-            }                                                                                \
-        }                                                                                    \
-        UNROLL for (int q = 0; q < RR; q++)                                                  \
-            UNROLL for (int t = 0; t < NT; t++)                                              \
-                m->y[(t0 + t) * m->ld_y + r + q] = _mm512_reduce_add_ps(acc[q][t]);          \
-    }
-
-DEFINE_Q2_TILE(tile_q8_0, sp_block_q8_0, q8_wbytes, 4)
 
 /* Driver: rows r0..r1 in groups of RR (then single rows), activations in
  * groups of 8 (2 rows per tile), 4, 2, 1 (4 rows per tile); constant shapes
@@ -298,8 +229,8 @@ DEFINE_Q2_TILE(tile_q8_0, sp_block_q8_0, q8_wbytes, 4)
 DEFINE_MM(mm_f32, tile_f32)
 DEFINE_MM(mm_f16, tile_f16)
 DEFINE_MM(mm_bf16, tile_bf16)
-/* Quantised tiles keep per-token activation vectors live too, so they use
- * at most RR x NT = 4 x 4 (no 2 x 8: it spills). */
+/* Quantised tiles use at most RR x NT = 4 x 4: a 2 x 8 tile measured no
+ * faster (Q_NT_MAX=8 to try again). */
 #ifndef Q_NT_MAX
 #define Q_NT_MAX 4
 #endif
@@ -320,8 +251,8 @@ DEFINE_MM(mm_bf16, tile_bf16)
         for (; r < r1; r++) rows_##NAME(m, r, 1);                                     \
     }
 
-DEFINE_MM(mm_q8_0, tile_q8_0)
 DEFINE_MM_Q(mm_q4_0, tile_q4_0)
+DEFINE_MM_Q(mm_q8_0, tile_q8_0)
 
 /* ---- attention (see ops.h) ---- */
 
