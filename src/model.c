@@ -128,6 +128,8 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     c->act_stride = sp_ops_act_bytes(SP_GGML_F32, maxk);
     if (sp_ops_act_bytes(SP_GGML_Q8_0, maxk) > c->act_stride)
         c->act_stride = sp_ops_act_bytes(SP_GGML_Q8_0, maxk);
+    if (sp_ops_act_bytes(SP_GGML_Q4_0, maxk) > c->act_stride)
+        c->act_stride = sp_ops_act_bytes(SP_GGML_Q4_0, maxk);
     int nth = sp_pool_n_threads(c->pool);
     c->x = alloc64(B * (size_t)cfg->dim * 4);
     c->xb = alloc64(B * (size_t)wide * 4);

@@ -125,7 +125,9 @@ bool sp_ops_act_is_q8(sp_ggml_type wtype) { return wtype == SP_GGML_Q8_0 || wtyp
 
 size_t sp_ops_act_bytes(sp_ggml_type wtype, int64_t k) {
     size_t b = sp_ops_act_is_q8(wtype) ? (size_t)k + 8 * (size_t)(k / SP_QK) : 4 * (size_t)k;
-    return (b + 63) & ~(size_t)63;
+    b = (b + 63) & ~(size_t)63;
+    if (sp_ops_act_is_q8(wtype)) b += sp_act_g4_bytes(k);
+    return b;
 }
 
 static sp_ops_table g_tables[SP_ISA_COUNT];
@@ -152,12 +154,36 @@ static void act_q8_ref(const float *x, int64_t k, void *dst) {
     }
 }
 
+/* The group-of-4 extension (ops.h), derived from the q8 row by plain copies
+ * and integer arithmetic, so it is the same whichever ISA made the row. */
+static void act_g4_fill(int64_t k, int32_t corr, void *dst) {
+    const int64_t nb = k / SP_QK, ng = (nb + 3) / 4;
+    const int8_t *qs = sp_act_qs(dst);
+    const float *d = sp_act_d(dst, k);
+    const int32_t *sum = sp_act_sum(dst, k);
+    int8_t *gq = sp_act_g4_qs(dst, k);
+    float *gd = sp_act_g4_d(dst, k);
+    int32_t *gc = sp_act_g4_corr(dst, k);
+    memset(gq, 0, (size_t)sp_act_g4_bytes(k));
+    for (int64_t g = 0; g < ng; g++)
+        for (int c = 0; c < 4 && 4 * g + c < nb; c++) {
+            const int64_t b = 4 * g + c;
+            memcpy(gq + g * 128 + 16 * c, qs + b * SP_QK, 16);
+            memcpy(gq + g * 128 + 64 + 16 * c, qs + b * SP_QK + 16, 16);
+            for (int i = 0; i < 4; i++) {
+                gd[g * 16 + 4 * c + i] = d[b];
+                gc[g * 16 + 4 * c + i] = corr * sum[b];
+            }
+        }
+}
+
 void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst) {
     if (!sp_ops_act_is_q8(wtype)) {
         memcpy(dst, x, 4 * (size_t)k);
         return;
     }
     g_tables[sp_ops_isa()].act_q8(x, k, dst);
+    act_g4_fill(k, wtype == SP_GGML_Q4_0 ? -2 : -32, dst);
 }
 
 /* ---------------- row kernels ---------------- */

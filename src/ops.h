@@ -12,7 +12,17 @@
  * Activations: for F32/F16/BF16 weights x is plain f32. For Q8_0/Q4_0 weights
  * x is first quantised per 32-block to int8 (the "q8 activation" layout:
  * int8 qs[k], then float d[k/32], then int32 sum[k/32] with sum = sum of qs),
- * as llama.cpp does, so the inner product runs on integers. */
+ * as llama.cpp does, so the inner product runs on integers.
+ *
+ * Q4_0 and Q8_0 rows carry an extension after that (from offset sp_act_g4_off, see
+ * the accessors below): per group g of four blocks b = 4g+c, c = 0..3,
+ * int8 qs[g][128] with bytes 16c.. = elements 0-15 of block b and bytes
+ * 64+16c.. = elements 16-31 (the order the AVX-512 Q4_0 kernel unpacks
+ * nibbles in), float d[g][16] with d[g][4c+i] = d of block b, and int32
+ * corr[g][16] with corr[g][4c+i] = -2 sum (Q4_0: the -8 nibble offset spread
+ * over 4 lanes) or -32 sum (Q8_0: the +128 sign flip) of block b; blocks
+ * past the row end are zero. The kernels that
+ * do not use it ignore it. */
 #ifndef SP_OPS_H
 #define SP_OPS_H
 
@@ -109,6 +119,20 @@ static inline const float *sp_act_d(const void *row, int64_t k) {
 }
 static inline const int32_t *sp_act_sum(const void *row, int64_t k) {
     return (const int32_t *)((const uint8_t *)row + k + 4 * (k / 32));
+}
+
+
+/* Q4_0/Q8_0 group-of-4 extension of the q8 activation row (see the top). */
+static inline int64_t sp_act_g4_off(int64_t k) { return ((k + 8 * (k / 32)) + 63) & ~(int64_t)63; }
+static inline int64_t sp_act_g4_bytes(int64_t k) { return 256 * ((k / 32 + 3) / 4); }
+static inline int8_t *sp_act_g4_qs(const void *row, int64_t k) {
+    return (int8_t *)((uintptr_t)row + (uintptr_t)sp_act_g4_off(k));
+}
+static inline float *sp_act_g4_d(const void *row, int64_t k) {
+    return (float *)((uintptr_t)row + (uintptr_t)(sp_act_g4_off(k) + 128 * ((k / 32 + 3) / 4)));
+}
+static inline int32_t *sp_act_g4_corr(const void *row, int64_t k) {
+    return (int32_t *)((uintptr_t)row + (uintptr_t)(sp_act_g4_off(k) + 192 * ((k / 32 + 3) / 4)));
 }
 
 #endif

@@ -91,41 +91,50 @@ DEFINE_FLOAT_TILE(tile_f32, loadw_f32, 4)
 DEFINE_FLOAT_TILE(tile_f16, loadw_f16, 2)
 DEFINE_FLOAT_TILE(tile_bf16, loadw_bf16, 2)
 
-/* ---- Q8_0 / Q4_0 against q8 activations, two 32-blocks per 512-bit op ----
+/* ---- Q8_0 / Q4_0 against q8 activations, four 32-blocks per step ----
  *
  * Both are u8 x s8 dot products (VNNI dpbusd) with a per-block correction:
  * Q8_0 weights are made unsigned by flipping the sign bit (w + 128), so
  * sum(w x) = sum((w + 128) x) - 128 sum(x); Q4_0 nibbles n are unsigned
  * already and w = n - 8, so sum(w x) = sum(n x) - 8 sum(x). sum(x) comes with
- * the activation row. The correction is spread over the block's 8 int32
- * lanes (c/8 each) and preloaded into the accumulator, so the integer block
- * sums are exact; per lane the float step is acc = fma(float(dot), wd*xd,
- * acc), reduced at the end. */
+ * the activation row.
+ *
+ * A step covers blocks b..b+3 in two byte vectors: 128-bit lane c of "lo"
+ * holds elements 0-15 of block b+c and lane c of "hi" elements 16-31 (for
+ * Q4_0 these are exactly the low and high nibbles of the block's 16 bytes,
+ * so unpacking is one and, one shift, one and for four blocks). The
+ * activations come in the same order, with the scales and corrections
+ * already broadcast per lane, from the group-of-4 extension of the
+ * activation row (ops.h), made once per token. Two dpbusd into one
+ * accumulator leave each block's sum in the four int32 lanes of its 128-bit
+ * lane; the correction is spread over those lanes (c/4 each) and preloaded,
+ * so the block sums are exact. Then one convert and one fma per four blocks:
+ * acc = fma(float(dot), wd*xd, acc) with wd*xd broadcast per 128-bit lane;
+ * reduced at the end. Blocks past the row end are zero with zero scales. */
 
-/* 16 lanes: lanes 0-7 take p[0], lanes 8-15 take p[1]. */
-AI __m512 two_f32(const float *p) {
-    __m128 v = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)p)); /* unaligned-safe */
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                 _mm512_castps128_ps512(v));
+/* 128-bit lane c of the result = 16 bytes at p[c] (c < nbg), else 0. */
+AI __m512i load4x16(const void *p0, const void *p1, const void *p2, const void *p3, int nbg) {
+    __m512i v = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)p0));
+    if (nbg > 1) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p1), 1);
+    if (nbg > 2) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p2), 2);
+    if (nbg > 3) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p3), 3);
+    return v;
 }
-AI __m512i two_i32(const int32_t *p) { return _mm512_castps_si512(two_f32((const float *)p)); }
-
-/* Weight half-tile of one or two blocks: unsigned bytes and scales. */
-AI __m512i q8_wbytes(const sp_block_q8_0 *b, int two) {
-    __m256i w0 = _mm256_loadu_si256((const __m256i *)b[0].qs);
-    __m256i w1 = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_set1_epi8(-128);
-    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1),
-                            _mm512_set1_epi8(-128));
+AI void q4_wbytes4(const sp_block_q4_0 *b, int nbg, __m512i *lo, __m512i *hi) {
+    __m512i v = load4x16(b[0].qs, b[1].qs, b[2].qs, b[3].qs, nbg);
+    *lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
 }
-AI __m256i q4_nibbles(const sp_block_q4_0 *blk) {
-    __m128i v = _mm_loadu_si128((const __m128i *)blk->qs);
-    __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F));
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-}
-AI __m512i q4_wbytes(const sp_block_q4_0 *b, int two) {
-    __m256i n1 = two ? q4_nibbles(&b[1]) : _mm256_setzero_si256();
-    return _mm512_inserti64x4(_mm512_castsi256_si512(q4_nibbles(&b[0])), n1, 1);
+AI void q8_wbytes4(const sp_block_q8_0 *b, int nbg, __m512i *lo, __m512i *hi) {
+    const __m512i flip = _mm512_set1_epi8(-128);
+    /* missing blocks: bytes 0x80 flip to 0 */
+    *lo = _mm512_xor_si512(load4x16(b[0].qs, b[1].qs, b[2].qs, b[3].qs, nbg), flip);
+    *hi = _mm512_xor_si512(load4x16(b[0].qs + 16, b[1].qs + 16, b[2].qs + 16, b[3].qs + 16, nbg), flip);
+    if (nbg < 4) {
+        const __mmask64 live = (__mmask64)(((uint64_t)1 << (16 * nbg)) - 1);
+        *lo = _mm512_maskz_mov_epi8(live, *lo);
+        *hi = _mm512_maskz_mov_epi8(live, *hi);
+    }
 }
 
 /* fp16 scales d (the first field) of ns <= 16 consecutive blocks of bsz
@@ -139,9 +148,9 @@ AI __m512 block_scales(const void *blk0, int bsz, int64_t ns) {
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
 }
 
-/* BLK: block type; WBYTES: block(s) -> unsigned bytes; SHIFT: log2 of the
- * per-lane correction factor (128/8 = 16 -> 4 for Q8_0, 8/8 = 1 -> 0 for Q4_0). */
-#define DEFINE_Q_TILE(NAME, BLK, WBYTES, SHIFT)                                              \
+/* BLK: block type; WBYTES4: four blocks -> lo, hi. The activation side comes
+ * ready-shuffled from the Q4_0 activation extension (ops.h). */
+#define DEFINE_Q_TILE(NAME, BLK, WBYTES4)                                             \
     AI void NAME(const sp_mm *m, int64_t r, int32_t t0, const int RR, const int NT) {        \
         const int64_t k = m->k, nb = k / SP_QK;                                              \
         __m512 acc[4][8];                                                                    \
@@ -152,37 +161,36 @@ AI __m512 block_scales(const void *blk0, int bsz, int64_t ns) {
             ws[q] = (const BLK *)(m->w + (r + q) * m->w_stride);                             \
             UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_setzero_ps();             \
         }                                                                                    \
+        const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3); \
         for (int64_t s0 = 0; s0 < nb; s0 += 16) {                                            \
             /* the weight scales of the next 16 blocks of each row, as f32 */                \
             const int64_t ns = nb - s0 < 16 ? nb - s0 : 16;                                  \
             __m512 wds[4];                                                                   \
             UNROLL for (int q = 0; q < RR; q++) wds[q] = block_scales(ws[q] + s0, sizeof(BLK), ns); \
-            __m512i pick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1); \
-            for (int64_t j = 0; j < ns; j += 2) {                                            \
+            __m512i pick = spread;                                                           \
+            for (int64_t j = 0; j < ns; j += 4) {                                            \
                 const int64_t b = s0 + j;                                                    \
-                const int two = j + 1 < ns;                                                  \
-                __m512i wv[4];                                                               \
+                const int nbg = ns - j < 4 ? (int)(ns - j) : 4;                              \
+                __m512i lo[4], hi[4];                                                        \
                 __m512 wd[4];                                                                \
                 UNROLL for (int q = 0; q < RR; q++) {                                        \
-                    prefetch((const uint8_t *)(ws[q] + b) + PF_TILES * RR * m->w_stride); \
-                    prefetch((const uint8_t *)(ws[q] + b) + PF_TILES * RR * m->w_stride + 64); \
-                    wv[q] = WBYTES(ws[q] + b, two);                                          \
+                    const uint8_t *pf = (const uint8_t *)(ws[q] + b) + PF_TILES * RR * m->w_stride; \
+                    prefetch(pf);                                                            \
+                    prefetch(pf + 64);                                                       \
+                    if (sizeof(BLK) * 4 > 128) prefetch(pf + 128);                           \
+                    WBYTES4(ws[q] + b, nbg, &lo[q], &hi[q]);                                 \
                     wd[q] = _mm512_permutexvar_ps(pick, wds[q]); /* 0 past the row end */    \
                 }                                                                            \
-                pick = _mm512_add_epi32(pick, _mm512_set1_epi32(2));                         \
+                pick = _mm512_add_epi32(pick, _mm512_set1_epi32(4));                         \
+                const int64_t g = b / 4;                                                     \
                 UNROLL for (int t = 0; t < NT; t++) {                                        \
-                    const int8_t *xq = sp_act_qs(xs[t]) + b * SP_QK;                         \
-                    __m512i xv = two ? _mm512_loadu_si512(xq)                                \
-                                     : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)xq)); \
-                    __m512i s = two_i32(sp_act_sum(xs[t], k) + b);                           \
-                    __m512 xd = two_f32(sp_act_d(xs[t], k) + b);                             \
-                    if (!two) {                                                              \
-                        s = _mm512_maskz_mov_epi32(0x00FF, s);                               \
-                        xd = _mm512_maskz_mov_ps(0x00FF, xd);                                \
-                    }                                                                        \
-                    __m512i xc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, SHIFT)); \
+                    const int8_t *gq = sp_act_g4_qs(xs[t], k) + g * 128;                     \
+                    __m512i xlo = _mm512_loadu_si512(gq);                                    \
+                    __m512i xhi = _mm512_loadu_si512(gq + 64);                               \
+                    __m512 xd = _mm512_loadu_ps(sp_act_g4_d(xs[t], k) + g * 16);             \
+                    __m512i xc = _mm512_loadu_si512(sp_act_g4_corr(xs[t], k) + g * 16);      \
                     UNROLL for (int q = 0; q < RR; q++) {                                    \
-                        __m512i dot = _mm512_dpbusd_epi32(xc, wv[q], xv);                    \
+                        __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(xc, lo[q], xlo), hi[q], xhi); \
                         acc[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),                 \
                                                     _mm512_mul_ps(wd[q], xd), acc[q][t]);    \
                     }                                                                        \
@@ -194,8 +202,9 @@ AI __m512 block_scales(const void *blk0, int bsz, int64_t ns) {
                 m->y[(t0 + t) * m->ld_y + r + q] = _mm512_reduce_add_ps(acc[q][t]);          \
     }
 
-DEFINE_Q_TILE(tile_q8_0, sp_block_q8_0, q8_wbytes, 4)
-DEFINE_Q_TILE(tile_q4_0, sp_block_q4_0, q4_wbytes, 0)
+DEFINE_Q_TILE(tile_q4_0, sp_block_q4_0, q4_wbytes4)
+DEFINE_Q_TILE(tile_q8_0, sp_block_q8_0, q8_wbytes4)
+
 
 /* Driver: rows r0..r1 in groups of RR (then single rows), activations in
  * groups of 8 (2 rows per tile), 4, 2, 1 (4 rows per tile); constant shapes
@@ -220,8 +229,30 @@ DEFINE_Q_TILE(tile_q4_0, sp_block_q4_0, q4_wbytes, 0)
 DEFINE_MM(mm_f32, tile_f32)
 DEFINE_MM(mm_f16, tile_f16)
 DEFINE_MM(mm_bf16, tile_bf16)
-DEFINE_MM(mm_q8_0, tile_q8_0)
-DEFINE_MM(mm_q4_0, tile_q4_0)
+/* Quantised tiles use at most RR x NT = 4 x 4: a 2 x 8 tile measured no
+ * faster (Q_NT_MAX=8 to try again). */
+#ifndef Q_NT_MAX
+#define Q_NT_MAX 4
+#endif
+#define DEFINE_MM_Q(NAME, TILE)                                                       \
+    AI void rows_##NAME(const sp_mm *m, int64_t r, const int RR) {                    \
+        int32_t t = 0;                                                                \
+        if (Q_NT_MAX >= 8 && RR <= 2)                                                 \
+            for (; t + 8 <= m->n; t += 8) TILE(m, r, t, RR, 8);                       \
+        for (; t + 4 <= m->n; t += 4) TILE(m, r, t, RR, 4);                           \
+        for (; t + 2 <= m->n; t += 2) TILE(m, r, t, RR, 2);                           \
+        for (; t < m->n; t++) TILE(m, r, t, RR, 1);                                   \
+    }                                                                                 \
+    static void NAME(const sp_mm *m, int64_t r0, int64_t r1) {                       \
+        int64_t r = r0;                                                               \
+        if (Q_NT_MAX >= 8 && m->n >= 8)                                               \
+            for (; r + 2 <= r1; r += 2) rows_##NAME(m, r, 2);                         \
+        for (; r + 4 <= r1; r += 4) rows_##NAME(m, r, 4);                             \
+        for (; r < r1; r++) rows_##NAME(m, r, 1);                                     \
+    }
+
+DEFINE_MM_Q(mm_q4_0, tile_q4_0)
+DEFINE_MM_Q(mm_q8_0, tile_q8_0)
 
 /* ---- attention (see ops.h) ---- */
 

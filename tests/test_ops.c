@@ -72,7 +72,7 @@ static bool row_len_ok(sp_ggml_type t, int64_t k) { return k % sp_ggml_blck_size
  * accumulation in a different order; the integer block sums are exact). */
 static void test_simd_matches_reference(void **state) {
     (void)state;
-    const int64_t ks[] = {17, 32, 64, 96, 172, 256, 4096};
+    const int64_t ks[] = {17, 32, 64, 96, 172, 256, 544, 608, 4096};
     for (int isa = SP_ISA_SCALAR + 1; isa <= (int)sp_ops_best_isa(); isa++) {
         for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++) {
             for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
@@ -163,7 +163,7 @@ static void test_act_prepare(void **state) {
     (void)state;
     float x[64];
     for (int i = 0; i < 64; i++) x[i] = i < 32 ? (float)(i - 16) : 0.0f;
-    uint8_t buf[256] __attribute__((aligned(64)));
+    uint8_t buf[512] __attribute__((aligned(64)));
     assert_true(sp_ops_act_bytes(SP_GGML_Q8_0, 64) <= sizeof buf);
     sp_ops_act_prepare(SP_GGML_Q8_0, x, 64, buf);
     const int8_t *qs = sp_act_qs(buf);
@@ -177,6 +177,40 @@ static void test_act_prepare(void **state) {
     for (int i = 0; i < 32; i++) sum += qs[i];
     assert_int_equal(s[0], sum);
     assert_int_equal(s[1], 0);
+}
+
+/* The group-of-4 extension of Q8_0/Q4_0 rows (ops.h): shuffled halves,
+ * per-lane scales and corrections, zero past the last block. k = 160 is
+ * one full group and one group with a single block. */
+static void test_act_prepare_g4(void **state) {
+    (void)state;
+    enum { K = 160, NB = K / 32 };
+    float x[K];
+    for (int i = 0; i < K; i++) x[i] = (float)((i * 37) % 23) - 11.0f + 0.25f * (float)(i / 32);
+    const sp_ggml_type types[] = {SP_GGML_Q8_0, SP_GGML_Q4_0};
+    for (int ti = 0; ti < 2; ti++) {
+        size_t bytes = sp_ops_act_bytes(types[ti], K);
+        uint8_t *buf = aligned_alloc(64, bytes);
+        assert_true(sp_act_g4_off(K) + sp_act_g4_bytes(K) <= (int64_t)bytes);
+        sp_ops_act_prepare(types[ti], x, K, buf);
+        const int8_t *qs = sp_act_qs(buf), *gq = sp_act_g4_qs(buf, K);
+        const float *d = sp_act_d(buf, K), *gd = sp_act_g4_d(buf, K);
+        const int32_t *s = sp_act_sum(buf, K), *gc = sp_act_g4_corr(buf, K);
+        const int32_t mult = types[ti] == SP_GGML_Q4_0 ? -2 : -32;
+        for (int g = 0; g < 2; g++)
+            for (int c = 0; c < 4; c++) {
+                int b = 4 * g + c;
+                for (int i = 0; i < 16; i++) {
+                    assert_int_equal(gq[g * 128 + 16 * c + i], b < NB ? qs[b * 32 + i] : 0);
+                    assert_int_equal(gq[g * 128 + 64 + 16 * c + i], b < NB ? qs[b * 32 + 16 + i] : 0);
+                }
+                for (int i = 0; i < 4; i++) {
+                    assert_true(gd[g * 16 + 4 * c + i] == (b < NB ? d[b] : 0.0f));
+                    assert_int_equal(gc[g * 16 + 4 * c + i], b < NB ? mult * s[b] : 0);
+                }
+            }
+        free(buf);
+    }
 }
 
 /* Every ISA's q8 activation quantiser is bit-identical to the scalar one,
@@ -318,6 +352,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_reference_accuracy),
     cmocka_unit_test(test_batch_and_split_invariance),
     cmocka_unit_test(test_act_prepare),
+    cmocka_unit_test(test_act_prepare_g4),
     cmocka_unit_test(test_act_prepare_isa_identical),
     cmocka_unit_test(test_row_kernels),
     cmocka_unit_test(test_attention_kernels),
