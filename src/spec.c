@@ -26,7 +26,10 @@ struct sp_spec {
     sp_draft_tree tree;
     int32_t batch_cap;
     /* adaptive gamma state */
-    double acc_a, acc_b;     /* discounted accepted / trials */
+    /* Acceptance comes in runs, so two rates are tracked (discounted
+     * counts): a1 = P(first draft token accepted), an = P(next accepted |
+     * previous accepted). */
+    double first_a, first_b, next_a, next_b;
     double t_tok_draft;      /* EMA seconds per draft forward */
     double t_target[SP_SPEC_MAX_GAMMA + 2]; /* EMA seconds per target forward of k tokens */
 };
@@ -151,7 +154,7 @@ sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, s
 
 sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
     /* forget the adaptive estimates too: each prompt starts from scratch */
-    s->acc_a = s->acc_b = s->t_tok_draft = 0;
+    s->first_a = s->first_b = s->next_a = s->next_b = s->t_tok_draft = 0;
     memset(s->t_target, 0, sizeof s->t_target);
     sp_status st = sp_ctx_truncate(s->target, 0, err);
     if (!st && s->drafter && sp_drafter_ctx(s->drafter))
@@ -161,25 +164,37 @@ sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
 
 /* ---------------------------------------------------------- adaptive gamma */
 
-/* Expected tokens per second for gamma given acceptance alpha:
- * E[tokens] = (1 - a^(g+1)) / (1 - a), time = g * t_draft + t_target(g+1). */
+/* Target forward time for k tokens: measured, else interpolated linearly
+ * between the nearest measured sizes (else the nearest one, else 1 ms). */
+static double target_time(const sp_spec *s, int32_t k) {
+    if (s->t_target[k] > 0) return s->t_target[k];
+    int32_t lo = k - 1, hi = k + 1;
+    while (lo >= 1 && s->t_target[lo] <= 0) lo--;
+    while (hi <= SP_SPEC_MAX_GAMMA + 1 && s->t_target[hi] <= 0) hi++;
+    bool has_lo = lo >= 1, has_hi = hi <= SP_SPEC_MAX_GAMMA + 1;
+    if (has_lo && has_hi)
+        return s->t_target[lo] + (s->t_target[hi] - s->t_target[lo]) * (k - lo) / (double)(hi - lo);
+    return has_lo ? s->t_target[lo] : has_hi ? s->t_target[hi] : 1e-3;
+}
+
+/* Gamma maximising expected tokens per second (ALGORITHMS.md section 6, with
+ * the run-aware acceptance model): E[tokens](g) = 1 + a1 (1 - an^g) / (1 - an),
+ * time(g) = g * t_draft + t_target(g + 1). */
 static int32_t choose_gamma(const sp_spec *s, int32_t gmax) {
-    double alpha = s->acc_b > 0 ? s->acc_a / s->acc_b : 0.5;
-    alpha = alpha < 0.01 ? 0.01 : alpha > 0.99 ? 0.99 : alpha;
-    double t1 = s->t_target[1] > 0 ? s->t_target[1] : s->t_target[2];
-    int32_t best = 1;
-    double best_rate = -1;
+    double a1 = s->first_b > 0 ? s->first_a / s->first_b : 0.5;
+    double an = s->next_b > 0 ? s->next_a / s->next_b : a1;
+    a1 = a1 < 0.01 ? 0.01 : a1 > 0.99 ? 0.99 : a1;
+    an = an < 0.01 ? 0.01 : an > 0.99 ? 0.99 : an;
+    double rate[SP_SPEC_MAX_GAMMA + 1] = {0}, best_rate = -1;
     for (int32_t g = 1; g <= gmax; g++) {
-        double tt = s->t_target[g + 1];
-        if (tt <= 0) { /* unmeasured: interpolate from the nearest measured size */
-            int32_t lo = g + 1;
-            while (lo > 1 && s->t_target[lo] <= 0) lo--;
-            tt = s->t_target[lo] > 0 ? s->t_target[lo] : (t1 > 0 ? t1 : 1e-3);
-        }
-        double e = (1 - pow(alpha, g + 1)) / (1 - alpha);
-        double rate = e / (g * s->t_tok_draft + tt);
-        if (rate > best_rate) best_rate = rate, best = g;
+        double e = 1 + a1 * (1 - pow(an, g)) / (1 - an);
+        rate[g] = e / (g * s->t_tok_draft + target_time(s, g + 1));
+        if (rate[g] > best_rate) best_rate = rate[g];
     }
+    /* the optimum is usually flat: prefer the longest gamma within 2% */
+    int32_t best = 1;
+    for (int32_t g = 1; g <= gmax; g++)
+        if (rate[g] >= 0.98 * best_rate) best = g;
     return best;
 }
 
@@ -367,8 +382,12 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
     g->emitted[g->n_emit++] = vr.token;
     if (nd > 0) {
         st->gamma_hist[nd < SP_SPEC_MAX_GAMMA + 1 ? nd : SP_SPEC_MAX_GAMMA + 1]++;
-        s->acc_a = 0.9 * s->acc_a + g->tau;
-        s->acc_b = 0.9 * s->acc_b + g->tau + (g->tau < nd ? 1 : 0);
+        s->first_a = 0.9 * s->first_a + (g->tau >= 1);
+        s->first_b = 0.9 * s->first_b + 1;
+        if (g->tau >= 1 && nd > 1) {
+            s->next_a = 0.9 * s->next_a + (g->tau - 1);
+            s->next_b = 0.9 * s->next_b + (g->tau - 1) + (g->tau < nd ? 1 : 0);
+        }
         int64_t df = dc->forwards - dfw0;
         if (df > 0) ema(&s->t_tok_draft, (dc->seconds - dsec0) / (double)df);
     }
