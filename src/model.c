@@ -285,6 +285,7 @@ static void att_job_run(void *arg, int ith, int nth) {
     const int32_t end = a->n_past + a->n;
     const sp_att_scores_fn scores = sp_ops_att_scores();
     const sp_att_mix_fn mix = sp_ops_att_mix();
+    const sp_softmax_fn softmax = sp_ops_softmax();
     for (int64_t task = tasks * ith / nth; task < tasks * (ith + 1) / nth; task++) {
         int32_t t = (int32_t)(task / H), h = (int32_t)(task % H);
         const float *q = c->q + t * q_dim + (int64_t)h * hd;
@@ -295,7 +296,7 @@ static void att_job_run(void *arg, int ith, int nth) {
         if (a->mask)
             for (int32_t s = a->mask_base; s < ns; s++)
                 if (!visible(a, t, s)) att[s] = -INFINITY;
-        sp_softmax(att, ns); /* masked slots get exactly 0 */
+        softmax(att, ns); /* masked slots get exactly 0 */
         float *o = a->out + t * a->out_stride + (int64_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
         mix(att, sp_kv_v(&c->kv, a->layer, 0) + koff, c->kv.kv_dim, ns, hd, o);

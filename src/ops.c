@@ -116,6 +116,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm[SP_GGML_Q4_0] = mm_q4_0_ref;
     t->att_scores = att_scores_ref;
     t->att_mix = att_mix_ref;
+    t->softmax = sp_softmax;
     t->act_q8 = act_q8_ref;
 }
 
@@ -276,6 +277,7 @@ static void ensure_tables(void) {
     for (int i = 1; i < SP_ISA_COUNT; i++) {
         if (!g_tables[i].att_scores) g_tables[i].att_scores = att_scores_ref;
         if (!g_tables[i].att_mix) g_tables[i].att_mix = att_mix_ref;
+        if (!g_tables[i].softmax) g_tables[i].softmax = sp_softmax;
         if (!g_tables[i].act_q8) g_tables[i].act_q8 = act_q8_ref;
     }
     filled = true;
@@ -314,3 +316,4 @@ sp_mm_kernel sp_ops_mm(sp_ggml_type wtype) { return sp_ops_mm_isa(wtype, sp_ops_
 
 sp_att_scores_fn sp_ops_att_scores(void) { return g_tables[sp_ops_isa()].att_scores; }
 sp_att_mix_fn sp_ops_att_mix(void) { return g_tables[sp_ops_isa()].att_mix; }
+sp_softmax_fn sp_ops_softmax(void) { return g_tables[sp_ops_isa()].softmax; }

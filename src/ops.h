@@ -97,12 +97,17 @@ typedef void (*sp_att_mix_fn)(const float *p, const float *v, int64_t stride, in
                               int32_t hd, float *o);
 sp_att_scores_fn sp_ops_att_scores(void);
 sp_att_mix_fn sp_ops_att_mix(void);
+/* In-place softmax of n floats for the active ISA (sp_softmax is the scalar
+ * reference); -INFINITY entries become exactly 0. */
+typedef void (*sp_softmax_fn)(float *x, int64_t n);
+sp_softmax_fn sp_ops_softmax(void);
 
 /* ---- Per-ISA kernel tables (filled by ops_*.c). ---- */
 typedef struct sp_ops_table {
     sp_mm_kernel mm[SP_GGML_TYPE_COUNT];
     sp_att_scores_fn att_scores; /* NULL: the scalar one */
     sp_att_mix_fn att_mix;
+    sp_softmax_fn softmax;       /* NULL: sp_softmax */
     /* q8 activation row (see sp_ops_act_prepare); must be bit-identical to
      * the scalar one. NULL: the scalar one. */
     void (*act_q8)(const float *x, int64_t k, void *dst);

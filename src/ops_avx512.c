@@ -13,6 +13,7 @@
  * one tile ahead (see PF_TILES) because the hardware prefetcher stops at
  * 4 KiB page boundaries and restarts slowly on each new row. */
 #include <immintrin.h>
+#include <math.h>
 
 #include "ops.h"
 #include "sp_quant.h"
@@ -340,10 +341,53 @@ static void act_q8(const float *x, int64_t k, void *dst) {
     }
 }
 
+/* exp(x) for x <= 0: x = n ln2 + r with |r| <= ln2/2, a degree-6 Taylor
+ * polynomial for exp(r) (relative error < 2e-7), times 2^n; x below -87.3
+ * (exp underflows float) and -inf give exactly 0. */
+AI __m512 exp_nonpos(__m512 x) {
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
+}
+
+/* Softmax for attention rows: vector max and exp (both exact per element,
+ * so independent of lane placement), then a sequential sum in slot order
+ * as in the scalar reference. A masked slot adds exactly 0 anywhere in the
+ * row, so a tree node's row gives the same bits as its path alone. */
+static void softmax(float *x, int64_t n) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(x + i));
+    __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
+    if (i < n) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail, x + i));
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    for (i = 0; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(x + i), m)));
+    if (i < n)
+        _mm512_mask_storeu_ps(x + i, tail, exp_nonpos(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + i), m)));
+    float sum = 0;
+    for (i = 0; i < n; i++) sum += x[i];
+    const __m512 inv = _mm512_set1_ps(1.0f / sum);
+    for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+    if (i < n) _mm512_mask_storeu_ps(x + i, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + i), inv));
+}
+
 void sp_ops_fill_avx512(sp_ops_table *t) {
     t->act_q8 = act_q8;
     t->att_scores = att_scores;
     t->att_mix = att_mix;
+    t->softmax = softmax;
     t->mm[SP_GGML_F32] = mm_f32;
     t->mm[SP_GGML_F16] = mm_f16;
     t->mm[SP_GGML_BF16] = mm_bf16;

@@ -337,6 +337,41 @@ static void test_attention_kernels(void **state) {
     free(kv);
 }
 
+/* Each ISA's softmax against the scalar reference (1e-6 relative: the SIMD
+ * exp is a polynomial), -inf giving exactly 0, and the masked-slot property
+ * tree attention relies on: the same visible values padded with -inf at
+ * other places give the same bits. */
+static void test_softmax_kernels(void **state) {
+    (void)state;
+    sp_rng r;
+    sp_rng_seed(&r, 9);
+    for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
+        sp_error err = {0};
+        assert_int_equal(sp_ops_set_isa((sp_isa)isa, &err), SP_OK);
+        sp_softmax_fn f = sp_ops_softmax();
+        for (int n = 1; n <= 70; n += 3) {
+            float x[70], y[70];
+            for (int i = 0; i < n; i++) x[i] = y[i] = (float)(sp_rng_normal(&r) * 8);
+            if (n > 4) x[3] = y[3] = -INFINITY;
+            f(x, n);
+            sp_softmax(y, n);
+            for (int i = 0; i < n; i++) assert_true(fabsf(x[i] - y[i]) <= 1e-6f * y[i] + 1e-12f);
+            if (n > 4) assert_true(x[3] == 0.0f);
+        }
+        float a[40], b[40];
+        for (int i = 0; i < 40; i++) a[i] = b[i] = -INFINITY;
+        for (int j = 0; j < 9; j++) {
+            a[j] = (float)sp_rng_normal(&r);
+            b[5 + 3 * j] = a[j]; /* same values, other lanes */
+        }
+        f(a, 40);
+        f(b, 40);
+        for (int j = 0; j < 9; j++) assert_memory_equal(&a[j], &b[5 + 3 * j], sizeof(float));
+    }
+    sp_error err = {0};
+    assert_int_equal(sp_ops_set_isa(sp_ops_best_isa(), &err), SP_OK);
+}
+
 static void test_isa_selection(void **state) {
     (void)state;
     sp_error err = {0};
@@ -356,6 +391,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_act_prepare_isa_identical),
     cmocka_unit_test(test_row_kernels),
     cmocka_unit_test(test_attention_kernels),
+    cmocka_unit_test(test_softmax_kernels),
     cmocka_unit_test(test_isa_selection),
 };
 SP_TEST_MAIN(tests)
