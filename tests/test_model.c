@@ -4,6 +4,7 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "specula.h"
@@ -476,6 +477,74 @@ static void test_bad_model_files(void **state) {
     }
 }
 
+/* Random byte mutations of stories260K.gguf's metadata and tensor table
+ * (fixed seed): loading must either fail with a message or give a model
+ * whose tokenizer and forward pass run; never a crash (run under ASan). */
+static void test_fuzz_model_load(void **state) {
+    (void)state;
+    const char *src = sp_shared("models/stories260K.gguf");
+    FILE *f = fopen(src, "rb");
+    assert_non_null(f);
+    static uint8_t orig[1 << 21];
+    size_t n = fread(orig, 1, sizeof orig, f);
+    fclose(f);
+    sp_gguf *g = NULL;
+    sp_error err = {0};
+    assert_int_equal(sp_gguf_open(src, &g, &err), SP_OK);
+    uint64_t hdr = sp_gguf_data_offset(g);
+    sp_gguf_close(g);
+    char path[512];
+    snprintf(path, sizeof path, "%s/specula_fuzz_model_%d.gguf", sp_tmpdir(), (int)getpid());
+    f = fopen(path, "wb");
+    assert_int_equal(fwrite(orig, 1, n, f), n);
+    fclose(f);
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    sp_rng r;
+    sp_rng_seed(&r, 777);
+    int loaded = 0, failed = 0;
+    const int iters = 2000;
+    for (int it = 0; it < iters; it++) {
+        uint64_t pos[3];
+        int k = 1 + (int)sp_rng_below(&r, 3);
+        for (int j = 0; j < k; j++) {
+            pos[j] = sp_rng_below(&r, hdr);
+            uint8_t v = (uint8_t)sp_rng_below(&r, 256);
+            if (sp_rng_below(&r, 2)) v = orig[pos[j]] ^ (uint8_t)(1u << sp_rng_below(&r, 8));
+            assert_int_equal(pwrite(fd, &v, 1, (off_t)pos[j]), 1);
+        }
+        sp_model *m = NULL;
+        err.msg[0] = 0;
+        if (sp_model_load(path, NULL, &m, &err) == SP_OK) {
+            loaded++;
+            const sp_model_config *c = sp_model_cfg(m);
+            sp_ctx *ctx = NULL;
+            sp_ctx_params cp = sp_ctx_default_params();
+            cp.n_ctx = 16;
+            if (sp_ctx_init(m, &cp, &ctx, &err) == SP_OK) {
+                int32_t toks[2] = {1, c->n_vocab > 5 ? 5 : 0};
+                float *l = malloc((size_t)c->n_vocab * sizeof(float));
+                sp_batch b = {.tokens = toks, .n = 2};
+                (void)sp_forward(ctx, &b, l, &err);
+                free(l);
+                sp_ctx_free(ctx);
+            }
+            int32_t ids[64], nid = 0;
+            (void)sp_tokenizer_encode(sp_model_tokenizer(m), "Once upon a time", 16, true, ids, 64,
+                                      &nid, &err);
+            sp_model_free(m);
+        } else {
+            failed++;
+            assert_true(strlen(err.msg) > 0);
+            assert_null(m);
+        }
+        for (int j = 0; j < k; j++) assert_int_equal(pwrite(fd, &orig[pos[j]], 1, (off_t)pos[j]), 1);
+    }
+    close(fd);
+    unlink(path);
+    assert_true(loaded > 0 && failed > 0); /* both outcomes were exercised */
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_reference_gguf),
     cmocka_unit_test(test_reference_llama2c),
@@ -488,5 +557,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_requantize),
     cmocka_unit_test(test_forward_errors),
     cmocka_unit_test(test_bad_model_files),
+    cmocka_unit_test(test_fuzz_model_load),
 };
 SP_TEST_MAIN(tests)

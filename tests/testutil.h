@@ -31,7 +31,8 @@ static inline const char *sp_tmpdir(void) {
     return t && *t ? t : "/tmp";
 }
 
-/* SP_TEST_FILTER=pattern runs only the matching tests (cmocka's filter). */
+/* SP_TEST_FILTER=pattern runs only the matching tests (cmocka's filter; the
+ * SP_RESULT count then still counts the whole table). */
 #define SP_TEST_MAIN(tests)                                                          \
     int main(void) {                                                                 \
         int n_ = (int)(sizeof(tests) / sizeof((tests)[0]));                          \
