@@ -33,6 +33,11 @@ void sp_cli_run_opts_default(sp_cli_run_opts *r);
  * after printing what is wrong with v. */
 int sp_cli_run_flag(const char *a, const char *v, sp_cli_run_opts *r);
 
+/* Loads r->model (which must come with a tokenizer) and, if given,
+ * r->draft_model. Prints one line and returns 1 on failure (nothing is left
+ * loaded then); 0 on success. */
+int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel);
+
 /* The speculation statistics as a JSON object / a short text summary. */
 json_t *sp_cli_spec_json(const sp_spec_stats *s);
 void sp_cli_spec_print(FILE *f, const sp_spec_stats *s);

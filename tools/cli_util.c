@@ -96,6 +96,33 @@ int sp_cli_run_flag(const char *a, const char *v, sp_cli_run_opts *r) {
     return 0;
 }
 
+int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel) {
+    sp_error err = {0};
+    *model = *dmodel = NULL;
+    sp_model_params mp = sp_model_default_params();
+    mp.tokenizer_path = r->tokenizer;
+    if (sp_model_load(r->model, &mp, model, &err)) {
+        fprintf(stderr, "specula: %s\n", err.msg);
+        return 1;
+    }
+    if (!sp_model_tokenizer(*model)) {
+        fprintf(stderr, "specula: %s has no tokenizer; give one with -z tokenizer.bin\n", r->model);
+        sp_model_free(*model);
+        *model = NULL;
+        return 1;
+    }
+    if (r->draft_model) {
+        mp.tokenizer_path = r->draft_tokenizer ? r->draft_tokenizer : r->tokenizer;
+        if (sp_model_load(r->draft_model, &mp, dmodel, &err)) {
+            fprintf(stderr, "specula: %s\n", err.msg);
+            sp_model_free(*model);
+            *model = NULL;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int cmd_version(int argc, char **argv) {
     (void)argc;
     (void)argv;

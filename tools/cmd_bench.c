@@ -289,19 +289,8 @@ static int bench_main(const bench_opts *o) {
         goto done;
     }
 
-    sp_model_params mp = sp_model_default_params();
-    mp.tokenizer_path = o->run.tokenizer;
-    if (sp_model_load(o->run.model, &mp, &model, &err)) goto fail;
+    if (sp_cli_load_models(&o->run, &model, &dmodel)) goto done;
     const sp_tokenizer *tok = sp_model_tokenizer(model);
-    if (!tok) {
-        fprintf(stderr, "specula: %s has no tokenizer; give one with -z tokenizer.bin\n", o->run.model);
-        goto done;
-    }
-    if (o->run.draft_model) {
-        sp_model_params dp = sp_model_default_params();
-        dp.tokenizer_path = o->run.draft_tokenizer ? o->run.draft_tokenizer : o->run.tokenizer;
-        if (sp_model_load(o->run.draft_model, &dp, &dmodel, &err)) goto fail;
-    }
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = (int32_t)o->run.n_ctx;
     cp.n_threads = (int32_t)o->run.threads;

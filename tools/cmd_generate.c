@@ -217,20 +217,9 @@ static int generate_main(gen_opts *o, gen_result *res) {
     char *file_text = NULL;
     stream_state ss = {0};
     int rc = 1;
-    sp_model_params mp = sp_model_default_params();
-    mp.tokenizer_path = o->run.tokenizer;
-    if (sp_model_load(o->run.model, &mp, &model, &err)) goto fail;
+    if (sp_cli_load_models(&o->run, &model, &dmodel)) goto done;
     const sp_tokenizer *tok = sp_model_tokenizer(model);
-    if (!tok) {
-        fprintf(stderr, "specula: %s has no tokenizer; give one with -z tokenizer.bin\n", o->run.model);
-        goto done;
-    }
-    if (o->run.draft_model) {
-        sp_model_params dp = sp_model_default_params();
-        dp.tokenizer_path = o->run.draft_tokenizer ? o->run.draft_tokenizer : o->run.tokenizer;
-        if (sp_model_load(o->run.draft_model, &dp, &dmodel, &err)) goto fail;
-        o->spec.draft.draft_model = dmodel;
-    }
+    o->spec.draft.draft_model = dmodel;
     if (sp_sampler_params_check(&o->run.sampling, &err)) goto fail;
     const char *text = o->prompt ? o->prompt : "";
     size_t text_len = strlen(text);
