@@ -58,39 +58,125 @@ AI __m512 loadw_bf16(const uint8_t *w, int64_t i, int64_t k) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* One tile: rows r..r+RR-1, activations t0..t0+NT-1; writes y. ESZ is the
- * weight element size in bytes (for the prefetch address). For each output:
- * acc = 0; acc = fma(w[i:i+16], x[i:i+16], acc) for i = 0, 16, ...; then
- * _mm512_reduce_add_ps(acc). */
-#define DEFINE_FLOAT_TILE(NAME, LOADW, ESZ)                                                 \
-    AI void NAME(const sp_mm *m, int64_t r, int32_t t0, const int RR, const int NT) {       \
+/* Pins a loaded vector in a register: without it GCC folds each activation
+ * load into every FMA using it (RR loads per vector instead of one), and
+ * with two loads per FMA the loop was load-port bound. */
+#define KEEP_IN_REG(v) __asm__("" : "+v"(v))
+
+/* Full 16-element weight vectors (no tail mask). */
+AI __m512 loadw_f32_full(const uint8_t *w, int64_t i) { return _mm512_loadu_ps((const float *)w + i); }
+AI __m512 loadw_f16_full(const uint8_t *w, int64_t i) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+}
+AI __m512 loadw_bf16_full(const uint8_t *w, int64_t i) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* One tile: rows r..r+RR-1, activations t0..t0+NT-1, elements i0..i1-1 of
+ * k (i0 a multiple of 64). For each output: acc = 0 (i0 = 0) or buf; acc =
+ * fma(w[i:i+16], x[i:i+16], acc) for i = i0, i0 + 16, ...; then, if i1 = k,
+ * y = _mm512_reduce_add_ps(acc), else acc is parked in buf. Storing and
+ * reloading a vector does not change it, so the result does not depend on
+ * how k is cut. The main loop does two unmasked steps per iteration with
+ * one unconditional prefetch per 64 weight bytes at pf_delta bytes ahead
+ * (branches and mask arithmetic in the loop compete with the FMAs for
+ * port 0); the masked tail step only runs at the end of a row. ESZ is the
+ * weight element size in bytes. */
+#define DEFINE_FLOAT_TILE(NAME, LOADW, LOADW_FULL, ESZ)                                     \
+    AI void NAME##_run(const sp_mm *m, int64_t r, int32_t t0, const int RR, const int NT,   \
+                       int64_t i0, int64_t i1, __m512 *buf, int64_t pf_delta) {             \
         __m512 acc[4][8];                                                                   \
         const float *xs[8];                                                                 \
-        const uint8_t *ws[4];                                                               \
+        const uint8_t *ws[4], *pw[4];                                                       \
+        const int64_t k = m->k;                                                             \
         UNROLL for (int t = 0; t < NT; t++)                                                 \
             xs[t] = (const float *)((const uint8_t *)m->x + (t0 + t) * m->x_stride);        \
         UNROLL for (int q = 0; q < RR; q++) {                                               \
             ws[q] = m->w + (r + q) * m->w_stride;                                           \
-            UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_setzero_ps();            \
+            pw[q] = ws[q] + pf_delta;                                                       \
+            UNROLL for (int t = 0; t < NT; t++)                                             \
+                acc[q][t] = i0 == 0 ? _mm512_setzero_ps() : buf[q * NT + t];                \
         }                                                                                   \
-        const int64_t k = m->k;                                                             \
-        for (int64_t i = 0; i < k; i += 16) {                                               \
+        const int64_t ifull = i1 < k ? i1 : k / 16 * 16;                                    \
+        int64_t i = i0;                                                                     \
+        for (; i + 32 <= ifull; i += 32) {                                                  \
+            UNROLL for (int q = 0; q < RR; q++)                                             \
+                UNROLL for (int o = 0; o < 32 * ESZ; o += 64) prefetch(pw[q] + i * ESZ + o); \
+            UNROLL for (int h = 0; h < 32; h += 16) {                                       \
+                __m512 xv[8];                                                               \
+                UNROLL for (int t = 0; t < NT; t++) {                                       \
+                    xv[t] = _mm512_loadu_ps(xs[t] + i + h);                                 \
+                    KEEP_IN_REG(xv[t]);                                                     \
+                }                                                                           \
+                UNROLL for (int q = 0; q < RR; q++) {                                       \
+                    __m512 w = LOADW_FULL(ws[q], i + h);                                    \
+                    UNROLL for (int t = 0; t < NT; t++)                                     \
+                        acc[q][t] = _mm512_fmadd_ps(w, xv[t], acc[q][t]);                   \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+        for (; i < i1; i += 16) {                                                           \
             __m512 xv[8];                                                                   \
             UNROLL for (int t = 0; t < NT; t++) xv[t] = load_x(xs[t], i, k);                \
             UNROLL for (int q = 0; q < RR; q++) {                                           \
-                if ((i * ESZ) % 64 == 0) prefetch(ws[q] + i * ESZ + PF_TILES * RR * m->w_stride);              \
+                if ((i * ESZ) % 64 == 0) prefetch(pw[q] + i * ESZ);                         \
                 __m512 w = LOADW(ws[q], i, k);                                              \
                 UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_fmadd_ps(w, xv[t], acc[q][t]); \
             }                                                                               \
         }                                                                                   \
-        UNROLL for (int q = 0; q < RR; q++)                                                 \
-            UNROLL for (int t = 0; t < NT; t++)                                             \
-                m->y[(t0 + t) * m->ld_y + r + q] = _mm512_reduce_add_ps(acc[q][t]);         \
+        if (i1 < k) {                                                                       \
+            UNROLL for (int q = 0; q < RR; q++)                                             \
+                UNROLL for (int t = 0; t < NT; t++) buf[q * NT + t] = acc[q][t];            \
+        } else {                                                                            \
+            UNROLL for (int q = 0; q < RR; q++)                                             \
+                UNROLL for (int t = 0; t < NT; t++)                                         \
+                    m->y[(t0 + t) * m->ld_y + r + q] = _mm512_reduce_add_ps(acc[q][t]);     \
+        }                                                                                   \
+    }                                                                                       \
+    /* A whole row tile; prefetch the next tile's rows (PF_TILES on). */                    \
+    AI void NAME(const sp_mm *m, int64_t r, int32_t t0, const int RR, const int NT) {       \
+        NAME##_run(m, r, t0, RR, NT, 0, m->k, NULL, PF_TILES * RR * (int64_t)m->w_stride);  \
+    }                                                                                       \
+    /* Panel (see below): rows r0..r1 (at most PANEL_ROWS), tokens tb..te-1 (8 or 16). */   \
+    static void NAME##_panel(const sp_mm *m, int64_t r0, int64_t r1, int32_t tb, int32_t te, int64_t kc) { \
+        __m512 buf[PANEL_ROWS * 8 * 2];                                                     \
+        const int64_t k = m->k;                                                             \
+        for (int64_t i0 = 0; i0 < k; i0 += kc) {                                            \
+            const int64_t i1 = i0 + kc < k ? i0 + kc : k;                                   \
+            for (int32_t t0 = tb; t0 < te; t0 += 8) {                                       \
+                __m512 *b = buf + ((t0 - tb) / 8) * PANEL_ROWS * 8;                         \
+                const int last_t = t0 + 8 >= te;                                            \
+                for (int64_t r = r0; r < r1; r += 2) {                                      \
+                    const int RR = r + 2 <= r1 ? 2 : 1;                                     \
+                    int64_t pf = RR * (int64_t)m->w_stride;                                 \
+                    if (r + RR >= r1) /* next: the panel's first rows, same or next chunk */ \
+                        pf = (r0 - r) * (int64_t)m->w_stride + (last_t ? kc * ESZ : 0);     \
+                    if (RR == 2)                                                            \
+                        NAME##_run(m, r, t0, 2, 8, i0, i1, b + (r - r0) * 8, pf);           \
+                    else                                                                    \
+                        NAME##_run(m, r, t0, 1, 8, i0, i1, b + (r - r0) * 8, pf);           \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
     }
 
-DEFINE_FLOAT_TILE(tile_f32, loadw_f32, 4)
-DEFINE_FLOAT_TILE(tile_f16, loadw_f16, 2)
-DEFINE_FLOAT_TILE(tile_bf16, loadw_bf16, 2)
+/* Batches of 8 tokens: k-blocked panels. A 2 x 8 tile reads 8 activation
+ * vectors per 2 weight vectors; with all 8 activation rows (8 x 4k bytes)
+ * bigger than L1 they stream from L2 for every row pair. So a panel of
+ * PANEL_ROWS rows is swept in KC-element chunks of k: the 8 x KC activation
+ * floats of a chunk stay in L1 for all the panel's rows, and each tile's 16
+ * accumulators are parked in a buffer between chunks (bit-identical, see
+ * above). Prefetch targets the next tile's rows in the same chunk, or after
+ * the panel's last tile the panel's first rows in the next chunk. */
+#ifndef PANEL_ROWS
+#define PANEL_ROWS 16
+#endif
+
+DEFINE_FLOAT_TILE(tile_f32, loadw_f32, loadw_f32_full, 4)
+DEFINE_FLOAT_TILE(tile_f16, loadw_f16, loadw_f16_full, 2)
+DEFINE_FLOAT_TILE(tile_bf16, loadw_bf16, loadw_bf16_full, 2)
+
 
 /* ---- Q8_0 / Q4_0 against q8 activations, four 32-blocks per step ----
  *
@@ -207,29 +293,37 @@ DEFINE_Q_TILE(tile_q4_0, sp_block_q4_0, q4_wbytes4)
 DEFINE_Q_TILE(tile_q8_0, sp_block_q8_0, q8_wbytes4)
 
 
-/* Driver: rows r0..r1 in groups of RR (then single rows), activations in
- * groups of 8 (2 rows per tile), 4, 2, 1 (4 rows per tile); constant shapes
- * so the RR*NT accumulators stay in the 32 zmm registers. */
-#define DEFINE_MM(NAME, TILE)                                                         \
-    AI void rows_##NAME(const sp_mm *m, int64_t r, const int RR) {                        \
-        int32_t t = 0;                                                                \
-        if (RR <= 2)                                                                  \
-            for (; t + 8 <= m->n; t += 8) TILE(m, r, t, RR, 8);                       \
+/* Float types: complete groups of 8 tokens go through k-blocked panels
+ * (above), the rest through 4-row tiles of 4, 2, 1 tokens. KC: the chunk's
+ * activations (n8 x KC floats) take about half of a 48 KiB L1. */
+#ifndef PANEL_X_BYTES
+#define PANEL_X_BYTES (24 * 1024)
+#endif
+#define DEFINE_MM_F(NAME, TILE)                                                       \
+    AI void rows_##NAME(const sp_mm *m, int64_t r, const int RR, int32_t t) {         \
         for (; t + 4 <= m->n; t += 4) TILE(m, r, t, RR, 4);                           \
         for (; t + 2 <= m->n; t += 2) TILE(m, r, t, RR, 2);                           \
         for (; t < m->n; t++) TILE(m, r, t, RR, 1);                                   \
     }                                                                                 \
     static void NAME(const sp_mm *m, int64_t r0, int64_t r1) {                       \
+        const int32_t n8 = m->n / 8 * 8;                                              \
+        /* token blocks of 16 (two panel buffers), then one of 8 */                   \
+        for (int32_t tb = 0; tb < n8;) {                                              \
+            const int32_t te = tb + 16 <= n8 ? tb + 16 : tb + 8;                      \
+            const int64_t kc = PANEL_X_BYTES / (4 * (te - tb)) / 64 * 64;             \
+            for (int64_t r = r0; r < r1; r += PANEL_ROWS)                             \
+                TILE##_panel(m, r, r + PANEL_ROWS < r1 ? r + PANEL_ROWS : r1, tb, te, kc); \
+            tb = te;                                                                  \
+        }                                                                             \
+        if (n8 == m->n) return;                                                       \
         int64_t r = r0;                                                               \
-        if (m->n >= 8)                                                                \
-            for (; r + 2 <= r1; r += 2) rows_##NAME(m, r, 2);                         \
-        for (; r + 4 <= r1; r += 4) rows_##NAME(m, r, 4);                             \
-        for (; r < r1; r++) rows_##NAME(m, r, 1);                                     \
+        for (; r + 4 <= r1; r += 4) rows_##NAME(m, r, 4, n8);                         \
+        for (; r < r1; r++) rows_##NAME(m, r, 1, n8);                                 \
     }
 
-DEFINE_MM(mm_f32, tile_f32)
-DEFINE_MM(mm_f16, tile_f16)
-DEFINE_MM(mm_bf16, tile_bf16)
+DEFINE_MM_F(mm_f32, tile_f32)
+DEFINE_MM_F(mm_f16, tile_f16)
+DEFINE_MM_F(mm_bf16, tile_bf16)
 /* Quantised tiles use at most RR x NT = 4 x 4: a 2 x 8 tile measured no
  * faster (Q_NT_MAX=8 to try again). */
 #ifndef Q_NT_MAX

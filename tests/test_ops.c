@@ -159,6 +159,48 @@ static void test_batch_and_split_invariance(void **state) {
     }
 }
 
+/* The same invariances for shapes that reach the AVX-512 float kernels'
+ * k-blocked panels: rows beyond one panel (odd count, splits inside a
+ * panel), rows long enough to be cut into chunks (k = 1624 also ends in a
+ * partial vector), n = 27 = a block of 16, one of 8 and 3 more tokens; and
+ * every ISA against the scalar reference there. */
+static void test_batch_split_invariance_long_rows(void **state) {
+    (void)state;
+    for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
+        for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++) {
+            int64_t k = row_len_ok(TYPES[ti], 1624) ? 1624 : 1600;
+            fixture f;
+            fx_make(&f, TYPES[ti], 37, k, 27, 900 + ti);
+            size_t bytes = (size_t)(f.n * f.rows) * sizeof(float);
+            float *ya = malloc(bytes), *yb = malloc(bytes), *yc = malloc(bytes), *yr = malloc(bytes);
+            sp_mm_kernel kern = sp_ops_mm_isa(f.type, (sp_isa)isa);
+            sp_mm m = fx_mm(&f, 0, f.n, ya);
+            kern(&m, 0, f.rows);
+            for (int32_t t = 0; t < f.n; t++) {
+                sp_mm one = fx_mm(&f, t, 1, yb + t * f.rows);
+                kern(&one, 0, f.rows);
+            }
+            m.y = yc;
+            kern(&m, 0, 9);
+            kern(&m, 9, 30);
+            kern(&m, 30, f.rows);
+            assert_memory_equal(ya, yb, bytes);
+            assert_memory_equal(ya, yc, bytes);
+            m.y = yr;
+            sp_ops_mm_isa(f.type, SP_ISA_SCALAR)(&m, 0, f.rows);
+            for (int64_t i = 0; i < f.n * f.rows; i++)
+                if (fabs((double)ya[i] - yr[i]) > 1e-5 * f.bound[i] + 1e-6)
+                    fail_msg("%s %s: y[%lld] = %.9g, reference %.9g", sp_ops_isa_name((sp_isa)isa),
+                             sp_ggml_type_name(f.type), (long long)i, ya[i], yr[i]);
+            free(ya);
+            free(yb);
+            free(yc);
+            free(yr);
+            fx_free(&f);
+        }
+    }
+}
+
 static void test_act_prepare(void **state) {
     (void)state;
     float x[64];
@@ -386,6 +428,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_simd_matches_reference),
     cmocka_unit_test(test_reference_accuracy),
     cmocka_unit_test(test_batch_and_split_invariance),
+    cmocka_unit_test(test_batch_split_invariance_long_rows),
     cmocka_unit_test(test_act_prepare),
     cmocka_unit_test(test_act_prepare_g4),
     cmocka_unit_test(test_act_prepare_isa_identical),
