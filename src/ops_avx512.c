@@ -325,7 +325,11 @@ DEFINE_MM_F(mm_f32, tile_f32)
 DEFINE_MM_F(mm_f16, tile_f16)
 DEFINE_MM_F(mm_bf16, tile_bf16)
 /* Quantised tiles use at most RR x NT = 4 x 4: a 2 x 8 tile measured no
- * faster (Q_NT_MAX=8 to try again). */
+ * faster (Q_NT_MAX=8 to try again; about 6% faster single-threaded with the
+ * data in L3), and neither did 2 x 8 tiles in k-blocked panels like the
+ * float ones (slightly slower). The 4 x 4 step spends ~40 of its ~150
+ * vector uops on weight unpacking (vinserti32x4, xor, permute), which a
+ * wider token tile does not remove. */
 #ifndef Q_NT_MAX
 #define Q_NT_MAX 4
 #endif
