@@ -9,41 +9,25 @@
 
 /* ---------------- scalar reference matmuls ---------------- */
 
-static void mm_f32_ref(const sp_mm *m, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; r++) {
-        const float *w = (const float *)(m->w + r * m->w_stride);
-        for (int32_t t = 0; t < m->n; t++) {
-            const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride);
-            float acc = 0;
-            for (int64_t i = 0; i < m->k; i++) acc += w[i] * x[i];
-            m->y[t * m->ld_y + r] = acc;
-        }
+/* F32/F16/BF16 weights: widen each weight to f32, one sequential sum per
+ * output. W is the stored element type, CONV turns one into a float. */
+#define DEFINE_FLOAT_REF(NAME, W, CONV)                                                  \
+    static void NAME(const sp_mm *m, int64_t r0, int64_t r1) {                          \
+        for (int64_t r = r0; r < r1; r++) {                                              \
+            const W *w = (const W *)(m->w + r * m->w_stride);                            \
+            for (int32_t t = 0; t < m->n; t++) {                                         \
+                const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride); \
+                float acc = 0;                                                           \
+                for (int64_t i = 0; i < m->k; i++) acc += CONV(w[i]) * x[i];             \
+                m->y[t * m->ld_y + r] = acc;                                             \
+            }                                                                            \
+        }                                                                                \
     }
-}
 
-static void mm_f16_ref(const sp_mm *m, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; r++) {
-        const uint16_t *w = (const uint16_t *)(m->w + r * m->w_stride);
-        for (int32_t t = 0; t < m->n; t++) {
-            const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride);
-            float acc = 0;
-            for (int64_t i = 0; i < m->k; i++) acc += sp_fp16_to_fp32(w[i]) * x[i];
-            m->y[t * m->ld_y + r] = acc;
-        }
-    }
-}
-
-static void mm_bf16_ref(const sp_mm *m, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; r++) {
-        const uint16_t *w = (const uint16_t *)(m->w + r * m->w_stride);
-        for (int32_t t = 0; t < m->n; t++) {
-            const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride);
-            float acc = 0;
-            for (int64_t i = 0; i < m->k; i++) acc += sp_bf16_to_fp32(w[i]) * x[i];
-            m->y[t * m->ld_y + r] = acc;
-        }
-    }
-}
+static inline float f32_id(float v) { return v; }
+DEFINE_FLOAT_REF(mm_f32_ref, float, f32_id)
+DEFINE_FLOAT_REF(mm_f16_ref, uint16_t, sp_fp16_to_fp32)
+DEFINE_FLOAT_REF(mm_bf16_ref, uint16_t, sp_bf16_to_fp32)
 
 static void mm_q8_0_ref(const sp_mm *m, int64_t r0, int64_t r1) {
     const int64_t nb = m->k / SP_QK;
