@@ -29,46 +29,43 @@ DEFINE_FLOAT_REF(mm_f32_ref, float, f32_id)
 DEFINE_FLOAT_REF(mm_f16_ref, uint16_t, sp_fp16_to_fp32)
 DEFINE_FLOAT_REF(mm_bf16_ref, uint16_t, sp_bf16_to_fp32)
 
-static void mm_q8_0_ref(const sp_mm *m, int64_t r0, int64_t r1) {
-    const int64_t nb = m->k / SP_QK;
-    for (int64_t r = r0; r < r1; r++) {
-        const sp_block_q8_0 *w = (const sp_block_q8_0 *)(m->w + r * m->w_stride);
-        for (int32_t t = 0; t < m->n; t++) {
-            const void *xr = (const uint8_t *)m->x + t * m->x_stride;
-            const int8_t *xq = sp_act_qs(xr);
-            const float *xd = sp_act_d(xr, m->k);
-            float acc = 0;
-            for (int64_t b = 0; b < nb; b++) {
-                int32_t s = 0;
-                for (int i = 0; i < SP_QK; i++) s += (int32_t)w[b].qs[i] * xq[b * SP_QK + i];
-                acc += (float)s * (sp_fp16_to_fp32(w[b].d) * xd[b]);
-            }
-            m->y[t * m->ld_y + r] = acc;
-        }
-    }
+/* Exact integer dot of one weight block with 32 int8 activations. */
+static inline int32_t block_dot_q8_0(const sp_block_q8_0 *w, const int8_t *xq) {
+    int32_t s = 0;
+    for (int i = 0; i < SP_QK; i++) s += (int32_t)w->qs[i] * xq[i];
+    return s;
 }
 
-static void mm_q4_0_ref(const sp_mm *m, int64_t r0, int64_t r1) {
-    const int64_t nb = m->k / SP_QK;
-    for (int64_t r = r0; r < r1; r++) {
-        const sp_block_q4_0 *w = (const sp_block_q4_0 *)(m->w + r * m->w_stride);
-        for (int32_t t = 0; t < m->n; t++) {
-            const void *xr = (const uint8_t *)m->x + t * m->x_stride;
-            const int8_t *xq = sp_act_qs(xr);
-            const float *xd = sp_act_d(xr, m->k);
-            float acc = 0;
-            for (int64_t b = 0; b < nb; b++) {
-                int32_t s = 0;
-                for (int i = 0; i < SP_QK / 2; i++) {
-                    s += ((w[b].qs[i] & 0x0F) - 8) * xq[b * SP_QK + i];
-                    s += ((w[b].qs[i] >> 4) - 8) * xq[b * SP_QK + i + SP_QK / 2];
-                }
-                acc += (float)s * (sp_fp16_to_fp32(w[b].d) * xd[b]);
-            }
-            m->y[t * m->ld_y + r] = acc;
-        }
+static inline int32_t block_dot_q4_0(const sp_block_q4_0 *w, const int8_t *xq) {
+    int32_t s = 0;
+    for (int i = 0; i < SP_QK / 2; i++) {
+        s += ((w->qs[i] & 0x0F) - 8) * xq[i];
+        s += ((w->qs[i] >> 4) - 8) * xq[i + SP_QK / 2];
     }
+    return s;
 }
+
+/* Block formats against q8 activations: per block, exact integer dot times
+ * (weight scale * activation scale), summed in block order. */
+#define DEFINE_BLOCK_REF(NAME, BLOCK, DOT)                                                \
+    static void NAME(const sp_mm *m, int64_t r0, int64_t r1) {                           \
+        const int64_t nb = m->k / SP_QK;                                                  \
+        for (int64_t r = r0; r < r1; r++) {                                               \
+            const BLOCK *w = (const BLOCK *)(m->w + r * m->w_stride);                     \
+            for (int32_t t = 0; t < m->n; t++) {                                          \
+                const void *xr = (const uint8_t *)m->x + t * m->x_stride;                 \
+                const int8_t *xq = sp_act_qs(xr);                                         \
+                const float *xd = sp_act_d(xr, m->k);                                     \
+                float acc = 0;                                                            \
+                for (int64_t b = 0; b < nb; b++)                                          \
+                    acc += (float)DOT(&w[b], xq + b * SP_QK) * (sp_fp16_to_fp32(w[b].d) * xd[b]); \
+                m->y[t * m->ld_y + r] = acc;                                              \
+            }                                                                             \
+        }                                                                                 \
+    }
+
+DEFINE_BLOCK_REF(mm_q8_0_ref, sp_block_q8_0, block_dot_q8_0)
+DEFINE_BLOCK_REF(mm_q4_0_ref, sp_block_q4_0, block_dot_q4_0)
 
 static void att_scores_ref(const float *q, const float *k, int64_t stride, int32_t n, int32_t hd,
                            float scale, float *out) {
