@@ -74,6 +74,6 @@ run: $(BUILD)/specula
 	$(BUILD)/specula run
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-clang
 
 -include $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/tools/*.d $(BUILD)/tests/*.d)

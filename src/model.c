@@ -93,6 +93,8 @@ static void *alloc64(size_t bytes) {
 
 sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, sp_error *err) {
     *out = NULL;
+    sp_status ist = sp_ops_init(err);
+    if (ist) return ist;
     sp_ctx_params d = sp_ctx_default_params();
     if (!p) p = &d;
     const sp_model_config *cfg = &m->cfg;

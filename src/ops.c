@@ -2,10 +2,16 @@
 #include "ops.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sp_quant.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 /* ---------------- scalar reference matmuls ---------------- */
 
@@ -217,21 +223,44 @@ void sp_swiglu(float *out, const float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-/* ---------------- dispatch ---------------- */
+/* ---------------- dispatch ----------------
+ *
+ * The CPU's features are read with cpuid/xgetbv (not the compiler's
+ * __builtin_cpu_supports, which clang refuses for f16c). Code compiled for an
+ * ISA (every function in ops_avx2.c / ops_avx512.c, table fills included: the
+ * compiler vectorises them) runs only after that check says the ISA exists:
+ * a table is filled once, in ops_init_once, and only up to the best ISA. */
 
-static sp_isa g_isa = SP_ISA_COUNT; /* not yet chosen */
+static sp_isa g_best = SP_ISA_SCALAR; /* best ISA of this CPU */
+static sp_isa g_isa = SP_ISA_SCALAR;  /* ISA in use */
+static char g_env_err[200];           /* why $SPECULA_ISA was refused, or "" */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-sp_isa sp_ops_best_isa(void) {
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+#if defined(__x86_64__) || defined(__i386__)
+static uint64_t xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static sp_isa detect_best_isa(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return SP_ISA_SCALAR;
+    const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28),
+               f16c = c & (1u << 29);
+    if (!osxsave || !avx) return SP_ISA_SCALAR;
+    /* the OS must save the YMM (bits 1-2) and, for AVX-512, opmask/ZMM state (5-7) */
+    const uint64_t xcr0 = xgetbv0();
+    const bool os_ymm = (xcr0 & 0x06) == 0x06, os_zmm = (xcr0 & 0xe6) == 0xe6;
+    if (!os_ymm || __get_cpuid_max(0, NULL) < 7) return SP_ISA_SCALAR;
+    __cpuid_count(7, 0, a, b, c, d);
+    const bool avx2 = b & (1u << 5), avx512f = b & (1u << 16), avx512dq = b & (1u << 17),
+               avx512bw = b & (1u << 30), avx512vl = b & (1u << 31), vnni = c & (1u << 11);
+    if (os_zmm && avx512f && avx512dq && avx512bw && avx512vl && vnni && avx2 && fma && f16c)
         return SP_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
-        return SP_ISA_AVX2;
+    if (avx2 && fma && f16c) return SP_ISA_AVX2;
 #endif
     return SP_ISA_SCALAR;
 }
@@ -245,28 +274,59 @@ const char *sp_ops_isa_name(sp_isa isa) {
     }
 }
 
-static void ensure_tables(void) {
-    static bool filled;
-    if (filled) return;
+/* A SIMD table lacking a kernel falls back to the reference. */
+static void fill_missing(sp_ops_table *t) {
+    const sp_ops_table *ref = &g_tables[SP_ISA_SCALAR];
+    for (int i = 0; i < SP_GGML_TYPE_COUNT; i++)
+        if (!t->mm[i]) t->mm[i] = ref->mm[i];
+    if (!t->att_scores) t->att_scores = ref->att_scores;
+    if (!t->att_mix) t->att_mix = ref->att_mix;
+    if (!t->softmax) t->softmax = ref->softmax;
+    if (!t->act_q8) t->act_q8 = ref->act_q8;
+}
+
+static void ops_init_once(void) {
+    g_best = detect_best_isa();
     sp_ops_fill_scalar(&g_tables[SP_ISA_SCALAR]);
-    sp_ops_fill_avx2(&g_tables[SP_ISA_AVX2]);
-    sp_ops_fill_avx512(&g_tables[SP_ISA_AVX512]);
-    /* A SIMD table lacking a kernel falls back to the reference. */
-    for (int i = 1; i < SP_ISA_COUNT; i++)
-        for (int t = 0; t < SP_GGML_TYPE_COUNT; t++)
-            if (!g_tables[i].mm[t]) g_tables[i].mm[t] = g_tables[SP_ISA_SCALAR].mm[t];
-    for (int i = 1; i < SP_ISA_COUNT; i++) {
-        if (!g_tables[i].att_scores) g_tables[i].att_scores = att_scores_ref;
-        if (!g_tables[i].att_mix) g_tables[i].att_mix = att_mix_ref;
-        if (!g_tables[i].softmax) g_tables[i].softmax = sp_softmax;
-        if (!g_tables[i].act_q8) g_tables[i].act_q8 = act_q8_ref;
+    if (g_best >= SP_ISA_AVX2) {
+        sp_ops_fill_avx2(&g_tables[SP_ISA_AVX2]);
+        fill_missing(&g_tables[SP_ISA_AVX2]);
     }
-    filled = true;
+    if (g_best >= SP_ISA_AVX512) {
+        sp_ops_fill_avx512(&g_tables[SP_ISA_AVX512]);
+        fill_missing(&g_tables[SP_ISA_AVX512]);
+    }
+    g_isa = g_best;
+    const char *env = getenv("SPECULA_ISA");
+    if (!env || !*env) return;
+    for (int i = 0; i < SP_ISA_COUNT; i++) {
+        if (strcmp(env, sp_ops_isa_name((sp_isa)i))) continue;
+        if (i > (int)g_best)
+            snprintf(g_env_err, sizeof g_env_err,
+                     "SPECULA_ISA=%s: this CPU lacks those instructions (best: %s)", env,
+                     sp_ops_isa_name(g_best));
+        else
+            g_isa = (sp_isa)i;
+        return;
+    }
+    snprintf(g_env_err, sizeof g_env_err,
+             "SPECULA_ISA='%.60s' is not one of scalar, avx2, avx512", env);
+}
+
+sp_status sp_ops_init(sp_error *err) {
+    pthread_once(&g_once, ops_init_once);
+    if (g_env_err[0]) return sp_fail(err, SP_ERR_ARG, "%s", g_env_err);
+    return SP_OK;
+}
+
+sp_isa sp_ops_best_isa(void) {
+    pthread_once(&g_once, ops_init_once);
+    return g_best;
 }
 
 sp_status sp_ops_set_isa(sp_isa isa, sp_error *err) {
-    ensure_tables();
-    if (isa >= SP_ISA_COUNT || isa > sp_ops_best_isa())
+    pthread_once(&g_once, ops_init_once);
+    if (isa >= SP_ISA_COUNT || isa > g_best)
         return sp_fail(err, SP_ERR_UNSUPPORTED, "this CPU does not support the %s kernels",
                        sp_ops_isa_name(isa));
     g_isa = isa;
@@ -274,22 +334,13 @@ sp_status sp_ops_set_isa(sp_isa isa, sp_error *err) {
 }
 
 sp_isa sp_ops_isa(void) {
-    if (g_isa == SP_ISA_COUNT) {
-        ensure_tables();
-        sp_isa isa = sp_ops_best_isa();
-        const char *env = getenv("SPECULA_ISA");
-        if (env) {
-            for (int i = 0; i < SP_ISA_COUNT; i++)
-                if (!strcmp(env, sp_ops_isa_name((sp_isa)i)) && i <= (int)isa) isa = (sp_isa)i;
-        }
-        g_isa = isa;
-    }
+    pthread_once(&g_once, ops_init_once);
     return g_isa;
 }
 
 sp_mm_kernel sp_ops_mm_isa(sp_ggml_type wtype, sp_isa isa) {
-    ensure_tables();
-    if ((unsigned)wtype >= SP_GGML_TYPE_COUNT || isa >= SP_ISA_COUNT) return NULL;
+    pthread_once(&g_once, ops_init_once);
+    if ((unsigned)wtype >= SP_GGML_TYPE_COUNT || isa > g_best) return NULL;
     return g_tables[isa].mm[wtype];
 }
 

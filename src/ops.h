@@ -49,7 +49,13 @@ typedef struct sp_mm {
 
 typedef void (*sp_mm_kernel)(const sp_mm *m, int64_t r0, int64_t r1);
 
-/* Best ISA this CPU supports (cpuid), and the one in use. */
+/* Detects the CPU's features once (thread-safe) and applies $SPECULA_ISA
+ * (scalar|avx2|avx512). SP_ERR_ARG, naming the variable, when its value is
+ * unknown or asks for instructions this CPU lacks; the best ISA stays in use
+ * then. Every entry point below initialises implicitly; callers that can
+ * report errors (context creation) call this first. */
+sp_status sp_ops_init(sp_error *err);
+/* Best ISA this CPU supports (cpuid + xgetbv), and the one in use. */
 sp_isa sp_ops_best_isa(void);
 sp_isa sp_ops_isa(void);
 const char *sp_ops_isa_name(sp_isa isa);
@@ -58,7 +64,7 @@ const char *sp_ops_isa_name(sp_isa isa);
 sp_status sp_ops_set_isa(sp_isa isa, sp_error *err);
 
 /* Matmul kernel for a weight type in the active ISA (or a given one; NULL
- * when the type is not supported). */
+ * when the type is not supported or the CPU lacks the ISA). */
 sp_mm_kernel sp_ops_mm(sp_ggml_type wtype);
 sp_mm_kernel sp_ops_mm_isa(sp_ggml_type wtype, sp_isa isa);
 

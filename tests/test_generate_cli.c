@@ -154,7 +154,38 @@ static void test_run_demo(void **state) {
     assert_non_null(strstr(buf, "Once upon a time, there was a little girl named Lily"));
 }
 
+/* The reference continuation with the kernels forced to every ISA this CPU
+ * has (no ISA's code may run on a CPU without it, and each must reproduce
+ * the reference); an unknown or unavailable SPECULA_ISA is one clear line. */
+static void test_isa_forced(void **state) {
+    (void)state;
+    char args[4096];
+    snprintf(args, sizeof args, "-m '%s' -p 'Once upon a time' -n 64 --temp 0",
+             sp_shared("models/stories260K.gguf"));
+    const char *names[] = {"scalar", "avx2", "avx512"};
+    char probe[8192];
+    for (int i = 0; i < 3; i++) {
+        setenv("SPECULA_ISA", names[i], 1);
+        snprintf(probe, sizeof probe, "generate %s -n 1", args);
+        static char buf[1 << 12];
+        int rc = sp_cli_run(probe, SP_CAPTURE_STDERR, buf, sizeof buf);
+        if (rc != 0) { /* an ISA this CPU lacks: refused by name, nothing run */
+            assert_non_null(strstr(buf, "lacks"));
+            assert_int_equal(sp_count_lines(buf), 1);
+            continue;
+        }
+        json_t *j = gen_json(args);
+        check_reference(j);
+        json_decref(j);
+    }
+    setenv("SPECULA_ISA", "sse9", 1);
+    snprintf(probe, sizeof probe, "generate %s", args);
+    expect_error(probe, 1, "SPECULA_ISA");
+    unsetenv("SPECULA_ISA");
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_isa_forced),
     cmocka_unit_test(test_reference_through_cli),
     cmocka_unit_test(test_speculative_json),
     cmocka_unit_test(test_bad_input),
