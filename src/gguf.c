@@ -1,16 +1,13 @@
 /* gguf: the GGUF reader (mmap, validate everything, expose views) and the
  * ggml tensor-type tables. The writer lives in gguf_write.c. */
 #include "sp_gguf.h"
+#include "sp_file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* ---- ggml type tables ---------------------------------------------------- */
 
@@ -471,36 +468,22 @@ static sp_status parse(sp_gguf *g, const char *path, sp_error *err) {
 sp_status sp_gguf_open(const char *path, sp_gguf **out, sp_error *err) {
     SP_ASSERT(path != NULL && out != NULL);
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return sp_fail(err, SP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return sp_fail(err, SP_ERR_IO, "cannot stat %s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return sp_fail(err, SP_ERR_IO, "%s is not a regular file", path);
-    }
+    sp_file_map fm;
+    sp_status fs = sp_file_map_open(path, "model", 0, &fm, err);
+    if (fs) return fs;
     /* Smallest valid file: magic, version, two counts. */
-    if (st.st_size < 24) {
-        close(fd);
-        return sp_fail(err, SP_ERR_FORMAT, "truncated GGUF %s: %lld bytes is too small for a header", path,
-                       (long long)st.st_size);
+    if (fm.size < 24) {
+        sp_file_unmap(&fm);
+        return sp_fail(err, SP_ERR_FORMAT, "truncated GGUF %s: %llu bytes is too small for a header",
+                       path, (unsigned long long)fm.size);
     }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) return sp_fail(err, SP_ERR_IO, "cannot mmap %s: %s", path, strerror(e));
-
     sp_gguf *g = calloc(1, sizeof *g);
     if (!g) {
-        munmap(map, (size_t)st.st_size);
+        sp_file_unmap(&fm);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory opening %s", path);
     }
-    g->map = map;
-    g->size = (uint64_t)st.st_size;
+    g->map = fm.data;
+    g->size = fm.size;
     sp_status s = parse(g, path, err);
     if (s != SP_OK) {
         sp_gguf_close(g);
@@ -512,7 +495,8 @@ sp_status sp_gguf_open(const char *path, sp_gguf **out, sp_error *err) {
 
 void sp_gguf_close(sp_gguf *g) {
     if (!g) return;
-    if (g->map) munmap((void *)g->map, (size_t)g->size);
+    sp_file_map fm = {g->map, g->size};
+    sp_file_unmap(&fm);
     free(g->kvs);
     free(g->tensors);
     free(g->str_tables);

@@ -1,14 +1,12 @@
 /* model_load: bind Llama weights from a GGUF file or a llama2.c checkpoint,
  * validating every shape, and make re-quantised copies for self-drafting. */
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "model_internal.h"
+#include "sp_file.h"
 #include "sp_quant.h"
 
 sp_model_params sp_model_default_params(void) {
@@ -37,7 +35,8 @@ void sp_model_free(sp_model *m) {
     free(m->layers);
     if (m->owns_tok) sp_tokenizer_free(m->tok);
     if (m->gguf) sp_gguf_close(m->gguf);
-    if (m->map) munmap(m->map, m->map_len);
+    sp_file_map fm = {m->map, m->map_len};
+    sp_file_unmap(&fm);
     free(m);
 }
 
@@ -271,21 +270,11 @@ static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
  * classifier), then f32 tensors in the order bound below. */
 static sp_status load_llama2c(sp_model *m, const char *path, const sp_model_params *p,
                               sp_error *err) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return sp_fail(err, SP_ERR_IO, "%s: cannot open model file", path);
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || sb.st_size < 28) {
-        close(fd);
-        return sp_fail(err, SP_ERR_FORMAT, "%s: too small to be a model file (%lld bytes)", path,
-                       (long long)sb.st_size);
-    }
-    m->map_len = (size_t)sb.st_size;
-    m->map = mmap(NULL, m->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (m->map == MAP_FAILED) {
-        m->map = NULL;
-        return sp_fail(err, SP_ERR_IO, "%s: mmap failed", path);
-    }
+    sp_file_map fm;
+    sp_status fs = sp_file_map_open(path, "model", 28, &fm, err);
+    if (fs) return fs;
+    m->map = (void *)fm.data;
+    m->map_len = (size_t)fm.size;
     int32_t h[7];
     memcpy(h, m->map, sizeof h);
     if (!memcmp(m->map, "24ka", 4))
@@ -364,11 +353,13 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
                         sp_error *err) {
     *out = NULL;
     if (!path) return sp_fail(err, SP_ERR_ARG, "no model path given");
-    FILE *f = fopen(path, "rb");
-    if (!f) return sp_fail(err, SP_ERR_IO, "%s: cannot open model file", path);
+    int fd;
+    uint64_t fsize;
+    sp_status fs = sp_file_open(path, "model", &fd, &fsize, err);
+    if (fs) return fs;
     char magic[4] = {0};
-    size_t got = fread(magic, 1, 4, f);
-    fclose(f);
+    ssize_t got = fsize >= 4 ? pread(fd, magic, 4, 0) : 0;
+    close(fd);
     sp_model *m = calloc(1, sizeof *m);
     if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     sp_status st;

@@ -4,6 +4,7 @@
  * loops live in tokenizer_spm.c / tokenizer_bpe.c, GGUF loading in
  * tokenizer_gguf.c (kept apart so programs without the GGUF reader link). */
 #include "tokenizer.h"
+#include "sp_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -356,37 +357,26 @@ sp_status sp_tokenizer_load_llama2c(const char *path, int32_t vocab_size, sp_tok
     if (vocab_size < 3)
         return sp_fail(err, SP_ERR_ARG, "tokenizer: vocab_size %d too small (need >= 3)",
                        (int)vocab_size);
-    FILE *f = fopen(path, "rb");
-    if (!f) return sp_fail(err, SP_ERR_IO, "tokenizer: cannot open %s", path);
     char *buf = NULL;
-    sp_str *toks = NULL;
-    float *scores = NULL;
-    sp_status st = SP_OK;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        st = sp_fail(err, SP_ERR_IO, "tokenizer: cannot size %s", path);
-        goto done;
-    }
-    buf = malloc((size_t)size + 1);
-    toks = malloc((size_t)vocab_size * sizeof *toks);
-    scores = malloc((size_t)vocab_size * sizeof *scores);
-    if (!buf || !toks || !scores) {
+    size_t size = 0;
+    /* 64 MiB: far above any real vocabulary (tok512.bin is 6 KiB, 128k-token
+     * vocabularies under 2 MiB) */
+    sp_status st = sp_file_read(path, "tokenizer", 64u << 20, &buf, &size, err);
+    if (st) return st;
+    sp_str *toks = malloc((size_t)vocab_size * sizeof *toks);
+    float *scores = malloc((size_t)vocab_size * sizeof *scores);
+    if (!toks || !scores) {
         st = sp_fail(err, SP_ERR_NOMEM, "tokenizer: out of memory reading %s", path);
         goto done;
     }
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        st = sp_fail(err, SP_ERR_IO, "tokenizer: short read on %s", path);
-        goto done;
-    }
     size_t pos = 4; /* skip max_token_length */
-    if ((size_t)size < pos) {
+    if (size < pos) {
         st = sp_fail(err, SP_ERR_FORMAT, "tokenizer: %s is truncated (no header)", path);
         goto done;
     }
     for (int32_t i = 0; i < vocab_size; i++) {
         int32_t len;
-        if ((size_t)size - pos < 8) {
+        if (size - pos < 8) {
             st = sp_fail(err, SP_ERR_FORMAT, "tokenizer: %s truncated at token %d of %d", path,
                          (int)i, (int)vocab_size);
             goto done;
@@ -394,7 +384,7 @@ sp_status sp_tokenizer_load_llama2c(const char *path, int32_t vocab_size, sp_tok
         memcpy(&scores[i], buf + pos, 4);
         memcpy(&len, buf + pos + 4, 4);
         pos += 8;
-        if (len < 0 || (size_t)len > (size_t)size - pos) {
+        if (len < 0 || (size_t)len > size - pos) {
             st = sp_fail(err, SP_ERR_FORMAT, "tokenizer: %s token %d has bad length %d", path,
                          (int)i, (int)len);
             goto done;
@@ -410,7 +400,6 @@ sp_status sp_tokenizer_load_llama2c(const char *path, int32_t vocab_size, sp_tok
     };
     st = sp_tokenizer_init_spec(&spec, out, err);
 done:
-    fclose(f);
     free(buf);
     free(toks);
     free(scores);

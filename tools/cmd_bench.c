@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "sp_file.h"
 #include "cli.h"
 #include "specula.h"
 
@@ -119,8 +120,16 @@ static const char *default_prompts(char *buf, size_t cap) {
 
 /* Reads a JSONL prompt file; returns 0 or 2 after printing one line. */
 static int load_prompts(const char *path, prompt_set *out) {
-    FILE *f = fopen(path, "r");
+    sp_error err;
+    int fd;
+    uint64_t fsize;
+    if (sp_file_open(path, "prompt file", &fd, &fsize, &err)) {
+        fprintf(stderr, "specula: %s\n", err.msg);
+        return 2;
+    }
+    FILE *f = fdopen(fd, "r");
     if (!f) {
+        close(fd);
         fprintf(stderr, "specula: cannot read prompt file %s: %s\n", path, strerror(errno));
         return 2;
     }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "sp_file.h"
 #include "specula.h"
 #include "sp_spec.h"
 
@@ -143,29 +144,6 @@ static int parse_gen(int argc, char **argv, gen_opts *o, bool need_model) {
     return 0;
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *nb = cap < (64u << 20) ? realloc(buf, cap *= 2) : NULL;
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = nb;
-        }
-    }
-    fclose(f);
-    if (buf) buf[n < cap ? n : cap - 1] = 0;
-    *len = n;
-    return buf;
-}
-
 typedef struct stream_state {
     const sp_tokenizer *tok;
     int32_t prev;
@@ -224,11 +202,8 @@ static int generate_main(gen_opts *o, gen_result *res) {
     const char *text = o->prompt ? o->prompt : "";
     size_t text_len = strlen(text);
     if (o->prompt_file) {
-        file_text = read_file(o->prompt_file, &text_len);
-        if (!file_text) {
-            fprintf(stderr, "specula: cannot read prompt file %s\n", o->prompt_file);
-            goto done;
-        }
+        if (sp_file_read(o->prompt_file, "prompt file", 64u << 20, &file_text, &text_len, &err))
+            goto fail;
         text = file_text;
     }
     sp_ctx_params cp = sp_ctx_default_params();
