@@ -14,9 +14,10 @@ endif
 
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -Wall -Wextra -Werror -pthread -Iinclude -Isrc -Itools $(EXTRA_CFLAGS)
 LDFLAGS := $(OPT) -pthread
-LDLIBS  := -lm
-CLI_LIBS := $(shell pkg-config --libs jansson libmicrohttpd 2>/dev/null || echo -ljansson -lmicrohttpd)
-TEST_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka) -ljansson
+# The library reads JSON (speculation settings); everything linking it links jansson.
+LDLIBS  := $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson) -lm
+CLI_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+TEST_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
 # Kernels built per instruction set; dispatch picks one at start-up.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
@@ -31,12 +32,13 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all lib cli tests check run deps clean
-all: cli tests
+.PHONY: all lib cli tests benches check run deps clean
+all: cli tests benches
 
 lib: $(BUILD)/libspecula.a
 cli: $(BUILD)/specula
 tests: $(TEST_BIN)
+benches: $(BENCH_BIN)
 
 $(BUILD)/obj/%_avx2.o: src/%_avx2.c
 	@mkdir -p $(dir $@)

@@ -4,15 +4,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "sp_clock.h"
 #include "sp_verify.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Zipf-like row with a random permutation-free perturbation. */
 static void make_row(float *row, int32_t V, sp_rng *r) {
@@ -51,7 +45,7 @@ int main(int argc, char **argv) {
     static const sp_verifier vs[] = {SP_VERIFIER_TOKEN, SP_VERIFIER_BLOCK, SP_VERIFIER_GREEDY};
     long acc = 0;
     for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++) {
-        double t0 = now();
+        double t0 = sp_now();
         for (int c = 0; c < calls; c++) {
             sp_verify_result r;
             if (sp_verify_chain(ws, vs[k], 1.0, G, x, q, p, &rng, &r, &e)) {
@@ -60,11 +54,11 @@ int main(int argc, char **argv) {
             }
             acc += r.n_accepted;
         }
-        double dt = (now() - t0) / calls;
+        double dt = (sp_now() - t0) / calls;
         printf("%-8s V=%d gamma=%d: %.3f ms/call\n", sp_verifier_name(vs[k]), (int)V, (int)G, dt * 1e3);
     }
     {
-        double t0 = now();
+        double t0 = sp_now();
         int32_t idx, tok;
         for (int c = 0; c < calls; c++) {
             if (sp_verify_mc(ws, SP_MC_NOREPLACE, 4, x, q, p, &rng, &idx, &tok, &e)) {
@@ -73,13 +67,13 @@ int main(int argc, char **argv) {
             }
             acc += idx;
         }
-        printf("%-8s V=%d k=4: %.3f ms/call\n", "mc-norep", (int)V, (now() - t0) / calls * 1e3);
+        printf("%-8s V=%d k=4: %.3f ms/call\n", "mc-norep", (int)V, (sp_now() - t0) / calls * 1e3);
     }
     {
-        double t0 = now();
+        double t0 = sp_now();
         for (int c = 0; c < calls; c++)
             if (sp_verify_check_row(p, V, "p", &e)) return 1;
-        printf("%-8s V=%d: %.3f ms/row\n", "validate", (int)V, (now() - t0) / calls * 1e3);
+        printf("%-8s V=%d: %.3f ms/row\n", "validate", (int)V, (sp_now() - t0) / calls * 1e3);
     }
     printf("(checksum %ld)\n", acc);
     sp_verify_ws_free(ws);

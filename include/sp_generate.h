@@ -46,7 +46,4 @@ sp_status sp_generate(sp_ctx *ctx, const int32_t *prompt, int32_t n_prompt,
 sp_status sp_prefill(sp_ctx *ctx, const int32_t *tokens, int32_t n, float *last_logits,
                      int64_t *forwards, sp_error *err);
 
-/* Monotonic wall clock in seconds. */
-double sp_now(void);
-
 #endif

@@ -4,6 +4,7 @@
 #define SPECULA_H
 
 #include "sp_status.h"
+#include "sp_clock.h"
 #include "sp_file.h"
 #include "sp_rng.h"
 #include "sp_gguf.h"

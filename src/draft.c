@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sp_clock.h"
 #include "sp_generate.h"
 
 struct sp_drafter {

@@ -2,18 +2,13 @@
 #include "sp_generate.h"
 
 #include <stdlib.h>
-#include <time.h>
+
+#include "sp_clock.h"
 
 sp_gen_params sp_gen_default_params(void) {
     sp_gen_params p = {.n_predict = 128, .sampling = sp_sampler_default_params(), .seed = 42,
                        .stop_at_eog = true};
     return p;
-}
-
-double sp_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 sp_status sp_prefill(sp_ctx *ctx, const int32_t *tokens, int32_t n, float *last_logits,

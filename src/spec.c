@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sp_clock.h"
+
 struct sp_spec {
     sp_spec_params prm;
     sp_ctx *target;

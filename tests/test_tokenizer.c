@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sp_clock.h"
 #include "sp_gguf.h"
 #include "sp_rng.h"
 #include "sp_tokenizer.h"
@@ -549,12 +550,6 @@ static void test_gguf_bpe(void **state) {
 
 /* ---- speed ---- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void test_encode_speed(void **state) {
     (void)state;
     sp_tokenizer *t = load_l2c();
@@ -569,11 +564,11 @@ static void test_encode_speed(void **state) {
         len += strlen(lines[i]);
         text[len++] = '\n';
     }
-    double t0 = now_s();
+    double t0 = sp_now();
     int reps = 5;
     int32_t k = 0;
     for (int r = 0; r < reps; r++) k = encode(t, text, len, true, ids, 1 << 17);
-    double per_kb_ms = (now_s() - t0) / reps / ((double)len / 1024) * 1e3;
+    double per_kb_ms = (sp_now() - t0) / reps / ((double)len / 1024) * 1e3;
     printf("encode speed: %zu bytes -> %d tokens, %.4f ms per KB\n", len, (int)k, per_kb_ms);
     assert_true(per_kb_ms < 5.0); /* generous: sanitizer builds are several times slower */
     sp_tokenizer_free(t);
