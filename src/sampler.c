@@ -8,6 +8,7 @@
  * kept set by quickselect and sorts only that prefix, so a full O(V log V)
  * sort happens only when the nucleus really is most of the vocabulary. */
 #include "sp_sampler.h"
+#include "sampler_internal.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -238,25 +239,40 @@ void sp_sampler_probs(sp_sampler *s, const float *logits, float *probs) {
     for (int32_t i = 0; i < n_keep; i++) probs[idx[i]] = (float)(val[idx[i]] * inv);
 }
 
+/* The one inverse-CDF draw, for float and double weights alike: total = the
+ * sum of the positive entries (in index order, in double), then the first
+ * positive index whose running sum exceeds u * total; when rounding leaves
+ * u * total at or past the final running sum, the last positive entry.
+ * Never returns a zero-weight index; -1 when no entry is positive. */
+#define DEFINE_INVERSE_CDF(NAME, T)                                   \
+    static int32_t NAME(const T *w, int32_t n, double u) {           \
+        double total = 0.0;                                           \
+        int32_t last = -1;                                            \
+        for (int32_t i = 0; i < n; i++)                               \
+            if (w[i] > 0) {                                           \
+                total += (double)w[i];                                \
+                last = i;                                             \
+            }                                                         \
+        if (last < 0) return -1;                                      \
+        const double target = u * total;                              \
+        double cum = 0.0;                                             \
+        for (int32_t i = 0; i < last; i++)                            \
+            if (w[i] > 0) {                                           \
+                cum += (double)w[i];                                  \
+                if (target < cum) return i;                           \
+            }                                                         \
+        return last;                                                  \
+    }
+DEFINE_INVERSE_CDF(inverse_cdf_f32, float)
+DEFINE_INVERSE_CDF(inverse_cdf_f64, double)
+
 int32_t sp_sample_from_probs(const float *probs, int32_t n, double u) {
-    double total = 0.0;
-    int32_t last = -1;
-    for (int32_t i = 0; i < n; i++) {
-        if (probs[i] > 0.0f) {
-            total += probs[i];
-            last = i;
-        }
-    }
-    if (last < 0) return sp_argmax(probs, n); /* no positive mass: degenerate input */
-    const double target = u * total;
-    double cum = 0.0;
-    for (int32_t i = 0; i < last; i++) {
-        if (probs[i] > 0.0f) {
-            cum += probs[i];
-            if (target < cum) return i;
-        }
-    }
-    return last; /* rounding leaves u close to 1 here: the last positive token */
+    int32_t i = inverse_cdf_f32(probs, n, u);
+    return i >= 0 ? i : sp_argmax(probs, n); /* no positive mass: degenerate input */
+}
+
+int32_t sp_sample_from_weights(const double *w, int32_t n, double u) {
+    return inverse_cdf_f64(w, n, u);
 }
 
 int32_t sp_sampler_sample(sp_sampler *s, const float *logits, sp_rng *rng, float *probs_out) {

@@ -1,6 +1,7 @@
 /* verify: single-chain (token, block, greedy, lenient) and multi-candidate
  * verifiers over probability arrays; see sp_verify.h for the contracts. */
 #include "sp_verify.h"
+#include "sampler_internal.h"
 
 #include <float.h>
 #include <math.h>
@@ -189,20 +190,6 @@ static int32_t sample_resid(const float *p, double a, const float *q, int32_t n,
     for (int32_t i = end - 1; i >= last_chunk; i--)
         if (resid_at(p, a, q, i) > 0.0) return i;
     return last_chunk;
-}
-
-/* Same for an unnormalised double array w >= 0 with total = sum(w) > 0. */
-static int32_t sample_d(const double *w, int32_t n, double total, double u) {
-    double target = u * total, c = 0.0;
-    int32_t last = 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (w[i] > 0.0) {
-            c += w[i];
-            last = i;
-            if (target < c) return i;
-        }
-    }
-    return last;
 }
 
 /* Draw from a validated distribution row. */
@@ -473,7 +460,10 @@ sp_status sp_verify_mc(sp_verify_ws *ws, sp_mc_mode mode, int32_t k, const int32
             }
         }
     }
+    /* S > 0 here: it starts as p's mass and only ever takes a residual mass
+     * above RESID_EPS * S, so the draw finds a positive weight */
+    int32_t y = sp_sample_from_weights(pc, V, sp_rng_uniform(rng));
     *index = -1;
-    *token = sample_d(pc, V, S, sp_rng_uniform(rng));
+    *token = y >= 0 ? y : 0;
     return SP_OK;
 }

@@ -2,6 +2,8 @@
  * and the "k1xk2x..." tree-shape helpers; see sp_verify.h. */
 #include "sp_verify.h"
 
+#include "sp_sampler.h"
+
 #include <stdio.h>
 
 sp_status sp_verify_tree_walk(sp_verify_ws *ws, const sp_verify_tree *t, sp_mc_mode mode,
@@ -39,17 +41,7 @@ sp_status sp_verify_tree_walk(sp_verify_ws *ws, const sp_verify_tree *t, sp_mc_m
             snprintf(what, sizeof what, "verify tree: target row p[%d]", (int)node);
             sp_status st = sp_verify_check_row(pn, V, what, err);
             if (st) return st;
-            double u = sp_rng_uniform(rng), c = 0.0, tot = 0.0;
-            for (int32_t i = 0; i < V; i++) tot += (double)pn[i];
-            int32_t y = 0;
-            for (int32_t i = 0; i < V; i++) {
-                if (pn[i] > 0.0f) {
-                    c += (double)pn[i];
-                    y = i;
-                    if (u * tot < c) break;
-                }
-            }
-            *token = y;
+            *token = sp_sample_from_probs(pn, V, sp_rng_uniform(rng));
             *n_path = len;
             return SP_OK;
         }

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sampler_internal.h"
 #include "sp_rng.h"
+#include "sp_sampler.h"
 
 /* ---- chi-square tail ---- */
 
@@ -180,20 +182,11 @@ sp_vsim_params sp_vsim_default_params(void) {
 }
 
 static int32_t draw(const float *row, int32_t V, sp_rng *rng) {
-    double tot = 0.0;
-    for (int32_t i = 0; i < V; i++) tot += (double)row[i];
-    double t = sp_rng_uniform(rng) * tot, c = 0.0;
-    int32_t last = 0;
-    for (int32_t i = 0; i < V; i++)
-        if (row[i] > 0.0f) {
-            c += (double)row[i];
-            last = i;
-            if (t < c) return i;
-        }
-    return last;
+    return sp_sample_from_probs(row, V, sp_rng_uniform(rng));
 }
 
-/* Draw from row with the tokens in excl[0..n_excl) removed; -1 if nothing left. */
+/* Draw from row with the tokens in excl[0..n_excl) removed; -1 (and no
+ * uniform consumed) if nothing is left. */
 static int32_t draw_excl(const float *row, int32_t V, const int32_t *excl, int32_t n_excl,
                          double *tmp, sp_rng *rng) {
     double tot = 0.0;
@@ -201,15 +194,7 @@ static int32_t draw_excl(const float *row, int32_t V, const int32_t *excl, int32
     for (int32_t j = 0; j < n_excl; j++) tmp[excl[j]] = 0.0;
     for (int32_t i = 0; i < V; i++) tot += tmp[i];
     if (!(tot > 0.0)) return -1;
-    double t = sp_rng_uniform(rng) * tot, c = 0.0;
-    int32_t last = -1;
-    for (int32_t i = 0; i < V; i++)
-        if (tmp[i] > 0.0) {
-            c += tmp[i];
-            last = i;
-            if (t < c) return i;
-        }
-    return last;
+    return sp_sample_from_weights(tmp, V, sp_rng_uniform(rng));
 }
 
 typedef struct sim_buf {

@@ -1,0 +1,15 @@
+/* sampler_internal.h: the sampler's inverse-CDF draw over double weights,
+ * shared inside the library (multi-candidate residuals, the toy simulator).
+ * Not part of the public API. */
+#ifndef SP_SAMPLER_INTERNAL_H
+#define SP_SAMPLER_INTERNAL_H
+
+#include <stdint.h>
+
+/* Inverse-CDF draw of index i with probability w[i] / sum(w) from n weights
+ * w[i] >= 0 (unnormalised) and a uniform u in [0, 1): the same routine as
+ * sp_sample_from_probs. Never returns a zero-weight index; -1 when no
+ * weight is positive. */
+int32_t sp_sample_from_weights(const double *w, int32_t n, double u);
+
+#endif
