@@ -108,4 +108,24 @@ double sp_vsim_gamma_q(double a, double x);
  * Q(dof/2, chi2/2); 1 for dof <= 0. */
 double sp_vsim_chi2_sf(double chi2, double dof);
 
+/* Pearson chi-square goodness of fit of observed counts against cell
+ * probabilities; the one test behind the simulator and the statistical
+ * tests. */
+typedef struct sp_vsim_chi2 {
+    double chi2;
+    int32_t dof;        /* cells used - 1 (0 when fewer than two) */
+    double p_value;     /* sp_vsim_chi2_sf(chi2, dof); 0 if impossible > 0 */
+    int64_t n;          /* observations: sum of the counts */
+    int64_t impossible; /* observations in cells of probability 0 */
+} sp_vsim_chi2;
+
+/* count[n_cells] observations, prob[n_cells] >= 0 cell probabilities
+ * (normalised here by their sum, so rounding in them does not matter).
+ * Expected counts are prob * n. Cells with expected count < 5 are pooled
+ * into one cell; a pool whose own expected count is < 5 is merged into the
+ * smallest unpooled cell. Cells of probability 0 take no part except that
+ * any observation in one makes the test fail (p_value 0). */
+void sp_vsim_chi2_test(const int64_t *count, const double *prob, int64_t n_cells,
+                       sp_vsim_chi2 *out);
+
 #endif

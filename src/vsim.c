@@ -53,6 +53,48 @@ double sp_vsim_chi2_sf(double chi2, double dof) {
     return sp_vsim_gamma_q(0.5 * dof, 0.5 * chi2);
 }
 
+void sp_vsim_chi2_test(const int64_t *count, const double *prob, int64_t n_cells,
+                       sp_vsim_chi2 *out) {
+    double ptot = 0.0, chi2 = 0.0, pool_e = 0.0, min_e = INFINITY, min_o = 0.0;
+    int64_t n = 0, pool_o = 0, cells = 0, impossible = 0;
+    for (int64_t c = 0; c < n_cells; c++) {
+        ptot += prob[c];
+        n += count[c];
+    }
+    for (int64_t c = 0; c < n_cells; c++) {
+        if (!(prob[c] > 0.0)) {
+            impossible += count[c];
+            continue;
+        }
+        double e = prob[c] / ptot * (double)n;
+        int64_t o = count[c];
+        if (e < 5.0) {
+            pool_e += e;
+            pool_o += o;
+            continue;
+        }
+        chi2 += ((double)o - e) * ((double)o - e) / e;
+        cells++;
+        if (e < min_e) {
+            min_e = e;
+            min_o = (double)o;
+        }
+    }
+    if (pool_e > 0.0) {
+        if (pool_e < 5.0 && cells > 0) { /* merge the small pool into the smallest cell */
+            chi2 -= (min_o - min_e) * (min_o - min_e) / min_e;
+            double e = min_e + pool_e, o = min_o + (double)pool_o;
+            chi2 += (o - e) * (o - e) / e;
+        } else {
+            chi2 += ((double)pool_o - pool_e) * ((double)pool_o - pool_e) / pool_e;
+            cells++;
+        }
+    }
+    *out = (sp_vsim_chi2){.chi2 = chi2, .dof = cells > 1 ? (int32_t)(cells - 1) : 0, .n = n,
+                          .impossible = impossible};
+    out->p_value = impossible > 0 ? 0.0 : sp_vsim_chi2_sf(chi2, out->dof);
+}
+
 /* ---- models ---- */
 
 static sp_status model_alloc(sp_vsim_model *m, int32_t V, sp_error *err) {
@@ -219,46 +261,6 @@ static void buf_free(sim_buf *b) {
     free(b->count);
     free(b->prob);
     free(b->rowsum);
-}
-
-/* Chi-square over cells, pooling expected < 5. */
-static void chi_square(const sim_buf *b, int64_t n_cells, int64_t N, sp_vsim_result *res) {
-    double chi2 = 0.0, pool_e = 0.0;
-    int64_t pool_o = 0, cells = 0, impossible = 0;
-    double min_e = INFINITY, min_o = 0.0;
-    for (int64_t c = 0; c < n_cells; c++) {
-        double e = b->prob[c] * (double)N;
-        int64_t o = b->count[c];
-        if (b->prob[c] == 0.0) {
-            impossible += o;
-            continue;
-        }
-        if (e < 5.0) {
-            pool_e += e;
-            pool_o += o;
-            continue;
-        }
-        chi2 += ((double)o - e) * ((double)o - e) / e;
-        cells++;
-        if (e < min_e) {
-            min_e = e;
-            min_o = (double)o;
-        }
-    }
-    if (pool_e > 0.0) {
-        if (pool_e < 5.0 && cells > 0) { /* merge the small pool into the smallest cell */
-            chi2 -= (min_o - min_e) * (min_o - min_e) / min_e;
-            double e = min_e + pool_e, o = min_o + (double)pool_o;
-            chi2 += (o - e) * (o - e) / e;
-        } else {
-            chi2 += ((double)pool_o - pool_e) * ((double)pool_o - pool_e) / pool_e;
-            cells++;
-        }
-    }
-    res->chi2 = chi2;
-    res->dof = cells > 1 ? (int32_t)(cells - 1) : 0;
-    res->impossible = impossible;
-    res->p_value = impossible > 0 ? 0.0 : sp_vsim_chi2_sf(chi2, res->dof);
 }
 
 sp_status sp_vsim_run(const sp_vsim_model *m, const sp_vsim_params *prm, sp_vsim_result *res,
@@ -432,7 +434,12 @@ sp_status sp_vsim_run(const sp_vsim_model *m, const sp_vsim_params *prm, sp_vsim
     }
     res->mean_accepted = (double)sum_acc / (double)prm->trials;
     res->block_efficiency = res->mean_accepted + 1.0;
-    chi_square(&b, n_cells, prm->trials, res);
+    sp_vsim_chi2 c2;
+    sp_vsim_chi2_test(b.count, b.prob, n_cells, &c2);
+    res->chi2 = c2.chi2;
+    res->dof = c2.dof;
+    res->p_value = c2.p_value;
+    res->impossible = c2.impossible;
 done:
     sp_verify_ws_free(ws);
     buf_free(&b);

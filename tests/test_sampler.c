@@ -5,7 +5,9 @@
 
 #include <math.h>
 
+#include "sampler_internal.h"
 #include "sp_sampler.h"
+#include "sp_vsim.h"
 
 static sp_sampler *mk(float t, int32_t k, float top_p, float min_p, int32_t n) {
     sp_sampler_params p = {.temperature = t, .top_k = k, .top_p = top_p, .min_p = min_p};
@@ -178,8 +180,26 @@ static void test_from_probs_edges(void **state) {
     assert_int_equal(sp_sample_from_probs(first, 3, 0.9999999), 0);
 }
 
-/* 100k draws from softmax(logits) at T=1 with top-k 5 over 8 tokens; df = 4,
- * chi-square critical value at significance 1e-4 is 23.51. */
+/* The double-weight draw is the same routine: unnormalised weights give the
+ * index the normalised float row gives, at every u (boundaries included);
+ * all-zero weights give -1 instead of an index. */
+static void test_from_weights(void **state) {
+    (void)state;
+    const double w[6] = {0.0, 1.0, 0.0, 3.0, 0.0, 0.0}; /* = 4 x {0, .25, 0, .75, 0, 0} */
+    const float p[6] = {0.0f, 0.25f, 0.0f, 0.75f, 0.0f, 0.0f};
+    for (int k = 0; k <= 64; k++) {
+        double u = k < 64 ? k / 64.0 : nextafter(1.0, 0.0);
+        assert_int_equal(sp_sample_from_weights(w, 6, u), sp_sample_from_probs(p, 6, u));
+    }
+    assert_int_equal(sp_sample_from_weights(w, 6, 0.2499), 1);
+    assert_int_equal(sp_sample_from_weights(w, 6, 0.25), 3);
+    const double z[3] = {0.0, 0.0, -0.0};
+    assert_int_equal(sp_sample_from_weights(z, 3, 0.5), -1);
+}
+
+/* 100k draws from softmax(logits) at T=1 with top-k 5 over 8 tokens:
+ * chi-square against the adjusted distribution (4 degrees of freedom) at
+ * significance 1e-4; a draw outside the top 5 fails the test outright. */
 static void test_chi_square(void **state) {
     (void)state;
     enum { N = 8, DRAWS = 100000 };
@@ -189,23 +209,20 @@ static void test_chi_square(void **state) {
     sp_sampler_probs(s, l, probs);
     sp_rng r;
     sp_rng_seed(&r, 12345);
-    long cnt[N] = {0};
+    int64_t cnt[N] = {0};
     for (int i = 0; i < DRAWS; i++) {
         int32_t t = sp_sampler_sample(s, l, &r, NULL);
         assert_true(t >= 0 && t < N);
         assert_true(probs[t] > 0.0f);
         cnt[t]++;
     }
-    double chi2 = 0;
-    int cells = 0;
-    for (int i = 0; i < N; i++) {
-        if (probs[i] == 0.0f) continue;
-        double e = probs[i] * (double)DRAWS;
-        chi2 += (cnt[i] - e) * (cnt[i] - e) / e;
-        cells++;
-    }
-    assert_int_equal(cells, 5);
-    assert_true(chi2 < 23.51);
+    double pd[N];
+    for (int i = 0; i < N; i++) pd[i] = probs[i];
+    sp_vsim_chi2 c2;
+    sp_vsim_chi2_test(cnt, pd, N, &c2);
+    assert_int_equal(c2.dof, 4);
+    assert_int_equal(c2.n, DRAWS);
+    assert_true(c2.p_value > 1e-4);
     sp_sampler_free(s);
 }
 
@@ -214,6 +231,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_top_p),             cmocka_unit_test(test_min_p),
     cmocka_unit_test(test_top_p_large),       cmocka_unit_test(test_greedy_and_ties),
     cmocka_unit_test(test_invalid_params),    cmocka_unit_test(test_from_probs_edges),
+    cmocka_unit_test(test_from_weights),
     cmocka_unit_test(test_chi_square),
 };
 SP_TEST_MAIN(tests)

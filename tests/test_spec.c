@@ -198,39 +198,13 @@ static void exact_dist(sp_model *m, const sp_sampler_params *sp, const int32_t *
     sp_ctx_free(c);
 }
 
-/* Pearson chi-square of counts against probabilities, pooling cells whose
- * expected count is below 5; returns the p-value. */
-static double chi2_pvalue(const long *cnt, const double *prob, int64_t cells, long n, double *chi2_out,
-                          int *dof_out) {
-    double chi2 = 0, pool_e = 0, pool_o = 0, total = 0;
-    int dof = -1;
-    for (int64_t i = 0; i < cells; i++) total += prob[i];
-    for (int64_t i = 0; i < cells; i++) {
-        double e = prob[i] / total * (double)n;
-        if (e < 5) {
-            pool_e += e;
-            pool_o += cnt[i];
-            continue;
-        }
-        chi2 += (cnt[i] - e) * (cnt[i] - e) / e;
-        dof++;
-    }
-    if (pool_e > 0) {
-        chi2 += (pool_o - pool_e) * (pool_o - pool_e) / (pool_e > 1e-12 ? pool_e : 1e-12);
-        dof++;
-    }
-    *chi2_out = chi2;
-    *dof_out = dof;
-    return sp_vsim_chi2_sf(chi2, dof);
-}
-
 static void distribution_case(sp_model *tm, sp_model *dm, sp_drafter_kind kind, sp_verifier ver,
                               const char *tree, const sp_sampler_params *smp, long n_runs) {
     const int32_t V = sp_model_cfg(tm)->n_vocab;
     const int32_t prompt[] = {1, 5, 6, 5, 6, 5};
     const int64_t cells = (int64_t)V * V * V;
     double *dist = malloc((size_t)cells * sizeof *dist);
-    long *cnt = calloc((size_t)cells, sizeof *cnt);
+    int64_t *cnt = calloc((size_t)cells, sizeof *cnt);
     exact_dist(tm, smp, prompt, 6, dist);
     sp_ctx *t = mkctx(tm, 64);
     sp_spec_params sp = sp_spec_default_params();
@@ -258,9 +232,10 @@ static void distribution_case(sp_model *tm, sp_model *dm, sp_drafter_kind kind, 
         tot.drafted += st.drafted;
         tot.accepted += st.accepted;
     }
-    double chi2;
-    int dof;
-    double pv = chi2_pvalue(cnt, dist, cells, n_runs, &chi2, &dof);
+    sp_vsim_chi2 c2;
+    sp_vsim_chi2_test(cnt, dist, cells, &c2);
+    const double chi2 = c2.chi2, pv = c2.p_value;
+    const int dof = c2.dof;
     if (pv < 1e-4)
         fail_msg("%s/%s%s top_k %d top_p %.2f min_p %.2f T %.2f: chi2 %.1f dof %d p %.2g", sp_drafter_name(kind),
                  sp_verifier_name(ver), tree ? tree : "", smp->top_k, (double)smp->top_p,

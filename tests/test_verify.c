@@ -185,29 +185,11 @@ static void test_markov_exact(void **state) {
         }
 }
 
-static double chi2_counts(const long *cnt, const double *prob, int n, long N, int *dof) {
-    double chi = 0, pe = 0, po = 0;
-    int cells = 0;
-    for (int i = 0; i < n; i++) {
-        double e = prob[i] * N;
-        if (prob[i] == 0) {
-            if (cnt[i]) return INFINITY;
-            continue;
-        }
-        if (e < 5) {
-            pe += e;
-            po += cnt[i];
-            continue;
-        }
-        chi += (cnt[i] - e) * (cnt[i] - e) / e;
-        cells++;
-    }
-    if (pe > 0) {
-        chi += (po - pe) * (po - pe) / pe;
-        cells++;
-    }
-    *dof = cells - 1;
-    return chi;
+/* Chi-square p-value of counts against exact probabilities. */
+static double chi2_p(const int64_t *cnt, const double *prob, int n) {
+    sp_vsim_chi2 r;
+    sp_vsim_chi2_test(cnt, prob, n, &r);
+    return r.p_value;
 }
 
 static void to_float(const double *d, float *f, int n) {
@@ -241,7 +223,7 @@ static void test_chain_matches_reference(void **state) {
         to_float(p, pf, (G + 1) * V);
         for (int block = 0; block < 2; block++) {
             ref_chain(block, V, G, x, q, p, ref);
-            long cnt[(G + 1) * V] = {0};
+            int64_t cnt[(G + 1) * V] = {0};
             int32_t xd[G] = {x[0], x[1], x[2]};
             for (int n = 0; n < N; n++) {
                 sp_verify_result r;
@@ -250,9 +232,7 @@ static void test_chain_matches_reference(void **state) {
                 assert_int_equal(st, SP_OK);
                 cnt[r.n_accepted * V + r.token]++;
             }
-            int dof;
-            double chi = chi2_counts(cnt, ref, (G + 1) * V, N, &dof);
-            assert_true(sp_vsim_chi2_sf(chi, dof) > ALPHA);
+            assert_true(chi2_p(cnt, ref, (G + 1) * V) > ALPHA);
         }
     }
     sp_verify_ws_free(ws);
@@ -341,7 +321,7 @@ static void test_mc_sampled(void **state) {
     sp_rng_seed(&rng, 9);
     long acc_mode[2] = {0, 0};
     for (int norep = 0; norep < 2; norep++) {
-        long cnt[V] = {0};
+        int64_t cnt[V] = {0};
         int32_t cand[3];
         for (int n = 0; n < N; n++) {
             /* draw candidates as the drafter would */
@@ -372,9 +352,7 @@ static void test_mc_sampled(void **state) {
             }
             cnt[tok]++;
         }
-        int dof;
-        double chi = chi2_counts(cnt, P, V, N, &dof);
-        assert_true(sp_vsim_chi2_sf(chi, dof) > ALPHA);
+        assert_true(chi2_p(cnt, P, V) > ALPHA);
     }
     /* exact acceptance probabilities, and the samples agree within 5 sigma */
     double o[V], ar, an;
@@ -504,7 +482,7 @@ static void test_edges(void **state) {
     for (int i = 0; i <= G; i++) memcpy(pz + i * V, pd, sizeof pd);
     for (int i = 0; i < G; i++) memcpy(qz + i * V, qd, sizeof qd);
     int32_t xd[G] = {0, 1};
-    long cnt[3][V] = {{0}};
+    int64_t cnt[3][V] = {{0}};
     for (int n = 0; n < 20000; n++) {
         assert_int_equal(sp_verify_token(ws, G, xd, qz, pz, &rng, &r, NULL), SP_OK);
         assert_int_equal(r.n_accepted, 0);
@@ -518,9 +496,7 @@ static void test_edges(void **state) {
     }
     double pdd[V] = {0, 0, 0.25, 0.75};
     for (int k = 0; k < 3; k++) {
-        int dof;
-        double chi = chi2_counts(cnt[k], pdd, V, 20000, &dof);
-        assert_true(sp_vsim_chi2_sf(chi, dof) > ALPHA);
+        assert_true(chi2_p(cnt[k], pdd, V) > ALPHA);
     }
     sp_verify_ws_free(ws);
 }
@@ -680,6 +656,41 @@ static void test_chi2_tail(void **state) {
     assert_true(fabs(sp_vsim_gamma_q(1, 2) - exp(-2)) < 1e-15);
 }
 
+/* The goodness-of-fit statistic on hand-computed cases: four equal cells
+ * (chi2 = (15^2 + 5^2 + 5^2 + 15^2) / 25 = 20, 3 dof); unnormalised
+ * probabilities; a pool of small cells (expected 1 + 2 < 5) merged into the
+ * smallest cell; an observation in an impossible cell. */
+static void test_chi2_test(void **state) {
+    (void)state;
+    sp_vsim_chi2 r;
+    const int64_t c4[4] = {10, 20, 30, 40};
+    const double p4[4] = {0.25, 0.25, 0.25, 0.25}, w4[4] = {2, 2, 2, 2};
+    sp_vsim_chi2_test(c4, p4, 4, &r);
+    assert_true(fabs(r.chi2 - 20.0) < 1e-12);
+    assert_int_equal(r.dof, 3);
+    assert_int_equal(r.n, 100);
+    assert_true(fabs(r.p_value - sf_closed(20.0, 3)) < 1e-12);
+    sp_vsim_chi2_test(c4, w4, 4, &r);
+    assert_true(fabs(r.chi2 - 20.0) < 1e-12);
+    /* e = 1, 2, 47, 50: the pool (e 3, o 5) joins the 47-cell (o 40), which
+     * becomes e 50, o 45; the 50-cell has o 55: chi2 = 25/50 + 25/50 = 1 */
+    const int64_t c5[4] = {2, 3, 40, 55};
+    const double p5[4] = {0.01, 0.02, 0.47, 0.5};
+    sp_vsim_chi2_test(c5, p5, 4, &r);
+    assert_int_equal(r.n, 100);
+    assert_true(fabs(r.chi2 - 1.0) < 1e-12);
+    assert_int_equal(r.dof, 1);
+    const int64_t c6[3] = {0, 5, 5};
+    const double p6[3] = {0.0, 0.5, 0.5};
+    sp_vsim_chi2_test(c6, p6, 3, &r);
+    assert_int_equal(r.impossible, 0);
+    assert_true(r.p_value == 1.0);
+    const int64_t c7[3] = {1, 5, 5};
+    sp_vsim_chi2_test(c7, p6, 3, &r);
+    assert_int_equal(r.impossible, 1);
+    assert_true(r.p_value == 0.0);
+}
+
 /* Validation over long rows (the vectorised chunk path): a single bad entry
  * anywhere is found and named; -0.0 is a valid zero. */
 static void test_validation_large(void **state) {
@@ -714,6 +725,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_mc_sampled),         cmocka_unit_test(test_greedy_chain),
     cmocka_unit_test(test_edges),              cmocka_unit_test(test_rejects_bad_input),
     cmocka_unit_test(test_tree_shape),         cmocka_unit_test(test_tree_walk_bad),
-    cmocka_unit_test(test_chi2_tail),          cmocka_unit_test(test_validation_large),
+    cmocka_unit_test(test_chi2_tail),
+    cmocka_unit_test(test_chi2_test),          cmocka_unit_test(test_validation_large),
 };
 SP_TEST_MAIN(tests)
