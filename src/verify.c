@@ -317,9 +317,18 @@ sp_status sp_verify_block(sp_verify_ws *ws, int32_t gamma, const int32_t *draft,
             pacc = fmin(1.0, pacc * ratio);
         }
     }
-    /* best >= 0 always in exact arithmetic (see ALGORITHMS.md section 3); the
-     * last step has w = pacc > 0 whenever r = 0. */
-    SP_ASSERT(best >= 0);
+    /* In exact arithmetic step 0 never rejects (p_acc = 1, so r = 0 and w > 0
+     * unless p_0 == q_0), hence best >= 0. Rows are only normalised within
+     * SP_VERIFY_SUM_TOL, though: p_0 <= q_0 elementwise with p_0(X_1) = 0
+     * passes validation, makes step 0 empty (treated as a reject) and every
+     * later step reject too (p_acc = 0). That empty step 0 means p_0 ~= q_0
+     * up to rounding, where emitting nothing accepted has probability ~1:
+     * take it, and draw y from p_0 as token verification does for an empty
+     * residual (below, s == 0 falls through to sample_f). */
+    if (best < 0) {
+        best = 0;
+        best_pacc = 1.0;
+    }
     const float *pb = p + (size_t)best * V;
     const float *qb = best < gamma ? q + (size_t)best * V : NULL;
     double s = resid_sum(pb, best_pacc, qb, V);

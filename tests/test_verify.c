@@ -422,6 +422,36 @@ static void test_greedy_chain(void **state) {
 
 /* ---------- edge cases ---------- */
 
+/* Reliability probe (issue 11, item 3): rows the validator accepts (sums
+ * within the tolerance, p_0 <= q_0 elementwise, p_0 of the drafted token 0)
+ * made block verification abort on an internal assertion. Every verifier
+ * must return a result for them, with a target-supported extra token. */
+static void test_block_rows_within_tolerance(void **state) {
+    (void)state;
+    enum { V = 4, G = 1 };
+    sp_verify_ws *ws;
+    assert_int_equal(sp_verify_ws_init(V, &ws, NULL), SP_OK);
+    const float q[G * V] = {0.0005f, 0.4995f, 0.25f, 0.25f};
+    const float p[(G + 1) * V] = {0.0f, 0.4995f, 0.25f, 0.25f, /* sums to 0.9995 */
+                                  0.25f, 0.25f, 0.25f, 0.25f};
+    const int32_t x[G] = {0};
+    sp_error e;
+    assert_int_equal(sp_verify_check_row(p, V, "p_0", &e), SP_OK);
+    assert_int_equal(sp_verify_check_row(q, V, "q_0", &e), SP_OK);
+    sp_rng rng;
+    sp_rng_seed(&rng, 3);
+    for (int n = 0; n < 200; n++) {
+        sp_verify_result r = {-1, -1};
+        assert_int_equal(sp_verify_block(ws, G, x, q, p, &rng, &r, &e), SP_OK);
+        assert_int_equal(r.n_accepted, 0); /* p_0(X_1) = 0: never accepted */
+        assert_true(r.token >= 1 && r.token < V);
+        assert_int_equal(sp_verify_token(ws, G, x, q, p, &rng, &r, &e), SP_OK);
+        assert_int_equal(r.n_accepted, 0);
+        assert_true(r.token >= 1 && r.token < V);
+    }
+    sp_verify_ws_free(ws);
+}
+
 static void test_edges(void **state) {
     (void)state;
     enum { V = 4, G = 2 };
@@ -726,6 +756,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_edges),              cmocka_unit_test(test_rejects_bad_input),
     cmocka_unit_test(test_tree_shape),         cmocka_unit_test(test_tree_walk_bad),
     cmocka_unit_test(test_chi2_tail),
-    cmocka_unit_test(test_chi2_test),          cmocka_unit_test(test_validation_large),
+    cmocka_unit_test(test_chi2_test),
+    cmocka_unit_test(test_block_rows_within_tolerance),          cmocka_unit_test(test_validation_large),
 };
 SP_TEST_MAIN(tests)
