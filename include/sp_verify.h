@@ -30,12 +30,11 @@
 
 #include "sp_rng.h"
 #include "sp_status.h"
+#include "sp_tree.h"
 
 #define SP_VERIFY_SUM_TOL 1e-3     /* |sum(row) - 1| allowed */
 #define SP_VERIFY_MAX_GAMMA 64     /* longest draft chain */
 #define SP_VERIFY_MAX_VOCAB (1 << 24)
-#define SP_TREE_MAX_DEPTH 64       /* levels below the root */
-#define SP_TREE_MAX_NODES 1024     /* including the root: budget <= 1023 drafted nodes */
 
 typedef struct sp_verify_ws sp_verify_ws;
 
@@ -168,23 +167,13 @@ sp_status sp_verify_tree_walk(sp_verify_ws *ws, const sp_verify_tree *t, sp_mc_m
                               sp_rng *rng, int32_t *path, int32_t path_cap, int32_t *n_path,
                               int32_t *token, sp_error *err);
 
-/* ---- tree shapes "k1xk2x...xkd" ------------------------------------------ */
-typedef struct sp_tree_shape {
-    int32_t depth;                      /* d in [1, SP_TREE_MAX_DEPTH] */
-    int32_t branch[SP_TREE_MAX_DEPTH];  /* k1..kd, each >= 1 */
-    int32_t n_nodes;                    /* 1 + k1 + k1k2 + ... (root included) */
-} sp_tree_shape;
-
-/* Parse e.g. "4x2x2" (decimal factors >= 1 separated by 'x', no spaces, no
- * empty factors). SP_ERR_ARG for malformed text, SP_ERR_RANGE if depth >
- * SP_TREE_MAX_DEPTH or the node count exceeds SP_TREE_MAX_NODES. */
-sp_status sp_tree_shape_parse(const char *s, sp_tree_shape *out, sp_error *err);
-
-/* Fill parent[n_nodes] and depth_of[n_nodes] (depth_of may be NULL) for the
- * full tree of the shape in breadth-first order: root 0, then level 1, ...;
- * the children of a node are contiguous and in sampling order. cap is the
- * capacity of the arrays; SP_ERR_RANGE if cap < shape->n_nodes. */
-sp_status sp_tree_shape_build(const sp_tree_shape *shape, int32_t *parent, int32_t *depth_of,
-                              int32_t cap, sp_error *err);
+/* Greedy tree verification (temperature 0, one-hot or argmax targets): from
+ * the root, move into the first child (in index order) whose token is the
+ * argmax of p[node] (lowest id on ties); where no child matches, emit that
+ * argmax and stop. Equals plain greedy decoding token for token. q is not
+ * read (may be NULL). Outputs and validation as sp_verify_tree_walk (each
+ * p row on the path is validated). */
+sp_status sp_verify_tree_greedy(sp_verify_ws *ws, const sp_verify_tree *t, int32_t *path,
+                                int32_t path_cap, int32_t *n_path, int32_t *token, sp_error *err);
 
 #endif

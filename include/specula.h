@@ -16,6 +16,7 @@
 #include "sp_model.h"
 #include "sp_generate.h"
 #include "sp_mkmodel.h"
+#include "sp_tree.h"
 #include "sp_verify.h"
 #include "sp_draft.h"
 #include "sp_spec.h"

@@ -349,14 +349,13 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
         if (m > d->max_batch)
             return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the draft batch %d", m,
                            d->max_batch);
-        int32_t have = sp_ctx_n_past(d->ctx);
-        int32_t w = have + m - base;
-        memset(d->mask, 0, (size_t)m * (size_t)w);
+        /* nodes 1..f0-1 are cached from slot `base` on (node a at base + a - 1),
+         * this level's nodes follow them */
+        int32_t w = sp_ctx_n_past(d->ctx) + m - base;
+        sp_tree_ancestor_mask(t->parent, f0, m, 0, w, d->mask);
         for (int32_t i = 0; i < m; i++) {
-            int32_t node = f0 + i;
-            d->tok[i] = t->token[node];
+            d->tok[i] = t->token[f0 + i];
             d->pos[i] = n - 1 + lev;
-            for (int32_t a = node; a > 0; a = t->parent[a]) d->mask[(int64_t)i * w + (a - 1)] = 1;
         }
         sp_batch b = {.tokens = d->tok, .pos = d->pos, .n = m, .mask = d->mask,
                       .mask_from_past = true, .mask_base = base, .logits_all = true};

@@ -117,14 +117,7 @@ sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, s
                      s->max_nodes - 1, sp_ctx_n_ctx(target));
     if (!st && p->draft.kind != SP_DRAFT_NONE) {
         sp_drafter_params dp = p->draft;
-        int32_t level = 1;
-        if (s->is_tree) {
-            level = 1;
-            for (int32_t i = 0, w = 1; i < s->shape.depth; i++) {
-                w *= s->shape.branch[i];
-                level = w > level ? w : level;
-            }
-        }
+        int32_t level = s->is_tree ? sp_tree_shape_max_level(&s->shape) : 1;
         dp.max_batch = level > 64 ? level : 64;
         st = sp_drafter_init(&dp, target, &s->drafter, err);
     }
@@ -246,14 +239,10 @@ static sp_status target_pass(sp_spec *s, const int32_t *hist, int32_t n, const i
         s->batch_pos[tail + i] = n - 1 + (depth ? depth[i + 1] : i + 1);
     }
     const uint8_t *mask = NULL;
-    if (parent) {
-        memset(s->mask, 0, (size_t)B * (size_t)B);
-        for (int32_t i = 0; i < B; i++) {
-            for (int32_t j = 0; j < tail && j <= i; j++) s->mask[(int64_t)i * B + j] = 1;
-            if (i >= tail)
-                for (int32_t a = i - tail + 1; a > 0; a = parent[a])
-                    s->mask[(int64_t)i * B + tail + a - 1] = 1;
-        }
+    if (parent) { /* the tail is causal; each node sees the tail and its ancestors */
+        memset(s->mask, 0, (size_t)tail * (size_t)B);
+        for (int32_t i = 0; i < tail; i++) memset(s->mask + (int64_t)i * B, 1, (size_t)i + 1);
+        sp_tree_ancestor_mask(parent, 1, n_nodes, tail, B, s->mask + (int64_t)tail * B);
         mask = s->mask;
     }
     sp_batch b = {.tokens = s->batch_tok, .pos = s->batch_pos, .n = B, .mask = mask,
@@ -269,23 +258,6 @@ static sp_status target_pass(sp_spec *s, const int32_t *hist, int32_t n, const i
         sp_sampler_probs(smp, s->logits + (int64_t)(tail - 1 + j) * V, s->p + (int64_t)j * V);
     st->t_sample += sp_now() - t1;
     return SP_OK;
-}
-
-/* Greedy walk of a tree: follow the child equal to the target argmax. */
-static void greedy_tree_walk(const sp_spec *s, const sp_draft_tree *t, int32_t *path,
-                             int32_t *n_path, int32_t *token) {
-    int32_t node = 0, m = 0;
-    for (;;) {
-        int32_t a = sp_argmax(s->p + (int64_t)node * s->V, s->V), next = -1;
-        for (int32_t c = node + 1; c < t->n_nodes && next < 0; c++)
-            if (t->parent[c] == node && t->token[c] == a) next = c;
-        if (next < 0) {
-            *token = a;
-            break;
-        }
-        path[m++] = node = next;
-    }
-    *n_path = m;
 }
 
 /* State of one generation shared by the step functions. */
@@ -325,13 +297,13 @@ static sp_status step_tree(gen_run *g, int32_t remaining, sp_error *err) {
     double tv = sp_now();
     if (nn == 1) {
         y = sp_sample_from_probs(s->p, s->V, sp_rng_uniform(&g->rng));
-    } else if (g->greedy_t) {
-        greedy_tree_walk(s, &s->tree, path, &n_path, &y);
     } else {
         sp_verify_tree vt = {.n_nodes = nn, .parent = s->tree.parent, .token = s->tree.token,
                              .p = s->p, .q = s->q};
-        rc = sp_verify_tree_walk(s->ws, &vt, g->mode, &g->rng, path, SP_TREE_MAX_DEPTH + 1,
-                                 &n_path, &y, err);
+        rc = g->greedy_t ? sp_verify_tree_greedy(s->ws, &vt, path, SP_TREE_MAX_DEPTH + 1, &n_path,
+                                                 &y, err)
+                         : sp_verify_tree_walk(s->ws, &vt, g->mode, &g->rng, path,
+                                               SP_TREE_MAX_DEPTH + 1, &n_path, &y, err);
     }
     st->t_verify += sp_now() - tv;
     if (rc) return rc;

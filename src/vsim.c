@@ -288,10 +288,11 @@ sp_status sp_vsim_run(const sp_vsim_model *m, const sp_vsim_params *prm, sp_vsim
                 return sp_fail(err, SP_ERR_ARG,
                                "verify-sim: candidates %d x gamma %d exceeds the tree budget %d",
                                (int)prm->candidates, (int)prm->gamma, SP_TREE_MAX_NODES - 1);
-            shape.depth = prm->gamma;
-            shape.branch[0] = prm->candidates;
-            for (int32_t d = 1; d < prm->gamma; d++) shape.branch[d] = 1;
-            shape.n_nodes = 1 + prm->candidates * prm->gamma;
+            int32_t branch[SP_TREE_MAX_DEPTH];
+            branch[0] = prm->candidates;
+            for (int32_t d = 1; d < prm->gamma; d++) branch[d] = 1;
+            sp_status st = sp_tree_shape_make(branch, prm->gamma, &shape, err);
+            if (st) return st;
         }
         if (shape.depth < 1 || shape.depth > SP_TREE_MAX_DEPTH || shape.n_nodes > SP_TREE_MAX_NODES)
             return sp_fail(err, SP_ERR_ARG, "verify-sim: invalid tree shape");

@@ -628,6 +628,84 @@ static void test_tree_shape(void **state) {
     assert_int_equal(sp_tree_shape_parse(deep, &s, &e), SP_ERR_RANGE);
 }
 
+/* The mask of a 2x2 tree (nodes 1,2 under the root; 3,4 under 1; 5,6
+ * under 2) written out by hand, with a 2-token prefix every node sees; the
+ * shape helpers on hand-counted shapes. */
+static void test_tree_mask_and_helpers(void **state) {
+    (void)state;
+    sp_tree_shape s;
+    sp_error e;
+    assert_int_equal(sp_tree_shape_parse("2x2", &s, &e), SP_OK);
+    int32_t par[7];
+    assert_int_equal(sp_tree_shape_build(&s, par, NULL, 7, &e), SP_OK);
+    enum { W = 2 + 6 };
+    static const uint8_t want[6][W] = {
+        /* prefix | nodes 1 2 3 4 5 6 */
+        {1, 1, 1, 0, 0, 0, 0, 0}, /* node 1 */
+        {1, 1, 0, 1, 0, 0, 0, 0}, /* node 2 */
+        {1, 1, 1, 0, 1, 0, 0, 0}, /* node 3: 1 */
+        {1, 1, 1, 0, 0, 1, 0, 0}, /* node 4: 1 */
+        {1, 1, 0, 1, 0, 0, 1, 0}, /* node 5: 2 */
+        {1, 1, 0, 1, 0, 0, 0, 1}, /* node 6: 2 */
+    };
+    uint8_t m[6][W];
+    memset(m, 7, sizeof m); /* every byte must be written */
+    sp_tree_ancestor_mask(par, 1, 6, 2, W, &m[0][0]);
+    assert_memory_equal(m, want, sizeof want);
+    /* one level (nodes 3..6) against cache slots, no prefix */
+    uint8_t lv[4][6];
+    sp_tree_ancestor_mask(par, 3, 4, 0, 6, &lv[0][0]);
+    for (int r = 0; r < 4; r++) assert_memory_equal(lv[r], want[2 + r] + 2, 6);
+
+    char buf[64];
+    assert_int_equal(sp_tree_shape_parse("4x2x1", &s, &e), SP_OK);
+    assert_int_equal(sp_tree_shape_format(&s, buf, sizeof buf), 5);
+    assert_string_equal(buf, "4x2x1");
+    assert_int_equal(sp_tree_shape_format(&s, buf, 3), 5); /* truncated, still terminated */
+    assert_string_equal(buf, "4x");
+    assert_int_equal(sp_tree_shape_max_level(&s), 8);
+    const int32_t br[3] = {3, 1, 1};
+    assert_int_equal(sp_tree_shape_make(br, 3, &s, &e), SP_OK);
+    assert_int_equal(s.n_nodes, 10);
+    assert_int_equal(sp_tree_shape_max_level(&s), 3);
+    const int32_t bad[2] = {2, 0}, big[2] = {32, 32};
+    assert_int_equal(sp_tree_shape_make(bad, 2, &s, &e), SP_ERR_ARG);
+    assert_int_equal(sp_tree_shape_make(big, 2, &s, &e), SP_ERR_RANGE);
+    assert_int_equal(sp_tree_shape_make(br, 0, &s, &e), SP_ERR_ARG);
+}
+
+/* Greedy tree verification on one-hot rows: it follows the child equal to
+ * the argmax (the first such child when two siblings share a token), stops
+ * where none matches and emits that argmax; bad rows are refused. */
+static void test_tree_greedy(void **state) {
+    (void)state;
+    enum { V = 3, N = 6 };
+    sp_verify_ws *ws;
+    assert_int_equal(sp_verify_ws_init(V, &ws, NULL), SP_OK);
+    /* root -> {1: tok 2, 2: tok 1}; 1 -> {3: tok 0, 4: tok 0}; 2 -> {5: tok 1} */
+    int32_t parent[N] = {-1, 0, 0, 1, 1, 2}, token[N] = {0, 2, 1, 0, 0, 1};
+    float p[N * V] = {0};
+    const int32_t amax[N] = {2, 0, 0, 1, 2, 0}; /* argmax of p[node] */
+    for (int i = 0; i < N; i++) p[i * V + amax[i]] = 1.0f;
+    sp_verify_tree t = {N, parent, token, p, NULL};
+    int32_t path[4], n, y;
+    sp_error e;
+    assert_int_equal(sp_verify_tree_greedy(ws, &t, path, 4, &n, &y, &e), SP_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(path[0], 1);
+    assert_int_equal(path[1], 3); /* node 3 before its twin 4 */
+    assert_int_equal(y, 1);       /* argmax of p[3]; node 3 has no children */
+    p[0 * V + 2] = 0.0f;
+    p[0 * V + 0] = 1.0f; /* no child of the root has token 0 */
+    assert_int_equal(sp_verify_tree_greedy(ws, &t, path, 4, &n, &y, &e), SP_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(y, 0);
+    p[0] = 0.5f; /* row sums to 0.5 */
+    assert_int_equal(sp_verify_tree_greedy(ws, &t, path, 4, &n, &y, &e), SP_ERR_ARG);
+    assert_non_null(strstr(e.msg, "p[0]"));
+    sp_verify_ws_free(ws);
+}
+
 static void test_tree_walk_bad(void **state) {
     (void)state;
     enum { V = 2 };
@@ -757,6 +835,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_tree_shape),         cmocka_unit_test(test_tree_walk_bad),
     cmocka_unit_test(test_chi2_tail),
     cmocka_unit_test(test_chi2_test),
+    cmocka_unit_test(test_tree_mask_and_helpers),
+    cmocka_unit_test(test_tree_greedy),
     cmocka_unit_test(test_block_rows_within_tolerance),          cmocka_unit_test(test_validation_large),
 };
 SP_TEST_MAIN(tests)
