@@ -42,21 +42,35 @@ sp_status sp_drafter_parse(const char *name, sp_drafter_kind *out, sp_error *err
 int32_t sp_ngram_propose(const int32_t *hist, int32_t len, int32_t n_min, int32_t n_max,
                          int32_t max_pred, int32_t *out);
 
-/* Parse a layer list "1,3,5-7" into skip[n_layers]. SP_ERR_ARG for bad
- * syntax, out-of-range layers, or skipping every layer. NULL or "" gives the
- * default: every other layer from 1, never the first or the last. */
+#define SP_DRAFT_MAX_LAYERS 1024 /* layer lists and layerskip targets */
+#define SP_DRAFT_SKIP_LEN 256    /* longest layer-list text, terminator included */
+#define SP_NGRAM_MAX 64          /* longest prompt-lookup n-gram */
+
+/* Parse a layer list "1,3,5-7" (numbers and ranges separated by single
+ * commas) into skip[n_layers]. SP_ERR_ARG for bad syntax (an empty item, a
+ * trailing comma), out-of-range layers, or skipping every layer. NULL or ""
+ * gives the default: every other layer from 1, never the first or the
+ * last. skip == NULL checks the syntax only (n_layers unused). */
 sp_status sp_parse_skip_layers(const char *s, int32_t n_layers, bool *skip, sp_error *err);
 
 typedef struct sp_drafter_params {
     sp_drafter_kind kind;
-    const sp_model *draft_model; /* SP_DRAFT_MODEL */
+    const sp_model *draft_model; /* SP_DRAFT_MODEL (not owned) */
     int32_t ngram_min, ngram_max; /* SP_DRAFT_NGRAM, default 1 and 4 */
-    const char *skip_layers;     /* SP_DRAFT_LAYERSKIP, see sp_parse_skip_layers */
+    char skip_layers[SP_DRAFT_SKIP_LEN]; /* SP_DRAFT_LAYERSKIP, see sp_parse_skip_layers; "" = default */
     sp_ggml_type lowbit_type;    /* SP_DRAFT_LOWBIT, default Q4_0 */
-    int32_t max_batch;           /* largest draft batch (tree level); default 64 */
+    int32_t max_batch;           /* largest draft batch (tree level); default SP_CTX_DEFAULT_BATCH */
 } sp_drafter_params;
 
 sp_drafter_params sp_drafter_default_params(void);
+
+/* What a drafter of these parameters needs from the target model: a draft
+ * model with the same vocabulary (size and pieces), a layer list within the
+ * target's layers that keeps one, n-gram sizes 1 <= min <= max <=
+ * SP_NGRAM_MAX, a low-bit type the engine computes with. Messages name the
+ * settings (drafter, skip_layers, ngram_min, lowbit). */
+sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *target,
+                                  sp_error *err);
 
 typedef struct sp_drafter sp_drafter;
 
@@ -81,13 +95,14 @@ const sp_draft_counters *sp_drafter_counters(const sp_drafter *d);
 sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_error *err);
 
 /* Draft a chain of up to gamma tokens continuing hist[0..n) into draft[],
- * with their distributions q (gamma x V rows). Stops early when the draft's
- * top probability falls below p_min (0 = never; at least one token is always
- * drafted by model kinds). ngram may propose 0 tokens. smp provides the
- * adjusted distribution (temperature 0: one-hot argmax). */
+ * with their distributions q (gamma x V rows). Model kinds stop early when
+ * the draft's top probability falls below p_min (0 = never), but only after
+ * n_min tokens (n_min 0: even before the first). ngram may propose 0
+ * tokens. smp provides the adjusted distribution (temperature 0: one-hot
+ * argmax). */
 sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t gamma,
-                           float p_min, sp_sampler *smp, sp_rng *rng, int32_t *draft, float *q,
-                           int32_t *n_draft, sp_error *err);
+                           int32_t n_min, float p_min, sp_sampler *smp, sp_rng *rng,
+                           int32_t *draft, float *q, int32_t *n_draft, sp_error *err);
 
 /* After a chain of n_draft tokens continuing hist[0..n) was verified with tau
  * accepted: drop the rejected tokens from the draft cache. */

@@ -38,6 +38,9 @@ typedef struct sp_model_config {
 
 typedef struct sp_model sp_model;
 
+/* Default max batch of a context: prompt tokens evaluated per forward. */
+#define SP_CTX_DEFAULT_BATCH 64
+
 typedef struct sp_model_params {
     /* llama2.c checkpoints need their tokenizer.bin; NULL: no tokenizer. */
     const char *tokenizer_path;
@@ -69,7 +72,7 @@ typedef struct sp_ctx sp_ctx;
 
 typedef struct sp_ctx_params {
     int32_t n_ctx;      /* KV capacity in tokens; 0 = train context clamped to [512, 4096] */
-    int32_t max_batch;  /* most tokens per sp_forward call; default 64 */
+    int32_t max_batch;  /* most tokens per sp_forward call; default SP_CTX_DEFAULT_BATCH */
     int32_t n_threads;  /* used when pool is NULL; default 1 */
     sp_pool *pool;      /* shared worker pool (not owned), or NULL */
 } sp_ctx_params;

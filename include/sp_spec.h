@@ -19,16 +19,20 @@
 
 #define SP_SPEC_MAX_GAMMA 32
 
+/* A speculation configuration: a plain value (no pointers to settings, so
+ * it can be copied and kept); read and checked by sp_spec_config.h. */
 typedef struct sp_spec_params {
     sp_drafter_params draft;  /* kind NONE = plain decoding */
-    sp_verifier verifier;     /* default BLOCK; MC/MC_NOREP/NAIVE for trees */
+    sp_verifier verifier;     /* default BLOCK; MC/MC_NOREP/NAIVE/GREEDY for trees */
     double lenience;          /* LENIENT only (lossy) */
     int32_t gamma;            /* draft length (the maximum when adaptive) */
+    int32_t draft_n_min;      /* draft at least this many tokens before p_min may stop (default 1) */
     bool adaptive;            /* choose gamma per iteration (section 6) */
     float draft_p_min;        /* stop drafting below this top probability; 0 = off */
-    const char *tree;         /* "4x2x2" or NULL for a chain */
+    sp_tree_shape tree;       /* depth 0: a chain of gamma tokens */
 } sp_spec_params;
 
+/* Plain decoding; block verification, gamma 4, n_min 1 when a drafter is set. */
 sp_spec_params sp_spec_default_params(void);
 
 typedef struct sp_spec_stats {
@@ -53,9 +57,9 @@ double sp_spec_mean_accepted(const sp_spec_stats *s);    /* accepted / iteration
 
 typedef struct sp_spec sp_spec;
 
-/* Validates the parameters against the target context (tree budget within
- * the batch and context, gamma range, verifier/temperature combinations are
- * checked at generate time) and builds the drafter. */
+/* Checks the parameters against the target context (sp_spec_config_check;
+ * the verifier/temperature combination is checked at generate time) and
+ * builds the drafter. */
 sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, sp_error *err);
 void sp_spec_free(sp_spec *s);
 

@@ -6,6 +6,7 @@
 #include "sp_status.h"
 #include "sp_clock.h"
 #include "sp_file.h"
+#include "sp_utf8.h"
 #include "sp_rng.h"
 #include "sp_gguf.h"
 #include "sp_quant.h"

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sp_clock.h"
+#include "sp_quant.h"
 #include "sp_generate.h"
 
 struct sp_drafter {
@@ -61,39 +62,48 @@ int32_t sp_ngram_propose(const int32_t *hist, int32_t len, int32_t n_min, int32_
 }
 
 sp_status sp_parse_skip_layers(const char *s, int32_t L, bool *skip, sp_error *err) {
-    memset(skip, 0, (size_t)L * sizeof *skip);
+    if (skip) memset(skip, 0, (size_t)L * sizeof *skip);
     if (!s || !*s) {
+        if (!skip) return SP_OK;
         for (int32_t l = 1; l < L - 1; l += 2) skip[l] = true;
-        if (L < 3) return sp_fail(err, SP_ERR_ARG, "a %d-layer model has no layer to skip by default", L);
+        if (L < 3)
+            return sp_fail(err, SP_ERR_ARG, "skip_layers: a %d-layer model has no layer to skip by default", L);
         return SP_OK;
     }
+    const long limit = skip ? L : SP_DRAFT_MAX_LAYERS;
     const char *c = s;
-    while (*c) {
+    for (;;) {
         char *end;
+        if (!isdigit((unsigned char)*c)) goto bad; /* also an empty item or a trailing comma */
         long a = strtol(c, &end, 10), b;
-        if (end == c || a < 0 || a >= L) goto bad;
+        if (a >= limit) goto range;
         b = a;
         c = end;
         if (*c == '-') {
+            if (!isdigit((unsigned char)c[1])) goto bad;
             b = strtol(c + 1, &end, 10);
-            if (end == c + 1 || b < a || b >= L) goto bad;
+            if (b < a) goto bad;
+            if (b >= limit) goto range;
             c = end;
         }
-        for (long l = a; l <= b; l++) skip[l] = true;
-        if (*c == ',') c++;
-        else if (*c) goto bad;
+        for (long l = a; skip && l <= b; l++) skip[l] = true;
+        if (*c == '\0') break;
+        if (*c != ',') goto bad;
+        c++;
     }
-    for (int32_t l = 0; l < L; l++)
+    for (int32_t l = 0; skip && l < L; l++)
         if (!skip[l]) return SP_OK;
-    return sp_fail(err, SP_ERR_ARG, "--skip-layers '%s' skips every layer", s);
+    if (!skip) return SP_OK;
+    return sp_fail(err, SP_ERR_ARG, "skip_layers: '%s' skips every layer", s);
 bad:
-    return sp_fail(err, SP_ERR_ARG,
-                   "--skip-layers '%s': expected layers like '1,3,5-7' within [0, %d)", s, L);
+    return sp_fail(err, SP_ERR_ARG, "skip_layers: '%s' is not a layer list like '1,3,5-7'", s);
+range:
+    return sp_fail(err, SP_ERR_ARG, "skip_layers: '%s' names a layer outside [0, %ld)", s, limit);
 }
 
 sp_drafter_params sp_drafter_default_params(void) {
     sp_drafter_params p = {.kind = SP_DRAFT_NONE, .ngram_min = 1, .ngram_max = 4,
-                           .lowbit_type = SP_GGML_Q4_0, .max_batch = 64};
+                           .lowbit_type = SP_GGML_Q4_0, .max_batch = SP_CTX_DEFAULT_BATCH};
     return p;
 }
 
@@ -118,7 +128,8 @@ static sp_status check_vocab(const sp_model *t, const sp_model *d, sp_error *err
     int32_t vt = sp_model_cfg(t)->n_vocab, vd = sp_model_cfg(d)->n_vocab;
     if (vt != vd)
         return sp_fail(err, SP_ERR_ARG,
-                       "draft model vocabulary (%d tokens) differs from the target's (%d tokens)",
+                       "drafter: the draft model's vocabulary (%d tokens) differs from the target's "
+                       "(%d tokens)",
                        vd, vt);
     const sp_tokenizer *a = sp_model_tokenizer(t), *b = sp_model_tokenizer(d);
     if (a && b) {
@@ -126,46 +137,68 @@ static sp_status check_vocab(const sp_model *t, const sp_model *d, sp_error *err
             sp_str x = sp_tokenizer_token_text(a, i), y = sp_tokenizer_token_text(b, i);
             if (x.len != y.len || memcmp(x.ptr, y.ptr, x.len))
                 return sp_fail(err, SP_ERR_ARG,
-                               "draft model vocabulary differs from the target's at token %d", i);
+                               "drafter: the draft model's vocabulary differs from the target's at "
+                               "token %d", i);
         }
     }
     return SP_OK;
 }
 
+sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *target,
+                                  sp_error *err) {
+    const int32_t L = sp_model_cfg(target)->n_layers;
+    switch (p->kind) {
+    case SP_DRAFT_NONE: return SP_OK;
+    case SP_DRAFT_MODEL:
+        if (!p->draft_model)
+            return sp_fail(err, SP_ERR_ARG, "drafter: 'model' needs a draft model, and none was given");
+        return check_vocab(target, p->draft_model, err);
+    case SP_DRAFT_LOWBIT:
+        if (!sp_quant_supported(p->lowbit_type))
+            return sp_fail(err, SP_ERR_ARG, "lowbit: Specula does not compute with %s weights",
+                           sp_ggml_type_name(p->lowbit_type));
+        return SP_OK;
+    case SP_DRAFT_LAYERSKIP: {
+        if (L > SP_DRAFT_MAX_LAYERS)
+            return sp_fail(err, SP_ERR_UNSUPPORTED, "skip_layers: the target has %d layers, more than %d",
+                           L, SP_DRAFT_MAX_LAYERS);
+        bool skip[SP_DRAFT_MAX_LAYERS];
+        return sp_parse_skip_layers(p->skip_layers, L, skip, err);
+    }
+    case SP_DRAFT_NGRAM:
+        if (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > SP_NGRAM_MAX)
+            return sp_fail(err, SP_ERR_ARG,
+                           "ngram_min, ngram_max: need 1 <= ngram_min <= ngram_max <= %d (got %d, %d)",
+                           SP_NGRAM_MAX, p->ngram_min, p->ngram_max);
+        return SP_OK;
+    }
+    return sp_fail(err, SP_ERR_ARG, "drafter: unknown kind %d", (int)p->kind);
+}
+
 sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter **out,
                           sp_error *err) {
     *out = NULL;
-    if (p->kind == SP_DRAFT_NONE || p->kind > SP_DRAFT_LOWBIT)
-        return sp_fail(err, SP_ERR_ARG, "no drafter kind given");
+    if (p->kind == SP_DRAFT_NONE) return sp_fail(err, SP_ERR_ARG, "drafter: none given");
+    const sp_model *tm = sp_ctx_model(target);
+    sp_status st = sp_drafter_params_check(p, tm, err);
+    if (st) return st;
     sp_drafter *d = calloc(1, sizeof *d);
     if (!d) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     d->p = *p;
     d->kind = p->kind;
-    const sp_model *tm = sp_ctx_model(target);
     d->V = sp_model_cfg(tm)->n_vocab;
-    d->max_batch = p->max_batch > 0 ? p->max_batch : 64;
-    sp_status st = SP_OK;
+    d->max_batch = p->max_batch > 0 ? p->max_batch : SP_CTX_DEFAULT_BATCH;
     const sp_model *dm = NULL;
-    bool skip_buf[1024];
+    bool skip_buf[SP_DRAFT_MAX_LAYERS];
     switch (p->kind) {
-    case SP_DRAFT_MODEL:
-        if (!p->draft_model) st = sp_fail(err, SP_ERR_ARG, "the model drafter needs a draft model (-md)");
-        else st = check_vocab(tm, p->draft_model, err);
-        dm = p->draft_model;
-        break;
+    case SP_DRAFT_MODEL: dm = p->draft_model; break;
     case SP_DRAFT_LOWBIT:
         st = sp_model_requantize(tm, p->lowbit_type, &d->owned_model, err);
         dm = d->owned_model;
         break;
     case SP_DRAFT_LAYERSKIP:
-        if (sp_model_cfg(tm)->n_layers > 1024) st = sp_fail(err, SP_ERR_UNSUPPORTED, "too many layers");
-        else st = sp_parse_skip_layers(p->skip_layers, sp_model_cfg(tm)->n_layers, skip_buf, err);
+        st = sp_parse_skip_layers(p->skip_layers, sp_model_cfg(tm)->n_layers, skip_buf, err);
         dm = tm;
-        break;
-    case SP_DRAFT_NGRAM:
-        if (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > 64)
-            st = sp_fail(err, SP_ERR_ARG, "n-gram sizes must satisfy 1 <= min <= max <= 64 (got %d, %d)",
-                         p->ngram_min, p->ngram_max);
         break;
     default: break;
     }
@@ -238,8 +271,8 @@ static float row_max(const float *x, int32_t n) {
 }
 
 sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t gamma,
-                           float p_min, sp_sampler *smp, sp_rng *rng, int32_t *draft, float *q,
-                           int32_t *n_draft, sp_error *err) {
+                           int32_t n_min, float p_min, sp_sampler *smp, sp_rng *rng,
+                           int32_t *draft, float *q, int32_t *n_draft, sp_error *err) {
     const int32_t V = d->V;
     *n_draft = 0;
     if (d->kind == SP_DRAFT_NGRAM) {
@@ -257,7 +290,7 @@ sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_
     for (int32_t i = 0; i < gamma; i++) {
         float *qi = q + (int64_t)i * V;
         sp_sampler_probs(smp, d->logits, qi);
-        if (i > 0 && p_min > 0 && row_max(qi, V) < p_min) break;
+        if (i >= n_min && p_min > 0 && row_max(qi, V) < p_min) break;
         draft[i] = sp_sample_from_probs(qi, V, sp_rng_uniform(rng));
         *n_draft = i + 1;
         if (i + 1 < gamma) {

@@ -35,7 +35,7 @@ struct sp_ctx {
 };
 
 sp_ctx_params sp_ctx_default_params(void) {
-    sp_ctx_params p = {.n_ctx = 0, .max_batch = 64, .n_threads = 1, .pool = NULL};
+    sp_ctx_params p = {.n_ctx = 0, .max_batch = SP_CTX_DEFAULT_BATCH, .n_threads = 1, .pool = NULL};
     return p;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sp_clock.h"
+#include "sp_spec_config.h"
 
 struct sp_spec {
     sp_spec_params prm;
@@ -38,8 +39,8 @@ struct sp_spec {
 
 sp_spec_params sp_spec_default_params(void) {
     sp_spec_params p = {.draft = sp_drafter_default_params(), .verifier = SP_VERIFIER_BLOCK,
-                        .lenience = 1.0, .gamma = 4, .adaptive = false, .draft_p_min = 0,
-                        .tree = NULL};
+                        .lenience = 1.0, .gamma = 4, .draft_n_min = 1, .adaptive = false,
+                        .draft_p_min = 0, .tree = {0}};
     return p;
 }
 
@@ -73,52 +74,23 @@ void sp_spec_free(sp_spec *s) {
 
 sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, sp_error *err) {
     *out = NULL;
-    if (p->gamma < 1 || p->gamma > SP_SPEC_MAX_GAMMA)
-        return sp_fail(err, SP_ERR_ARG, "gamma must be in [1, %d], got %d", SP_SPEC_MAX_GAMMA,
-                       p->gamma);
-    if (!(p->draft_p_min >= 0 && p->draft_p_min <= 1))
-        return sp_fail(err, SP_ERR_ARG, "draft p-min must be in [0, 1]");
-    if (p->verifier == SP_VERIFIER_LENIENT && !(p->lenience > 0 && p->lenience <= 1))
-        return sp_fail(err, SP_ERR_ARG, "lenience must be in (0, 1]");
+    sp_status st = sp_spec_config_check(p, target, err);
+    if (st) return st;
     sp_spec *s = calloc(1, sizeof *s);
     if (!s) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     s->prm = *p;
-    s->prm.tree = NULL; /* not kept: the shape is parsed below */
     s->target = target;
     s->V = sp_model_cfg(sp_ctx_model(target))->n_vocab;
-    sp_status st = SP_OK;
-    bool mc = p->verifier == SP_VERIFIER_MC || p->verifier == SP_VERIFIER_MC_NOREP ||
-              p->verifier == SP_VERIFIER_NAIVE;
-    if (p->tree) {
-        st = sp_tree_shape_parse(p->tree, &s->shape, err);
-        s->is_tree = true;
-        if (!st && p->draft.kind != SP_DRAFT_MODEL && p->draft.kind != SP_DRAFT_LAYERSKIP &&
-            p->draft.kind != SP_DRAFT_LOWBIT)
-            st = sp_fail(err, SP_ERR_ARG, "--tree needs a model-based drafter (model, layerskip, lowbit)");
-        if (!st && !mc && p->verifier != SP_VERIFIER_GREEDY)
-            st = sp_fail(err, SP_ERR_ARG,
-                         "trees are verified with --verify mc, mc-norep or greedy, not %s",
-                         sp_verifier_name(p->verifier));
-        s->max_nodes = s->shape.n_nodes;
-    } else {
-        if (mc) st = sp_fail(err, SP_ERR_ARG, "--verify %s needs a draft tree (--tree SHAPE)",
-                             sp_verifier_name(p->verifier));
-        s->max_nodes = p->gamma + 1;
-    }
-    /* The target evaluates the uncommitted tail (normally 1 token) plus every
-     * drafted node in one call. */
+    s->is_tree = p->draft.kind != SP_DRAFT_NONE && p->tree.depth > 0;
+    s->shape = p->tree;
+    /* nodes with a target row: the root plus the budget */
+    s->max_nodes = sp_spec_config_budget(p) + 1;
+    /* the uncommitted tail (normally 1 token) plus every drafted node */
     s->batch_cap = s->max_nodes + 1;
-    if (!st && s->batch_cap > sp_ctx_max_batch(target))
-        st = sp_fail(err, SP_ERR_RANGE,
-                     "draft budget of %d tokens exceeds the target batch size %d", s->max_nodes - 1,
-                     sp_ctx_max_batch(target));
-    if (!st && s->max_nodes + 8 > sp_ctx_n_ctx(target))
-        st = sp_fail(err, SP_ERR_RANGE, "draft budget of %d tokens does not fit the context of %d",
-                     s->max_nodes - 1, sp_ctx_n_ctx(target));
-    if (!st && p->draft.kind != SP_DRAFT_NONE) {
+    if (p->draft.kind != SP_DRAFT_NONE) {
         sp_drafter_params dp = p->draft;
         int32_t level = s->is_tree ? sp_tree_shape_max_level(&s->shape) : 1;
-        dp.max_batch = level > 64 ? level : 64;
+        dp.max_batch = level > SP_CTX_DEFAULT_BATCH ? level : SP_CTX_DEFAULT_BATCH;
         st = sp_drafter_init(&dp, target, &s->drafter, err);
     }
     if (!st) st = sp_verify_ws_init(s->V, &s->ws, err);
@@ -159,6 +131,15 @@ sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
 
 /* ---------------------------------------------------------- adaptive gamma */
 
+/* Parameters of the adaptive draft length (ALGORITHMS.md section 6). */
+#define ADAPT_DECAY 0.9          /* weight of the past in the acceptance counts, per iteration */
+#define ADAPT_PRIOR 0.5          /* acceptance rate assumed before any observation */
+#define ADAPT_RATE_MIN 0.01      /* rates are clamped to [MIN, MAX] so the model stays finite */
+#define ADAPT_RATE_MAX 0.99
+#define ADAPT_FLAT 0.98          /* take the longest gamma within 2% of the best rate */
+#define ADAPT_EMA 0.2            /* weight of a new measurement in the timing averages */
+#define ADAPT_TARGET_GUESS 1e-3  /* seconds per target forward before any is measured */
+
 /* Target forward time for k tokens: measured, else interpolated linearly
  * between the nearest measured sizes (else the nearest one, else 1 ms). */
 static double target_time(const sp_spec *s, int32_t k) {
@@ -169,17 +150,17 @@ static double target_time(const sp_spec *s, int32_t k) {
     bool has_lo = lo >= 1, has_hi = hi <= SP_SPEC_MAX_GAMMA + 1;
     if (has_lo && has_hi)
         return s->t_target[lo] + (s->t_target[hi] - s->t_target[lo]) * (k - lo) / (double)(hi - lo);
-    return has_lo ? s->t_target[lo] : has_hi ? s->t_target[hi] : 1e-3;
+    return has_lo ? s->t_target[lo] : has_hi ? s->t_target[hi] : ADAPT_TARGET_GUESS;
 }
 
 /* Gamma maximising expected tokens per second (ALGORITHMS.md section 6, with
  * the run-aware acceptance model): E[tokens](g) = 1 + a1 (1 - an^g) / (1 - an),
  * time(g) = g * t_draft + t_target(g + 1). */
 static int32_t choose_gamma(const sp_spec *s, int32_t gmax) {
-    double a1 = s->first_b > 0 ? s->first_a / s->first_b : 0.5;
+    double a1 = s->first_b > 0 ? s->first_a / s->first_b : ADAPT_PRIOR;
     double an = s->next_b > 0 ? s->next_a / s->next_b : a1;
-    a1 = a1 < 0.01 ? 0.01 : a1 > 0.99 ? 0.99 : a1;
-    an = an < 0.01 ? 0.01 : an > 0.99 ? 0.99 : an;
+    a1 = a1 < ADAPT_RATE_MIN ? ADAPT_RATE_MIN : a1 > ADAPT_RATE_MAX ? ADAPT_RATE_MAX : a1;
+    an = an < ADAPT_RATE_MIN ? ADAPT_RATE_MIN : an > ADAPT_RATE_MAX ? ADAPT_RATE_MAX : an;
     double rate[SP_SPEC_MAX_GAMMA + 1] = {0}, best_rate = -1;
     for (int32_t g = 1; g <= gmax; g++) {
         double e = 1 + a1 * (1 - pow(an, g)) / (1 - an);
@@ -189,11 +170,11 @@ static int32_t choose_gamma(const sp_spec *s, int32_t gmax) {
     /* the optimum is usually flat: prefer the longest gamma within 2% */
     int32_t best = 1;
     for (int32_t g = 1; g <= gmax; g++)
-        if (rate[g] >= 0.98 * best_rate) best = g;
+        if (rate[g] >= ADAPT_FLAT * best_rate) best = g;
     return best;
 }
 
-static void ema(double *x, double v) { *x = *x > 0 ? 0.8 * *x + 0.2 * v : v; }
+static void ema(double *x, double v) { *x = *x > 0 ? (1 - ADAPT_EMA) * *x + ADAPT_EMA * v : v; }
 
 /* ------------------------------------------------------------------ loop */
 
@@ -332,8 +313,8 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
     int32_t nd = 0;
     sp_status rc = SP_OK;
     if (gamma >= 1)
-        rc = sp_drafter_chain(s->drafter, g->hist, g->n, gamma, s->prm.draft_p_min, g->smp,
-                              &g->rng, s->draft, s->q, &nd, err);
+        rc = sp_drafter_chain(s->drafter, g->hist, g->n, gamma, s->prm.draft_n_min,
+                              s->prm.draft_p_min, g->smp, &g->rng, s->draft, s->q, &nd, err);
     st->t_draft += sp_now() - t0;
     if (rc) return rc;
     st->drafted += nd;
@@ -356,11 +337,11 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
     g->emitted[g->n_emit++] = vr.token;
     if (nd > 0) {
         st->gamma_hist[nd < SP_SPEC_MAX_GAMMA + 1 ? nd : SP_SPEC_MAX_GAMMA + 1]++;
-        s->first_a = 0.9 * s->first_a + (g->tau >= 1);
-        s->first_b = 0.9 * s->first_b + 1;
+        s->first_a = ADAPT_DECAY * s->first_a + (g->tau >= 1);
+        s->first_b = ADAPT_DECAY * s->first_b + 1;
         if (g->tau >= 1 && nd > 1) {
-            s->next_a = 0.9 * s->next_a + (g->tau - 1);
-            s->next_b = 0.9 * s->next_b + (g->tau - 1) + (g->tau < nd ? 1 : 0);
+            s->next_a = ADAPT_DECAY * s->next_a + (g->tau - 1);
+            s->next_b = ADAPT_DECAY * s->next_b + (g->tau - 1) + (g->tau < nd ? 1 : 0);
         }
         int64_t df = dc->forwards - dfw0;
         if (df > 0) ema(&s->t_tok_draft, (dc->seconds - dsec0) / (double)df);
@@ -373,8 +354,8 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
 /* Checks generate-time arguments against the spec object and the context. */
 static sp_status check_generate(const sp_spec *s, int32_t n_prompt, const sp_gen_params *gp,
                                 int32_t cap, sp_error *err) {
-    if (s->prm.verifier == SP_VERIFIER_GREEDY && gp->sampling.temperature != 0)
-        return sp_fail(err, SP_ERR_ARG, "greedy verification needs temperature 0 (it is lossy otherwise)");
+    sp_status st = sp_spec_config_check_sampling(&s->prm, &gp->sampling, err);
+    if (st) return st;
     if (n_prompt < 1) return sp_fail(err, SP_ERR_ARG, "empty prompt (need at least one token)");
     if (gp->n_predict < 1 || gp->n_predict > cap)
         return sp_fail(err, SP_ERR_ARG, "token budget %d must be in [1, %d]", gp->n_predict, cap);
@@ -386,9 +367,8 @@ static sp_status check_generate(const sp_spec *s, int32_t n_prompt, const sp_gen
                        gp->n_predict, n_ctx);
     if (s->is_tree && (int64_t)n_prompt + gp->n_predict + s->max_nodes > n_ctx)
         return sp_fail(err, SP_ERR_RANGE,
-                       "tree budget of %d nodes does not fit the context: prompt %d + %d new + "
-                       "tree > %d",
-                       s->max_nodes - 1, n_prompt, gp->n_predict, n_ctx);
+                       "tree: %d nodes do not fit the context: prompt %d + %d new + tree > %d",
+                       s->max_nodes, n_prompt, gp->n_predict, n_ctx);
     return SP_OK;
 }
 

@@ -3,6 +3,7 @@
 #include "sp_vsim.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -239,16 +240,28 @@ static int32_t draw_excl(const float *row, int32_t V, const int32_t *excl, int32
     return sp_sample_from_weights(tmp, V, sp_rng_uniform(rng));
 }
 
-typedef struct sim_buf {
-    float *p, *q;   /* [max_nodes * V] */
+/* Everything one simulation holds, sized once. */
+typedef struct sim {
+    const sp_vsim_model *m;
+    const sp_vsim_params *prm;
+    int32_t V, D;          /* vocabulary, drafted positions per trial */
+    int32_t L;             /* tokens compared per trial */
+    int64_t n_cells;       /* V^L */
+    bool is_tree;
+    sp_mc_mode mode;       /* tree verifiers: how children are drawn and verified */
+    sp_tree_shape shape;   /* tree verifiers */
+    sp_verify_ws *ws;
+    sp_rng rng;
+    float *p, *q;          /* [max_nodes * V] */
     int32_t *parent, *token, *depth, *draft, *path, *seq;
-    double *tmp;    /* [V] */
-    int64_t *count; /* [n_cells] */
-    double *prob;   /* [n_cells] */
-    double *rowsum; /* [V+1] */
-} sim_buf;
+    double *tmp;           /* [V] */
+    int64_t *count;        /* [n_cells] */
+    double *prob;          /* [n_cells] */
+    double *rowsum;        /* [V + 1] */
+} sim;
 
-static void buf_free(sim_buf *b) {
+static void sim_free(sim *b) {
+    sp_verify_ws_free(b->ws);
     free(b->p);
     free(b->q);
     free(b->parent);
@@ -263,186 +276,213 @@ static void buf_free(sim_buf *b) {
     free(b->rowsum);
 }
 
-sp_status sp_vsim_run(const sp_vsim_model *m, const sp_vsim_params *prm, sp_vsim_result *res,
-                      sp_error *err) {
-    if (!m || !m->target || !prm || !res) return sp_fail(err, SP_ERR_ARG, "verify-sim: NULL argument");
-    memset(res, 0, sizeof *res);
-    const int32_t V = m->n_vocab;
+/* Checks the parameters and derives the depth (and the tree shape). */
+static sp_status sim_params(sim *b, sp_error *err) {
+    const sp_vsim_params *prm = b->prm;
     const sp_verifier vf = prm->verifier;
-    const int is_tree = vf == SP_VERIFIER_MC || vf == SP_VERIFIER_MC_NOREP || vf == SP_VERIFIER_NAIVE;
     if ((unsigned)vf > SP_VERIFIER_NAIVE) return sp_fail(err, SP_ERR_ARG, "verify-sim: bad verifier");
+    b->is_tree = vf == SP_VERIFIER_MC || vf == SP_VERIFIER_MC_NOREP || vf == SP_VERIFIER_NAIVE;
+    b->mode = vf == SP_VERIFIER_MC ? SP_MC_REPLACE
+              : vf == SP_VERIFIER_MC_NOREP ? SP_MC_NOREPLACE
+                                           : SP_MC_NAIVE;
     if (prm->trials < 1 || prm->trials > SP_VSIM_MAX_TRIALS)
         return sp_fail(err, SP_ERR_ARG, "verify-sim: trials %lld outside [1, %lld]",
                        (long long)prm->trials, SP_VSIM_MAX_TRIALS);
     if (vf == SP_VERIFIER_LENIENT && !(prm->lenience > 0.0 && prm->lenience <= 1.0))
         return sp_fail(err, SP_ERR_ARG, "verify-sim: lenience %g outside (0, 1]", prm->lenience);
-    sp_tree_shape shape = {0};
-    if (is_tree) {
-        if (prm->tree) {
-            shape = *prm->tree;
-        } else {
-            if (prm->gamma < 1 || prm->gamma > SP_TREE_MAX_DEPTH)
-                return sp_fail(err, SP_ERR_ARG, "verify-sim: gamma %d outside [1, %d]",
-                               (int)prm->gamma, SP_TREE_MAX_DEPTH);
-            if (prm->candidates < 1 || (int64_t)prm->candidates * prm->gamma + 1 > SP_TREE_MAX_NODES)
-                return sp_fail(err, SP_ERR_ARG,
-                               "verify-sim: candidates %d x gamma %d exceeds the tree budget %d",
-                               (int)prm->candidates, (int)prm->gamma, SP_TREE_MAX_NODES - 1);
-            int32_t branch[SP_TREE_MAX_DEPTH];
-            branch[0] = prm->candidates;
-            for (int32_t d = 1; d < prm->gamma; d++) branch[d] = 1;
-            sp_status st = sp_tree_shape_make(branch, prm->gamma, &shape, err);
-            if (st) return st;
-        }
-        if (shape.depth < 1 || shape.depth > SP_TREE_MAX_DEPTH || shape.n_nodes > SP_TREE_MAX_NODES)
-            return sp_fail(err, SP_ERR_ARG, "verify-sim: invalid tree shape");
-        res->depth = shape.depth;
-    } else {
+    if (!b->is_tree) {
         if (prm->tree) return sp_fail(err, SP_ERR_ARG, "verify-sim: a tree needs mc, mc-norep or naive");
         if (prm->gamma < 1 || prm->gamma > SP_VERIFY_MAX_GAMMA)
             return sp_fail(err, SP_ERR_ARG, "verify-sim: gamma %d outside [1, %d]", (int)prm->gamma,
                            SP_VERIFY_MAX_GAMMA);
-        res->depth = prm->gamma;
+        b->D = prm->gamma;
+        return SP_OK;
     }
-    const int32_t D = res->depth;
-    const int32_t max_nodes = is_tree ? shape.n_nodes : D + 1;
-
-    /* cells: longest prefix length L <= D+1 with V^L <= SP_VSIM_MAX_CELLS */
-    int32_t L = 0;
-    int64_t n_cells = 1;
-    while (L < D + 1 && n_cells * V <= SP_VSIM_MAX_CELLS) {
-        n_cells *= V;
-        L++;
+    if (prm->tree) {
+        b->shape = *prm->tree;
+    } else {
+        if (prm->gamma < 1 || prm->gamma > SP_TREE_MAX_DEPTH)
+            return sp_fail(err, SP_ERR_ARG, "verify-sim: gamma %d outside [1, %d]", (int)prm->gamma,
+                           SP_TREE_MAX_DEPTH);
+        if (prm->candidates < 1 || (int64_t)prm->candidates * prm->gamma + 1 > SP_TREE_MAX_NODES)
+            return sp_fail(err, SP_ERR_ARG,
+                           "verify-sim: candidates %d x gamma %d exceeds the tree budget %d",
+                           (int)prm->candidates, (int)prm->gamma, SP_TREE_MAX_NODES - 1);
+        /* K candidates at the first position, each continued by a chain */
+        int32_t branch[SP_TREE_MAX_DEPTH];
+        branch[0] = prm->candidates;
+        for (int32_t d = 1; d < prm->gamma; d++) branch[d] = 1;
+        sp_status st = sp_tree_shape_make(branch, prm->gamma, &b->shape, err);
+        if (st) return st;
     }
-    res->check_len = L;
-    res->exact = L == D + 1;
-    res->n_cells = n_cells;
-    res->trials = prm->trials;
+    if (b->shape.depth < 1 || b->shape.depth > SP_TREE_MAX_DEPTH ||
+        b->shape.n_nodes > SP_TREE_MAX_NODES)
+        return sp_fail(err, SP_ERR_ARG, "verify-sim: invalid tree shape");
+    b->D = b->shape.depth;
+    return SP_OK;
+}
 
-    sim_buf b = {0};
+/* Cells (the longest prefix length L <= D+1 with V^L <= SP_VSIM_MAX_CELLS),
+ * buffers and the workspace. */
+static sp_status sim_alloc(sim *b, sp_error *err) {
+    const int32_t V = b->V, D = b->D, max_nodes = b->is_tree ? b->shape.n_nodes : D + 1;
+    b->L = 0;
+    b->n_cells = 1;
+    while (b->L < D + 1 && b->n_cells * V <= SP_VSIM_MAX_CELLS) {
+        b->n_cells *= V;
+        b->L++;
+    }
     size_t rows = (size_t)max_nodes * V;
-    b.p = malloc(rows * sizeof(float));
-    b.q = malloc(rows * sizeof(float));
-    b.parent = malloc(sizeof(int32_t) * (size_t)max_nodes);
-    b.token = malloc(sizeof(int32_t) * (size_t)max_nodes);
-    b.depth = malloc(sizeof(int32_t) * (size_t)max_nodes);
-    b.draft = malloc(sizeof(int32_t) * (size_t)(D + 1));
-    b.path = malloc(sizeof(int32_t) * (size_t)(D + 1));
-    b.seq = malloc(sizeof(int32_t) * (size_t)(D + 2));
-    b.tmp = malloc(sizeof(double) * (size_t)V);
-    b.count = calloc((size_t)n_cells, sizeof(int64_t));
-    b.prob = malloc(sizeof(double) * (size_t)n_cells);
-    b.rowsum = malloc(sizeof(double) * (size_t)(V + 1));
-    sp_verify_ws *ws = NULL;
-    sp_status st = SP_OK;
-    if (!b.p || !b.q || !b.parent || !b.token || !b.depth || !b.draft || !b.path || !b.seq ||
-        !b.tmp || !b.count || !b.prob || !b.rowsum) {
-        st = sp_fail(err, SP_ERR_NOMEM, "verify-sim: out of memory");
-        goto done;
-    }
-    st = sp_verify_ws_init(V, &ws, err);
-    if (st) goto done;
+    b->p = malloc(rows * sizeof(float));
+    b->q = malloc(rows * sizeof(float));
+    b->parent = malloc(sizeof(int32_t) * (size_t)max_nodes);
+    b->token = malloc(sizeof(int32_t) * (size_t)max_nodes);
+    b->depth = malloc(sizeof(int32_t) * (size_t)max_nodes);
+    b->draft = malloc(sizeof(int32_t) * (size_t)(D + 1));
+    b->path = malloc(sizeof(int32_t) * (size_t)(D + 1));
+    b->seq = malloc(sizeof(int32_t) * (size_t)(D + 2));
+    b->tmp = malloc(sizeof(double) * (size_t)V);
+    b->count = calloc((size_t)b->n_cells, sizeof(int64_t));
+    b->prob = malloc(sizeof(double) * (size_t)b->n_cells);
+    b->rowsum = malloc(sizeof(double) * (size_t)(V + 1));
+    if (!b->p || !b->q || !b->parent || !b->token || !b->depth || !b->draft || !b->path || !b->seq ||
+        !b->tmp || !b->count || !b->prob || !b->rowsum)
+        return sp_fail(err, SP_ERR_NOMEM, "verify-sim: out of memory");
+    return sp_verify_ws_init(V, &b->ws, err);
+}
 
-    /* exact target probabilities of every length-L sequence (big-endian
-     * index), from the target rows renormalised in double */
+/* Exact target probability of every length-L sequence (big-endian index),
+ * from the target rows renormalised in double. */
+static void sim_cell_probs(sim *b) {
+    const int32_t V = b->V;
+    const float *T = b->m->target;
     for (int32_t r = 0; r <= V; r++) {
-        const float *row = m->target + (size_t)r * V;
         double s = 0.0;
-        for (int32_t i = 0; i < V; i++) s += (double)row[i];
-        b.rowsum[r] = s;
+        for (int32_t i = 0; i < V; i++) s += (double)T[(size_t)r * V + i];
+        b->rowsum[r] = s;
     }
-    for (int64_t c = 0; c < n_cells; c++) {
-        int64_t x = c, div = n_cells / V;
+    for (int64_t c = 0; c < b->n_cells; c++) {
+        int64_t x = c, div = b->n_cells / V;
         int32_t ctx = V;
         double pr = 1.0;
-        for (int32_t j = 0; j < L; j++) {
+        for (int32_t j = 0; j < b->L; j++) {
             int32_t t = (int32_t)(x / div);
             x %= div;
             div /= V;
-            pr *= (double)m->target[(size_t)ctx * V + t] / b.rowsum[ctx];
+            pr *= (double)T[(size_t)ctx * V + t] / b->rowsum[ctx];
             ctx = t;
         }
-        b.prob[c] = pr;
+        b->prob[c] = pr;
     }
+}
 
-    sp_rng rng;
-    sp_rng_seed(&rng, prm->seed);
-    const sp_mc_mode mode = vf == SP_VERIFIER_MC ? SP_MC_REPLACE
-                            : vf == SP_VERIFIER_MC_NOREP ? SP_MC_NOREPLACE
-                                                         : SP_MC_NAIVE;
-    int64_t sum_acc = 0;
-    for (int64_t trial = 0; trial < prm->trials; trial++) {
-        int32_t n_emit = 0, acc = 0;
-        if (!is_tree) {
-            int32_t ctx = V;
-            for (int32_t i = 0; i < D; i++) {
-                memcpy(b.q + (size_t)i * V, m->draft + (size_t)ctx * V, sizeof(float) * (size_t)V);
-                memcpy(b.p + (size_t)i * V, m->target + (size_t)ctx * V, sizeof(float) * (size_t)V);
-                b.draft[i] = draw(b.q + (size_t)i * V, V, &rng);
-                ctx = b.draft[i];
-            }
-            memcpy(b.p + (size_t)D * V, m->target + (size_t)ctx * V, sizeof(float) * (size_t)V);
-            sp_verify_result r;
-            st = sp_verify_chain(ws, vf, prm->lenience, D, b.draft, b.q, b.p, &rng, &r, err);
-            if (st) goto done;
-            acc = r.n_accepted;
-            for (int32_t i = 0; i < acc; i++) b.seq[n_emit++] = b.draft[i];
-            b.seq[n_emit++] = r.token;
-        } else {
-            /* grow the tree breadth-first; node i's context is its token (root: V) */
-            int32_t n = 1;
-            b.parent[0] = -1;
-            b.token[0] = -1;
-            b.depth[0] = 0;
-            for (int32_t i = 0; i < n; i++) {
-                int32_t ctx = i == 0 ? V : b.token[i];
-                memcpy(b.p + (size_t)i * V, m->target + (size_t)ctx * V, sizeof(float) * (size_t)V);
-                memcpy(b.q + (size_t)i * V, m->draft + (size_t)ctx * V, sizeof(float) * (size_t)V);
-                if (b.depth[i] >= D) continue;
-                int32_t k = shape.branch[b.depth[i]], first = n;
-                for (int32_t j = 0; j < k; j++) {
-                    int32_t t;
-                    if (mode == SP_MC_NOREPLACE)
-                        t = draw_excl(b.q + (size_t)i * V, V, b.token + first, n - first, b.tmp, &rng);
-                    else
-                        t = draw(b.q + (size_t)i * V, V, &rng);
-                    if (t < 0) break; /* support exhausted */
-                    SP_ASSERT(n < max_nodes);
-                    b.parent[n] = i;
-                    b.token[n] = t;
-                    b.depth[n] = b.depth[i] + 1;
-                    n++;
-                }
-            }
-            sp_verify_tree t = {n, b.parent, b.token, b.p, b.q};
-            int32_t y;
-            st = sp_verify_tree_walk(ws, &t, mode, &rng, b.path, D + 1, &acc, &y, err);
-            if (st) goto done;
-            for (int32_t i = 0; i < acc; i++) b.seq[n_emit++] = b.token[b.path[i]];
-            b.seq[n_emit++] = y;
+/* One chain trial: draft X_1..X_D from the draft chain, verify against the
+ * target chain; the emitted tokens go to seq. Returns tau via *acc. */
+static sp_status sim_chain_trial(sim *b, int32_t *acc, int32_t *n_emit, sp_error *err) {
+    const int32_t V = b->V, D = b->D;
+    const size_t row = sizeof(float) * (size_t)V;
+    int32_t ctx = V;
+    for (int32_t i = 0; i < D; i++) {
+        memcpy(b->q + (size_t)i * V, b->m->draft + (size_t)ctx * V, row);
+        memcpy(b->p + (size_t)i * V, b->m->target + (size_t)ctx * V, row);
+        b->draft[i] = draw(b->q + (size_t)i * V, V, &b->rng);
+        ctx = b->draft[i];
+    }
+    memcpy(b->p + (size_t)D * V, b->m->target + (size_t)ctx * V, row);
+    sp_verify_result r;
+    sp_status st = sp_verify_chain(b->ws, b->prm->verifier, b->prm->lenience, D, b->draft, b->q, b->p,
+                                   &b->rng, &r, err);
+    if (st) return st;
+    *acc = r.n_accepted;
+    for (int32_t i = 0; i < r.n_accepted; i++) b->seq[(*n_emit)++] = b->draft[i];
+    b->seq[(*n_emit)++] = r.token;
+    return SP_OK;
+}
+
+/* One tree trial: grow the tree breadth-first (node i's context is its
+ * token; the root's is the empty context), verify it; the emitted tokens go
+ * to seq. */
+static sp_status sim_tree_trial(sim *b, int32_t *acc, int32_t *n_emit, sp_error *err) {
+    const int32_t V = b->V;
+    const size_t row = sizeof(float) * (size_t)V;
+    int32_t n = 1;
+    b->parent[0] = -1;
+    b->token[0] = -1;
+    b->depth[0] = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t ctx = i == 0 ? V : b->token[i];
+        memcpy(b->p + (size_t)i * V, b->m->target + (size_t)ctx * V, row);
+        memcpy(b->q + (size_t)i * V, b->m->draft + (size_t)ctx * V, row);
+        if (b->depth[i] >= b->D) continue;
+        int32_t k = b->shape.branch[b->depth[i]], first = n;
+        for (int32_t j = 0; j < k; j++) {
+            int32_t t = b->mode == SP_MC_NOREPLACE
+                            ? draw_excl(b->q + (size_t)i * V, V, b->token + first, n - first, b->tmp,
+                                        &b->rng)
+                            : draw(b->q + (size_t)i * V, V, &b->rng);
+            if (t < 0) break; /* support exhausted */
+            SP_ASSERT(n < b->shape.n_nodes);
+            b->parent[n] = i;
+            b->token[n] = t;
+            b->depth[n] = b->depth[i] + 1;
+            n++;
         }
+    }
+    sp_verify_tree t = {n, b->parent, b->token, b->p, b->q};
+    int32_t y;
+    sp_status st = sp_verify_tree_walk(b->ws, &t, b->mode, &b->rng, b->path, b->D + 1, acc, &y, err);
+    if (st) return st;
+    for (int32_t i = 0; i < *acc; i++) b->seq[(*n_emit)++] = b->token[b->path[i]];
+    b->seq[(*n_emit)++] = y;
+    return SP_OK;
+}
+
+sp_status sp_vsim_run(const sp_vsim_model *m, const sp_vsim_params *prm, sp_vsim_result *res,
+                      sp_error *err) {
+    if (!m || !m->target || !prm || !res) return sp_fail(err, SP_ERR_ARG, "verify-sim: NULL argument");
+    memset(res, 0, sizeof *res);
+    sim b = {.m = m, .prm = prm, .V = m->n_vocab};
+    sp_status st = sim_params(&b, err);
+    if (!st) st = sim_alloc(&b, err);
+    if (st) {
+        sim_free(&b);
+        return st;
+    }
+    res->depth = b.D;
+    res->check_len = b.L;
+    res->exact = b.L == b.D + 1;
+    res->n_cells = b.n_cells;
+    res->trials = prm->trials;
+    sim_cell_probs(&b);
+    sp_rng_seed(&b.rng, prm->seed);
+    int64_t sum_acc = 0;
+    for (int64_t trial = 0; !st && trial < prm->trials; trial++) {
+        int32_t n_emit = 0, acc = 0;
+        st = b.is_tree ? sim_tree_trial(&b, &acc, &n_emit, err)
+                       : sim_chain_trial(&b, &acc, &n_emit, err);
+        if (st) break;
         sum_acc += acc;
         res->accept_hist[acc]++;
         /* continue with target samples up to L tokens, then count the cell */
-        while (n_emit < L) {
+        while (n_emit < b.L) {
             int32_t ctx = b.seq[n_emit - 1];
-            b.seq[n_emit] = draw(m->target + (size_t)ctx * V, V, &rng);
+            b.seq[n_emit] = draw(m->target + (size_t)ctx * b.V, b.V, &b.rng);
             n_emit++;
         }
         int64_t cell = 0;
-        for (int32_t j = 0; j < L; j++) cell = cell * V + b.seq[j];
+        for (int32_t j = 0; j < b.L; j++) cell = cell * b.V + b.seq[j];
         b.count[cell]++;
     }
-    res->mean_accepted = (double)sum_acc / (double)prm->trials;
-    res->block_efficiency = res->mean_accepted + 1.0;
-    sp_vsim_chi2 c2;
-    sp_vsim_chi2_test(b.count, b.prob, n_cells, &c2);
-    res->chi2 = c2.chi2;
-    res->dof = c2.dof;
-    res->p_value = c2.p_value;
-    res->impossible = c2.impossible;
-done:
-    sp_verify_ws_free(ws);
-    buf_free(&b);
+    if (!st) {
+        res->mean_accepted = (double)sum_acc / (double)prm->trials;
+        res->block_efficiency = res->mean_accepted + 1.0;
+        sp_vsim_chi2 c2;
+        sp_vsim_chi2_test(b.count, b.prob, b.n_cells, &c2);
+        res->chi2 = c2.chi2;
+        res->dof = c2.dof;
+        res->p_value = c2.p_value;
+        res->impossible = c2.impossible;
+    }
+    sim_free(&b);
     return st;
 }

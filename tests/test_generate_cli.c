@@ -6,6 +6,8 @@
 
 #include <math.h>
 
+#include "specula.h"
+
 static const int REF_GEN[64] = {
     432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
     410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394,
@@ -59,7 +61,9 @@ static void test_speculative_json(void **state) {
     const char *m = sp_shared("models/stories260K.gguf");
     const char *variants[] = {"-md '%s'", "--draft ngram --gamma 6", "--draft lowbit --adaptive",
                               "-md '%s' --tree 2x2x2 --verify mc-norep",
-                              "--draft layerskip --skip-layers 2-3 --verify token"};
+                              "--draft layerskip --skip-layers 2-3 --verify token",
+                              /* single-dash long options and --key=value */
+                              "-draft lowbit -lowbit Q8_0 --draft-max=3 -draft-min 2"};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         char extra[2048], args[4096];
         snprintf(extra, sizeof extra, variants[v], m);
@@ -119,7 +123,13 @@ static void test_bad_input(void **state) {
                                "--top-k -3", "-n 0", "-n 10x", "-t 0", "--gamma 0", "--gamma 1000",
                                "--draft bogus", "--verify bogus", "--lowbit q5_K", "-c",
                                "--ngram-min 3 --ngram-max 2 --draft ngram",
-                               "--draft model", "-p a -f b"};
+                               "--draft model", "-p a -f b",
+                               /* settings no drafter uses; a trailing comma in a layer list
+                                * (reliability probe, item 8); stray arguments */
+                               "--gamma 4", "--draft-p-min 0.5", "--draft ngram --skip-layers 1",
+                               "--draft layerskip --skip-layers 1,", "--draft layerskip --skip-layers ,1",
+                               "--draft ngram --draft-max 40", "--draft lowbit --lowbit q4_K",
+                               "--draft ngram --tree 2x2", "-p hi stray", "--json=1"};
     for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
         snprintf(a, sizeof a, "generate -m '%s' %s", m, bad_flags[i]);
         expect_error(a, 2, NULL);
@@ -132,10 +142,12 @@ static void test_bad_input(void **state) {
     expect_error(a, 1, "context");
     snprintf(a, sizeof a, "generate -m '%s' -md '%s' -p hi", m, small);
     expect_error(a, 1, "vocabulary");
+    /* speculation settings that do not fit together are usage errors, found
+     * before any model loads */
     snprintf(a, sizeof a, "generate -m '%s' -md '%s' --tree 2x2 --verify block -p hi", m, m);
-    expect_error(a, 1, "tree");
+    expect_error(a, 2, "tree");
     snprintf(a, sizeof a, "generate -m '%s' --draft ngram --tree 2x2 --verify mc -p hi", m);
-    expect_error(a, 1, "tree");
+    expect_error(a, 2, "tree");
     snprintf(a, sizeof a, "generate -m '%s' -md '%s' --tree 9x9x9 --verify mc -p hi", m, m);
     expect_error(a, 1, NULL);
     snprintf(a, sizeof a, "generate -m '%s' -md '%s' --verify greedy --temp 1 -p hi", m, m);
@@ -144,6 +156,70 @@ static void test_bad_input(void **state) {
     expect_error(a, 1, "tokenizer");
     unlink(tmp);
     unlink(small);
+}
+
+/* Reliability probe, item 6: plain decoding in a small context is not
+ * refused for a draft budget it does not have. */
+static void test_plain_small_context(void **state) {
+    (void)state;
+    char args[4096];
+    snprintf(args, sizeof args, "-m '%s' -p 'Once upon a time' -n 2 -c 12 --temp 0",
+             sp_shared("models/stories260K.gguf"));
+    json_t *j = gen_json(args);
+    json_t *toks = json_object_get(j, "tokens");
+    assert_int_equal(json_array_size(toks), 2);
+    for (int i = 0; i < 2; i++) assert_int_equal(json_integer_value(json_array_get(toks, i)), REF_GEN[i]);
+    json_decref(j);
+}
+
+/* Reliability probe, item 4: --json is valid JSON whatever bytes come out.
+ * A random-weight model over stories260K's vocabulary emits lone byte
+ * tokens (invalid UTF-8); the text is kept with those bytes replaced by
+ * U+FFFD, counted in text_invalid_utf8_bytes, and equals the decoded
+ * tokens repaired the same way by the library. */
+static void test_json_invalid_utf8(void **state) {
+    (void)state;
+    char path[1024], args[4096];
+    static char out[4096];
+    snprintf(path, sizeof path, "%s/specula_cli_rnd_%d.gguf", sp_tmpdir(), (int)getpid());
+    snprintf(args, sizeof args,
+             "mkmodel --out '%s' --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --type f32 "
+             "--seed 1 --vocab-from '%s'",
+             path, sp_shared("models/stories260K.gguf"));
+    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, out, sizeof out), 0);
+    snprintf(args, sizeof args, "-m '%s' -p hi -n 64 --temp 1 --seed 1", path);
+    json_t *j = gen_json(args); /* parses: valid JSON */
+    json_t *text = json_object_get(j, "text");
+    assert_true(json_is_string(text));
+    const json_int_t bad = json_integer_value(json_object_get(j, "text_invalid_utf8_bytes"));
+    assert_true(bad > 0);
+    assert_true(json_is_string(json_object_get(j, "text_note")));
+    /* the same text from the tokens, through the library */
+    sp_model *m = NULL;
+    sp_error e = {0};
+    assert_int_equal(sp_model_load(path, NULL, &m, &e), SP_OK);
+    const sp_tokenizer *tok = sp_model_tokenizer(m);
+    json_t *toks = json_object_get(j, "tokens");
+    static char raw[1 << 16], fixed[3 << 16];
+    size_t n = 0;
+    int32_t prev = -1;
+    {
+        int32_t prompt[8], np = 0;
+        assert_int_equal(sp_tokenizer_encode(tok, "hi", 2, sp_tokenizer_add_bos(tok), prompt, 8, &np, &e), SP_OK);
+        prev = prompt[np - 1];
+    }
+    for (size_t i = 0; i < json_array_size(toks); i++) {
+        int32_t id = (int32_t)json_integer_value(json_array_get(toks, i));
+        n += sp_tokenizer_decode_token(tok, prev, id, raw + n, sizeof raw - n);
+        prev = id;
+    }
+    assert_int_equal(sp_utf8_invalid_bytes(raw, n), bad);
+    size_t fn = sp_utf8_repair(raw, n, fixed);
+    assert_int_equal(json_string_length(text), fn);
+    assert_memory_equal(json_string_value(text), fixed, fn);
+    sp_model_free(m);
+    json_decref(j);
+    unlink(path);
 }
 
 static void test_run_demo(void **state) {
@@ -189,6 +265,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_reference_through_cli),
     cmocka_unit_test(test_speculative_json),
     cmocka_unit_test(test_bad_input),
+    cmocka_unit_test(test_plain_small_context),
+    cmocka_unit_test(test_json_invalid_utf8),
     cmocka_unit_test(test_run_demo),
 };
 SP_TEST_MAIN(tests)

@@ -13,28 +13,20 @@
 #include <jansson.h>
 
 #include "sp_spec.h"
+#include "sp_spec_config.h"
 
-/* One configuration under test.
- *
- * Grammar of a configuration string (configs are separated by ';'):
- *   config := "plain" | item ("," item)*
- *   item   := key "=" value | "adaptive"
- *   keys   := draft (model|ngram|layerskip|lowbit|none), verify (token|block|
- *             greedy|lenient|mc|mc-norep|naive), gamma (1..32), tree (4x2x2),
- *             adaptive (0|1|true|false, or bare), p_min ([0,1]),
- *             ngram_min / ngram_max (1..64), skip (layer list "1,3,5-7"; the
- *             comma-separated numbers after skip= continue the list),
- *             lowbit (q4_0|q8_0|f16|bf16), lenience ((0,1], verify=lenient)
- * Without a draft key the drafter is `model` when a draft model was given
- * (-md), as in `specula generate`; with a tree and no verify key the
- * verifier is mc-norep (block otherwise). Keys that the chosen drafter/verifier
- * would ignore are errors, so a typo cannot silently measure the wrong
- * thing. The display name is the string as given, trimmed. */
+/* One configuration under test: a configuration string in the text form of
+ * sp_spec_config.h (configs are separated by ';'), e.g.
+ * "draft=layerskip,skip=1,3,gamma=2" or "plain". Without a drafter key the
+ * drafter is `model` when a draft model was given (-md), as in `specula
+ * generate`; with a tree and no verifier key the verifier is mc-norep.
+ * Keys that the chosen drafter/verifier would ignore are errors, so a typo
+ * cannot silently measure the wrong thing. The display name is the string
+ * as given, trimmed. */
 typedef struct sp_bench_config {
     char *name;          /* owned */
     bool plain;          /* plain decoding (drafter NONE) */
-    sp_spec_params spec; /* spec.tree / spec.draft.skip_layers point at the owned copies */
-    char *tree, *skip;   /* owned, or NULL */
+    sp_spec_params spec; /* draft.draft_model is set by the caller */
 } sp_bench_config;
 
 /* Parse one configuration string. has_draft_model: -md was given. On error
@@ -45,21 +37,15 @@ void sp_bench_config_free(sp_bench_config *c);
 
 /* Parse a ';'-separated list into a new array. Plain decoding is always
  * config 0 (added when absent; "plain" and "draft=none" are moved there);
- * empty items are skipped; a name listed twice is an error. Returns 0, or
- * -1 with a message. Free with sp_bench_configs_free. */
+ * empty items are skipped, but a list with no configuration at all is an
+ * error, as is a name listed twice. Returns 0, or -1 with a message. Free
+ * with sp_bench_configs_free. */
 int sp_bench_configs_parse(const char *list, bool has_draft_model, sp_bench_config **out,
                            int *n_out, char *msg, size_t msg_cap);
 void sp_bench_configs_free(sp_bench_config *c, int n);
 
 /* The default --configs list. */
 const char *sp_bench_default_configs(bool has_draft_model);
-
-/* Target batch a configuration needs (the uncommitted token plus the draft
- * budget, chain or tree), at least 64. */
-int32_t sp_bench_config_batch(const sp_bench_config *c);
-/* Extra KV slots a configuration needs beyond prompt + n_predict (trees
- * evaluate their whole budget before rolling back). */
-int32_t sp_bench_config_extra_ctx(const sp_bench_config *c);
 
 /* One generation: configuration `config` on prompt `prompt` in repeat `repeat`. */
 typedef struct sp_bench_run {

@@ -25,8 +25,13 @@ static json_t *config_json(const sp_bench_config *c, const sp_bench_agg *a) {
     json_object_set_new(j, "drafter", json_string(sp_drafter_name(c->spec.draft.kind)));
     if (!c->plain) {
         json_object_set_new(j, "verifier", json_string(sp_verifier_name(c->spec.verifier)));
-        if (c->tree) json_object_set_new(j, "tree", json_string(c->tree));
-        else json_object_set_new(j, "gamma", json_integer(c->spec.gamma));
+        if (c->spec.tree.depth > 0) {
+            char shape[256];
+            sp_tree_shape_format(&c->spec.tree, shape, sizeof shape);
+            json_object_set_new(j, "tree", json_string(shape));
+        } else {
+            json_object_set_new(j, "gamma", json_integer(c->spec.gamma));
+        }
         json_object_set_new(j, "adaptive", json_boolean(c->spec.adaptive));
     }
     json_object_set_new(j, "runs", json_integer(a->n_runs));

@@ -1,13 +1,24 @@
-/* cli.h: subcommand table entries and small shared helpers for the CLI. */
+/* cli.h: subcommand table entries and small shared helpers for the CLI.
+ *
+ * Option parsing: generate, run, bench and verify-sim parse with
+ * getopt_long_only (sp_cli_next), so every long option may be written with
+ * two dashes or with one, the way llama.cpp spells its multi-letter flags
+ * (-md, -zd); a single letter after one dash is always the short option
+ * (-m, -n, -t, ...), and "--" ends the options. Values follow as the next
+ * argument or after '=' (--gamma=4). Errors are one line on stderr naming
+ * the option as it was written, and exit code 2. */
 #ifndef SP_CLI_H
 #define SP_CLI_H
 
+#include <getopt.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include <jansson.h>
 
 #include "sp_spec.h"
+#include "sp_spec_config.h"
 
 typedef int (*sp_cli_fn)(int argc, char **argv);
 typedef struct sp_cli_command {
@@ -21,6 +32,21 @@ typedef struct sp_cli_command {
 int sp_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out);
 int sp_cli_float(const char *flag, const char *s, double lo, double hi, double *out);
 
+/* Option ids above the character range, one block per group. */
+enum {
+    SP_OPT_RUN = 0x100,  /* sp_cli_run_opts flags */
+    SP_OPT_SPEC = 0x200, /* speculation settings (SP_CLI_SPEC_OPTIONS) */
+    SP_OPT_CMD = 0x300   /* a command's own long-only options */
+};
+
+/* The next option of argv, like getopt_long_only (call with optind = 0
+ * first; shortopts need not start with ':'). Returns the option's id, -1
+ * at the end of the options, or '?' after printing one line for an unknown
+ * option, a missing value or a stray argument (`cmd` names the command in
+ * the message). *flag receives the option as written (for messages). */
+int sp_cli_next(int argc, char **argv, const char *shortopts, const struct option *longopts,
+                const char *cmd, const char **flag);
+
 /* Flags shared by generate and bench: -m, -z, -md, -zd, -n, -s/--seed, -t,
  * -c, --temp, --top-k, --top-p, --min-p. */
 typedef struct sp_cli_run_opts {
@@ -29,18 +55,66 @@ typedef struct sp_cli_run_opts {
     sp_sampler_params sampling;
 } sp_cli_run_opts;
 void sp_cli_run_opts_default(sp_cli_run_opts *r);
-/* 1 if flag a is one of the shared ones (value v consumed), 0 if not, -1
- * after printing what is wrong with v. */
-int sp_cli_run_flag(const char *a, const char *v, sp_cli_run_opts *r);
+
+#define SP_CLI_RUN_SHORTOPTS "m:z:n:s:t:c:"
+#define SP_CLI_RUN_OPTIONS                                                                     \
+    {"model", required_argument, NULL, 'm'}, {"tokenizer", required_argument, NULL, 'z'},     \
+        {"model-draft", required_argument, NULL, SP_OPT_RUN + 0},                              \
+        {"md", required_argument, NULL, SP_OPT_RUN + 0},                                       \
+        {"tokenizer-draft", required_argument, NULL, SP_OPT_RUN + 1},                          \
+        {"zd", required_argument, NULL, SP_OPT_RUN + 1},                                       \
+        {"n-predict", required_argument, NULL, 'n'}, {"seed", required_argument, NULL, 's'},   \
+        {"threads", required_argument, NULL, 't'}, {"ctx-size", required_argument, NULL, 'c'}, \
+        {"temp", required_argument, NULL, SP_OPT_RUN + 2},                                     \
+        {"top-k", required_argument, NULL, SP_OPT_RUN + 3},                                    \
+        {"top-p", required_argument, NULL, SP_OPT_RUN + 4},                                    \
+        {"min-p", required_argument, NULL, SP_OPT_RUN + 5}
+
+/* Applies option `opt` (an id from SP_CLI_RUN_OPTIONS) with value arg.
+ * Returns 1 if it was one of them, 0 if not, -1 after printing what is
+ * wrong with the value. */
+int sp_cli_run_opt(int opt, const char *flag, const char *arg, sp_cli_run_opts *r);
+
+/* Speculation flags: each one sets the speculation setting of the same
+ * meaning (sp_spec_config.h), so flags and configuration strings share
+ * one parser and one set of messages. */
+#define SP_CLI_SPEC_OPTIONS                                                                  \
+    {"draft", required_argument, NULL, SP_OPT_SPEC + 0},                                     \
+        {"verify", required_argument, NULL, SP_OPT_SPEC + 1},                                \
+        {"lenience", required_argument, NULL, SP_OPT_SPEC + 2},                              \
+        {"gamma", required_argument, NULL, SP_OPT_SPEC + 3},                                 \
+        {"draft-max", required_argument, NULL, SP_OPT_SPEC + 4},                             \
+        {"draft-min", required_argument, NULL, SP_OPT_SPEC + 5},                             \
+        {"draft-p-min", required_argument, NULL, SP_OPT_SPEC + 6},                           \
+        {"adaptive", no_argument, NULL, SP_OPT_SPEC + 7},                                    \
+        {"tree", required_argument, NULL, SP_OPT_SPEC + 8},                                  \
+        {"ngram-min", required_argument, NULL, SP_OPT_SPEC + 9},                             \
+        {"ngram-max", required_argument, NULL, SP_OPT_SPEC + 10},                            \
+        {"skip-layers", required_argument, NULL, SP_OPT_SPEC + 11},                          \
+        {"lowbit", required_argument, NULL, SP_OPT_SPEC + 12}
+
+/* Applies a speculation flag to the configuration layer c. Returns 1 if
+ * opt was one, 0 if not, -1 after printing the setting's message. */
+int sp_cli_spec_opt(int opt, const char *arg, sp_spec_config *c);
 
 /* Loads r->model (which must come with a tokenizer) and, if given,
  * r->draft_model. Prints one line and returns 1 on failure (nothing is left
  * loaded then); 0 on success. */
 int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel);
 
+/* mkdir -p with mode 0755 (less the umask); the last component must end up
+ * a directory. Returns 0 or -1 (errno set). */
+int sp_cli_make_dirs(const char *path);
+
 /* The speculation statistics as a JSON object / a short text summary. */
 json_t *sp_cli_spec_json(const sp_spec_stats *s);
 void sp_cli_spec_print(FILE *f, const sp_spec_stats *s);
+
+/* A JSON string of n bytes of generated text that may not be valid UTF-8
+ * (a token can end inside a character): valid sequences are kept, every
+ * byte of an invalid one becomes U+FFFD. *replaced (if not NULL) is set to
+ * the number of bytes replaced. NULL only when out of memory. */
+json_t *sp_cli_json_text(const char *s, size_t n, size_t *replaced);
 
 int cmd_version(int argc, char **argv);
 int cmd_run(int argc, char **argv);

@@ -1,12 +1,15 @@
-/* cli_util: strict flag-value parsing shared by all subcommands. */
+/* cli_util: option parsing shared by the subcommands (getopt_long_only with
+ * one-line errors, strict numbers, the flags generate and bench share, the
+ * speculation flags), model loading, and JSON text that is always valid. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
+#include "sp_utf8.h"
 
 int sp_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
     char *end;
@@ -40,6 +43,52 @@ int sp_cli_float(const char *flag, const char *s, double lo, double hi, double *
     return 0;
 }
 
+/* The option just parsed as the user wrote it: the argument before a
+ * separate value, else the current argument up to '=' or the value glued
+ * to a short option ("-n8"). */
+static const char *written_flag(char **argv, char *buf, size_t cap) {
+    const char *a = argv[optind - 1];
+    if (optarg && optind >= 2 && optarg == a) return argv[optind - 2];
+    size_t n = strlen(a);
+    if (optarg && optarg > a && optarg <= a + n) n = (size_t)(optarg - a);
+    if (n && a[n - 1] == '=') n--;
+    snprintf(buf, cap, "%.*s", (int)n, a);
+    return buf;
+}
+
+int sp_cli_next(int argc, char **argv, const char *shortopts, const struct option *longopts,
+                const char *cmd, const char **flag) {
+    static char buf[256];
+    char opts[128];
+    snprintf(opts, sizeof opts, ":%s", shortopts); /* ':' reports a missing value */
+    opterr = 0;
+    int c = getopt_long_only(argc, argv, opts, longopts, NULL);
+    if (c == -1) {
+        if (optind < argc) {
+            fprintf(stderr, "specula: %s: unexpected argument '%s' (try 'specula %s --help')\n",
+                    cmd, argv[optind], cmd);
+            return '?';
+        }
+        return -1;
+    }
+    *flag = written_flag(argv, buf, sizeof buf);
+    if (c == ':') {
+        fprintf(stderr, "specula: %s needs a value\n", *flag);
+        return '?';
+    }
+    if (c == '?') {
+        if (optopt && optopt < 0x100 && argv[optind - 1][0] == '-' && argv[optind - 1][1] != '-' &&
+            strlen(argv[optind - 1]) == 2)
+            fprintf(stderr, "specula: unknown option '-%c' for %s (try 'specula %s --help')\n",
+                    optopt, cmd, cmd);
+        else
+            fprintf(stderr, "specula: unknown option '%s' for %s (try 'specula %s --help')\n",
+                    argv[optind - 1], cmd, cmd);
+        return '?';
+    }
+    return c;
+}
+
 void sp_cli_run_opts_default(sp_cli_run_opts *r) {
     r->model = r->tokenizer = r->draft_model = r->draft_tokenizer = NULL;
     r->n_predict = 128;
@@ -49,51 +98,53 @@ void sp_cli_run_opts_default(sp_cli_run_opts *r) {
     r->sampling = sp_sampler_default_params();
 }
 
-int sp_cli_run_flag(const char *a, const char *v, sp_cli_run_opts *r) {
+int sp_cli_run_opt(int opt, const char *flag, const char *arg, sp_cli_run_opts *r) {
     double d;
     long long ll;
-    const char **path = !strcmp(a, "-m") || !strcmp(a, "--model")             ? &r->model
-                        : !strcmp(a, "-z") || !strcmp(a, "--tokenizer")       ? &r->tokenizer
-                        : !strcmp(a, "-md") || !strcmp(a, "--model-draft")    ? &r->draft_model
-                        : !strcmp(a, "-zd") || !strcmp(a, "--tokenizer-draft") ? &r->draft_tokenizer
-                                                                               : NULL;
-    if (path) {
-        if (!v) {
-            fprintf(stderr, "specula: %s needs a value\n", a);
-            return -1;
-        }
-        *path = v;
-        return 1;
-    }
-    if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
-        return sp_cli_int(a, v, 1, 1 << 20, &r->n_predict) ? -1 : 1;
-    if (!strcmp(a, "--seed") || !strcmp(a, "-s"))
-        return sp_cli_int(a, v, 0, INT64_MAX, &r->seed) ? -1 : 1;
-    if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-        return sp_cli_int(a, v, 1, 256, &r->threads) ? -1 : 1;
-    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
-        return sp_cli_int(a, v, 1, 1 << 20, &r->n_ctx) ? -1 : 1;
-    if (!strcmp(a, "--temp")) {
-        if (sp_cli_float(a, v, 0, 100, &d)) return -1;
+    switch (opt) {
+    case 'm': r->model = arg; return 1;
+    case 'z': r->tokenizer = arg; return 1;
+    case SP_OPT_RUN + 0: r->draft_model = arg; return 1;
+    case SP_OPT_RUN + 1: r->draft_tokenizer = arg; return 1;
+    case 'n': return sp_cli_int(flag, arg, 1, 1 << 20, &r->n_predict) ? -1 : 1;
+    case 's': return sp_cli_int(flag, arg, 0, INT64_MAX, &r->seed) ? -1 : 1;
+    case 't': return sp_cli_int(flag, arg, 1, 256, &r->threads) ? -1 : 1;
+    case 'c': return sp_cli_int(flag, arg, 1, 1 << 20, &r->n_ctx) ? -1 : 1;
+    case SP_OPT_RUN + 2:
+        if (sp_cli_float(flag, arg, 0, 100, &d)) return -1;
         r->sampling.temperature = (float)d;
         return 1;
-    }
-    if (!strcmp(a, "--top-k")) {
-        if (sp_cli_int(a, v, 0, 1 << 24, &ll)) return -1;
+    case SP_OPT_RUN + 3:
+        if (sp_cli_int(flag, arg, 0, 1 << 24, &ll)) return -1;
         r->sampling.top_k = (int32_t)ll;
         return 1;
-    }
-    if (!strcmp(a, "--top-p")) {
-        if (sp_cli_float(a, v, 1e-9, 1, &d)) return -1;
+    case SP_OPT_RUN + 4:
+        if (sp_cli_float(flag, arg, 1e-9, 1, &d)) return -1;
         r->sampling.top_p = (float)d;
         return 1;
-    }
-    if (!strcmp(a, "--min-p")) {
-        if (sp_cli_float(a, v, 0, 1, &d)) return -1;
+    case SP_OPT_RUN + 5:
+        if (sp_cli_float(flag, arg, 0, 1, &d)) return -1;
         r->sampling.min_p = (float)d;
         return 1;
+    default: return 0;
     }
-    return 0;
+}
+
+/* The setting each speculation flag sets, by SP_OPT_SPEC offset. */
+static const char *const SPEC_KEYS[] = {"drafter",   "verifier",  "lenience",    "gamma",
+                                        "n_max",     "n_min",     "p_min",       "adaptive",
+                                        "tree",      "ngram_min", "ngram_max",   "skip_layers",
+                                        "lowbit"};
+
+int sp_cli_spec_opt(int opt, const char *arg, sp_spec_config *c) {
+    int k = opt - SP_OPT_SPEC;
+    if (k < 0 || k >= (int)(sizeof SPEC_KEYS / sizeof SPEC_KEYS[0])) return 0;
+    sp_error e = {0};
+    if (sp_spec_config_set(c, SPEC_KEYS[k], arg, &e)) {
+        fprintf(stderr, "specula: %s\n", e.msg);
+        return -1;
+    }
+    return 1;
 }
 
 int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel) {
@@ -121,6 +172,39 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
         }
     }
     return 0;
+}
+
+int sp_cli_make_dirs(const char *path) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0755) && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    if (mkdir(p, 0755) && errno != EEXIST) return -1;
+    struct stat st;
+    if (stat(p, &st)) return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
+json_t *sp_cli_json_text(const char *s, size_t n, size_t *replaced) {
+    const size_t bad = sp_utf8_invalid_bytes(s, n);
+    if (replaced) *replaced = bad;
+    if (!bad) return json_stringn(s ? s : "", n);
+    char *out = malloc(n + 2 * bad);
+    if (!out) return NULL;
+    json_t *j = json_stringn(out, sp_utf8_repair(s, n, out));
+    free(out);
+    return j;
 }
 
 int cmd_version(int argc, char **argv) {

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "sp_file.h"
 #include "cli.h"
+#include "sp_file.h"
 #include "specula.h"
 
 #define DEFAULT_PROMPTS "bench/prompts/stories.jsonl"
@@ -35,8 +35,9 @@ static void bench_usage(FILE *f) {
             "  Runs every configuration on every prompt (one JSON object with a \"prompt\"\n"
             "  field per line; default %s) and reports acceptance rate, block\n"
             "  efficiency, mean accepted length, tokens/s and speedup over plain decoding.\n"
-            "  CFG: plain | key=value,... with keys draft (model|ngram|layerskip|lowbit),\n"
-            "    verify, gamma, tree, adaptive, p_min, ngram_min, ngram_max, skip, lowbit,\n"
+            "  CFG: plain | key=value,... with the speculation settings drafter (or draft:\n"
+            "    model|ngram|layerskip|lowbit), verifier (or verify), gamma (or n_max), n_min,\n"
+            "    p_min, tree, adaptive, ngram_min, ngram_max, skip_layers (or skip), lowbit,\n"
             "    lenience; e.g. \"draft=model,gamma=4;draft=layerskip,skip=1,3,gamma=4\".\n"
             "  Plain decoding is always run first. Writes results.json, results.csv and\n"
             "  PNG plots into DIR (default bench-out); --json prints results.json to stdout.\n",
@@ -45,42 +46,45 @@ static void bench_usage(FILE *f) {
 
 /* Parses bench's flags; returns 0, -1 for --help, or 2 after printing the problem. */
 static int parse_bench(int argc, char **argv, bench_opts *o) {
+    static const struct option LONGOPTS[] = {
+        SP_CLI_RUN_OPTIONS,
+        {"prompts", required_argument, NULL, SP_OPT_CMD + 0},
+        {"configs", required_argument, NULL, SP_OPT_CMD + 1},
+        {"out", required_argument, NULL, SP_OPT_CMD + 2},
+        {"repeat", required_argument, NULL, SP_OPT_CMD + 3},
+        {"json", no_argument, NULL, SP_OPT_CMD + 4},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
     sp_cli_run_opts_default(&o->run);
     o->repeat = 1;
     o->out_dir = "bench-out";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEXT() (i++, v)
-        int shared = sp_cli_run_flag(a, v, &o->run);
-        if (shared < 0) return 2;
-        if (shared > 0) {
-            i++;
-        } else if (!strcmp(a, "--prompts")) {
-            if (!(o->prompts = NEXT())) goto missing;
-        } else if (!strcmp(a, "--configs")) {
-            if (!(o->configs = NEXT())) goto missing;
-        } else if (!strcmp(a, "--out")) {
-            if (!(o->out_dir = NEXT())) goto missing;
-            if (!*o->out_dir) {
-                fprintf(stderr, "specula: --out needs a directory name\n");
+    const char *flag;
+    int c, r;
+    optind = 0;
+    while ((c = sp_cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "h", LONGOPTS, "bench", &flag)) != -1) {
+        if (c == '?') return 2;
+        if ((r = sp_cli_run_opt(c, flag, optarg, &o->run))) {
+            if (r < 0) return 2;
+            continue;
+        }
+        switch (c) {
+        case SP_OPT_CMD + 0: o->prompts = optarg; break;
+        case SP_OPT_CMD + 1: o->configs = optarg; break;
+        case SP_OPT_CMD + 2:
+            if (!*optarg) {
+                fprintf(stderr, "specula: %s needs a directory name\n", flag);
                 return 2;
             }
-        } else if (!strcmp(a, "--repeat")) {
-            if (sp_cli_int(a, NEXT(), 1, 10000, &o->repeat)) return 2;
-        } else if (!strcmp(a, "--json")) {
-            o->json = true;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            bench_usage(stdout);
-            return -1;
-        } else {
-            fprintf(stderr, "specula: unknown option '%s' for bench (try 'specula bench --help')\n", a);
-            return 2;
+            o->out_dir = optarg;
+            break;
+        case SP_OPT_CMD + 3:
+            if (sp_cli_int(flag, optarg, 1, 10000, &o->repeat)) return 2;
+            break;
+        case SP_OPT_CMD + 4: o->json = true; break;
+        case 'h': bench_usage(stdout); return -1;
+        default: return 2;
         }
-        continue;
-    missing:
-        fprintf(stderr, "specula: %s needs a value\n", a);
-        return 2;
-#undef NEXT
     }
     if (!o->run.model) {
         fprintf(stderr, "specula: bench needs a model (-m MODEL)\n");
@@ -199,29 +203,6 @@ static int load_prompts(const char *path, prompt_set *out) {
     return rc;
 }
 
-/* mkdir -p; returns 0 or -1 (errno set). */
-static int make_dirs(const char *path) {
-    char p[4096];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0755) && errno != EEXIST) return -1;
-        *s = '/';
-    }
-    if (mkdir(p, 0755) && errno != EEXIST) return -1;
-    struct stat st;
-    if (stat(p, &st)) return -1;
-    if (!S_ISDIR(st.st_mode)) {
-        errno = ENOTDIR;
-        return -1;
-    }
-    return 0;
-}
-
 /* ---- the run ---- */
 
 typedef struct progress {
@@ -250,196 +231,263 @@ static void progress_repeat_done(progress *pg, int repeat, int n_repeat) {
     pg->t_repeat = now;
 }
 
-static int bench_main(const bench_opts *o) {
-    sp_error err = {0};
-    sp_model *model = NULL, *dmodel = NULL;
-    sp_ctx *ctx = NULL;
-    sp_spec **specs = NULL;
-    sp_bench_config *cfg = NULL;
-    sp_bench_agg *agg = NULL;
-    sp_bench_run *runs = NULL;
-    prompt_set ps = {0};
-    int32_t **ptok = NULL, *np = NULL, *out = NULL;
-    int n_cfg = 0, rc = 2;
-    size_t n_runs = 0;
-    char msg[1024], pbuf[4096];
-    json_t *results = NULL;
+/* Everything one bench run holds; released by bench_free. */
+typedef struct bench_state {
+    const char *prompts_path;
+    char pbuf[4096];
+    prompt_set ps;
+    sp_bench_config *cfg;
+    int n_cfg;
+    sp_model *model, *dmodel;
+    sp_ctx *ctx;
+    sp_spec **specs;       /* [n_cfg]: one drafter per configuration, one shared target */
+    int32_t **ptok, *np;   /* [ps.n] tokenised prompts */
+    int32_t *out;          /* [n_predict] */
+    sp_bench_run *runs;
+    size_t n_runs;
+    sp_bench_agg *agg;
+    json_t *results;
+    double t0;
+} bench_state;
 
-    /* everything about the input is checked before the models load */
-    const char *ppath = o->prompts;
-    if (!ppath && !(ppath = default_prompts(pbuf, sizeof pbuf))) {
+static void bench_free(bench_state *b) {
+    json_decref(b->results);
+    if (b->agg) sp_bench_aggs_free(b->agg, b->n_cfg);
+    free(b->agg);
+    free(b->runs);
+    free(b->out);
+    for (int i = 0; b->ptok && i < b->ps.n; i++) free(b->ptok[i]);
+    free(b->ptok);
+    free(b->np);
+    for (int c = 0; b->specs && c < b->n_cfg; c++) sp_spec_free(b->specs[c]);
+    free(b->specs);
+    sp_bench_configs_free(b->cfg, b->n_cfg);
+    sp_ctx_free(b->ctx);
+    sp_model_free(b->dmodel);
+    sp_model_free(b->model);
+    prompts_free(&b->ps);
+}
+
+static int oom(void) {
+    fprintf(stderr, "specula: out of memory\n");
+    return 1;
+}
+
+/* Everything about the input, checked before the models load: prompts,
+ * configurations (each against the sampler settings), the output
+ * directory. 0 or 2 after one line. */
+static int bench_inputs(const bench_opts *o, bench_state *b) {
+    char msg[1024];
+    sp_error err = {0};
+    b->prompts_path = o->prompts;
+    if (!b->prompts_path && !(b->prompts_path = default_prompts(b->pbuf, sizeof b->pbuf))) {
         fprintf(stderr, "specula: no --prompts given and the default %s was not found\n",
                 DEFAULT_PROMPTS);
         return 2;
     }
-    if ((rc = load_prompts(ppath, &ps))) goto done;
-    rc = 2;
-    const char *clist = o->configs ? o->configs : sp_bench_default_configs(o->run.draft_model != NULL);
-    if (sp_bench_configs_parse(clist, o->run.draft_model != NULL, &cfg, &n_cfg, msg, sizeof msg)) {
+    int rc = load_prompts(b->prompts_path, &b->ps);
+    if (rc) return rc;
+    const bool has_draft = o->run.draft_model != NULL;
+    const char *clist = o->configs ? o->configs : sp_bench_default_configs(has_draft);
+    if (sp_bench_configs_parse(clist, has_draft, &b->cfg, &b->n_cfg, msg, sizeof msg)) {
         fprintf(stderr, "specula: %s\n", msg);
-        goto done;
+        return 2;
+    }
+    if (sp_sampler_params_check(&o->run.sampling, &err)) {
+        fprintf(stderr, "specula: %s\n", err.msg);
+        return 2;
     }
     bool uses_model = false;
-    for (int c = 0; c < n_cfg; c++) {
-        uses_model |= cfg[c].spec.draft.kind == SP_DRAFT_MODEL;
-        if (cfg[c].spec.verifier == SP_VERIFIER_GREEDY && o->run.sampling.temperature != 0) {
-            fprintf(stderr, "specula: config '%s': verify=greedy needs --temp 0\n", cfg[c].name);
-            goto done;
+    for (int c = 0; c < b->n_cfg; c++) {
+        uses_model |= b->cfg[c].spec.draft.kind == SP_DRAFT_MODEL;
+        if (sp_spec_config_check_sampling(&b->cfg[c].spec, &o->run.sampling, &err)) {
+            fprintf(stderr, "specula: config '%s': %s (--temp)\n", b->cfg[c].name, err.msg);
+            return 2;
         }
     }
-    if (o->run.draft_model && !uses_model) {
+    if (has_draft && !uses_model) {
         fprintf(stderr, "specula: -md given but no configuration uses draft=model\n");
-        goto done;
+        return 2;
     }
-    if (sp_sampler_params_check(&o->run.sampling, &err)) goto fail;
-    if (make_dirs(o->out_dir)) {
+    if (sp_cli_make_dirs(o->out_dir)) {
         fprintf(stderr, "specula: cannot create output directory %s: %s\n", o->out_dir,
                 strerror(errno));
-        goto done;
+        return 2;
     }
+    return 0;
+}
 
-    if (sp_cli_load_models(&o->run, &model, &dmodel)) goto done;
-    const sp_tokenizer *tok = sp_model_tokenizer(model);
+/* Models, the target context sized for every configuration (largest batch
+ * and extra context), and one speculation object per configuration. */
+static int bench_setup(const bench_opts *o, bench_state *b) {
+    sp_error err = {0};
+    if (sp_cli_load_models(&o->run, &b->model, &b->dmodel)) return 2;
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = (int32_t)o->run.n_ctx;
     cp.n_threads = (int32_t)o->run.threads;
-    int32_t extra = 0;
-    for (int c = 0; c < n_cfg; c++) {
-        int32_t b = sp_bench_config_batch(&cfg[c]), x = sp_bench_config_extra_ctx(&cfg[c]);
-        cp.max_batch = b > cp.max_batch ? b : cp.max_batch;
-        extra = x > extra ? x : extra;
+    for (int c = 0; c < b->n_cfg; c++) {
+        int32_t need = sp_spec_config_batch(&b->cfg[c].spec);
+        cp.max_batch = need > cp.max_batch ? need : cp.max_batch;
     }
-    if (sp_ctx_init(model, &cp, &ctx, &err)) goto fail;
-    /* one target context serves every configuration (reset before each run);
-     * each configuration owns its drafter */
-    specs = calloc((size_t)n_cfg, sizeof *specs);
-    if (!specs) goto oom;
-    for (int c = 0; c < n_cfg; c++) {
-        cfg[c].spec.draft.draft_model = dmodel;
-        if (sp_spec_init(ctx, &cfg[c].spec, &specs[c], &err)) {
-            fprintf(stderr, "specula: config '%s': %s\n", cfg[c].name, err.msg);
-            rc = err.code == SP_ERR_NOMEM || err.code == SP_ERR_IO ? 1 : 2;
-            goto done;
+    if (sp_ctx_init(b->model, &cp, &b->ctx, &err)) {
+        fprintf(stderr, "specula: %s\n", err.msg);
+        return err.code == SP_ERR_NOMEM ? 1 : 2;
+    }
+    if (!(b->specs = calloc((size_t)b->n_cfg, sizeof *b->specs))) return oom();
+    for (int c = 0; c < b->n_cfg; c++) {
+        b->cfg[c].spec.draft.draft_model = b->dmodel;
+        if (sp_spec_init(b->ctx, &b->cfg[c].spec, &b->specs[c], &err)) {
+            fprintf(stderr, "specula: config '%s': %s\n", b->cfg[c].name, err.msg);
+            return err.code == SP_ERR_NOMEM || err.code == SP_ERR_IO ? 1 : 2;
         }
     }
-    const int32_t n_ctx = sp_ctx_n_ctx(ctx);
-    ptok = calloc((size_t)ps.n, sizeof *ptok);
-    np = calloc((size_t)ps.n, sizeof *np);
-    if (!ptok || !np) goto oom;
+    return 0;
+}
+
+/* Tokenises every prompt; each plus -n (plus the largest tree) must fit. */
+static int bench_encode(const bench_opts *o, bench_state *b) {
+    sp_error err = {0};
+    const int32_t n_ctx = sp_ctx_n_ctx(b->ctx);
+    const sp_tokenizer *tok = sp_model_tokenizer(b->model);
     const bool bos = sp_tokenizer_add_bos(tok);
-    for (int i = 0; i < ps.n; i++) {
-        if (!(ptok[i] = malloc((size_t)n_ctx * sizeof **ptok))) goto oom;
-        if (sp_tokenizer_encode(tok, ps.text[i], strlen(ps.text[i]), bos, ptok[i], n_ctx, &np[i],
-                                &err) ||
-            np[i] < 1) {
-            if (err.code == SP_ERR_RANGE || np[i] >= n_ctx)
+    int32_t extra = 0;
+    for (int c = 0; c < b->n_cfg; c++) {
+        int32_t x = sp_spec_config_extra_ctx(&b->cfg[c].spec);
+        extra = x > extra ? x : extra;
+    }
+    b->ptok = calloc((size_t)b->ps.n, sizeof *b->ptok);
+    b->np = calloc((size_t)b->ps.n, sizeof *b->np);
+    if (!b->ptok || !b->np) return oom();
+    for (int i = 0; i < b->ps.n; i++) {
+        if (!(b->ptok[i] = malloc((size_t)n_ctx * sizeof **b->ptok))) return oom();
+        if (sp_tokenizer_encode(tok, b->ps.text[i], strlen(b->ps.text[i]), bos, b->ptok[i], n_ctx,
+                                &b->np[i], &err) ||
+            b->np[i] < 1) {
+            if (err.code == SP_ERR_RANGE || b->np[i] >= n_ctx)
                 fprintf(stderr, "specula: prompt %d is longer than the context size %d\n", i + 1,
                         n_ctx);
             else
                 fprintf(stderr, "specula: prompt %d: %s\n", i + 1,
-                        np[i] < 1 ? "encodes to no tokens" : err.msg);
-            goto done;
+                        b->np[i] < 1 ? "encodes to no tokens" : err.msg);
+            return 2;
         }
-        if ((int64_t)np[i] + o->run.n_predict + extra > n_ctx) {
+        if ((int64_t)b->np[i] + o->run.n_predict + extra > n_ctx) {
             fprintf(stderr,
                     "specula: prompt %d (%d tokens) plus -n %lld%s exceeds the context size %d "
                     "(lower -n or raise -c)\n",
-                    i + 1, np[i], o->run.n_predict, extra ? " plus the largest tree" : "", n_ctx);
-            goto done;
+                    i + 1, b->np[i], o->run.n_predict, extra ? " plus the largest tree" : "", n_ctx);
+            return 2;
         }
     }
-    out = malloc((size_t)o->run.n_predict * sizeof *out);
-    const size_t total = (size_t)o->repeat * (size_t)ps.n * (size_t)n_cfg;
-    runs = calloc(total, sizeof *runs);
-    if (!out || !runs) goto oom;
+    return 0;
+}
 
+/* One generation of configuration c on prompt i (the caches reset first). */
+static sp_status bench_generate(bench_state *b, int c, int i, const sp_gen_params *gp,
+                                sp_gen_stats *gs, sp_spec_stats *st, sp_error *err) {
+    sp_status rc = sp_spec_reset(b->specs[c], err);
+    if (!rc)
+        rc = sp_spec_generate(b->specs[c], b->ptok[i], b->np[i], gp, b->out, gp->n_predict, gs, st,
+                              NULL, NULL, err);
+    return rc;
+}
+
+/* A short warm-up per configuration (not recorded, so the first one timed
+ * does not pay for cold caches and page faults), then every (repeat,
+ * prompt, configuration), configurations interleaved per prompt, the same
+ * seed for every configuration on one (prompt, repeat). */
+static int bench_measure(const bench_opts *o, bench_state *b) {
+    sp_error err = {0};
+    const size_t total = (size_t)o->repeat * (size_t)b->ps.n * (size_t)b->n_cfg;
+    b->out = malloc((size_t)o->run.n_predict * sizeof *b->out);
+    b->runs = calloc(total, sizeof *b->runs);
+    if (!b->out || !b->runs) return oom();
     sp_gen_params gp = sp_gen_default_params();
     gp.sampling = o->run.sampling;
-    /* warm-up (not recorded): one short run per configuration, so the first
-     * configuration timed does not pay for cold caches and page faults */
     gp.n_predict = o->run.n_predict < 16 ? (int32_t)o->run.n_predict : 16;
     gp.seed = (uint64_t)o->run.seed;
-    for (int c = 0; c < n_cfg; c++) {
-        if (sp_spec_reset(specs[c], &err) ||
-            sp_spec_generate(specs[c], ptok[0], np[0], &gp, out, (int32_t)o->run.n_predict, NULL, NULL,
-                             NULL, NULL, &err)) {
-            fprintf(stderr, "specula: config '%s' (warm-up): %s\n", cfg[c].name, err.msg);
-            rc = 1;
-            goto done;
+    for (int c = 0; c < b->n_cfg; c++)
+        if (bench_generate(b, c, 0, &gp, NULL, NULL, &err)) {
+            fprintf(stderr, "specula: config '%s' (warm-up): %s\n", b->cfg[c].name, err.msg);
+            return 1;
         }
-    }
     gp.n_predict = (int32_t)o->run.n_predict;
     progress pg = {.tty = isatty(2), .total = (int64_t)total, .t0 = sp_now()};
-    pg.t_repeat = pg.t0;
+    pg.t_repeat = b->t0 = pg.t0;
     for (int r = 0; r < o->repeat; r++) {
-        for (int i = 0; i < ps.n; i++) {
-            /* the same seed for every configuration on this (prompt, repeat) */
-            gp.seed = (uint64_t)o->run.seed + (uint64_t)r * (uint64_t)ps.n + (uint64_t)i;
-            for (int c = 0; c < n_cfg; c++) {
-                sp_bench_run *run = &runs[n_runs];
+        for (int i = 0; i < b->ps.n; i++) {
+            gp.seed = (uint64_t)o->run.seed + (uint64_t)r * (uint64_t)b->ps.n + (uint64_t)i;
+            for (int c = 0; c < b->n_cfg; c++) {
+                sp_bench_run *run = &b->runs[b->n_runs];
                 sp_gen_stats gs;
                 *run = (sp_bench_run){.config = c, .prompt = i, .repeat = r, .seed = gp.seed,
-                                      .n_prompt = np[i]};
-                if (sp_spec_reset(specs[c], &err) ||
-                    sp_spec_generate(specs[c], ptok[i], np[i], &gp, out, (int32_t)o->run.n_predict, &gs,
-                                     &run->spec, NULL, NULL, &err)) {
+                                      .n_prompt = b->np[i]};
+                if (bench_generate(b, c, i, &gp, &gs, &run->spec, &err)) {
                     if (pg.tty) fprintf(stderr, "\n");
-                    fprintf(stderr, "specula: config '%s', prompt %d: %s\n", cfg[c].name, i + 1,
+                    fprintf(stderr, "specula: config '%s', prompt %d: %s\n", b->cfg[c].name, i + 1,
                             err.msg);
-                    rc = 1;
-                    goto done;
+                    return 1;
                 }
                 run->n_generated = gs.n_generated;
                 run->t_prefill = gs.t_prefill;
                 run->t_generate = gs.t_generate;
                 run->hit_eog = gs.hit_eog;
-                n_runs++;
+                b->n_runs++;
                 progress_step(&pg, r, (int)o->repeat);
             }
         }
         progress_repeat_done(&pg, r, (int)o->repeat);
     }
+    return 0;
+}
 
-    agg = calloc((size_t)n_cfg, sizeof *agg);
-    if (!agg || sp_bench_aggregate(runs, n_runs, n_cfg, (int)o->repeat, agg)) goto oom;
+/* The "meta" part of results.json: what was run, where, how. */
+static json_t *bench_meta(const bench_opts *o, const bench_state *b) {
     json_t *meta = json_object();
     json_object_set_new(meta, "model", json_string(o->run.model));
-    json_object_set_new(meta, "model_desc", json_string(sp_model_desc(model)));
-    if (dmodel) {
+    json_object_set_new(meta, "model_desc", json_string(sp_model_desc(b->model)));
+    if (b->dmodel) {
         json_object_set_new(meta, "draft_model", json_string(o->run.draft_model));
-        json_object_set_new(meta, "draft_model_desc", json_string(sp_model_desc(dmodel)));
+        json_object_set_new(meta, "draft_model_desc", json_string(sp_model_desc(b->dmodel)));
     }
-    json_object_set_new(meta, "prompts_file", json_string(ppath));
-    json_object_set_new(meta, "n_prompts", json_integer(ps.n));
+    json_object_set_new(meta, "prompts_file", json_string(b->prompts_path));
+    json_object_set_new(meta, "n_prompts", json_integer(b->ps.n));
     json_object_set_new(meta, "n_predict", json_integer(o->run.n_predict));
     json_object_set_new(meta, "repeat", json_integer(o->repeat));
     json_object_set_new(meta, "seed", json_integer(o->run.seed));
     json_object_set_new(meta, "threads", json_integer(o->run.threads));
-    json_object_set_new(meta, "n_ctx", json_integer(n_ctx));
+    json_object_set_new(meta, "n_ctx", json_integer(sp_ctx_n_ctx(b->ctx)));
     json_object_set_new(meta, "temperature", json_real(o->run.sampling.temperature));
     json_object_set_new(meta, "top_k", json_integer(o->run.sampling.top_k));
     json_object_set_new(meta, "top_p", json_real(o->run.sampling.top_p));
     json_object_set_new(meta, "min_p", json_real(o->run.sampling.min_p));
-    json_object_set_new(meta, "wall_seconds", json_real(sp_now() - pg.t0));
+    json_object_set_new(meta, "wall_seconds", json_real(sp_now() - b->t0));
     json_object_set_new(meta, "tokens_per_second_definition",
                         json_string("per repeat: generated tokens / generate seconds (prefill "
                                     "excluded) summed over prompts; mean and sample std over "
                                     "repeats. speedup: per repeat against plain decoding"));
-    results = sp_bench_results_json(meta, cfg, n_cfg, agg, runs, n_runs);
-    char path[4096];
+    return meta;
+}
+
+/* Aggregates, writes results.json, results.csv and the plots, prints the
+ * table (or the JSON with --json). */
+static int bench_report(const bench_opts *o, bench_state *b) {
+    char msg[1024], path[4096];
+    b->agg = calloc((size_t)b->n_cfg, sizeof *b->agg);
+    if (!b->agg || sp_bench_aggregate(b->runs, b->n_runs, b->n_cfg, (int)o->repeat, b->agg))
+        return oom();
+    b->results = sp_bench_results_json(bench_meta(o, b), b->cfg, b->n_cfg, b->agg, b->runs, b->n_runs);
     snprintf(path, sizeof path, "%s/results.json", o->out_dir);
-    if (json_dump_file(results, path, JSON_INDENT(2) | JSON_ENSURE_ASCII)) {
+    if (!b->results || json_dump_file(b->results, path, JSON_INDENT(2) | JSON_ENSURE_ASCII)) {
         fprintf(stderr, "specula: cannot write %s\n", path);
-        rc = 1;
-        goto done;
+        return 1;
     }
     snprintf(path, sizeof path, "%s/results.csv", o->out_dir);
-    if (sp_bench_write_csv(path, cfg, n_cfg, agg)) {
+    if (sp_bench_write_csv(path, b->cfg, b->n_cfg, b->agg)) {
         fprintf(stderr, "specula: cannot write %s: %s\n", path, strerror(errno));
-        rc = 1;
-        goto done;
+        return 1;
     }
-    int pr = sp_bench_plot(o->out_dir, cfg, n_cfg, agg, msg, sizeof msg);
+    int pr = sp_bench_plot(o->out_dir, b->cfg, b->n_cfg, b->agg, msg, sizeof msg);
     if (pr == 1)
         fprintf(stderr, "specula: gnuplot not found; wrote %s/results.json and results.csv but no "
                         "plots (install gnuplot-nox, then run gnuplot plots.gp in %s)\n",
@@ -447,47 +495,29 @@ static int bench_main(const bench_opts *o) {
     else if (pr < 0)
         fprintf(stderr, "specula: %s\n", msg); /* the table still prints; exit 1 below */
     if (o->json) {
-        char *s = json_dumps(results, JSON_COMPACT | JSON_ENSURE_ASCII);
-        if (!s) goto oom;
+        char *s = json_dumps(b->results, JSON_COMPACT | JSON_ENSURE_ASCII);
+        if (!s) return oom();
         printf("%s\n", s);
         free(s);
     } else {
-        sp_bench_print_table(stdout, cfg, n_cfg, agg);
+        sp_bench_print_table(stdout, b->cfg, b->n_cfg, b->agg);
         printf("results: %s/results.json, %s/results.csv%s\n", o->out_dir, o->out_dir,
                pr == 0 ? ", plots: tokens_per_second.png, block_efficiency.png, accept_hist.png"
                        : "");
     }
-    rc = pr < 0 ? 1 : 0;
-    goto done;
-oom:
-    fprintf(stderr, "specula: out of memory\n");
-    rc = 1;
-    goto done;
-fail:
-    fprintf(stderr, "specula: %s\n", err.msg);
-    rc = err.code == SP_ERR_NOMEM ? 1 : 2;
-done:
-    json_decref(results);
-    if (agg) sp_bench_aggs_free(agg, n_cfg);
-    free(agg);
-    free(runs);
-    free(out);
-    for (int i = 0; ptok && i < ps.n; i++) free(ptok[i]);
-    free(ptok);
-    free(np);
-    for (int c = 0; specs && c < n_cfg; c++) sp_spec_free(specs[c]);
-    free(specs);
-    sp_bench_configs_free(cfg, n_cfg);
-    sp_ctx_free(ctx);
-    sp_model_free(dmodel);
-    sp_model_free(model);
-    prompts_free(&ps);
-    return rc;
+    return pr < 0 ? 1 : 0;
 }
 
 int cmd_bench(int argc, char **argv) {
     bench_opts o = {0};
     int rc = parse_bench(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    return bench_main(&o);
+    bench_state b = {0};
+    rc = bench_inputs(&o, &b);
+    if (!rc) rc = bench_setup(&o, &b);
+    if (!rc) rc = bench_encode(&o, &b);
+    if (!rc) rc = bench_measure(&o, &b);
+    if (!rc) rc = bench_report(&o, &b);
+    bench_free(&b);
+    return rc;
 }

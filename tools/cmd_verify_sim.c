@@ -29,6 +29,125 @@ static void vsim_usage(FILE *f) {
             SP_VERIFY_MAX_GAMMA);
 }
 
+/* What the flags say. */
+typedef struct vsim_opts {
+    sp_vsim_params prm;
+    sp_tree_shape shape;  /* prm.tree points here when --tree is given */
+    const char *p_str, *q_str, *tree_str;
+    long long markov;
+    double temp;
+    bool json, have_gamma, have_cand;
+} vsim_opts;
+
+static bool is_mc(sp_verifier v) {
+    return v == SP_VERIFIER_MC || v == SP_VERIFIER_MC_NOREP || v == SP_VERIFIER_NAIVE;
+}
+
+/* Parses the flags; returns 0, -1 after --help, or 2 after one line. */
+static int vsim_parse(int argc, char **argv, vsim_opts *o) {
+    enum { O_VERIFIER = SP_OPT_CMD, O_LENIENCE, O_P, O_Q, O_MARKOV, O_GAMMA, O_CAND, O_TREE,
+           O_TEMP, O_TRIALS, O_SEED, O_JSON };
+    static const struct option LONGOPTS[] = {
+        {"verifier", required_argument, NULL, O_VERIFIER},
+        {"lenience", required_argument, NULL, O_LENIENCE},
+        {"p", required_argument, NULL, O_P},
+        {"q", required_argument, NULL, O_Q},
+        {"markov", required_argument, NULL, O_MARKOV},
+        {"gamma", required_argument, NULL, O_GAMMA},
+        {"candidates", required_argument, NULL, O_CAND},
+        {"tree", required_argument, NULL, O_TREE},
+        {"temp", required_argument, NULL, O_TEMP},
+        {"trials", required_argument, NULL, O_TRIALS},
+        {"seed", required_argument, NULL, O_SEED},
+        {"json", no_argument, NULL, O_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    o->prm = sp_vsim_default_params();
+    o->prm.verifier = SP_VERIFIER_BLOCK;
+    o->prm.lenience = 0.5;
+    o->temp = 1.0;
+    const char *flag;
+    long long v;
+    int c;
+    optind = 0;
+    while ((c = sp_cli_next(argc, argv, "h", LONGOPTS, "verify-sim", &flag)) != -1) {
+        sp_error e = {0};
+        switch (c) {
+        case '?': return 2;
+        case 'h': vsim_usage(stdout); return -1;
+        case O_JSON: o->json = true; break;
+        case O_VERIFIER:
+            if (sp_verifier_parse(optarg, &o->prm.verifier, &e)) {
+                fprintf(stderr, "specula: %s: %s\n", flag, e.msg);
+                return 2;
+            }
+            break;
+        case O_LENIENCE:
+            if (sp_cli_float(flag, optarg, 1e-9, 1.0, &o->prm.lenience)) return 2;
+            break;
+        case O_P: o->p_str = optarg; break;
+        case O_Q: o->q_str = optarg; break;
+        case O_MARKOV:
+            if (sp_cli_int(flag, optarg, 2, SP_VSIM_MAX_VOCAB, &o->markov)) return 2;
+            break;
+        case O_GAMMA:
+            if (sp_cli_int(flag, optarg, 1, SP_VERIFY_MAX_GAMMA, &v)) return 2;
+            o->prm.gamma = (int32_t)v;
+            o->have_gamma = true;
+            break;
+        case O_CAND:
+            if (sp_cli_int(flag, optarg, 1, SP_TREE_MAX_NODES - 1, &v)) return 2;
+            o->prm.candidates = (int32_t)v;
+            o->have_cand = true;
+            break;
+        case O_TREE: o->tree_str = optarg; break;
+        case O_TEMP:
+            if (sp_cli_float(flag, optarg, 0.0, 1e6, &o->temp)) return 2;
+            break;
+        case O_TRIALS:
+            if (sp_cli_int(flag, optarg, 1, SP_VSIM_MAX_TRIALS, &v)) return 2;
+            o->prm.trials = v;
+            break;
+        case O_SEED:
+            if (sp_cli_int(flag, optarg, 0, 0x7fffffffffffffffLL, &v)) return 2;
+            o->prm.seed = (uint64_t)v;
+            break;
+        default: return 2;
+        }
+    }
+    return 0;
+}
+
+/* The combinations the flags allow; fills the tree shape. 0 or 2. */
+static int vsim_check(vsim_opts *o) {
+    const bool mc = is_mc(o->prm.verifier);
+    if (!mc && (o->tree_str || o->have_cand)) {
+        fprintf(stderr, "specula: --tree and --candidates need --verifier mc, mc-norep or naive\n");
+        return 2;
+    }
+    if (o->tree_str && (o->have_cand || o->have_gamma)) {
+        fprintf(stderr, "specula: --tree sets the depth and branching; drop --gamma/--candidates\n");
+        return 2;
+    }
+    if (o->tree_str) {
+        sp_error e = {0};
+        if (sp_tree_shape_parse(o->tree_str, &o->shape, &e)) {
+            fprintf(stderr, "specula: --tree: %s\n", e.msg);
+            return 2;
+        }
+        o->prm.tree = &o->shape;
+    } else if (mc && (int64_t)o->prm.candidates * o->prm.gamma + 1 > SP_TREE_MAX_NODES) {
+        fprintf(stderr, "specula: --candidates x --gamma must be at most %d\n", SP_TREE_MAX_NODES - 1);
+        return 2;
+    }
+    if ((o->p_str || o->q_str) && o->markov) {
+        fprintf(stderr, "specula: give either --p/--q or --markov, not both\n");
+        return 2;
+    }
+    return 0;
+}
+
 /* Parse "a,b,c" into out[cap]; returns the count or -1 after printing. */
 static int parse_list(const char *flag, const char *s, double *out, int cap) {
     if (!s || !*s) {
@@ -55,163 +174,93 @@ static int parse_list(const char *flag, const char *s, double *out, int cap) {
     return n;
 }
 
-int cmd_verify_sim(int argc, char **argv) {
-    sp_vsim_params prm = sp_vsim_default_params();
-    prm.verifier = SP_VERIFIER_BLOCK;
-    prm.lenience = 0.5;
-    const char *p_str = NULL, *q_str = NULL, *tree_str = NULL;
-    long long markov = 0, v;
-    double temp = 1.0;
-    int json = 0, have_gamma = 0, have_cand = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            vsim_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        }
-        if (!strcmp(a, "--verifier")) {
-            sp_error e = {0};
-            if (!val || sp_verifier_parse(val, &prm.verifier, &e)) {
-                fprintf(stderr, "specula: --verifier: %s\n", val ? e.msg : "needs a value");
-                return 2;
-            }
-        } else if (!strcmp(a, "--lenience")) {
-            if (sp_cli_float(a, val, 1e-9, 1.0, &prm.lenience)) return 2;
-        } else if (!strcmp(a, "--p")) {
-            p_str = val;
-        } else if (!strcmp(a, "--q")) {
-            q_str = val;
-        } else if (!strcmp(a, "--markov")) {
-            if (sp_cli_int(a, val, 2, SP_VSIM_MAX_VOCAB, &markov)) return 2;
-        } else if (!strcmp(a, "--gamma")) {
-            if (sp_cli_int(a, val, 1, SP_VERIFY_MAX_GAMMA, &v)) return 2;
-            prm.gamma = (int32_t)v;
-            have_gamma = 1;
-        } else if (!strcmp(a, "--candidates")) {
-            if (sp_cli_int(a, val, 1, SP_TREE_MAX_NODES - 1, &v)) return 2;
-            prm.candidates = (int32_t)v;
-            have_cand = 1;
-        } else if (!strcmp(a, "--tree")) {
-            tree_str = val;
-        } else if (!strcmp(a, "--temp")) {
-            if (sp_cli_float(a, val, 0.0, 1e6, &temp)) return 2;
-        } else if (!strcmp(a, "--trials")) {
-            if (sp_cli_int(a, val, 1, SP_VSIM_MAX_TRIALS, &v)) return 2;
-            prm.trials = v;
-        } else if (!strcmp(a, "--seed")) {
-            if (sp_cli_int(a, val, 0, 0x7fffffffffffffffLL, &v)) return 2;
-            prm.seed = (uint64_t)v;
-        } else {
-            fprintf(stderr, "specula: verify-sim: unknown option '%s' (try --help)\n", a);
-            return 2;
-        }
-        if (!val) {
-            fprintf(stderr, "specula: %s needs a value\n", a);
-            return 2;
-        }
-        i++;
-    }
-    const int is_mc = prm.verifier == SP_VERIFIER_MC || prm.verifier == SP_VERIFIER_MC_NOREP ||
-                      prm.verifier == SP_VERIFIER_NAIVE;
-    if (!is_mc && (tree_str || have_cand)) {
-        fprintf(stderr, "specula: --tree and --candidates need --verifier mc, mc-norep or naive\n");
-        return 2;
-    }
-    if (tree_str && (have_cand || have_gamma)) {
-        fprintf(stderr, "specula: --tree sets the depth and branching; drop --gamma/--candidates\n");
-        return 2;
-    }
-    sp_tree_shape shape;
-    if (tree_str) {
-        sp_error e = {0};
-        if (sp_tree_shape_parse(tree_str, &shape, &e)) {
-            fprintf(stderr, "specula: --tree: %s\n", e.msg);
-            return 2;
-        }
-        prm.tree = &shape;
-    } else if (is_mc && (int64_t)prm.candidates * prm.gamma + 1 > SP_TREE_MAX_NODES) {
-        fprintf(stderr, "specula: --candidates x --gamma must be at most %d\n", SP_TREE_MAX_NODES - 1);
-        return 2;
-    }
-    if ((p_str || q_str) && markov) {
-        fprintf(stderr, "specula: give either --p/--q or --markov, not both\n");
-        return 2;
-    }
-    sp_vsim_model m = {0};
+/* The toy model the flags describe, at the requested temperature. 0, or 2
+ * (bad input) / 1 (out of memory) after one line. */
+static int vsim_model(const vsim_opts *o, sp_vsim_model *m) {
     sp_error e = {0};
-    if (p_str || q_str) {
+    if (o->p_str || o->q_str) {
         double p[SP_VSIM_MAX_VOCAB], q[SP_VSIM_MAX_VOCAB];
-        int np = parse_list("--p", p_str, p, SP_VSIM_MAX_VOCAB);
+        int np = parse_list("--p", o->p_str, p, SP_VSIM_MAX_VOCAB);
         if (np < 0) return 2;
-        int nq = parse_list("--q", q_str, q, SP_VSIM_MAX_VOCAB);
+        int nq = parse_list("--q", o->q_str, q, SP_VSIM_MAX_VOCAB);
         if (nq < 0) return 2;
         if (np != nq || np < 2) {
             fprintf(stderr, "specula: --p and --q need the same length >= 2 (got %d and %d)\n", np, nq);
             return 2;
         }
-        if (sp_vsim_model_context_free(&m, np, p, q, &e)) {
-            fprintf(stderr, "specula: %s\n", e.msg);
-            return 2;
-        }
-    } else {
-        if (!markov) markov = 4;
-        if (sp_vsim_model_markov(&m, (int32_t)markov, prm.seed, &e)) {
+        if (sp_vsim_model_context_free(m, np, p, q, &e)) {
             fprintf(stderr, "specula: %s\n", e.msg);
             return e.code == SP_ERR_ARG ? 2 : 1;
         }
-    }
-    if (sp_vsim_model_temperature(&m, temp, &e)) {
+    } else if (sp_vsim_model_markov(m, o->markov ? (int32_t)o->markov : 4, o->prm.seed, &e)) {
         fprintf(stderr, "specula: %s\n", e.msg);
-        sp_vsim_model_free(&m);
+        return e.code == SP_ERR_ARG ? 2 : 1;
+    }
+    if (sp_vsim_model_temperature(m, o->temp, &e)) {
+        fprintf(stderr, "specula: %s\n", e.msg);
+        sp_vsim_model_free(m);
         return 2;
     }
+    return 0;
+}
+
+static void vsim_print_json(const vsim_opts *o, const sp_vsim_result *r, const char *model, int32_t V) {
+    printf("{\"verifier\":\"%s\",\"model\":\"%s\",\"vocab\":%d,\"gamma\":%d,",
+           sp_verifier_name(o->prm.verifier), model, (int)V, (int)r->depth);
+    if (o->prm.verifier == SP_VERIFIER_LENIENT) printf("\"lenience\":%.17g,", o->prm.lenience);
+    if (o->tree_str) printf("\"tree\":\"%s\",", o->tree_str);
+    else if (is_mc(o->prm.verifier)) printf("\"candidates\":%d,", (int)o->prm.candidates);
+    printf("\"temp\":%.17g,\"trials\":%lld,\"seed\":%llu,\"mean_accepted\":%.17g,"
+           "\"block_efficiency\":%.17g,\"accept_hist\":[",
+           o->temp, (long long)r->trials, (unsigned long long)o->prm.seed, r->mean_accepted,
+           r->block_efficiency);
+    for (int32_t i = 0; i <= r->depth; i++) printf("%s%lld", i ? "," : "", (long long)r->accept_hist[i]);
+    printf("],\"check_len\":%d,\"check_exact\":%s,\"chi2\":%.17g,\"dof\":%d,\"p_value\":%.17g,"
+           "\"impossible\":%lld}\n",
+           (int)r->check_len, r->exact ? "true" : "false", r->chi2, (int)r->dof, r->p_value,
+           (long long)r->impossible);
+}
+
+static void vsim_print_text(const vsim_opts *o, const sp_vsim_result *r, const char *model, int32_t V) {
+    printf("verifier %s%s, %s model, V=%d, depth %d", sp_verifier_name(o->prm.verifier),
+           o->prm.verifier == SP_VERIFIER_LENIENT ? " (LOSSY)" : "", model, (int)V, (int)r->depth);
+    if (o->tree_str) printf(", tree %s", o->tree_str);
+    else if (is_mc(o->prm.verifier)) printf(", %d candidates", (int)o->prm.candidates);
+    printf(", temp %g, %lld trials, seed %llu\n", o->temp, (long long)r->trials,
+           (unsigned long long)o->prm.seed);
+    printf("mean accepted draft tokens %.5f\n", r->mean_accepted);
+    printf("block efficiency           %.5f tokens/iteration\n", r->block_efficiency);
+    printf("accepted-length histogram:");
+    for (int32_t i = 0; i <= r->depth; i++) printf(" %d:%lld", (int)i, (long long)r->accept_hist[i]);
+    printf("\n");
+    if (r->exact)
+        printf("losslessness: joint distribution of the first %d tokens (exact enumeration, %lld sequences)\n",
+               (int)r->check_len, (long long)r->n_cells);
+    else
+        printf("losslessness: V^%d too many sequences; checking only the marginal of the first %d tokens\n",
+               (int)(r->depth + 1), (int)r->check_len);
+    printf("chi2 %.4f, dof %d, p-value %.4g%s\n", r->chi2, (int)r->dof, r->p_value,
+           r->impossible ? " (impossible sequences observed)" : "");
+}
+
+int cmd_verify_sim(int argc, char **argv) {
+    vsim_opts o = {0};
+    int rc = vsim_parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    if ((rc = vsim_check(&o))) return rc;
+    sp_vsim_model m = {0};
+    if ((rc = vsim_model(&o, &m))) return rc;
     sp_vsim_result r;
-    sp_status st = sp_vsim_run(&m, &prm, &r, &e);
-    int32_t V = m.n_vocab;
+    sp_error e = {0};
+    sp_status st = sp_vsim_run(&m, &o.prm, &r, &e);
+    const int32_t V = m.n_vocab;
     sp_vsim_model_free(&m);
     if (st) {
         fprintf(stderr, "specula: verify-sim: %s\n", e.msg);
         return st == SP_ERR_ARG ? 2 : 1;
     }
-    const char *model = (p_str || q_str) ? "context-free" : "markov";
-    if (json) {
-        printf("{\"verifier\":\"%s\",\"model\":\"%s\",\"vocab\":%d,\"gamma\":%d,", sp_verifier_name(prm.verifier),
-               model, (int)V, (int)r.depth);
-        if (prm.verifier == SP_VERIFIER_LENIENT) printf("\"lenience\":%.17g,", prm.lenience);
-        if (tree_str) printf("\"tree\":\"%s\",", tree_str);
-        else if (is_mc) printf("\"candidates\":%d,", (int)prm.candidates);
-        printf("\"temp\":%.17g,\"trials\":%lld,\"seed\":%llu,\"mean_accepted\":%.17g,"
-               "\"block_efficiency\":%.17g,\"accept_hist\":[",
-               temp, (long long)r.trials, (unsigned long long)prm.seed, r.mean_accepted,
-               r.block_efficiency);
-        for (int32_t i = 0; i <= r.depth; i++) printf("%s%lld", i ? "," : "", (long long)r.accept_hist[i]);
-        printf("],\"check_len\":%d,\"check_exact\":%s,\"chi2\":%.17g,\"dof\":%d,\"p_value\":%.17g,"
-               "\"impossible\":%lld}\n",
-               (int)r.check_len, r.exact ? "true" : "false", r.chi2, (int)r.dof, r.p_value,
-               (long long)r.impossible);
-        return 0;
-    }
-    printf("verifier %s%s, %s model, V=%d, depth %d", sp_verifier_name(prm.verifier),
-           prm.verifier == SP_VERIFIER_LENIENT ? " (LOSSY)" : "", model, (int)V, (int)r.depth);
-    if (tree_str) printf(", tree %s", tree_str);
-    else if (is_mc) printf(", %d candidates", (int)prm.candidates);
-    printf(", temp %g, %lld trials, seed %llu\n", temp, (long long)r.trials,
-           (unsigned long long)prm.seed);
-    printf("mean accepted draft tokens %.5f\n", r.mean_accepted);
-    printf("block efficiency           %.5f tokens/iteration\n", r.block_efficiency);
-    printf("accepted-length histogram:");
-    for (int32_t i = 0; i <= r.depth; i++) printf(" %d:%lld", (int)i, (long long)r.accept_hist[i]);
-    printf("\n");
-    if (r.exact)
-        printf("losslessness: joint distribution of the first %d tokens (exact enumeration, %lld sequences)\n",
-               (int)r.check_len, (long long)r.n_cells);
-    else
-        printf("losslessness: V^%d too many sequences; checking only the marginal of the first %d tokens\n",
-               (int)(r.depth + 1), (int)r.check_len);
-    printf("chi2 %.4f, dof %d, p-value %.4g%s\n", r.chi2, (int)r.dof, r.p_value,
-           r.impossible ? " (impossible sequences observed)" : "");
+    const char *model = (o.p_str || o.q_str) ? "context-free" : "markov";
+    if (o.json) vsim_print_json(&o, &r, model, V);
+    else vsim_print_text(&o, &r, model, V);
     return 0;
 }

@@ -1,5 +1,7 @@
 /* specula: the command-line front end. Each subcommand lives in its own
- * tools/cmd_*.c file and is registered in the table below. */
+ * tools/cmd_*.c file and is registered in the table below; the options
+ * before the command name are parsed here with getopt_long. */
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,18 +18,37 @@ static const sp_cli_command COMMANDS[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: specula <command> [options]\n\ncommands:\n");
+    fprintf(f, "usage: specula [--help | --version] <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
         fprintf(f, "  %-14s %s\n", COMMANDS[i].name, COMMANDS[i].help);
+    fprintf(f, "\n'specula <command> --help' describes a command's options.\n");
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    static const struct option LONGOPTS[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    opterr = 0;
+    /* '+': stop at the command name, whose options are its own */
+    while ((c = getopt_long(argc, argv, "+hV", LONGOPTS, NULL)) != -1) {
+        switch (c) {
+        case 'h': usage(stdout); return 0;
+        case 'V': return cmd_version(0, NULL);
+        default:
+            fprintf(stderr, "specula: unknown option '%s' (try 'specula --help')\n", argv[optind - 1]);
+            return 2;
+        }
     }
+    if (optind >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    const char *name = argv[optind];
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "specula: unknown command '%s' (try 'specula --help')\n", argv[1]);
+        if (!strcmp(name, COMMANDS[i].name)) return COMMANDS[i].fn(argc - optind, argv + optind);
+    fprintf(stderr, "specula: unknown command '%s' (try 'specula --help')\n", name);
     return 2;
 }
