@@ -5,20 +5,105 @@
  *
  * The default model is looked up in $SPECULA_MODEL, then
  * $SPECULA_SHARED/models and ../shared/models, then ~/.cache/specula;
- * otherwise its llama2.c files are downloaded into that cache. */
+ * otherwise its llama2.c files are downloaded into that cache. No path ever
+ * goes through a shell: curl runs with an argument vector and writes to a
+ * temporary file opened here, whose SHA-256 must equal the published sum
+ * before it is renamed to its final name. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "cmd_generate.h"
+#include "sp_file.h"
 #include "specula.h"
 
 #define DEFAULT_URL_BASE "https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K/"
 
+/* The files of the default model and their SHA-256 (../shared/models/README.md). */
+static const struct default_file {
+    const char *name, *sha256;
+} DEFAULT_FILES[2] = {
+    {"stories260K.bin", "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696"},
+    {"tok512.bin", "037cb335abb25d1fa9e8ecae30ed2a3a8ace9302862ebcdc05d51a6bbb10c312"},
+};
+
 static bool exists(const char *p) { return access(p, R_OK) == 0; }
 
+/* Runs curl on url with its output going to fd. Returns 0, or -1 after
+ * printing one line. */
+static int curl_to_fd(const char *url, int fd) {
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "specula: cannot start curl: %s\n", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        if (dup2(fd, STDOUT_FILENO) < 0) _exit(126);
+        char *const args[] = {"curl", "-fsSL", "--proto", "=https", "--connect-timeout", "10",
+                              (char *)url, NULL};
+        execvp("curl", args);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) {
+            fprintf(stderr, "specula: waiting for curl: %s\n", strerror(errno));
+            return -1;
+        }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+        fprintf(stderr, "specula: curl is not installed (scripts/setup.sh installs it)\n");
+    else
+        fprintf(stderr, "specula: downloading %s failed (curl %s %d)\n", url,
+                WIFEXITED(status) ? "exit code" : "signal",
+                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    return -1;
+}
+
+/* Downloads one default file into dir/name: to a temporary file in dir,
+ * checked against its sum, then renamed. 0, or -1 after one line (no file
+ * left behind). */
+static int fetch_file(const char *dir, const struct default_file *f) {
+    char tmp[4096], dst[4096], url[512], hex[65];
+    snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, f->name);
+    snprintf(dst, sizeof dst, "%s/%s", dir, f->name);
+    snprintf(url, sizeof url, "%s%s", DEFAULT_URL_BASE, f->name);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        fprintf(stderr, "specula: cannot create a file in %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    int rc = curl_to_fd(url, fd);
+    if (close(fd) && !rc) {
+        fprintf(stderr, "specula: writing %s: %s\n", tmp, strerror(errno));
+        rc = -1;
+    }
+    sp_error err = {0};
+    if (!rc && sp_file_sha256(tmp, "download", hex, &err)) {
+        fprintf(stderr, "specula: %s\n", err.msg);
+        rc = -1;
+    }
+    if (!rc && strcmp(hex, f->sha256)) {
+        fprintf(stderr, "specula: the downloaded %s has SHA-256 %s, not the published %s; not used\n",
+                f->name, hex, f->sha256);
+        rc = -1;
+    }
+    if (!rc && rename(tmp, dst)) {
+        fprintf(stderr, "specula: cannot rename %s to %s: %s\n", tmp, dst, strerror(errno));
+        rc = -1;
+    }
+    if (rc) unlink(tmp);
+    return rc;
+}
+
+/* Fills model (and tokz, "" when the model holds its tokenizer) with the
+ * default model's paths, downloading it when it is nowhere. 0 or -1 after
+ * one line. */
 static int find_default_model(char *model, char *tokz, size_t cap) {
     const char *env = getenv("SPECULA_MODEL");
     if (env && *env) {
@@ -27,31 +112,35 @@ static int find_default_model(char *model, char *tokz, size_t cap) {
         return 0;
     }
     const char *shared = getenv("SPECULA_SHARED");
-    const char *cands[3] = {shared, "../shared", NULL};
+    const char *roots[2] = {shared, "../shared"};
     for (int i = 0; i < 2; i++) {
-        if (!cands[i] || !*cands[i]) continue;
-        snprintf(model, cap, "%s/models/stories260K.gguf", cands[i]);
+        if (!roots[i] || !*roots[i]) continue;
+        snprintf(model, cap, "%s/models/stories260K.gguf", roots[i]);
         tokz[0] = 0;
         if (exists(model)) return 0;
     }
     const char *home = getenv("HOME");
-    char dir[900];
-    snprintf(dir, sizeof dir, "%s/.cache/specula", home && *home ? home : "/tmp");
-    snprintf(model, cap, "%s/stories260K.bin", dir);
-    snprintf(tokz, cap, "%s/tok512.bin", dir);
+    char dir[2048];
+    if (snprintf(dir, sizeof dir, "%s/.cache/specula", home && *home ? home : "/tmp") >=
+        (int)sizeof dir) {
+        fprintf(stderr, "specula: $HOME is too long for the model cache path\n");
+        return -1;
+    }
+    snprintf(model, cap, "%s/%s", dir, DEFAULT_FILES[0].name);
+    snprintf(tokz, cap, "%s/%s", dir, DEFAULT_FILES[1].name);
     if (exists(model) && exists(tokz)) return 0;
     fprintf(stderr, "specula: downloading the default model (stories260K) into %s\n", dir);
-    char cmd[16384];
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s' && curl -fsSL --connect-timeout 10 -o '%s.part' '%sstories260K.bin' && "
-             "curl -fsSL --connect-timeout 10 -o '%s.part' '%stok512.bin' && mv '%s.part' '%s' && "
-             "mv '%s.part' '%s'",
-             dir, model, DEFAULT_URL_BASE, tokz, DEFAULT_URL_BASE, model, model, tokz, tokz);
-    if (system(cmd) != 0) {
-        fprintf(stderr,
-                "specula: could not download the default model; set SPECULA_MODEL to a GGUF file "
-                "or put the shared directory beside this checkout\n");
+    if (sp_cli_make_dirs(dir)) {
+        fprintf(stderr, "specula: cannot create %s: %s\n", dir, strerror(errno));
         return -1;
+    }
+    for (int i = 0; i < 2; i++) {
+        const char *path = i ? tokz : model;
+        if (!exists(path) && fetch_file(dir, &DEFAULT_FILES[i])) {
+            fprintf(stderr, "specula: could not download the default model; set SPECULA_MODEL to "
+                            "a GGUF file or put the shared directory beside this checkout\n");
+            return -1;
+        }
     }
     return 0;
 }
