@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "specula.h"
+#include "spec_testutil.h"
 #include "sp_vsim.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -16,32 +17,6 @@
 #else
 #define SP_SLOW 0
 #endif
-
-static char g_paths[4][512];
-
-static const char *tiny_model(int which, int32_t vocab, uint64_t seed, float scale) {
-    char *p = g_paths[which];
-    snprintf(p, sizeof g_paths[0], "%s/specula_spec_%d_%d.gguf", sp_tmpdir(), which, (int)getpid());
-    sp_mkmodel_params mp = sp_mkmodel_default_params();
-    mp.dim = 32;
-    mp.n_layers = 3;
-    mp.n_heads = 2;
-    mp.n_kv_heads = 1;
-    mp.ffn_dim = 64;
-    mp.n_vocab = vocab;
-    mp.seed = seed;
-    mp.logit_scale = scale;
-    sp_error err = {0};
-    if (sp_mkmodel(&mp, p, &err)) fail_msg("mkmodel: %s", err.msg);
-    return p;
-}
-
-static sp_model *load(const char *path) {
-    sp_error err = {0};
-    sp_model *m = NULL;
-    if (sp_model_load(path, NULL, &m, &err)) fail_msg("load %s: %s", path, err.msg);
-    return m;
-}
 
 static sp_ctx *mkctx(const sp_model *m, int32_t n_ctx) {
     sp_error err = {0};
@@ -83,22 +58,28 @@ typedef struct cfg {
     const char *tree;
     bool adaptive;
     float p_min;
+    bool set_n_min; /* else the default n_min (1) */
+    int32_t n_min;
 } cfg;
 
 static const cfg GREEDY_CFGS[] = {
-    {SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, 4, NULL, false, 0},
-    {SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, 8, NULL, false, 0},
-    {SP_DRAFT_MODEL, SP_VERIFIER_GREEDY, 3, NULL, false, 0},
-    {SP_DRAFT_NGRAM, SP_VERIFIER_BLOCK, 4, NULL, false, 0},
-    {SP_DRAFT_NGRAM, SP_VERIFIER_TOKEN, 8, NULL, true, 0},
-    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_BLOCK, 4, NULL, false, 0},
-    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_BLOCK, 6, NULL, true, 0.3f},
-    {SP_DRAFT_LOWBIT, SP_VERIFIER_BLOCK, 5, NULL, false, 0},
-    {SP_DRAFT_LOWBIT, SP_VERIFIER_TOKEN, 2, NULL, false, 0.5f},
-    {SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, 0, "3x2x2", false, 0},
-    {SP_DRAFT_MODEL, SP_VERIFIER_MC, 0, "2x2", false, 0},
-    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_GREEDY, 0, "4x2x1", false, 0},
-    {SP_DRAFT_LOWBIT, SP_VERIFIER_NAIVE, 0, "2x2x2x2", false, 0},
+    {SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, 4, NULL, false, 0, false, 0},
+    {SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, 8, NULL, false, 0, false, 0},
+    {SP_DRAFT_MODEL, SP_VERIFIER_GREEDY, 3, NULL, false, 0, false, 0},
+    {SP_DRAFT_NGRAM, SP_VERIFIER_BLOCK, 4, NULL, false, 0, false, 0},
+    {SP_DRAFT_NGRAM, SP_VERIFIER_TOKEN, 8, NULL, true, 0, false, 0},
+    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_BLOCK, 4, NULL, false, 0, false, 0},
+    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_BLOCK, 6, NULL, true, 0.3f, false, 0},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_BLOCK, 5, NULL, false, 0, false, 0},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_TOKEN, 2, NULL, false, 0.5f, false, 0},
+    /* n_min settings (at temperature 0 the draft's top probability is 1, so
+     * p_min never stops drafting; the sampled cases are below) */
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_BLOCK, 4, NULL, false, 0.9f, true, 0},
+    {SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, 6, NULL, true, 0.6f, true, 3},
+    {SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, 0, "3x2x2", false, 0, false, 0},
+    {SP_DRAFT_MODEL, SP_VERIFIER_MC, 0, "2x2", false, 0, false, 0},
+    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_GREEDY, 0, "4x2x1", false, 0, false, 0},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_NAIVE, 0, "2x2x2x2", false, 0, false, 0},
 };
 
 /* Temperature 0: every configuration emits plain greedy decoding's tokens. */
@@ -125,6 +106,7 @@ static void greedy_equal(const char *target_path, const char *draft_path, const 
         sp.tree = shape(c->tree);
         sp.adaptive = c->adaptive;
         sp.draft_p_min = c->p_min;
+        if (c->set_n_min) sp.draft_n_min = c->n_min;
         sp_error err = {0};
         assert_int_equal(sp_ctx_truncate(t, 0, &err), SP_OK);
         sp_spec_stats st;
@@ -206,8 +188,9 @@ static void exact_dist(sp_model *m, const sp_sampler_params *sp, const int32_t *
     sp_ctx_free(c);
 }
 
-static void distribution_case(sp_model *tm, sp_model *dm, sp_drafter_kind kind, sp_verifier ver,
-                              const char *tree, const sp_sampler_params *smp, long n_runs) {
+static void distribution_case_p(sp_model *tm, sp_model *dm, sp_drafter_kind kind, sp_verifier ver,
+                                const char *tree, const sp_sampler_params *smp, long n_runs,
+                                float p_min, int32_t n_min) {
     const int32_t V = sp_model_cfg(tm)->n_vocab;
     const int32_t prompt[] = {1, 5, 6, 5, 6, 5};
     const int64_t cells = (int64_t)V * V * V;
@@ -222,6 +205,8 @@ static void distribution_case(sp_model *tm, sp_model *dm, sp_drafter_kind kind, 
     sp.verifier = ver;
     sp.gamma = 4;
     sp.tree = shape(tree);
+    sp.draft_p_min = p_min;
+    sp.draft_n_min = n_min;
     sp_error err = {0};
     sp_spec *s = NULL;
     if (sp_spec_init(t, &sp, &s, &err)) fail_msg("spec init: %s", err.msg);
@@ -230,6 +215,7 @@ static void distribution_case(sp_model *tm, sp_model *dm, sp_drafter_kind kind, 
     gp.sampling = *smp;
     gp.stop_at_eog = false;
     sp_spec_stats st, tot = {0};
+    int64_t empty_drafts = 0;
     for (long r = 0; r < n_runs; r++) {
         int32_t out[K];
         gp.seed = 1000 + (uint64_t)r;
@@ -239,6 +225,9 @@ static void distribution_case(sp_model *tm, sp_model *dm, sp_drafter_kind kind, 
         cnt[((int64_t)out[0] * V + out[1]) * V + out[2]]++;
         tot.drafted += st.drafted;
         tot.accepted += st.accepted;
+        /* iterations that drafted something are counted in gamma_hist */
+        empty_drafts += st.iterations;
+        for (int k = 0; k < SP_SPEC_MAX_GAMMA + 2; k++) empty_drafts -= st.gamma_hist[k];
     }
     sp_vsim_chi2 c2;
     sp_vsim_chi2_test(cnt, dist, cells, &c2);
@@ -251,10 +240,16 @@ static void distribution_case(sp_model *tm, sp_model *dm, sp_drafter_kind kind, 
     /* the check must exercise speculation: drafts are made and some rejected */
     assert_true(tot.drafted > 0);
     assert_true(tot.accepted < tot.drafted);
+    if (p_min > 0 && n_min == 0) assert_true(empty_drafts > 0); /* p_min stopped some drafts at 0 */
     sp_spec_free(s);
     sp_ctx_free(t);
     free(dist);
     free(cnt);
+}
+
+static void distribution_case(sp_model *tm, sp_model *dm, sp_drafter_kind kind, sp_verifier ver,
+                              const char *tree, const sp_sampler_params *smp, long n_runs) {
+    distribution_case_p(tm, dm, kind, ver, tree, smp, n_runs, 0.0f, 1);
 }
 
 static void test_distribution(void **state) {
@@ -278,6 +273,8 @@ static void test_distribution(void **state) {
     distribution_case(tm, dm, SP_DRAFT_LOWBIT, SP_VERIFIER_TOKEN, NULL, &plain, N);
     distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, "2x2", &filt, N);
     distribution_case(tm, dm, SP_DRAFT_LAYERSKIP, SP_VERIFIER_MC, "3x1", &plain, N);
+    /* drafting stopped by p_min, even before the first token (n_min 0) */
+    distribution_case_p(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, NULL, &plain, N, 0.5f, 0);
     sp_model_free(tm);
     sp_model_free(dm);
     unlink(tp);

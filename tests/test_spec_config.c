@@ -3,29 +3,16 @@
  * keys, wrong JSON types and combinations that make no sense are refused
  * with a message naming the setting (never a command-line flag); the
  * finishing rules; the batch and context a configuration needs; the checks
- * against a real model; the low-bit type contract with sp_quant_supported;
- * and UTF-8 repair of generated text. */
-#include "testutil.h"
+ * against a model; the low-bit type contract with sp_quant_supported; and
+ * UTF-8 repair of generated text. */
+#include "spec_testutil.h"
 
 #include <jansson.h>
 #include <ctype.h>
 #include <locale.h>
 #include <strings.h>
-#include <unistd.h>
 #include <wchar.h>
 
-#include "specula.h"
-#include "sp_spec_config.h"
-
-/* Parses text over the defaults and finishes; fails the test on error. */
-static sp_spec_params parse_ok(const char *text, bool has_draft_model) {
-    sp_spec_config c;
-    sp_spec_config_init(&c, NULL);
-    sp_error e = {0};
-    if (sp_spec_config_parse(&c, text, &e) || sp_spec_config_finish(&c, has_draft_model, &e))
-        fail_msg("'%s': %s", text, e.msg);
-    return c.params;
-}
 
 /* Parses text (and finishes): must fail with a message holding `needle`
  * and no command-line flag. */
@@ -280,30 +267,11 @@ static void test_batch_and_context(void **state) {
     assert_int_equal(sp_spec_config_check_sampling(&p, &s, &e), SP_OK);
 }
 
-static char g_path[512];
-
-/* A random-weight model of vocabulary n_vocab (layer count 3). */
-static sp_model *tiny(int32_t n_vocab) {
-    snprintf(g_path, sizeof g_path, "%s/specula_cfg_%d.gguf", sp_tmpdir(), (int)getpid());
-    sp_mkmodel_params mp = sp_mkmodel_default_params();
-    mp.dim = 32;
-    mp.n_layers = 3;
-    mp.n_heads = 2;
-    mp.n_kv_heads = 1;
-    mp.ffn_dim = 64;
-    mp.n_vocab = n_vocab;
-    mp.seed = 9;
-    sp_error e = {0};
-    sp_model *m = NULL;
-    if (sp_mkmodel(&mp, g_path, &e) || sp_model_load(g_path, NULL, &m, &e)) fail_msg("%s", e.msg);
-    unlink(g_path);
-    return m;
-}
-
 /* What needs the model and context: vocabulary, layer list, batch, room. */
 static void test_check_against_model(void **state) {
     (void)state;
-    sp_model *m = tiny(32), *other = tiny(48);
+    const char *tp = tiny_model(2, 32, 51, 1.0f), *op = tiny_model(3, 48, 52, 1.0f);
+    sp_model *m = load(tp), *other = load(op);
     sp_ctx *ctx = NULL;
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = 64;
@@ -350,6 +318,8 @@ static void test_check_against_model(void **state) {
     sp_ctx_free(ctx);
     sp_model_free(m);
     sp_model_free(other);
+    unlink(tp);
+    unlink(op);
 }
 
 /* Hand-made byte strings: valid 1-4 byte characters kept, each byte of an
