@@ -26,7 +26,8 @@ struct sp_ctx {
     float *xb;            /* [B][max(dim, q_dim)] normed input / attention output */
     float *q;             /* [B][q_dim] */
     float *hb, *hb2;      /* [B][ffn] */
-    uint8_t *act;         /* [B][act_bytes] prepared activations */
+    uint8_t *act;         /* [3][B][act_stride] prepared activations, one slot per
+                           * matmul of a job (a mixed file's wq/wk/wv may differ in type) */
     size_t act_stride;
     float *att;           /* [nth][n_ctx] attention scores per thread */
     int32_t *pos;         /* [B] */
@@ -127,18 +128,17 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     const int64_t wide = q_dim > cfg->dim ? q_dim : cfg->dim;
     int64_t maxk = wide > cfg->ffn_dim ? wide : cfg->ffn_dim;
     /* act rows must fit the widest input of any matrix type present */
-    c->act_stride = sp_ops_act_bytes(SP_GGML_F32, maxk);
-    if (sp_ops_act_bytes(SP_GGML_Q8_0, maxk) > c->act_stride)
-        c->act_stride = sp_ops_act_bytes(SP_GGML_Q8_0, maxk);
-    if (sp_ops_act_bytes(SP_GGML_Q4_0, maxk) > c->act_stride)
-        c->act_stride = sp_ops_act_bytes(SP_GGML_Q4_0, maxk);
+    c->act_stride = 0;
+    for (int t = 0; t < SP_GGML_TYPE_COUNT; t++)
+        if (sp_quant_loadable((sp_ggml_type)t) && sp_ops_act_bytes((sp_ggml_type)t, maxk) > c->act_stride)
+            c->act_stride = sp_ops_act_bytes((sp_ggml_type)t, maxk);
     int nth = sp_pool_n_threads(c->pool);
     c->x = alloc64(B * (size_t)cfg->dim * 4);
     c->xb = alloc64(B * (size_t)wide * 4);
     c->q = alloc64(B * (size_t)q_dim * 4);
     c->hb = alloc64(B * (size_t)cfg->ffn_dim * 4);
     c->hb2 = alloc64(B * (size_t)cfg->ffn_dim * 4);
-    c->act = alloc64(B * c->act_stride);
+    c->act = alloc64(3 * B * c->act_stride);
     c->att = alloc64((size_t)nth * (size_t)n_ctx * 4);
     c->pos = malloc(B * sizeof(int32_t));
     c->inv_freq = malloc((size_t)cfg->rot_dim / 2 * sizeof(float));
@@ -199,18 +199,19 @@ static void mm_job_run(void *arg, int ith, int nth) {
 }
 
 /* Prepared activation rows of `src` (n rows of k floats, src_stride floats
- * apart) for weight type t: f32-family weights read src directly; q8-family
- * ones read c->act, filled here. */
-static const void *activations(sp_ctx *c, sp_ggml_type t, const float *src, int64_t src_stride,
-                               int64_t k, int32_t n, size_t *stride) {
+ * apart) for weight type t: f32-family weights read src directly; quantised
+ * ones read activation slot `slot` of c->act, filled here. */
+static const void *activations(sp_ctx *c, int slot, sp_ggml_type t, const float *src,
+                               int64_t src_stride, int64_t k, int32_t n, size_t *stride) {
     if (!sp_ops_act_is_q8(t)) {
         *stride = (size_t)src_stride * sizeof(float);
         return src;
     }
+    uint8_t *act = c->act + (size_t)slot * (size_t)c->max_batch * c->act_stride;
     for (int32_t i = 0; i < n; i++)
-        sp_ops_act_prepare(t, src + i * src_stride, k, c->act + (size_t)i * c->act_stride);
+        sp_ops_act_prepare(t, src + i * src_stride, k, act + (size_t)i * c->act_stride);
     *stride = c->act_stride;
-    return c->act;
+    return act;
 }
 
 /* Adds y = W x to job j (x: n rows of w->cols floats, x_stride floats apart). */
@@ -226,7 +227,7 @@ static void job_add(sp_ctx *c, mm_job *j, const sp_weight *w, const float *x, in
         a = j->mm[i - 1].x;
         stride = j->mm[i - 1].x_stride;
     } else {
-        a = activations(c, w->type, x, x_stride, w->cols, n, &stride);
+        a = activations(c, i, w->type, x, x_stride, w->cols, n, &stride);
     }
     j->src[i] = x;
     j->mm[i] = (sp_mm){.wtype = w->type, .w = w->data, .w_stride = w->row_bytes, .k = w->cols,

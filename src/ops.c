@@ -73,6 +73,64 @@ static inline int32_t block_dot_q4_0(const sp_block_q4_0 *w, const int8_t *xq) {
 DEFINE_BLOCK_REF(mm_q8_0_ref, sp_block_q8_0, block_dot_q8_0)
 DEFINE_BLOCK_REF(mm_q4_0_ref, sp_block_q4_0, block_dot_q4_0)
 
+/* The other 32-block formats (Q4_1, Q5_0, Q5_1, IQ4_NL) against q8
+ * activations: a block's weights are unpacked once to integers and applied
+ * to every token; per block y += (d_w d_x) * sum(q_w q_x) + m_w * s_x, the
+ * formula and the float products of ggml's vec_dot (s_x: see ops.h).
+ * Per-token sums run in block order whatever n or the row range. */
+static void mm_q32_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t nb = m->k / SP_QK;
+    int32_t q[SP_QK];
+    float d, mn;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *w = m->w + r * m->w_stride;
+        for (int32_t t = 0; t < m->n; t++) m->y[t * m->ld_y + r] = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            sp_quant_q32_values(m->wtype, w, b, q, &d, &mn);
+            for (int32_t t = 0; t < m->n; t++) {
+                const void *xr = (const uint8_t *)m->x + t * m->x_stride;
+                const int8_t *xq = sp_act_qs(xr) + b * SP_QK;
+                int32_t sumi = 0;
+                for (int j = 0; j < SP_QK; j++) sumi += q[j] * xq[j];
+                float v = (d * sp_act_d(xr, m->k)[b]) * (float)sumi;
+                if (mn != 0) v += mn * sp_act_s(xr, m->k)[b];
+                m->y[t * m->ld_y + r] += v;
+            }
+        }
+    }
+}
+
+/* K-quants against q8_K activations: per super-block the exact integer sums
+ * sumi = sum_s isc[s] * (q_w . q_x over sub-block s) and
+ * summ = sum_s imn[s] * bsum_x[s], then y += (d_x d) sumi - (d_x dmin) summ,
+ * as ggml's vec_dot forms them. */
+static void mm_k_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t nb = m->k / SP_QK_K;
+    int32_t q[SP_QK_K], isc[16], imn[16];
+    float d, dmin;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *w = m->w + r * m->w_stride;
+        for (int32_t t = 0; t < m->n; t++) m->y[t * m->ld_y + r] = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            sp_quant_k_values(m->wtype, w, b, q, isc, imn, &d, &dmin);
+            for (int32_t t = 0; t < m->n; t++) {
+                const void *xr = (const uint8_t *)m->x + t * m->x_stride;
+                const int8_t *xq = sp_act_qs(xr) + b * SP_QK_K;
+                const int32_t *bs = sp_actk_bsum(xr, m->k) + b * 16;
+                int32_t sumi = 0, summ = 0;
+                for (int s16 = 0; s16 < 16; s16++) {
+                    int32_t dot = 0;
+                    for (int l = 0; l < 16; l++) dot += q[16 * s16 + l] * xq[16 * s16 + l];
+                    sumi += isc[s16] * dot;
+                    summ += imn[s16] * bs[s16];
+                }
+                const float xd = sp_actk_d(xr, m->k)[b];
+                m->y[t * m->ld_y + r] += (xd * d) * (float)sumi - (xd * dmin) * (float)summ;
+            }
+        }
+    }
+}
+
 static void att_scores_ref(const float *q, const float *k, int64_t stride, int32_t n, int32_t hd,
                            float scale, float *out) {
     for (int32_t s = 0; s < n; s++) {
@@ -101,6 +159,9 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm[SP_GGML_BF16] = mm_bf16_ref;
     t->mm[SP_GGML_Q8_0] = mm_q8_0_ref;
     t->mm[SP_GGML_Q4_0] = mm_q4_0_ref;
+    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32_ref;
+    t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
+        t->mm[SP_GGML_Q6_K] = t->mm[SP_GGML_IQ4_XS] = mm_k_ref;
     t->att_scores = att_scores_ref;
     t->att_mix = att_mix_ref;
     t->softmax = sp_softmax;
@@ -109,19 +170,40 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
 
 /* ---------------- activations ---------------- */
 
-bool sp_ops_act_is_q8(sp_ggml_type wtype) { return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0; }
+sp_act_kind sp_ops_act_kind(sp_ggml_type wtype) {
+    switch (wtype) {
+    case SP_GGML_Q8_0: case SP_GGML_Q4_0: case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1:
+    case SP_GGML_IQ4_NL:
+        return SP_ACT_Q8;
+    case SP_GGML_Q2_K: case SP_GGML_Q3_K: case SP_GGML_Q4_K: case SP_GGML_Q5_K: case SP_GGML_Q6_K:
+    case SP_GGML_IQ4_XS:
+        return SP_ACT_Q8_K;
+    default:
+        return SP_ACT_F32;
+    }
+}
+
+bool sp_ops_act_is_q8(sp_ggml_type wtype) { return sp_ops_act_kind(wtype) != SP_ACT_F32; }
+
+static bool has_g4(sp_ggml_type wtype) { return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0; }
 
 size_t sp_ops_act_bytes(sp_ggml_type wtype, int64_t k) {
-    size_t b = sp_ops_act_is_q8(wtype) ? (size_t)k + 8 * (size_t)(k / SP_QK) : 4 * (size_t)k;
+    size_t b;
+    switch (sp_ops_act_kind(wtype)) {
+    case SP_ACT_Q8: b = (size_t)k + 12 * (size_t)(k / SP_QK); break;
+    case SP_ACT_Q8_K: b = (size_t)k + 4 * (size_t)(k / SP_QK_K) + 4 * (size_t)(k / 16); break;
+    default: b = 4 * (size_t)k; break;
+    }
     b = (b + 63) & ~(size_t)63;
-    if (sp_ops_act_is_q8(wtype)) b += sp_act_g4_bytes(k);
+    if (has_g4(wtype)) b += sp_act_g4_bytes(k);
     return b;
 }
 
 static sp_ops_table g_tables[SP_ISA_COUNT];
 
-/* Scalar reference of the q8 activation layout (ops.h): per 32-block,
- * d = amax / 127, q = roundf(x / d) (half away from zero), sum = sum(q). */
+/* Scalar reference of the q8 layout (ops.h) without s: per 32-block,
+ * d = f16(amax / 127), q = rne(x * (127 / amax)), sum = sum(q); a block
+ * holding inf or NaN gets q = 0, d = NaN. */
 static void act_q8_ref(const float *x, int64_t k, void *dst) {
     int8_t *qs = (int8_t *)dst;
     float *d = (float *)((uint8_t *)dst + k);
@@ -129,16 +211,71 @@ static void act_q8_ref(const float *x, int64_t k, void *dst) {
     for (int64_t b = 0; b < k / SP_QK; b++) {
         const float *xb = x + b * SP_QK;
         float amax = 0;
-        for (int i = 0; i < SP_QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        float db = amax / 127.0f, id = db != 0 ? 1.0f / db : 0.0f;
+        bool finite = true;
+        for (int i = 0; i < SP_QK; i++) {
+            finite &= isfinite(xb[i]) != 0;
+            amax = fmaxf(amax, fabsf(xb[i]));
+        }
+        if (!finite) {
+            memset(qs + b * SP_QK, 0, SP_QK);
+            d[b] = NAN;
+            sum[b] = 0;
+            continue;
+        }
+        const float id = amax != 0 ? 127.0f / amax : 0.0f;
         int32_t s = 0;
         for (int i = 0; i < SP_QK; i++) {
-            int v = (int)roundf(xb[i] * id);
+            int v = (int)nearbyintf(xb[i] * id); /* |x * id| <= 127.00002 */
             qs[b * SP_QK + i] = (int8_t)v;
             s += v;
         }
-        d[b] = db;
+        d[b] = sp_fp16_to_fp32(sp_fp32_to_fp16(amax / 127.0f));
         sum[b] = s;
+    }
+}
+
+/* s = f16(d * sum) with d = amax/127 before its f16 rounding, as ggml's q8_1. */
+static void act_q8_s(const float *x, int64_t k, void *dst) {
+    const int32_t *sum = sp_act_sum(dst, k);
+    float *s = (float *)((uint8_t *)dst + k + 8 * (k / SP_QK));
+    for (int64_t b = 0; b < k / SP_QK; b++) {
+        float amax = 0;
+        for (int i = 0; i < SP_QK; i++) amax = fmaxf(amax, fabsf(x[b * SP_QK + i]));
+        s[b] = isnan(sp_act_d(dst, k)[b]) ? NAN
+                                           : sp_fp16_to_fp32(sp_fp32_to_fp16(amax / 127.0f * (float)sum[b]));
+    }
+}
+
+/* The q8_K layout (ops.h), ggml's quantize_row_q8_K. */
+static void act_q8k(const float *x, int64_t k, void *dst) {
+    int8_t *qs = (int8_t *)dst;
+    float *d = (float *)((uint8_t *)dst + k);
+    int32_t *bsum = (int32_t *)((uint8_t *)dst + k + 4 * (k / SP_QK_K));
+    for (int64_t b = 0; b < k / SP_QK_K; b++) {
+        const float *xb = x + b * SP_QK_K;
+        float amax = 0, max = 0;
+        bool finite = true;
+        for (int i = 0; i < SP_QK_K; i++) {
+            finite &= isfinite(xb[i]) != 0;
+            if (fabsf(xb[i]) > amax) amax = fabsf(xb[i]), max = xb[i];
+        }
+        if (!finite || amax == 0) {
+            memset(qs + b * SP_QK_K, 0, SP_QK_K);
+            memset(bsum + b * 16, 0, 16 * sizeof *bsum);
+            d[b] = finite ? 0.0f : NAN;
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        for (int i = 0; i < SP_QK_K; i++) {
+            int v = (int)nearbyintf(iscale * xb[i]); /* in [-128, 128] */
+            qs[b * SP_QK_K + i] = (int8_t)(v > 127 ? 127 : v);
+        }
+        for (int j = 0; j < 16; j++) {
+            int32_t s = 0;
+            for (int i = 0; i < 16; i++) s += qs[b * SP_QK_K + 16 * j + i];
+            bsum[b * 16 + j] = s;
+        }
+        d[b] = 1.0f / iscale;
     }
 }
 
@@ -165,21 +302,43 @@ static void act_g4_fill(int64_t k, int32_t corr, void *dst) {
         }
 }
 
+static bool row_finite(const float *x, int64_t k) {
+    float z = 0;
+    for (int64_t i = 0; i < k; i++) z += x[i] * 0.0f; /* NaN iff some x is inf or NaN */
+    return z == 0;
+}
+
 void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst) {
-    if (!sp_ops_act_is_q8(wtype)) {
+    switch (sp_ops_act_kind(wtype)) {
+    case SP_ACT_F32:
         memcpy(dst, x, 4 * (size_t)k);
         return;
+    case SP_ACT_Q8_K:
+        act_q8k(x, k, dst);
+        return;
+    case SP_ACT_Q8:
+        /* SIMD versions need not handle non-finite input */
+        if (row_finite(x, k))
+            g_tables[sp_ops_isa()].act_q8(x, k, dst);
+        else
+            act_q8_ref(x, k, dst);
+        act_q8_s(x, k, dst);
+        if (has_g4(wtype)) act_g4_fill(k, wtype == SP_GGML_Q4_0 ? -2 : -32, dst);
+        return;
     }
-    g_tables[sp_ops_isa()].act_q8(x, k, dst);
-    act_g4_fill(k, wtype == SP_GGML_Q4_0 ? -2 : -32, dst);
 }
 
 /* ---------------- row kernels ---------------- */
 
+/* The sum of squares is accumulated in double and the mean rounded to float
+ * before eps is added, as ggml's rms_norm does: the normalised values feed
+ * the int8 activation quantiser, where a last-bit difference can flip a
+ * rounding and move quantised logits away from llama.cpp's. */
 void sp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
-    float ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
-    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    const float mean = (float)(ss / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
     for (int64_t i = 0; i < n; i++) out[i] = w[i] * (x[i] * scale);
 }
 

@@ -9,12 +9,25 @@
  * not depend on n or on how rows are split across threads, so evaluating n
  * tokens at once is bit-identical to n single-token calls.
  *
- * Activations: for F32/F16/BF16 weights x is plain f32. For Q8_0/Q4_0 weights
- * x is first quantised per 32-block to int8 (the "q8 activation" layout:
- * int8 qs[k], then float d[k/32], then int32 sum[k/32] with sum = sum of qs),
- * as llama.cpp does, so the inner product runs on integers.
+ * Activations are prepared for the weight type the way ggml prepares them,
+ * so that quantised results agree with llama.cpp's:
+ *  - F32/F16/BF16 weights read x as plain f32;
+ *  - 32-block weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) read the "q8"
+ *    layout: per 32-block, amax = max|x|, d = amax/127 kept as ggml keeps it
+ *    (rounded to f16), q = round-to-nearest-even(x * 127/amax) (ggml's x86
+ *    quantiser), sum = sum of q, s = f16(d * sum) (ggml's q8_1 s, used by
+ *    the formats with an offset). Row bytes: int8 qs[k], float d[k/32],
+ *    int32 sum[k/32], float s[k/32];
+ *  - K-quant weights (Q2_K..Q6_K, IQ4_XS) read the "q8_K" layout: per
+ *    256-block, the element of largest magnitude `max` (with its sign),
+ *    q = min(127, rne(x * -127/max)), d = 1/(-127/max) (float), and per 16
+ *    elements the sum of q. Row bytes: int8 qs[k], float d[k/256],
+ *    int32 bsum[k/16].
+ * A non-finite input block gives d = NaN and q = 0 (no undefined float to
+ * int conversion); the NaN reaches the outputs, where the forward pass
+ * reports it.
  *
- * Q4_0 and Q8_0 rows carry an extension after that (from offset sp_act_g4_off, see
+ * Q4_0 and Q8_0 rows carry an extension after the q8 layout (from offset sp_act_g4_off, see
  * the accessors below): per group g of four blocks b = 4g+c, c = 0..3,
  * int8 qs[g][128] with bytes 16c.. = elements 0-15 of block b and bytes
  * 64+16c.. = elements 16-31 (the order the AVX-512 Q4_0 kernel unpacks
@@ -68,7 +81,10 @@ sp_status sp_ops_set_isa(sp_isa isa, sp_error *err);
 sp_mm_kernel sp_ops_mm(sp_ggml_type wtype);
 sp_mm_kernel sp_ops_mm_isa(sp_ggml_type wtype, sp_isa isa);
 
-/* Activation layout for a weight type: true for the q8 layout. */
+/* Activation layout for a weight type (see the top). */
+typedef enum sp_act_kind { SP_ACT_F32, SP_ACT_Q8, SP_ACT_Q8_K } sp_act_kind;
+sp_act_kind sp_ops_act_kind(sp_ggml_type wtype);
+/* True for the quantised layouts (q8 and q8_K). */
 bool sp_ops_act_is_q8(sp_ggml_type wtype);
 /* Bytes of one prepared activation row of length k (64-byte multiple). */
 size_t sp_ops_act_bytes(sp_ggml_type wtype, int64_t k);
@@ -131,10 +147,20 @@ static inline const float *sp_act_d(const void *row, int64_t k) {
 static inline const int32_t *sp_act_sum(const void *row, int64_t k) {
     return (const int32_t *)((const uint8_t *)row + k + 4 * (k / 32));
 }
+static inline const float *sp_act_s(const void *row, int64_t k) {
+    return (const float *)((const uint8_t *)row + k + 8 * (k / 32));
+}
+/* q8_K accessors. */
+static inline const float *sp_actk_d(const void *row, int64_t k) {
+    return (const float *)((const uint8_t *)row + k);
+}
+static inline const int32_t *sp_actk_bsum(const void *row, int64_t k) {
+    return (const int32_t *)((const uint8_t *)row + k + 4 * (k / 256));
+}
 
 
 /* Q4_0/Q8_0 group-of-4 extension of the q8 activation row (see the top). */
-static inline int64_t sp_act_g4_off(int64_t k) { return ((k + 8 * (k / 32)) + 63) & ~(int64_t)63; }
+static inline int64_t sp_act_g4_off(int64_t k) { return ((k + 12 * (k / 32)) + 63) & ~(int64_t)63; }
 static inline int64_t sp_act_g4_bytes(int64_t k) { return 256 * ((k / 32 + 3) / 4); }
 static inline int8_t *sp_act_g4_qs(const void *row, int64_t k) {
     return (int8_t *)((uintptr_t)row + (uintptr_t)sp_act_g4_off(k));

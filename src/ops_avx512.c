@@ -408,11 +408,12 @@ static void att_mix(const float *p, const float *v, int64_t stride, int32_t n, i
     }
 }
 
-/* ---- q8 activations, bit-identical to act_q8_ref in ops.c ----
- * max |x| is exact in any order; d = amax / 127 and 1 / d are the same
- * scalar IEEE operations; x * id is one rounding per lane as in scalar code;
- * roundf (half away from zero) is trunc(v) + sign(v) where |v - trunc(v)|
- * >= 0.5 (v - trunc(v) is exact for |v| < 2^23). */
+/* ---- q8 activations, bit-identical to act_q8_ref in ops.c (finite input
+ * only; the caller routes rows holding inf/NaN to the reference) ----
+ * max |x| is exact in any order; 127 / amax and x * id are the same scalar
+ * IEEE operations (one rounding per lane); roundscale to nearest-even is
+ * nearbyintf under the default rounding mode; d is rounded to f16 by the
+ * same scalar conversion. */
 static void act_q8(const float *x, int64_t k, void *dst) {
     int8_t *qs = (int8_t *)dst;
     float *d = (float *)((uint8_t *)dst + k);
@@ -421,20 +422,16 @@ static void act_q8(const float *x, int64_t k, void *dst) {
     for (int64_t b = 0; b < k / SP_QK; b++) {
         __m512 x0 = _mm512_loadu_ps(x + b * SP_QK), x1 = _mm512_loadu_ps(x + b * SP_QK + 16);
         float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, absmask), _mm512_and_ps(x1, absmask)));
-        float db = amax / 127.0f, id = db != 0 ? 1.0f / db : 0.0f;
+        float id = amax != 0 ? 127.0f / amax : 0.0f;
         __m512i q[2];
         for (int h = 0; h < 2; h++) {
             __m512 v = _mm512_mul_ps(h ? x1 : x0, _mm512_set1_ps(id));
-            __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            __mmask16 up = _mm512_cmp_ps_mask(_mm512_and_ps(_mm512_sub_ps(v, t), absmask),
-                                              _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-            __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_andnot_ps(absmask, v));
-            t = _mm512_mask_add_ps(t, up, t, one);
-            q[h] = _mm512_cvttps_epi32(t);
+            v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            q[h] = _mm512_cvttps_epi32(v);
         }
         _mm_storeu_si128((__m128i *)(qs + b * SP_QK), _mm512_cvtepi32_epi8(q[0]));
         _mm_storeu_si128((__m128i *)(qs + b * SP_QK + 16), _mm512_cvtepi32_epi8(q[1]));
-        d[b] = db;
+        d[b] = sp_fp16_to_fp32(sp_fp32_to_fp16(amax / 127.0f));
         sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
     }
 }

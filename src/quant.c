@@ -1,6 +1,7 @@
-/* quant: scalar reference conversions between f32 and the weight formats
- * Specula computes with (F16, BF16, Q8_0, Q4_0), bit-exact with ggml's
- * reference quantisers. Speed kernels live elsewhere and test against these. */
+/* quant: scalar reference conversions between f32 and the weight formats:
+ * dequantisation of every loadable format (sp_quant.h), quantisation to
+ * F16, BF16, Q8_0, Q4_0 bit-exact with ggml's reference quantisers. Speed
+ * kernels live elsewhere and test against these. */
 #include "sp_quant.h"
 
 #include <math.h>
@@ -69,6 +70,32 @@ uint16_t sp_fp32_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
+const int8_t sp_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                     1,    13,   25,  38,  53,  69,  89,  113};
+
+int sp_quant_loadable(sp_ggml_type t) {
+    switch (t) {
+    case SP_GGML_F32: case SP_GGML_F16: case SP_GGML_BF16: case SP_GGML_Q8_0: case SP_GGML_Q4_0:
+    case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1: case SP_GGML_IQ4_NL:
+    case SP_GGML_Q2_K: case SP_GGML_Q3_K: case SP_GGML_Q4_K: case SP_GGML_Q5_K: case SP_GGML_Q6_K:
+    case SP_GGML_IQ4_XS:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Q3_K keeps 16 6-bit scales in 12 bytes: the low 4 bits of scale j in
+ * byte j (j < 8, low nibble) or byte j-8 (high nibble), the top 2 bits in
+ * bytes 8..11, two bits per scale, scale j at bits 2*(j/4) of byte 8 + j%4. */
+void sp_q3k_scales(const uint8_t packed[12], int8_t out[16]) {
+    for (int j = 0; j < 16; j++) {
+        int lo = j < 8 ? packed[j] & 0xF : packed[j - 8] >> 4;
+        int hi = (packed[8 + (j % 4)] >> (2 * (j / 4))) & 3;
+        out[j] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
+
 int sp_quant_supported(sp_ggml_type t) {
     return t == SP_GGML_F32 || t == SP_GGML_F16 || t == SP_GGML_BF16 || t == SP_GGML_Q8_0 ||
            t == SP_GGML_Q4_0;
@@ -133,11 +160,175 @@ void sp_quantize_row(sp_ggml_type type, const float *src, void *dst, int64_t n) 
     }
 }
 
+/* The 32 integer values of block b of a 32-block format and its scale and
+ * offset: x = d * q[i] + m. */
+void sp_quant_q32_values(sp_ggml_type type, const void *src, int64_t b, int32_t q[SP_QK], float *d,
+                       float *m) {
+    *m = 0;
+    switch (type) {
+    case SP_GGML_Q4_1: {
+        const sp_block_q4_1 *x = (const sp_block_q4_1 *)src + b;
+        for (int j = 0; j < 16; j++) q[j] = x->qs[j] & 0xF, q[j + 16] = x->qs[j] >> 4;
+        *d = sp_fp16_to_fp32(x->d), *m = sp_fp16_to_fp32(x->m);
+        break;
+    }
+    case SP_GGML_Q5_0: case SP_GGML_Q5_1: {
+        const uint8_t *qs, *qhb;
+        if (type == SP_GGML_Q5_0) {
+            const sp_block_q5_0 *x = (const sp_block_q5_0 *)src + b;
+            qs = x->qs, qhb = x->qh, *d = sp_fp16_to_fp32(x->d);
+        } else {
+            const sp_block_q5_1 *x = (const sp_block_q5_1 *)src + b;
+            qs = x->qs, qhb = x->qh, *d = sp_fp16_to_fp32(x->d), *m = sp_fp16_to_fp32(x->m);
+        }
+        uint32_t qh = (uint32_t)qhb[0] | (uint32_t)qhb[1] << 8 | (uint32_t)qhb[2] << 16 | (uint32_t)qhb[3] << 24;
+        const int off = type == SP_GGML_Q5_0 ? 16 : 0;
+        for (int j = 0; j < 16; j++) {
+            q[j] = (int32_t)((qs[j] & 0xF) | ((qh >> j) & 1) << 4) - off;
+            q[j + 16] = (int32_t)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - off;
+        }
+        break;
+    }
+    case SP_GGML_IQ4_NL: {
+        const sp_block_iq4_nl *x = (const sp_block_iq4_nl *)src + b;
+        for (int j = 0; j < 16; j++)
+            q[j] = sp_iq4nl_values[x->qs[j] & 0xF], q[j + 16] = sp_iq4nl_values[x->qs[j] >> 4];
+        *d = sp_fp16_to_fp32(x->d);
+        break;
+    }
+    default: SP_ASSERT(0 && "not a 32-block format");
+    }
+}
+
+static void dequant_q32(sp_ggml_type type, const void *src, float *dst, int64_t nb) {
+    int32_t q[SP_QK];
+    float d, m;
+    for (int64_t b = 0; b < nb; b++) {
+        sp_quant_q32_values(type, src, b, q, &d, &m);
+        for (int j = 0; j < SP_QK; j++) dst[b * SP_QK + j] = d * (float)q[j] + m;
+    }
+}
+
+/* Super-block b of a 256-block format as 16 sub-blocks of 16 integer values
+ * with a float scale and offset each: x = scale[s] * q[16s + i] - mn[s].
+ * sc/mn come from integer sub-scales times the super-block's f16 scales,
+ * products ggml also forms in float, so dequantised values match gguf-py's. */
+void sp_quant_k_values(sp_ggml_type type, const void *src, int64_t b, int32_t q[SP_QK_K],
+                       int32_t isc[16], int32_t imn[16], float *d, float *dmin) {
+    *dmin = 0;
+    for (int s = 0; s < 16; s++) imn[s] = 0;
+    switch (type) {
+    case SP_GGML_Q2_K: {
+        const sp_block_q2_K *x = (const sp_block_q2_K *)src + b;
+        *d = sp_fp16_to_fp32(x->d), *dmin = sp_fp16_to_fp32(x->dmin);
+        for (int s = 0; s < 16; s++) isc[s] = x->scales[s] & 0xF, imn[s] = x->scales[s] >> 4;
+        /* element 128h + 32j + l (l < 32) is bits 2j of qs[32h + l] */
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++) q[128 * h + 32 * j + l] = (x->qs[32 * h + l] >> (2 * j)) & 3;
+        break;
+    }
+    case SP_GGML_Q3_K: {
+        const sp_block_q3_K *x = (const sp_block_q3_K *)src + b;
+        *d = sp_fp16_to_fp32(x->d);
+        int8_t sc[16];
+        sp_q3k_scales(x->scales, sc);
+        for (int s = 0; s < 16; s++) isc[s] = sc[s];
+        /* low bits as Q2_K; the high bit of element 128h + 32j + l is bit
+         * 4h + j of hmask[l]; when clear the value is lowered by 4 */
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++) {
+                    int lo = (x->qs[32 * h + l] >> (2 * j)) & 3;
+                    int hi = (x->hmask[l] >> (4 * h + j)) & 1;
+                    q[128 * h + 32 * j + l] = lo - (hi ? 0 : 4);
+                }
+        break;
+    }
+    case SP_GGML_Q4_K: case SP_GGML_Q5_K: {
+        const uint8_t *scales, *qs, *qh = NULL;
+        if (type == SP_GGML_Q4_K) {
+            const sp_block_q4_K *x = (const sp_block_q4_K *)src + b;
+            *d = sp_fp16_to_fp32(x->d), *dmin = sp_fp16_to_fp32(x->dmin);
+            scales = x->scales, qs = x->qs;
+        } else {
+            const sp_block_q5_K *x = (const sp_block_q5_K *)src + b;
+            *d = sp_fp16_to_fp32(x->d), *dmin = sp_fp16_to_fp32(x->dmin);
+            scales = x->scales, qs = x->qs, qh = x->qh;
+        }
+        /* 8 sub-blocks of 32: sub-block 2p is the low nibbles of qs[32p..],
+         * 2p+1 the high nibbles; Q5_K's fifth bit of element 32s + l is bit s of qh[l] */
+        for (int s8 = 0; s8 < 8; s8++) {
+            uint8_t sc, mn;
+            sp_q4k_scale_min(s8, scales, &sc, &mn);
+            isc[2 * s8] = isc[2 * s8 + 1] = sc;
+            imn[2 * s8] = imn[2 * s8 + 1] = mn;
+            for (int l = 0; l < 32; l++) {
+                int v = (s8 & 1) ? qs[32 * (s8 / 2) + l] >> 4 : qs[32 * (s8 / 2) + l] & 0xF;
+                if (qh) v |= ((qh[l] >> s8) & 1) << 4;
+                q[32 * s8 + l] = v;
+            }
+        }
+        break;
+    }
+    case SP_GGML_Q6_K: {
+        const sp_block_q6_K *x = (const sp_block_q6_K *)src + b;
+        *d = sp_fp16_to_fp32(x->d);
+        for (int s = 0; s < 16; s++) isc[s] = x->scales[s];
+        /* per half h (128 elements): element 128h + 32j + l takes the low or
+         * high nibble of ql[64h + l + 32(j&1)] (high when j >= 2) and bits
+         * 2j of qh[32h + l]; values are offset by 32 */
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++) {
+                    int lo = x->ql[64 * h + l + 32 * (j & 1)];
+                    lo = j >= 2 ? lo >> 4 : lo & 0xF;
+                    int hi = (x->qh[32 * h + l] >> (2 * j)) & 3;
+                    q[128 * h + 32 * j + l] = (lo | hi << 4) - 32;
+                }
+        break;
+    }
+    case SP_GGML_IQ4_XS: {
+        const sp_block_iq4_xs *x = (const sp_block_iq4_xs *)src + b;
+        *d = sp_fp16_to_fp32(x->d);
+        for (int s8 = 0; s8 < 8; s8++) {
+            int ls = ((x->scales_l[s8 / 2] >> (4 * (s8 % 2))) & 0xF) | (((x->scales_h >> (2 * s8)) & 3) << 4);
+            isc[2 * s8] = isc[2 * s8 + 1] = ls - 32;
+            for (int l = 0; l < 16; l++) {
+                q[32 * s8 + l] = sp_iq4nl_values[x->qs[16 * s8 + l] & 0xF];
+                q[32 * s8 + l + 16] = sp_iq4nl_values[x->qs[16 * s8 + l] >> 4];
+            }
+        }
+        break;
+    }
+    default: SP_ASSERT(0 && "not a K-quant format");
+    }
+}
+
+static void dequant_k(sp_ggml_type type, const void *src, float *dst, int64_t nb) {
+    int32_t q[SP_QK_K], isc[16], imn[16];
+    float d, dmin;
+    for (int64_t b = 0; b < nb; b++) {
+        sp_quant_k_values(type, src, b, q, isc, imn, &d, &dmin);
+        for (int s = 0; s < 16; s++) {
+            const float dl = d * (float)isc[s], ml = dmin * (float)imn[s];
+            for (int l = 0; l < 16; l++) dst[b * SP_QK_K + 16 * s + l] = dl * (float)q[16 * s + l] - ml;
+        }
+    }
+}
+
 void sp_dequantize_row(sp_ggml_type type, const void *src, float *dst, int64_t n) {
-    SP_ASSERT(sp_quant_supported(type) && n >= 0 && n % sp_ggml_blck_size(type) == 0);
+    SP_ASSERT(sp_quant_loadable(type) && n >= 0 && n % sp_ggml_blck_size(type) == 0);
     switch (type) {
     case SP_GGML_F32:
         memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1: case SP_GGML_IQ4_NL:
+        dequant_q32(type, src, dst, n / SP_QK);
+        break;
+    case SP_GGML_Q2_K: case SP_GGML_Q3_K: case SP_GGML_Q4_K: case SP_GGML_Q5_K: case SP_GGML_Q6_K:
+    case SP_GGML_IQ4_XS:
+        dequant_k(type, src, dst, n / SP_QK_K);
         break;
     case SP_GGML_F16: {
         const uint16_t *h = src;
