@@ -16,7 +16,8 @@ typedef enum sp_status {
     SP_ERR_ARG,         /* bad parameter or value from the caller */
     SP_ERR_NOMEM,       /* allocation failed */
     SP_ERR_RANGE,       /* exceeds a limit: context length, buffer size */
-    SP_ERR_STATE        /* call out of order / object not ready */
+    SP_ERR_STATE,       /* call out of order / object not ready */
+    SP_ERR_NUMERIC      /* a computation produced NaN or inf (non-finite weights or overflow) */
 } sp_status;
 
 typedef struct sp_error {

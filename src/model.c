@@ -403,5 +403,14 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
     job_add(c, &jl, &m->output, c->xb, wide, rows, logits, cfg->n_vocab);
     job_exec(c, &jl);
     c->kv.n = n_past + n;
+    /* NaN/inf weights or overflowing activations end here (the quantisers
+     * turn them into NaN scales, never undefined conversions): refuse to
+     * hand them to a sampler. The cache keeps the tokens; callers roll back. */
+    for (int64_t i = 0; i < (int64_t)rows * cfg->n_vocab; i++)
+        if (!isfinite(logits[i]))
+            return sp_fail(err, SP_ERR_NUMERIC,
+                           "the forward pass produced a non-finite logit (NaN or inf) at row %lld: "
+                           "the model's weights or activations are not finite",
+                           (long long)(i / cfg->n_vocab));
     return SP_OK;
 }

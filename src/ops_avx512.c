@@ -440,6 +440,10 @@ static void act_q8(const float *x, int64_t k, void *dst) {
  * polynomial for exp(r) (relative error < 2e-7), times 2^n; x below -87.3
  * (exp underflows float) and -inf give exactly 0. */
 AI __m512 exp_nonpos(__m512 x) {
+    /* NaN stays NaN (max_ps below would turn it into -87.3): an overflowed
+     * score must reach the logits as NaN, where the forward pass reports it */
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __m512 x_in = x;
     const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
@@ -453,7 +457,7 @@ AI __m512 exp_nonpos(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
+    return _mm512_mask_mov_ps(_mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n)), nan, x_in);
 }
 
 /* Softmax for attention rows: vector max and exp (both exact per element,

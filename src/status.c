@@ -25,6 +25,7 @@ const char *sp_status_str(sp_status code) {
     case SP_ERR_NOMEM: return "out of memory";
     case SP_ERR_RANGE: return "out of range";
     case SP_ERR_STATE: return "invalid state";
+    case SP_ERR_NUMERIC: return "numeric error";
     }
     return "unknown error";
 }
