@@ -65,10 +65,13 @@ static void try_bigram(const sp_tokenizer *t, const char *buf, const spm_sym *sy
 sp_status sp_tok_spm_encode(const sp_tokenizer *t, const char *text, size_t len,
                             bool first_or_after_special, sp_tok_out *o, sp_error *err) {
     /* Escaped copy: optional leading space, spaces as U+2581 (3 bytes). */
+    /* Every bound below is in escaped bytes (n), not input bytes: an input
+     * byte can become three. Symbols are at least one byte (ns <= n) and
+     * each merge adds at most two bigrams to the heap (<= 3 n entries). */
     size_t cap = (len + 1) * 3;
     char *buf = malloc(cap);
-    spm_sym *sym = malloc((len + 1) * sizeof *sym);
-    spm_bigram *heap = malloc((len + 1) * 3 * sizeof *heap);
+    spm_sym *sym = malloc(cap * sizeof *sym);
+    spm_bigram *heap = malloc(cap * 3 * sizeof *heap);
     if (!buf || !sym || !heap) {
         free(buf), free(sym), free(heap);
         return sp_fail(err, SP_ERR_NOMEM, "tokenizer: out of memory encoding %zu bytes", len);
@@ -84,11 +87,16 @@ sp_status sp_tok_spm_encode(const sp_tokenizer *t, const char *text, size_t len,
         }
     }
 
-    /* One symbol per UTF-8 character (length by lead byte, clamped). */
+    /* One symbol per UTF-8 character. A lead byte not followed by its
+     * continuation bytes is a symbol of its own (it falls back to a byte
+     * token), so it never swallows the start of the next character, e.g.
+     * of an escaped space: "\xE4 " must decode back to E4 20. */
     int32_t ns = 0;
     for (size_t i = 0; i < n;) {
         size_t l = sp_utf8_len((uint8_t)buf[i]);
-        if (l > n - i) l = n - i;
+        if (l > n - i) l = 1;
+        for (size_t k = 1; k < l; k++)
+            if (((uint8_t)buf[i + k] & 0xC0) != 0x80) l = 1;
         sym[ns].prev = ns - 1;
         sym[ns].next = i + l < n ? ns + 1 : -1;
         sym[ns].start = (uint32_t)i;

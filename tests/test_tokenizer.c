@@ -280,6 +280,33 @@ static void test_gguf_agrees_with_l2c(void **state) {
     sp_tokenizer_free(b);
 }
 
+/* Invalid UTF-8 lead bytes before escaped spaces (issue 11, item 1): the
+ * symbol array was sized by input bytes while an escaped space is three, so
+ * "\xc3 x" repeated wrote past it (ASan: heap overflow; release: abort in
+ * free). A lead byte without its continuation bytes is its own symbol now,
+ * so the text also decodes back byte for byte ("\xE4 " came back as
+ * E4 E2 96 81). A literal U+2581 decodes as a space, as in SentencePiece and
+ * llama.cpp (it is the escape character). */
+static void test_spm_invalid_lead_before_space(void **state) {
+    (void)state;
+    sp_tokenizer *t = load_gguf_tok();
+    static char s[3000];
+    size_t n = 0;
+    for (int i = 0; i < 900; i++) s[n++] = (char)0xc3, s[n++] = ' ', s[n++] = i % 2 ? 'x' : (char)0xe4;
+    check_roundtrip(t, s, n, true);
+    check_roundtrip(t, "\xc3 x", 3, true);
+    check_roundtrip(t, "\xe4 ", 2, true);
+    check_roundtrip(t, "\xf0 \xe2 \xc3", 6, true);
+    int32_t ids[8];
+    int32_t k = encode(t, "a\xe2\x96\x81" "b", 5, false, ids, 8);
+    char out[16];
+    size_t len = sp_tokenizer_decode(t, ids, k, out, sizeof out);
+    /* without BOS the dummy-prefix space stays in the text */
+    assert_int_equal(len, 4);
+    assert_memory_equal(out, " a b", 4);
+    sp_tokenizer_free(t);
+}
+
 /* ---- BPE on a hand-built byte-level vocabulary ---- */
 
 /* Tokens 0..255: the byte-level character of each byte; 256 <|endoftext|>
@@ -578,7 +605,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_l2c_prompt_ids),      cmocka_unit_test(test_l2c_reference_decode),
     cmocka_unit_test(test_l2c_roundtrip_sample), cmocka_unit_test(test_l2c_byte_fallback),
     cmocka_unit_test(test_l2c_cap_and_errors),  cmocka_unit_test(test_gguf_spm_reference),
-    cmocka_unit_test(test_gguf_agrees_with_l2c), cmocka_unit_test(test_bpe_byte_map),
+    cmocka_unit_test(test_gguf_agrees_with_l2c),
+    cmocka_unit_test(test_spm_invalid_lead_before_space), cmocka_unit_test(test_bpe_byte_map),
     cmocka_unit_test(test_bpe_merges_by_rank),  cmocka_unit_test(test_bpe_pretokenize),
     cmocka_unit_test(test_bpe_byte_roundtrip),  cmocka_unit_test(test_bpe_user_defined),
     cmocka_unit_test(test_spec_errors),
