@@ -152,6 +152,20 @@ static void att_mix_ref(const float *p, const float *v, int64_t stride, int32_t 
 
 static void act_q8_ref(const float *x, int64_t k, void *dst);
 
+/* The sum of the 64-bit words mod 2^64 (every ISA returns the same), with
+ * four independent accumulators: bound by loads, not by a chain. */
+static uint64_t read_sum_ref(const void *p, size_t bytes) {
+    const uint64_t *w = p;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i + 4 <= bytes / 8; i += 4) {
+        a += w[i];
+        b += w[i + 1];
+        c += w[i + 2];
+        d += w[i + 3];
+    }
+    return a + b + c + d;
+}
+
 void sp_ops_fill_scalar(sp_ops_table *t) {
     memset(t, 0, sizeof *t);
     t->mm[SP_GGML_F32] = mm_f32_ref;
@@ -166,6 +180,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->att_mix = att_mix_ref;
     t->softmax = sp_softmax;
     t->act_q8 = act_q8_ref;
+    t->read_sum = read_sum_ref;
 }
 
 /* ---------------- activations ---------------- */
@@ -442,6 +457,7 @@ static void fill_missing(sp_ops_table *t) {
     if (!t->att_mix) t->att_mix = ref->att_mix;
     if (!t->softmax) t->softmax = ref->softmax;
     if (!t->act_q8) t->act_q8 = ref->act_q8;
+    if (!t->read_sum) t->read_sum = ref->read_sum;
 }
 
 static void ops_init_once(void) {
@@ -508,3 +524,4 @@ sp_mm_kernel sp_ops_mm(sp_ggml_type wtype) { return sp_ops_mm_isa(wtype, sp_ops_
 sp_att_scores_fn sp_ops_att_scores(void) { return g_tables[sp_ops_isa()].att_scores; }
 sp_att_mix_fn sp_ops_att_mix(void) { return g_tables[sp_ops_isa()].att_mix; }
 sp_softmax_fn sp_ops_softmax(void) { return g_tables[sp_ops_isa()].softmax; }
+uint64_t sp_ops_read_sum(const void *p, size_t bytes) { return g_tables[sp_ops_isa()].read_sum(p, bytes); }

@@ -133,7 +133,14 @@ typedef struct sp_ops_table {
     /* q8 activation row (see sp_ops_act_prepare); must be bit-identical to
      * the scalar one. NULL: the scalar one. */
     void (*act_q8)(const float *x, int64_t k, void *dst);
+    /* Streaming read of `bytes` (a multiple of 256, 64-byte aligned) with the
+     * widest loads of the ISA, returning a checksum that keeps the loads
+     * alive (the bandwidth probe of sp_sysinfo). NULL: the scalar one. */
+    uint64_t (*read_sum)(const void *p, size_t bytes);
 } sp_ops_table;
+
+/* The active ISA's streaming read (see sp_ops_table.read_sum). */
+uint64_t sp_ops_read_sum(const void *p, size_t bytes);
 
 void sp_ops_fill_scalar(sp_ops_table *t);
 void sp_ops_fill_avx2(sp_ops_table *t);

@@ -158,7 +158,24 @@ DEFINE_MM(mm_bf16, row_bf16)
 DEFINE_MM(mm_q8_0, row_q8_0)
 DEFINE_MM(mm_q4_0, row_q4_0)
 
+/* Streaming read for the bandwidth probe: four 256-bit accumulators. */
+static uint64_t read_sum(const void *p, size_t bytes) {
+    const uint8_t *b = p;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i + 128 <= bytes; i += 128) {
+        s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(b + i)));
+        s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *)(b + i + 32)));
+        s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *)(b + i + 64)));
+        s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *)(b + i + 96)));
+    }
+    __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
+    uint64_t out[4];
+    _mm256_storeu_si256((__m256i *)out, s);
+    return out[0] + out[1] + out[2] + out[3];
+}
+
 void sp_ops_fill_avx2(sp_ops_table *t) {
+    t->read_sum = read_sum;
     t->mm[SP_GGML_F32] = mm_f32;
     t->mm[SP_GGML_F16] = mm_f16;
     t->mm[SP_GGML_BF16] = mm_bf16;

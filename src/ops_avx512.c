@@ -482,7 +482,21 @@ static void softmax(float *x, int64_t n) {
     if (i < n) _mm512_mask_storeu_ps(x + i, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + i), inv));
 }
 
+/* Streaming read for the bandwidth probe: four 512-bit accumulators. */
+static uint64_t read_sum(const void *p, size_t bytes) {
+    const uint8_t *b = p;
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i + 256 <= bytes; i += 256) {
+        s0 = _mm512_add_epi64(s0, _mm512_load_si512(b + i));
+        s1 = _mm512_add_epi64(s1, _mm512_load_si512(b + i + 64));
+        s2 = _mm512_add_epi64(s2, _mm512_load_si512(b + i + 128));
+        s3 = _mm512_add_epi64(s3, _mm512_load_si512(b + i + 192));
+    }
+    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+}
+
 void sp_ops_fill_avx512(sp_ops_table *t) {
+    t->read_sum = read_sum;
     t->act_q8 = act_q8;
     t->att_scores = att_scores;
     t->att_mix = att_mix;

@@ -4,7 +4,9 @@
  * messages and exit codes. */
 #include "testutil.h"
 
+#include <jansson.h>
 #include <libgen.h>
+#include <math.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,13 +62,28 @@ static void test_mkmodel_makes_loadable_model(void **state) {
     sp_model_free(m);
 
     /* bench-forward runs on it and reports the numbers asked for */
-    snprintf(args, sizeof args, "bench-forward -m '%s' -t 2 --reps 2 --depth 8 --decode 4 --json", path);
+    snprintf(args, sizeof args, "bench-forward -m '%s' -t 2 --reps 2 --depth 8 --decode 4 --bound-mb 16 --json", path);
     rc = run_cli(args, out, sizeof out);
     remove(path);
     if (rc != 0) fail_msg("bench-forward exited %d: %s", rc, out);
     assert_non_null(strstr(out, "\"decode_tok_s\""));
     assert_non_null(strstr(out, "\"gb_s\""));
     assert_non_null(strstr(out, "\"isa\""));
+    assert_non_null(strstr(out, "\"bound_gb_s\""));
+    assert_non_null(strstr(out, "\"pct_of_bound\""));
+    assert_non_null(strstr(out, "\"load_ms\""));
+    /* the measured bound is a positive figure, the percentage follows from it */
+    {
+        json_error_t je;
+        json_t *j = json_loads(strchr(out, '{'), JSON_DISABLE_EOF_CHECK, &je);
+        assert_non_null(j);
+        double bound = json_real_value(json_object_get(j, "bound_gb_s"));
+        double gbs = json_real_value(json_object_get(j, "gb_s"));
+        double pct = json_real_value(json_object_get(j, "pct_of_bound"));
+        assert_true(bound > 0.1);
+        assert_true(fabs(pct - 100.0 * gbs / bound) < 1e-6 * (pct + 1));
+        json_decref(j);
+    }
     assert_non_null(strstr(out, "\"k\":16"));
 }
 
@@ -92,6 +109,8 @@ static void test_mkmodel_bad_flags(void **state) {
         {"mkmodel --bogus", "unknown option '--bogus'"},
         {"bench-forward", "needs a model"},
         {"bench-forward -m x.gguf --reps 0", "--reps must be"},
+        {"bench-forward -m x.gguf --bound-mb 0", "--bound-mb must be"},
+        {"bench-forward -m x.gguf --bogus", "unknown option"},
     };
     char out[4096];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -418,6 +418,26 @@ static void test_softmax_kernels(void **state) {
     assert_int_equal(sp_ops_set_isa(sp_ops_best_isa(), &err), SP_OK);
 }
 
+/* The bandwidth probe's streaming read: every ISA returns the scalar sum. */
+static void test_read_sum_isa_identical(void **state) {
+    (void)state;
+    const size_t bytes = 1 << 16;
+    uint64_t *buf = aligned_alloc(64, bytes);
+    sp_rng r;
+    sp_rng_seed(&r, 5);
+    uint64_t want = 0;
+    for (size_t i = 0; i < bytes / 8; i++) want += buf[i] = (uint64_t)sp_rng_below(&r, 1ull << 62) * 3;
+    sp_isa saved = sp_ops_isa();
+    sp_error err = {0};
+    for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
+        assert_int_equal(sp_ops_set_isa((sp_isa)isa, &err), SP_OK);
+        assert_true(sp_ops_read_sum(buf, bytes) == want);
+        assert_true(sp_ops_read_sum(buf + 32, 512) == sp_ops_read_sum(buf + 32, 256) + sp_ops_read_sum(buf + 64, 256));
+    }
+    assert_int_equal(sp_ops_set_isa(saved, &err), SP_OK);
+    free(buf);
+}
+
 static void test_isa_selection(void **state) {
     (void)state;
     sp_error err = {0};
@@ -430,6 +450,7 @@ static void test_isa_selection(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_simd_matches_reference),
+    cmocka_unit_test(test_read_sum_isa_identical),
     cmocka_unit_test(test_reference_accuracy),
     cmocka_unit_test(test_batch_and_split_invariance),
     cmocka_unit_test(test_batch_split_invariance_long_rows),
