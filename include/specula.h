@@ -21,5 +21,6 @@
 #include "sp_verify.h"
 #include "sp_draft.h"
 #include "sp_spec.h"
+#include "sp_sysinfo.h"
 
 #endif
