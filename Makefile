@@ -32,7 +32,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all lib cli tests benches check run deps clean
+.PHONY: all lib cli tests benches check run deps clean fuzz fuzz-run
 all: cli tests benches
 
 lib: $(BUILD)/libspecula.a
@@ -75,7 +75,24 @@ check: $(TEST_BIN) $(BUILD)/specula
 run: $(BUILD)/specula
 	$(BUILD)/specula run
 
+# libFuzzer harnesses (fuzz/*.c), built with clang against a library built
+# with ASan+UBSan and fuzzer coverage; `make fuzz-run` runs each for
+# FUZZ_SECONDS on its seed corpus (fuzz/corpus/NAME), as CI does.
+FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
+FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=build-fuzz/%)
+FUZZ_SECONDS ?= 20
+fuzz:
+	$(MAKE) lib BUILD=build-fuzz CC=clang SAN=0 \
+	  EXTRA_CFLAGS="-O1 -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined"
+	$(MAKE) $(FUZZ_BIN)
+build-fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_util.h build-fuzz/libspecula.a
+	clang -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Iinclude -Isrc \
+	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $< build-fuzz/libspecula.a \
+	  -o $@ $(LDLIBS) -pthread
+fuzz-run: fuzz
+	scripts/fuzz_run.sh $(FUZZ_SECONDS)
+
 clean:
-	rm -rf build build-san build-clang
+	rm -rf build build-san build-clang build-fuzz
 
 -include $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/tools/*.d $(BUILD)/tests/*.d)

@@ -2,7 +2,7 @@
 # Installs the Debian packages Specula builds and tests with, only those missing.
 # Safe to run repeatedly; uses sudo when not root.
 set -eu
-PKGS="build-essential clang pkg-config curl libcmocka-dev libjansson-dev libmicrohttpd-dev gnuplot-nox"
+PKGS="build-essential clang libclang-rt-dev pkg-config curl libcmocka-dev libjansson-dev libmicrohttpd-dev gnuplot-nox"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define WRITE_ALIGNMENT 32
@@ -331,6 +332,13 @@ sp_status sp_gguf_writer_write(sp_gguf_writer *w, const char *path, sp_error *er
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp.XXXXXX", 12);
     int fd = mkstemp(tmp);
+    if (fd >= 0) {
+        /* mkstemp makes the file 0600; the result gets the mode any new file
+         * gets here (0666 less the umask), as fopen would give it */
+        mode_t um = umask(0);
+        umask(um);
+        (void)fchmod(fd, 0666 & ~um);
+    }
     FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
         int e = errno;
@@ -378,7 +386,10 @@ void sp_gguf_writer_copy_kv(sp_gguf_writer *w, const sp_gguf *g, const char *pre
         const sp_gguf_kv *kv = sp_gguf_kv_at(g, i);
         if (plen && (kv->key.len < plen || memcmp(kv->key.ptr, prefix, plen))) continue;
         char *key = malloc(kv->key.len + 1);
-        SP_ASSERT(key != NULL);
+        if (!key) {
+            w->oom = true; /* reported by sp_gguf_writer_write, as every setter's */
+            return;
+        }
         memcpy(key, kv->key.ptr, kv->key.len);
         key[kv->key.len] = 0;
         union {
@@ -405,7 +416,11 @@ void sp_gguf_writer_copy_kv(sp_gguf_writer *w, const sp_gguf *g, const char *pre
             set_kv(w, key, SP_GGUF_STRING, o);
         } else if (kv->type == SP_GGUF_ARRAY && kv->arr_type == SP_GGUF_STRING) {
             sp_str *a = malloc((kv->arr_n ? kv->arr_n : 1) * sizeof *a);
-            SP_ASSERT(a != NULL);
+            if (!a) {
+                w->oom = true;
+                free(key);
+                return;
+            }
             for (uint64_t j = 0; j < kv->arr_n; j++) a[j] = sp_gguf_arr_str(kv, j);
             sp_gguf_writer_set_arr_str(w, key, a, kv->arr_n);
             free(a);

@@ -34,11 +34,15 @@ static sp_status copy_vocab(sp_gguf_writer *w, const char *path, int32_t *n_voca
 
 /* A made-up SPM vocabulary: <unk>, <s>, </s>, then printable characters
  * (space as U+2581), then two-letter pieces, scored so merges happen. */
-static void synth_vocab(sp_gguf_writer *w, int32_t n) {
+static sp_status synth_vocab(sp_gguf_writer *w, int32_t n, sp_error *err) {
     sp_str *tok = calloc((size_t)n, sizeof *tok);
     float *score = calloc((size_t)n, sizeof *score);
     int32_t *type = calloc((size_t)n, sizeof *type);
     char (*buf)[8] = calloc((size_t)n, sizeof *buf);
+    if (!tok || !score || !type || !buf) {
+        free(tok), free(score), free(type), free(buf);
+        return sp_fail(err, SP_ERR_NOMEM, "out of memory making a vocabulary of %d tokens", n);
+    }
     const char *specials[3] = {"<unk>", "<s>", "</s>"};
     const char *chars = "\xe2\x96\x81" "etaoinshrdlucmfwypvbgkqjxz.,!?ETAOINSHRDLUCMFWYPVBGKQJXZ0123456789";
     int32_t i = 0;
@@ -74,6 +78,7 @@ static void synth_vocab(sp_gguf_writer *w, int32_t n) {
     free(score);
     free(type);
     free(buf);
+    return SP_OK;
 }
 
 /* rows x cols matrix with N(0, std^2) entries, stored as `type`. */
@@ -133,7 +138,7 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     if (p->vocab_from)
         st = copy_vocab(w, p->vocab_from, &n_vocab, err);
     else
-        synth_vocab(w, n_vocab);
+        st = synth_vocab(w, n_vocab, err);
     const int32_t hd = p->dim / p->n_heads, kv_dim = p->n_kv_heads * hd;
     sp_gguf_writer_set_str(w, "general.architecture", "llama");
     sp_gguf_writer_set_str(w, "general.name", "specula-random");

@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <libgen.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,6 +48,14 @@ static void test_mkmodel_makes_loadable_model(void **state) {
     if (rc != 0) {
         remove(path);
         fail_msg("mkmodel exited %d: %s", rc, out);
+    }
+    /* the file gets the mode the umask gives new files (mkstemp's 0600 was kept) */
+    {
+        mode_t um = umask(022);
+        umask(um);
+        struct stat sb;
+        assert_int_equal(stat(path, &sb), 0);
+        assert_int_equal(sb.st_mode & 0777, 0666 & ~um);
     }
     sp_error err = {0};
     sp_model *m = NULL;
