@@ -110,6 +110,10 @@ uint64_t sp_gguf_alignment(const sp_gguf *g);
 
 /* Name of a ggml type ("q4_K", ...), "unknown" if out of range. */
 const char *sp_ggml_type_name(sp_ggml_type t);
+/* Bytes of one fixed-size metadata value of type t; 0 for STRING and
+ * ARRAY, -1 for an unknown type. One table for the reader and the writer. */
+int sp_gguf_scalar_size(sp_gguf_type t);
+
 /* Block size in elements and bytes per block; 0 for unknown types. */
 int64_t sp_ggml_blck_size(sp_ggml_type t);
 int64_t sp_ggml_type_size(sp_ggml_type t);

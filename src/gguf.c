@@ -84,6 +84,48 @@ uint64_t sp_ggml_row_size(sp_ggml_type t, int64_t n) {
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define GGUF_MAX_ARRAY_DEPTH 8
 
+/* Open-addressing hash of names (FNV-1a, linear probing) mapping a key or
+ * tensor name to its index: duplicate checks and lookups in O(1), so a
+ * crafted file with millions of records fails fast instead of spending
+ * n^2/2 comparisons. slot[h] = index + 1, 0 when empty. */
+typedef struct name_index {
+    uint64_t *slot;
+    uint64_t mask;
+} name_index;
+
+static uint64_t name_hash(const char *p, uint64_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
+    return h;
+}
+
+static bool name_index_init(name_index *x, uint64_t n) {
+    uint64_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    x->slot = calloc((size_t)cap, sizeof *x->slot);
+    x->mask = cap - 1;
+    return x->slot != NULL;
+}
+
+/* Index of the name in the table, or UINT64_MAX; names(i) gives entry i. */
+#define NAME_INDEX_FIND(x, NAMEOF, p, n, out)                                                 \
+    do {                                                                                      \
+        (out) = UINT64_MAX;                                                                   \
+        for (uint64_t h_ = name_hash((p), (n)) & (x)->mask; (x)->slot[h_]; h_ = (h_ + 1) & (x)->mask) { \
+            sp_str s_ = NAMEOF((x)->slot[h_] - 1);                                            \
+            if (s_.len == (n) && memcmp(s_.ptr, (p), (size_t)(n)) == 0) {                     \
+                (out) = (x)->slot[h_] - 1;                                                    \
+                break;                                                                        \
+            }                                                                                 \
+        }                                                                                     \
+    } while (0)
+
+static void name_index_put(name_index *x, const char *p, uint64_t n, uint64_t i) {
+    uint64_t h = name_hash(p, n) & x->mask;
+    while (x->slot[h]) h = (h + 1) & x->mask;
+    x->slot[h] = i + 1;
+}
+
 struct sp_gguf {
     const uint8_t *map;     /* whole file, read-only */
     uint64_t size;
@@ -92,6 +134,8 @@ struct sp_gguf {
     sp_gguf_kv *kvs;
     sp_gguf_tensor *tensors;
     sp_str *str_tables;     /* backing store for STRING-array element tables */
+    name_index key_index;   /* key -> kvs[i], tensor name -> tensors[i] */
+    name_index tensor_index;
     uint64_t alignment;
     uint64_t data_start;    /* file offset of the tensor data section */
 };
@@ -163,6 +207,8 @@ static int scalar_size(uint32_t t) {
     default: return -1;
     }
 }
+
+int sp_gguf_scalar_size(sp_gguf_type t) { return scalar_size((uint32_t)t); }
 
 static uint64_t le_load(const uint8_t *p, int n) {
     uint64_t v = 0;
@@ -242,10 +288,6 @@ static sp_status skip_array(cursor *c, uint32_t et, uint64_t n, int depth, const
     return SP_OK;
 }
 
-static bool str_eq(sp_str a, sp_str b) {
-    return a.len == b.len && memcmp(a.ptr, b.ptr, (size_t)a.len) == 0;
-}
-
 /* Key as a printable C string for messages (truncated, into buf). */
 static const char *str_c(sp_str s, char *buf, size_t cap) {
     size_t n = s.len < cap - 1 ? (size_t)s.len : cap - 1;
@@ -262,7 +304,8 @@ static sp_status parse_kvs(sp_gguf *g, cursor *c) {
                        c->path, g->n_kv, left(c));
     }
     g->kvs = calloc(g->n_kv ? (size_t)g->n_kv : 1, sizeof *g->kvs);
-    if (!g->kvs) return sp_fail(c->err, SP_ERR_NOMEM, "out of memory reading GGUF %s", c->path);
+    if (!g->kvs || !name_index_init(&g->key_index, g->n_kv))
+        return sp_fail(c->err, SP_ERR_NOMEM, "out of memory reading GGUF %s", c->path);
 
     uint64_t n_str_total = 0;
     for (uint64_t i = 0; i < g->n_kv; i++) {
@@ -272,11 +315,12 @@ static sp_status parse_kvs(sp_gguf *g, cursor *c) {
         snprintf(what, sizeof what, "key %" PRIu64, i);
         if ((s = rd_str(c, &kv->key, what))) return s;
         str_c(kv->key, kb, sizeof kb);
-        for (uint64_t j = 0; j < i; j++) {
-            if (str_eq(g->kvs[j].key, kv->key)) {
-                return sp_fail(c->err, SP_ERR_FORMAT, "bad GGUF %s: duplicate key '%s'", c->path, kb);
-            }
-        }
+#define KEY_OF(j) (g->kvs[j].key)
+        uint64_t dup;
+        NAME_INDEX_FIND(&g->key_index, KEY_OF, kv->key.ptr, kv->key.len, dup);
+        if (dup != UINT64_MAX)
+            return sp_fail(c->err, SP_ERR_FORMAT, "bad GGUF %s: duplicate key '%s'", c->path, kb);
+        name_index_put(&g->key_index, kv->key.ptr, kv->key.len, i);
         uint32_t t;
         snprintf(what, sizeof what, "value of key '%s'", kb);
         if ((s = rd_u32(c, &t, what))) return s;
@@ -334,7 +378,8 @@ static sp_status parse_tensor_infos(sp_gguf *g, cursor *c) {
                        c->path, g->n_tensors, left(c));
     }
     g->tensors = calloc(g->n_tensors ? (size_t)g->n_tensors : 1, sizeof *g->tensors);
-    if (!g->tensors) return sp_fail(c->err, SP_ERR_NOMEM, "out of memory reading GGUF %s", c->path);
+    if (!g->tensors || !name_index_init(&g->tensor_index, g->n_tensors))
+        return sp_fail(c->err, SP_ERR_NOMEM, "out of memory reading GGUF %s", c->path);
 
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         sp_gguf_tensor *t = &g->tensors[i];
@@ -343,11 +388,12 @@ static sp_status parse_tensor_infos(sp_gguf *g, cursor *c) {
         snprintf(what, sizeof what, "tensor info %" PRIu64, i);
         if ((s = rd_str(c, &t->name, what))) return s;
         str_c(t->name, nb, sizeof nb);
-        for (uint64_t j = 0; j < i; j++) {
-            if (str_eq(g->tensors[j].name, t->name)) {
-                return sp_fail(c->err, SP_ERR_FORMAT, "bad GGUF %s: duplicate tensor name '%s'", c->path, nb);
-            }
-        }
+#define TENSOR_OF(j) (g->tensors[j].name)
+        uint64_t dup;
+        NAME_INDEX_FIND(&g->tensor_index, TENSOR_OF, t->name.ptr, t->name.len, dup);
+        if (dup != UINT64_MAX)
+            return sp_fail(c->err, SP_ERR_FORMAT, "bad GGUF %s: duplicate tensor name '%s'", c->path, nb);
+        name_index_put(&g->tensor_index, t->name.ptr, t->name.len, i);
         if ((s = rd_u32(c, &t->n_dims, what))) return s;
         if (t->n_dims < 1 || t->n_dims > 4) {
             return sp_fail(c->err, SP_ERR_FORMAT, "bad GGUF %s: tensor '%s' has %" PRIu32 " dimensions (want 1..4)",
@@ -500,6 +546,8 @@ void sp_gguf_close(sp_gguf *g) {
     free(g->kvs);
     free(g->tensors);
     free(g->str_tables);
+    free(g->key_index.slot);
+    free(g->tensor_index.slot);
     free(g);
 }
 
@@ -517,26 +565,17 @@ const sp_gguf_tensor *sp_gguf_tensor_at(const sp_gguf *g, uint64_t i) {
     return &g->tensors[i];
 }
 
-static bool str_is(sp_str s, const char *c, size_t n) {
-    return s.len == n && memcmp(s.ptr, c, n) == 0;
-}
-
-/* Linear search: models have tens of keys and a few hundred tensors, and
- * lookups happen at load time only. */
+/* Hash lookups (the indexes built while parsing). */
 const sp_gguf_kv *sp_gguf_find(const sp_gguf *g, const char *key) {
-    size_t n = strlen(key);
-    for (uint64_t i = 0; i < g->n_kv; i++) {
-        if (str_is(g->kvs[i].key, key, n)) return &g->kvs[i];
-    }
-    return NULL;
+    uint64_t i;
+    NAME_INDEX_FIND(&g->key_index, KEY_OF, key, (uint64_t)strlen(key), i);
+    return i == UINT64_MAX ? NULL : &g->kvs[i];
 }
 
 const sp_gguf_tensor *sp_gguf_find_tensor(const sp_gguf *g, const char *name) {
-    size_t n = strlen(name);
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        if (str_is(g->tensors[i].name, name, n)) return &g->tensors[i];
-    }
-    return NULL;
+    uint64_t i;
+    NAME_INDEX_FIND(&g->tensor_index, TENSOR_OF, name, (uint64_t)strlen(name), i);
+    return i == UINT64_MAX ? NULL : &g->tensors[i];
 }
 
 sp_status sp_gguf_get_u32(const sp_gguf *g, const char *key, uint32_t *out, sp_error *err) {

@@ -131,15 +131,11 @@ static void set_kv(sp_gguf_writer *w, const char *key, uint32_t type, bbuf val) 
     w->kvs[w->n_kv++] = (wkv){k, type, val};
 }
 
-/* Bytes of one fixed-size GGUF scalar type; 0 for STRING/ARRAY/unknown. */
+/* Bytes of one fixed-size GGUF scalar type; 0 for STRING/ARRAY/unknown
+ * (the reader's table). */
 static int fixed_size(sp_gguf_type t) {
-    switch (t) {
-    case SP_GGUF_UINT8: case SP_GGUF_INT8: case SP_GGUF_BOOL: return 1;
-    case SP_GGUF_UINT16: case SP_GGUF_INT16: return 2;
-    case SP_GGUF_UINT32: case SP_GGUF_INT32: case SP_GGUF_FLOAT32: return 4;
-    case SP_GGUF_UINT64: case SP_GGUF_INT64: case SP_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
+    int n = sp_gguf_scalar_size(t);
+    return n > 0 ? n : 0;
 }
 
 /* Append n native-endian fixed-size values of type t as little-endian. */

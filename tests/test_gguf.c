@@ -796,7 +796,53 @@ static void test_fuzz_header(void **state) {
     free(b);
 }
 
+/* A crafted header with a million distinct uint8 keys then a duplicate, and
+ * one with a million tensor infos then a duplicate: both refused with the
+ * duplicate named. The checks used to compare every pair (n^2/2 = 5e11
+ * comparisons: a hang); the test would not finish in CI's time with them. */
+static void put_le(uint8_t **p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) *(*p)++ = (uint8_t)(v >> (8 * i));
+}
+
+static void test_million_records_fail_fast(void **state) {
+    (void)state;
+    enum { N = 1000000 };
+    uint8_t *buf = malloc((size_t)N * 48 + 1024), *p;
+    assert_non_null(buf);
+    sp_error err = {0};
+    for (int kind = 0; kind < 2; kind++) {
+        p = buf;
+        memcpy(p, "GGUF", 4), p += 4;
+        put_le(&p, 3, 4);                      /* version */
+        put_le(&p, kind ? N + 1 : 0, 8);       /* tensors */
+        put_le(&p, kind ? 0 : N + 1, 8);       /* kvs */
+        for (int i = 0; i <= N; i++) {
+            char name[16];
+            snprintf(name, sizeof name, "k%07d", i == N ? 12345 : i);
+            put_le(&p, 8, 8);
+            memcpy(p, name, 8), p += 8;
+            if (!kind) {
+                put_le(&p, 0, 4); /* UINT8 */
+                *p++ = 1;
+            } else {
+                put_le(&p, 1, 4);  /* n_dims */
+                put_le(&p, 32, 8); /* ne[0] */
+                put_le(&p, 0, 4);  /* F32 */
+                put_le(&p, 0, 8);  /* offset */
+            }
+        }
+        const char *path = tmp_path(kind ? "manytensors" : "manykeys");
+        write_file(path, buf, (size_t)(p - buf));
+        sp_gguf *g = NULL;
+        assert_int_equal(sp_gguf_open(path, &g, &err), SP_ERR_FORMAT);
+        remove(path);
+        assert_non_null(strstr(err.msg, kind ? "duplicate tensor name 'k0012345'" : "duplicate key 'k0012345'"));
+    }
+    free(buf);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_million_records_fail_fast),
     cmocka_unit_test(test_stories_kv),
     cmocka_unit_test(test_stories_tensors),
     cmocka_unit_test(test_type_tables),
