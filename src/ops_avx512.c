@@ -492,7 +492,12 @@ static uint64_t read_sum(const void *p, size_t bytes) {
         s2 = _mm512_add_epi64(s2, _mm512_load_si512(b + i + 128));
         s3 = _mm512_add_epi64(s3, _mm512_load_si512(b + i + 192));
     }
-    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    /* not _mm512_reduce_add_epi64: GCC's adds signed 64-bit lanes in C,
+     * which overflows (undefined behaviour) on a checksum */
+    uint64_t lanes[8], sum = 0;
+    _mm512_storeu_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    for (int i = 0; i < 8; i++) sum += lanes[i];
+    return sum;
 }
 
 void sp_ops_fill_avx512(sp_ops_table *t) {
