@@ -4,6 +4,8 @@
 
 CC      ?= cc
 SAN     ?= 0
+# test binaries run this many at a time (each has its own temporary directory)
+TEST_JOBS ?= 2
 ifeq ($(SAN),1)
 BUILD   ?= build-san
 OPT     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -70,7 +72,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libspecula.a
 
 # The CLI binary is needed by the tests that drive it end to end.
 check: $(TEST_BIN) $(BUILD)/specula
-	@scripts/run_tests.sh $(BUILD)
+	@scripts/run_tests.sh $(BUILD) $(TEST_JOBS)
 
 run: $(BUILD)/specula
 	$(BUILD)/specula run

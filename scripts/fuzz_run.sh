@@ -11,8 +11,8 @@ for f in build-fuzz/fuzz_*; do
   name=${f#build-fuzz/fuzz_}
   work=$(mktemp -d)
   log=$work/log
-  "$f" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -artifact_prefix=build-fuzz/"$name"- \
-      "$work" "fuzz/corpus/$name" >"$log" 2>&1
+  mkdir "$work/tmp" "$work/new"; TMPDIR="$work/tmp" "$f" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -artifact_prefix=build-fuzz/"$name"- \
+      "$work/new" "fuzz/corpus/$name" >"$log" 2>&1
   rc=$?
   execs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$log" | tail -n 1)
   echo "fuzz $name: ${SECONDS_EACH}s, ${execs:-?} executions, exit $rc"

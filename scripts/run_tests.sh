@@ -1,23 +1,38 @@
 #!/bin/sh
-# Runs every test binary in BUILD/tests and prints one closing line
-# "N passed, N failed" summed over all of them. Exit 1 if any test failed
-# or any binary crashed.
+# Runs every test binary in BUILD/tests, JOBS at a time (default 1; `make
+# check` uses 2), prints each binary's output in order and one closing line
+# "tests: N passed, N failed" summed over all of them. Exit 1 if any test
+# failed or any binary crashed, 2 if ../shared (or $SPECULA_SHARED) is missing.
+# usage: scripts/run_tests.sh [BUILD] [JOBS]
 BUILD=${1:-build}
-passed=0; failed=0; crashed=0
+JOBS=${2:-1}
 cd "$(dirname "$0")/.." || exit 2
-for t in "$BUILD"/tests/test_*; do
-  case "$t" in *.d) continue;; esac
-  [ -x "$t" ] || continue
-  out=$("$t" 2>&1); rc=$?
-  printf '%s\n' "$out"
-  line=$(printf '%s\n' "$out" | grep '^SP_RESULT ' | tail -n 1)
+SHARED=${SPECULA_SHARED:-../shared}
+for f in models/stories260K.gguf models/stories260K.bin models/tok512.bin \
+         data/tinystories_val_sample.txt reference/README.md; do
+  if [ ! -f "$SHARED/$f" ]; then
+    echo "tests: missing $SHARED/$f: the suite reads the shared models and reference outputs" \
+         "from ../shared beside the checkout (or from \$SPECULA_SHARED)" >&2
+    exit 2
+  fi
+done
+out=$(mktemp -d) || exit 2
+trap 'rm -rf "$out"' EXIT
+ls "$BUILD"/tests/test_* 2>/dev/null | grep -v '\.d$' > "$out/list"
+# each binary writes NAME.out and NAME.rc
+xargs -P "$JOBS" -I{} sh -c 'n=$(basename "$1"); "$1" > "$2/$n.out" 2>&1; echo $? > "$2/$n.rc"' _ {} "$out" < "$out/list"
+passed=0; failed=0; crashed=0
+while read -r t; do
+  n=$(basename "$t")
+  cat "$out/$n.out"
+  line=$(grep '^SP_RESULT ' "$out/$n.out" | tail -n 1)
   if [ -z "$line" ]; then
-    echo "!! $t exited $rc without a result line (crash?)"
+    echo "!! $t exited $(cat "$out/$n.rc") without a result line (crash?)"
     crashed=$((crashed + 1)); failed=$((failed + 1))
     continue
   fi
   set -- $line
   passed=$((passed + $2)); failed=$((failed + $3))
-done
+done < "$out/list"
 echo "tests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$crashed" -eq 0 ]

@@ -575,32 +575,6 @@ static void test_gguf_bpe(void **state) {
     remove(path);
 }
 
-/* ---- speed ---- */
-
-static void test_encode_speed(void **state) {
-    (void)state;
-    sp_tokenizer *t = load_l2c();
-    static char buf[1 << 20];
-    static const char *lines[400];
-    static char text[1 << 17];
-    static int32_t ids[1 << 17];
-    int n = read_lines(buf, sizeof buf, lines, 400);
-    size_t len = 0;
-    for (int i = 0; i < n && len + strlen(lines[i]) + 1 < 65536; i++) {
-        memcpy(text + len, lines[i], strlen(lines[i]));
-        len += strlen(lines[i]);
-        text[len++] = '\n';
-    }
-    double t0 = sp_now();
-    int reps = 5;
-    int32_t k = 0;
-    for (int r = 0; r < reps; r++) k = encode(t, text, len, true, ids, 1 << 17);
-    double per_kb_ms = (sp_now() - t0) / reps / ((double)len / 1024) * 1e3;
-    printf("encode speed: %zu bytes -> %d tokens, %.4f ms per KB\n", len, (int)k, per_kb_ms);
-    assert_true(per_kb_ms < 5.0); /* generous: sanitizer builds are several times slower */
-    sp_tokenizer_free(t);
-}
-
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_l2c_prompt_ids),      cmocka_unit_test(test_l2c_reference_decode),
     cmocka_unit_test(test_l2c_roundtrip_sample), cmocka_unit_test(test_l2c_byte_fallback),
@@ -610,6 +584,5 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_bpe_merges_by_rank),  cmocka_unit_test(test_bpe_pretokenize),
     cmocka_unit_test(test_bpe_byte_roundtrip),  cmocka_unit_test(test_bpe_user_defined),
     cmocka_unit_test(test_spec_errors),
-    cmocka_unit_test(test_gguf_bpe),            cmocka_unit_test(test_encode_speed),
-};
+    cmocka_unit_test(test_gguf_bpe),        };
 SP_TEST_MAIN(tests)

@@ -15,6 +15,10 @@
 
 #include <cmocka.h>
 
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 /* Path of a file under the shared directory, e.g. sp_shared("models/stories260K.gguf"). */
 static inline const char *sp_shared(const char *rel) {
     static char buf[8][1024];
@@ -25,10 +29,35 @@ static inline const char *sp_shared(const char *rel) {
     return b;
 }
 
-/* A scratch directory for files the tests make (broken models etc.). */
+/* A scratch directory for files the tests make (broken models etc.): one
+ * fresh directory per test process under $TMPDIR (or /tmp), removed with
+ * everything in it when the process that made it exits, so test binaries
+ * can run in parallel and leave nothing behind. */
+static char sp_tmpdir_path_[200];
+static pid_t sp_tmpdir_owner_;
+
+static inline int sp_tmpdir_rm_(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static inline void sp_tmpdir_cleanup_(void) {
+    if (sp_tmpdir_path_[0] && getpid() == sp_tmpdir_owner_)
+        nftw(sp_tmpdir_path_, sp_tmpdir_rm_, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static inline const char *sp_tmpdir(void) {
-    const char *t = getenv("TMPDIR");
-    return t && *t ? t : "/tmp";
+    if (!sp_tmpdir_path_[0]) {
+        const char *t = getenv("TMPDIR");
+        snprintf(sp_tmpdir_path_, sizeof sp_tmpdir_path_, "%s/specula-test-XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(sp_tmpdir_path_)) {
+            fprintf(stderr, "cannot make a temporary directory under %s\n", t && *t ? t : "/tmp");
+            abort();
+        }
+        sp_tmpdir_owner_ = getpid();
+        atexit(sp_tmpdir_cleanup_);
+    }
+    return sp_tmpdir_path_;
 }
 
 /* SP_TEST_FILTER=pattern runs only the matching tests (cmocka's filter; the
