@@ -145,6 +145,8 @@ uint64_t sp_ops_read_sum(const void *p, size_t bytes);
 void sp_ops_fill_scalar(sp_ops_table *t);
 void sp_ops_fill_avx2(sp_ops_table *t);
 void sp_ops_fill_avx512(sp_ops_table *t);
+/* The AVX2 K-quant kernels (ops_avx2.c), used by the AVX2 and AVX-512 tables. */
+void sp_ops_fill_kquants_avx2(sp_ops_table *t);
 
 /* q8 activation row accessors. */
 static inline const int8_t *sp_act_qs(const void *row) { return (const int8_t *)row; }

@@ -174,6 +174,175 @@ static uint64_t read_sum(const void *p, size_t bytes) {
     return out[0] + out[1] + out[2] + out[3];
 }
 
+/* ---- K-quants (Q2_K..Q6_K) against q8_K activations ----
+ * Per super-block the weights are unpacked once into 256 unsigned bytes u
+ * (value + off, off = 32 for Q6_K, 4 for Q3_K, else 0) and 16 sub-block
+ * scales/mins; each token then costs 8 maddubs (u8 x s8 pairs, at most
+ * 2 * 63 * 127, no saturation) and 8 madds with the per-16 scales. The
+ * integer sums are exact, so with the scalar reference's float expression
+ * y += (d_x d) sumi - (d_x dmin) summ the outputs are bit-identical to it. */
+typedef struct kq_block {
+    __m256i u[8];     /* elements 32g .. 32g+31 */
+    __m256i sc[8];    /* 16-bit scales: lanes 0-7 sub-block 2g, lanes 8-15 sub-block 2g+1 */
+    int32_t isc[16], imn[16], off;
+    float d, dmin;
+} kq_block;
+
+AI void kq_scales(kq_block *kb) {
+    for (int g = 0; g < 8; g++)
+        kb->sc[g] = _mm256_set_m128i(_mm_set1_epi16((int16_t)kb->isc[2 * g + 1]),
+                                     _mm_set1_epi16((int16_t)kb->isc[2 * g]));
+}
+
+/* Q4_K: sub-block 2p = low nibbles of qs[32p..], 2p+1 = high nibbles. */
+static void kq_unpack_q4_K(const uint8_t *w, int64_t b, kq_block *kb) {
+    const sp_block_q4_K *x = (const sp_block_q4_K *)w + b;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int p = 0; p < 4; p++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * p));
+        kb->u[2 * p] = _mm256_and_si256(v, m4);
+        kb->u[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    for (int s8 = 0; s8 < 8; s8++) {
+        uint8_t sc, mn;
+        sp_q4k_scale_min(s8, x->scales, &sc, &mn);
+        kb->isc[2 * s8] = kb->isc[2 * s8 + 1] = sc;
+        kb->imn[2 * s8] = kb->imn[2 * s8 + 1] = mn;
+    }
+    kb->off = 0;
+    kb->d = sp_fp16_to_fp32(x->d);
+    kb->dmin = sp_fp16_to_fp32(x->dmin);
+}
+
+/* Q6_K: per half h, element 128h + 32j + l from ql[64h + l + 32(j&1)]
+ * (high nibble for j >= 2) and bits 2j of qh[32h + l]; stored value + 32. */
+static void kq_unpack_q6_K(const uint8_t *w, int64_t b, kq_block *kb) {
+    const sp_block_q6_K *x = (const sp_block_q6_K *)w + b;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    for (int h = 0; h < 2; h++) {
+        __m256i la = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+        __m256i lb = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        __m256i lo[4] = {_mm256_and_si256(la, m4), _mm256_and_si256(lb, m4),
+                         _mm256_and_si256(_mm256_srli_epi16(la, 4), m4),
+                         _mm256_and_si256(_mm256_srli_epi16(lb, 4), m4)};
+        for (int j = 0; j < 4; j++) {
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m2);
+            kb->u[4 * h + j] = _mm256_or_si256(lo[j], _mm256_slli_epi16(hi, 4));
+        }
+    }
+    for (int s = 0; s < 16; s++) kb->isc[s] = x->scales[s], kb->imn[s] = 0;
+    kb->off = 32;
+    kb->d = sp_fp16_to_fp32(x->d);
+    kb->dmin = 0;
+}
+
+/* Q5_K: Q4_K's nibbles plus bit s of qh[l] as the fifth bit of sub-block s. */
+static void kq_unpack_q5_K(const uint8_t *w, int64_t b, kq_block *kb) {
+    const sp_block_q5_K *x = (const sp_block_q5_K *)w + b;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(0x01);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
+    for (int p = 0; p < 4; p++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * p));
+        __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), m1);
+        __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), m1);
+        kb->u[2 * p] = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_slli_epi16(h0, 4));
+        kb->u[2 * p + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_slli_epi16(h1, 4));
+    }
+    for (int s8 = 0; s8 < 8; s8++) {
+        uint8_t sc, mn;
+        sp_q4k_scale_min(s8, x->scales, &sc, &mn);
+        kb->isc[2 * s8] = kb->isc[2 * s8 + 1] = sc;
+        kb->imn[2 * s8] = kb->imn[2 * s8 + 1] = mn;
+    }
+    kb->off = 0;
+    kb->d = sp_fp16_to_fp32(x->d);
+    kb->dmin = sp_fp16_to_fp32(x->dmin);
+}
+
+/* Q2_K / Q3_K: element 128h + 32j + l is bits 2j of qs[32h + l]; Q3_K adds
+ * 4 * (bit 4h + j of hmask[l]) to the stored (value + 4). */
+static void kq_unpack_q23_K(sp_ggml_type type, const uint8_t *w, int64_t b, kq_block *kb) {
+    const __m256i m2 = _mm256_set1_epi8(0x03), m1 = _mm256_set1_epi8(0x01);
+    const uint8_t *qs;
+    if (type == SP_GGML_Q2_K) {
+        const sp_block_q2_K *x = (const sp_block_q2_K *)w + b;
+        qs = x->qs;
+        for (int s = 0; s < 16; s++) kb->isc[s] = x->scales[s] & 0xF, kb->imn[s] = x->scales[s] >> 4;
+        kb->d = sp_fp16_to_fp32(x->d);
+        kb->dmin = sp_fp16_to_fp32(x->dmin);
+        kb->off = 0;
+        for (int h = 0; h < 2; h++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+            for (int j = 0; j < 4; j++) kb->u[4 * h + j] = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m2);
+        }
+    } else {
+        const sp_block_q3_K *x = (const sp_block_q3_K *)w + b;
+        int8_t sc[16];
+        sp_q3k_scales(x->scales, sc);
+        for (int s = 0; s < 16; s++) kb->isc[s] = sc[s], kb->imn[s] = 0;
+        kb->d = sp_fp16_to_fp32(x->d);
+        kb->dmin = 0;
+        kb->off = 4;
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x->hmask);
+        for (int h = 0; h < 2; h++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                __m256i lo = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m2);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), m1);
+                kb->u[4 * h + j] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
+            }
+        }
+    }
+}
+
+AI int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static void mm_kquant(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t nb = m->k / SP_QK_K;
+    kq_block kb;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *w = m->w + r * m->w_stride;
+        for (int32_t t = 0; t < m->n; t++) m->y[t * m->ld_y + r] = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            if (m->wtype == SP_GGML_Q4_K) kq_unpack_q4_K(w, b, &kb);
+            else if (m->wtype == SP_GGML_Q6_K) kq_unpack_q6_K(w, b, &kb);
+            else if (m->wtype == SP_GGML_Q5_K) kq_unpack_q5_K(w, b, &kb);
+            else kq_unpack_q23_K(m->wtype, w, b, &kb);
+            kq_scales(&kb);
+            for (int32_t t = 0; t < m->n; t++) {
+                const void *xr = (const uint8_t *)m->x + t * m->x_stride;
+                const int8_t *xq = sp_act_qs(xr) + b * SP_QK_K;
+                const int32_t *bs = sp_actk_bsum(xr, m->k) + b * 16;
+                __m256i acc = _mm256_setzero_si256();
+                for (int g = 0; g < 8; g++) {
+                    __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * g));
+                    __m256i p16 = _mm256_maddubs_epi16(kb.u[g], xv);
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, kb.sc[g]));
+                }
+                int32_t sumi = hsum_i32(acc), summ = 0, sumb = 0;
+                for (int s16 = 0; s16 < 16; s16++) {
+                    sumb += kb.isc[s16] * bs[s16];
+                    summ += kb.imn[s16] * bs[s16];
+                }
+                sumi -= kb.off * sumb;
+                const float xd = sp_actk_d(xr, m->k)[b];
+                m->y[t * m->ld_y + r] += (xd * kb.d) * (float)sumi - (xd * kb.dmin) * (float)summ;
+            }
+        }
+    }
+}
+
+void sp_ops_fill_kquants_avx2(sp_ops_table *t) {
+    t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
+        t->mm[SP_GGML_Q6_K] = mm_kquant;
+}
+
 void sp_ops_fill_avx2(sp_ops_table *t) {
     t->read_sum = read_sum;
     t->mm[SP_GGML_F32] = mm_f32;
@@ -181,4 +350,5 @@ void sp_ops_fill_avx2(sp_ops_table *t) {
     t->mm[SP_GGML_BF16] = mm_bf16;
     t->mm[SP_GGML_Q8_0] = mm_q8_0;
     t->mm[SP_GGML_Q4_0] = mm_q4_0;
+    sp_ops_fill_kquants_avx2(t);
 }

@@ -511,4 +511,5 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm[SP_GGML_BF16] = mm_bf16;
     t->mm[SP_GGML_Q8_0] = mm_q8_0;
     t->mm[SP_GGML_Q4_0] = mm_q4_0;
+    sp_ops_fill_kquants_avx2(t); /* AVX2 code: every AVX-512 CPU here has AVX2 */
 }

@@ -228,6 +228,29 @@ static void test_batch_and_split_invariance(void **state) {
     }
 }
 
+/* The K-quant SIMD kernels form the same exact integer sums as the scalar
+ * reference and the same float expression, so they are bit-identical to it. */
+static void test_kquant_simd_bit_identical(void **state) {
+    (void)state;
+    const sp_ggml_type kq[] = {SP_GGML_Q2_K, SP_GGML_Q3_K, SP_GGML_Q4_K, SP_GGML_Q5_K, SP_GGML_Q6_K};
+    for (size_t ti = 0; ti < sizeof kq / sizeof kq[0]; ti++) {
+        fixture f;
+        fx_make(&f, kq[ti], 7, 1024, 4, 300 + ti);
+        float *ya = malloc((size_t)(f.n * f.rows) * sizeof(float));
+        float *yb = malloc((size_t)(f.n * f.rows) * sizeof(float));
+        sp_mm m = fx_mm(&f, 0, f.n, ya);
+        sp_ops_mm_isa(f.type, SP_ISA_SCALAR)(&m, 0, f.rows);
+        for (int isa = 1; isa <= (int)sp_ops_best_isa(); isa++) {
+            m = fx_mm(&f, 0, f.n, yb);
+            sp_ops_mm_isa(f.type, (sp_isa)isa)(&m, 0, f.rows);
+            assert_memory_equal(ya, yb, (size_t)(f.n * f.rows) * sizeof(float));
+        }
+        free(ya);
+        free(yb);
+        fx_free(&f);
+    }
+}
+
 /* The q8_K activation layout (ops.h) on a hand-made block: the element of
  * largest magnitude maps to -127 * sign, d = max / -127, 16-sums. */
 static void test_act_q8k_layout(void **state) {
@@ -259,6 +282,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_dequant_matches_gguf_py),
     cmocka_unit_test(test_kernels_match_dequantised_dot),
     cmocka_unit_test(test_batch_and_split_invariance),
+    cmocka_unit_test(test_kquant_simd_bit_identical),
     cmocka_unit_test(test_act_q8k_layout),
 };
 
