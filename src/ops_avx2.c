@@ -6,6 +6,7 @@
  * An output's sequence of operations is the same whatever NT is, so results
  * do not depend on the batch size or on the row split. */
 #include <immintrin.h>
+#include <stdbool.h>
 
 #include "ops.h"
 #include "sp_quant.h"
@@ -185,6 +186,7 @@ typedef struct kq_block {
     __m256i u[8];     /* elements 32g .. 32g+31 */
     __m256i sc[8];    /* 16-bit scales: lanes 0-7 sub-block 2g, lanes 8-15 sub-block 2g+1 */
     int32_t isc[16], imn[16], off;
+    bool is_signed;   /* u holds signed values (IQ4_XS): |u| x sign(x, u) */
     float d, dmin;
 } kq_block;
 
@@ -303,6 +305,37 @@ AI int32_t hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* The 16 IQ4_NL / IQ4_XS values, for byte shuffles (both 128-bit lanes). */
+AI __m256i iq4_table(void) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)sp_iq4nl_values);
+    return _mm256_set_m128i(t, t);
+}
+
+/* IQ4_XS: sub-block s of 32 = table values of the low (first 16) and high
+ * nibbles of qs[16s..16s+15], scale ls - 32. */
+static void kq_unpack_iq4_xs(const uint8_t *w, int64_t b, kq_block *kb) {
+    const sp_block_iq4_xs *x = (const sp_block_iq4_xs *)w + b;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), tab = iq4_table();
+    for (int p = 0; p < 4; p++) {
+        /* sub-blocks 2p and 2p+1: 32 bytes of qs */
+        __m256i v = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * p));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        /* sub-block 2p = [lo of bytes 0-15, hi of bytes 0-15], 2p+1 likewise for bytes 16-31 */
+        __m256i a = _mm256_permute2x128_si256(lo, hi, 0x20), c = _mm256_permute2x128_si256(lo, hi, 0x31);
+        kb->u[2 * p] = _mm256_shuffle_epi8(tab, a);
+        kb->u[2 * p + 1] = _mm256_shuffle_epi8(tab, c);
+    }
+    for (int s8 = 0; s8 < 8; s8++) {
+        int ls = ((x->scales_l[s8 / 2] >> (4 * (s8 % 2))) & 0xF) | (((x->scales_h >> (2 * s8)) & 3) << 4);
+        kb->isc[2 * s8] = kb->isc[2 * s8 + 1] = ls - 32;
+        kb->imn[2 * s8] = kb->imn[2 * s8 + 1] = 0;
+    }
+    kb->off = 0;
+    kb->is_signed = true;
+    kb->d = sp_fp16_to_fp32(x->d);
+    kb->dmin = 0;
+}
+
 static void mm_kquant(const sp_mm *m, int64_t r0, int64_t r1) {
     const int64_t nb = m->k / SP_QK_K;
     kq_block kb;
@@ -310,11 +343,16 @@ static void mm_kquant(const sp_mm *m, int64_t r0, int64_t r1) {
         const uint8_t *w = m->w + r * m->w_stride;
         for (int32_t t = 0; t < m->n; t++) m->y[t * m->ld_y + r] = 0;
         for (int64_t b = 0; b < nb; b++) {
-            if (m->wtype == SP_GGML_Q4_K) kq_unpack_q4_K(w, b, &kb);
+            kb.is_signed = false;
+            __m256i au[8];
+            if (m->wtype == SP_GGML_IQ4_XS) kq_unpack_iq4_xs(w, b, &kb);
+            else if (m->wtype == SP_GGML_Q4_K) kq_unpack_q4_K(w, b, &kb);
             else if (m->wtype == SP_GGML_Q6_K) kq_unpack_q6_K(w, b, &kb);
             else if (m->wtype == SP_GGML_Q5_K) kq_unpack_q5_K(w, b, &kb);
             else kq_unpack_q23_K(m->wtype, w, b, &kb);
             kq_scales(&kb);
+            if (kb.is_signed)
+                for (int g = 0; g < 8; g++) au[g] = _mm256_sign_epi8(kb.u[g], kb.u[g]);
             for (int32_t t = 0; t < m->n; t++) {
                 const void *xr = (const uint8_t *)m->x + t * m->x_stride;
                 const int8_t *xq = sp_act_qs(xr) + b * SP_QK_K;
@@ -322,7 +360,8 @@ static void mm_kquant(const sp_mm *m, int64_t r0, int64_t r1) {
                 __m256i acc = _mm256_setzero_si256();
                 for (int g = 0; g < 8; g++) {
                     __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * g));
-                    __m256i p16 = _mm256_maddubs_epi16(kb.u[g], xv);
+                    __m256i p16 = kb.is_signed ? _mm256_maddubs_epi16(au[g], _mm256_sign_epi8(xv, kb.u[g]))
+                                               : _mm256_maddubs_epi16(kb.u[g], xv);
                     acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, kb.sc[g]));
                 }
                 int32_t sumi = hsum_i32(acc), summ = 0, sumb = 0;
@@ -338,9 +377,80 @@ static void mm_kquant(const sp_mm *m, int64_t r0, int64_t r1) {
     }
 }
 
+/* ---- Q4_1, Q5_0, Q5_1, IQ4_NL against q8 activations ----
+ * A block's 32 values unpacked once to signed bytes; per token one
+ * maddubs(|w|, sign(x, w)) (pairs at most 2 * 127 * 127) and a madd give the
+ * exact integer dot; the float expression is the scalar reference's, so the
+ * outputs are bit-identical to it. */
+AI __m256i nibbles32(const uint8_t *qs) {
+    __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+
+/* Bit i of the 32-bit qh as 0x10 in byte i. */
+AI __m256i qh_bytes(const uint8_t qh[4]) {
+    uint32_t v = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
+                                         3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), sel);
+    b = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
+}
+
+static void mm_q32(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t nb = m->k / SP_QK;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *w = m->w + r * m->w_stride;
+        for (int32_t t = 0; t < m->n; t++) m->y[t * m->ld_y + r] = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            __m256i v;
+            float d, mn = 0;
+            switch (m->wtype) {
+            case SP_GGML_Q4_1: {
+                const sp_block_q4_1 *x = (const sp_block_q4_1 *)w + b;
+                v = nibbles32(x->qs), d = sp_fp16_to_fp32(x->d), mn = sp_fp16_to_fp32(x->m);
+                break;
+            }
+            case SP_GGML_Q5_0: {
+                const sp_block_q5_0 *x = (const sp_block_q5_0 *)w + b;
+                v = _mm256_sub_epi8(_mm256_or_si256(nibbles32(x->qs), qh_bytes(x->qh)), _mm256_set1_epi8(16));
+                d = sp_fp16_to_fp32(x->d);
+                break;
+            }
+            case SP_GGML_Q5_1: {
+                const sp_block_q5_1 *x = (const sp_block_q5_1 *)w + b;
+                v = _mm256_or_si256(nibbles32(x->qs), qh_bytes(x->qh));
+                d = sp_fp16_to_fp32(x->d), mn = sp_fp16_to_fp32(x->m);
+                break;
+            }
+            default: { /* IQ4_NL */
+                const sp_block_iq4_nl *x = (const sp_block_iq4_nl *)w + b;
+                v = _mm256_shuffle_epi8(iq4_table(), nibbles32(x->qs));
+                d = sp_fp16_to_fp32(x->d);
+                break;
+            }
+            }
+            const __m256i av = _mm256_sign_epi8(v, v);
+            for (int32_t t = 0; t < m->n; t++) {
+                const void *xr = (const uint8_t *)m->x + t * m->x_stride;
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(sp_act_qs(xr) + b * SP_QK));
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(xv, v)), ones);
+                float val = (d * sp_act_d(xr, m->k)[b]) * (float)hsum_i32(p);
+                if (mn != 0) val += mn * sp_act_s(xr, m->k)[b];
+                m->y[t * m->ld_y + r] += val;
+            }
+        }
+    }
+}
+
 void sp_ops_fill_kquants_avx2(sp_ops_table *t) {
     t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
-        t->mm[SP_GGML_Q6_K] = mm_kquant;
+        t->mm[SP_GGML_Q6_K] = t->mm[SP_GGML_IQ4_XS] = mm_kquant;
+    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32;
 }
 
 void sp_ops_fill_avx2(sp_ops_table *t) {

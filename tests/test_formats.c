@@ -228,14 +228,14 @@ static void test_batch_and_split_invariance(void **state) {
     }
 }
 
-/* The K-quant SIMD kernels form the same exact integer sums as the scalar
- * reference and the same float expression, so they are bit-identical to it. */
-static void test_kquant_simd_bit_identical(void **state) {
+/* The SIMD kernels of these formats form the same exact integer sums as the
+ * scalar reference and the same float expression, so they are bit-identical
+ * to it. */
+static void test_simd_bit_identical(void **state) {
     (void)state;
-    const sp_ggml_type kq[] = {SP_GGML_Q2_K, SP_GGML_Q3_K, SP_GGML_Q4_K, SP_GGML_Q5_K, SP_GGML_Q6_K};
-    for (size_t ti = 0; ti < sizeof kq / sizeof kq[0]; ti++) {
+    for (size_t ti = 0; ti < N_NEW; ti++) {
         fixture f;
-        fx_make(&f, kq[ti], 7, 1024, 4, 300 + ti);
+        fx_make(&f, NEW_TYPES[ti], 7, 1024, 4, 300 + ti);
         float *ya = malloc((size_t)(f.n * f.rows) * sizeof(float));
         float *yb = malloc((size_t)(f.n * f.rows) * sizeof(float));
         sp_mm m = fx_mm(&f, 0, f.n, ya);
@@ -282,7 +282,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_dequant_matches_gguf_py),
     cmocka_unit_test(test_kernels_match_dequantised_dot),
     cmocka_unit_test(test_batch_and_split_invariance),
-    cmocka_unit_test(test_kquant_simd_bit_identical),
+    cmocka_unit_test(test_simd_bit_identical),
     cmocka_unit_test(test_act_q8k_layout),
 };
 
