@@ -97,8 +97,159 @@ void sp_q3k_scales(const uint8_t packed[12], int8_t out[16]) {
 }
 
 int sp_quant_supported(sp_ggml_type t) {
-    return t == SP_GGML_F32 || t == SP_GGML_F16 || t == SP_GGML_BF16 || t == SP_GGML_Q8_0 ||
-           t == SP_GGML_Q4_0;
+    switch (t) {
+    case SP_GGML_F32: case SP_GGML_F16: case SP_GGML_BF16: case SP_GGML_Q8_0: case SP_GGML_Q4_0:
+    case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1: case SP_GGML_Q4_K: case SP_GGML_Q6_K:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* ggml's quantize_row_q4_1_ref: the block's range [min, max] in 15 steps,
+ * q = min(15, trunc((x - min) / d + 0.5)). Byte-identical to llama-quantize
+ * without an importance matrix (tested on the reference files). */
+static void quantize_q4_1(const float *x, sp_block_q4_1 *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += SP_QK) {
+        float mn = x[0], mx = x[0];
+        for (int j = 1; j < SP_QK; j++) mn = x[j] < mn ? x[j] : mn, mx = x[j] > mx ? x[j] : mx;
+        const float d = (mx - mn) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = sp_fp32_to_fp16(d);
+        y[i].m = sp_fp32_to_fp16(mn);
+        for (int j = 0; j < SP_QK / 2; j++) {
+            int q0 = (int)((x[j] - mn) * id + 0.5f), q1 = (int)((x[j + 16] - mn) * id + 0.5f);
+            q0 = q0 > 15 ? 15 : q0, q1 = q1 > 15 ? 15 : q1;
+            y[i].qs[j] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+
+/* ggml's quantize_row_q5_0_ref: the element of largest magnitude maps to
+ * -16, q = min(31, trunc(x / d + 16.5)), the fifth bits packed into qh. */
+static void quantize_q5_0(const float *x, sp_block_q5_0 *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += SP_QK) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < SP_QK; j++)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+        const float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = sp_fp32_to_fp16(d);
+        uint32_t qh = 0;
+        for (int j = 0; j < SP_QK / 2; j++) {
+            int q0 = (int)(x[j] * id + 16.5f), q1 = (int)(x[j + 16] * id + 16.5f);
+            q0 = q0 > 31 ? 31 : q0, q1 = q1 > 31 ? 31 : q1;
+            y[i].qs[j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        for (int k = 0; k < 4; k++) y[i].qh[k] = (uint8_t)(qh >> (8 * k));
+    }
+}
+
+/* ggml's quantize_row_q5_1_ref: Q4_1's range in 31 steps, fifth bits in qh. */
+static void quantize_q5_1(const float *x, sp_block_q5_1 *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += SP_QK) {
+        float mn = x[0], mx = x[0];
+        for (int j = 1; j < SP_QK; j++) mn = x[j] < mn ? x[j] : mn, mx = x[j] > mx ? x[j] : mx;
+        const float d = (mx - mn) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = sp_fp32_to_fp16(d);
+        y[i].m = sp_fp32_to_fp16(mn);
+        uint32_t qh = 0;
+        for (int j = 0; j < SP_QK / 2; j++) {
+            int q0 = (int)((x[j] - mn) * id + 0.5f), q1 = (int)((x[j + 16] - mn) * id + 0.5f);
+            y[i].qs[j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
+            qh |= (uint32_t)((q0 >> 4) & 1) << j | (uint32_t)((q1 >> 4) & 1) << (j + 16);
+        }
+        for (int k = 0; k < 4; k++) y[i].qh[k] = (uint8_t)(qh >> (8 * k));
+    }
+}
+
+static int nearest(float v) { return (int)nearbyintf(v); }
+static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Specula's own Q4_K quantiser (not llama-quantize's iterative search): per
+ * sub-block of 32 the range [min(0, x), max(0, x)] in 15 steps; the 8
+ * scales and 8 offsets are stored as 6-bit multiples of the super-block's
+ * d and dmin; then every value is rounded against the stored (dequantised)
+ * scale and offset, so the rounding sees what the reader will. */
+static void quantize_q4_K(const float *x, sp_block_q4_K *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += SP_QK_K) {
+        float sc[8], mn[8], max_sc = 0, max_mn = 0;
+        for (int s = 0; s < 8; s++) {
+            float lo = 0, hi = 0;
+            for (int l = 0; l < 32; l++) lo = fminf(lo, x[32 * s + l]), hi = fmaxf(hi, x[32 * s + l]);
+            sc[s] = (hi - lo) / 15.0f;
+            mn[s] = -lo;
+            max_sc = fmaxf(max_sc, sc[s]), max_mn = fmaxf(max_mn, mn[s]);
+        }
+        const float d = max_sc / 63.0f, dmin = max_mn / 63.0f;
+        y[i].d = sp_fp32_to_fp16(d);
+        y[i].dmin = sp_fp32_to_fp16(dmin);
+        const float dq = sp_fp16_to_fp32(y[i].d), dmq = sp_fp16_to_fp32(y[i].dmin);
+        uint8_t isc[8], imn[8];
+        for (int s = 0; s < 8; s++) {
+            isc[s] = (uint8_t)clampi(dq > 0 ? nearest(sc[s] / dq) : 0, 0, 63);
+            imn[s] = (uint8_t)clampi(dmq > 0 ? nearest(mn[s] / dmq) : 0, 0, 63);
+        }
+        /* the packing sp_q4k_scale_min reads */
+        memset(y[i].scales, 0, 12);
+        for (int s = 0; s < 8; s++) {
+            if (s < 4) {
+                y[i].scales[s] = isc[s];
+                y[i].scales[s + 4] = imn[s];
+            } else {
+                y[i].scales[s + 4] = (uint8_t)((isc[s] & 0xF) | (imn[s] & 0xF) << 4);
+                y[i].scales[s - 4] |= (uint8_t)((isc[s] >> 4) << 6);
+                y[i].scales[s] |= (uint8_t)((imn[s] >> 4) << 6);
+            }
+        }
+        for (int s = 0; s < 8; s++) {
+            const float ds = dq * (float)isc[s], ms = dmq * (float)imn[s];
+            for (int l = 0; l < 32; l++) {
+                int q = ds > 0 ? clampi(nearest((x[32 * s + l] + ms) / ds), 0, 15) : 0;
+                uint8_t *b = &y[i].qs[32 * (s / 2) + l];
+                *b = (s & 1) ? (uint8_t)((*b & 0x0F) | q << 4) : (uint8_t)((*b & 0xF0) | q);
+            }
+        }
+    }
+}
+
+/* Specula's own Q6_K quantiser: per 16 values the element of largest
+ * magnitude maps to -32 (as ggml's make_qx_quants starts), the 16 scales
+ * stored as int8 multiples of d = max|scale| / 127 (sign kept as ggml), then
+ * values rounded against the stored scales, clamped to [-32, 31]. */
+static void quantize_q6_K(const float *x, sp_block_q6_K *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += SP_QK_K) {
+        float sc[16], max_scale = 0, amax_scale = 0;
+        for (int s = 0; s < 16; s++) {
+            float amax = 0, max = 0;
+            for (int l = 0; l < 16; l++)
+                if (fabsf(x[16 * s + l]) > amax) amax = fabsf(x[16 * s + l]), max = x[16 * s + l];
+            sc[s] = max / -32.0f;
+            if (fabsf(sc[s]) > amax_scale) amax_scale = fabsf(sc[s]), max_scale = sc[s];
+        }
+        memset(y[i].ql, 0, sizeof y[i].ql);
+        memset(y[i].qh, 0, sizeof y[i].qh);
+        if (amax_scale == 0) {
+            memset(y[i].scales, 0, sizeof y[i].scales);
+            y[i].d = 0;
+            for (int l = 0; l < 64; l++) y[i].ql[l] = 0; /* q = 0 everywhere: value -32 * 0 */
+            continue;
+        }
+        const float iscale = -128.0f / max_scale;
+        y[i].d = sp_fp32_to_fp16(1.0f / iscale);
+        const float d = sp_fp16_to_fp32(y[i].d);
+        for (int s = 0; s < 16; s++) y[i].scales[s] = (int8_t)clampi(nearest(iscale * sc[s]), -128, 127);
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++) {
+                    const int e = 128 * h + 32 * j + l;
+                    const float ds = d * (float)y[i].scales[e / 16];
+                    int q = ds != 0 ? clampi(nearest(x[e] / ds), -32, 31) : 0;
+                    q += 32;
+                    uint8_t *lo = &y[i].ql[64 * h + l + 32 * (j & 1)];
+                    *lo = j >= 2 ? (uint8_t)((*lo & 0x0F) | (q & 0xF) << 4) : (uint8_t)((*lo & 0xF0) | (q & 0xF));
+                    y[i].qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * j));
+                }
+    }
 }
 
 /* ggml's quantize_row_q8_0_ref: d = amax/127, q = round(x/d) (away from zero on ties). */
@@ -156,6 +307,11 @@ void sp_quantize_row(sp_ggml_type type, const float *src, void *dst, int64_t n) 
     }
     case SP_GGML_Q8_0: quantize_q8_0(src, dst, n / SP_QK); break;
     case SP_GGML_Q4_0: quantize_q4_0(src, dst, n / SP_QK); break;
+    case SP_GGML_Q4_1: quantize_q4_1(src, dst, n / SP_QK); break;
+    case SP_GGML_Q5_0: quantize_q5_0(src, dst, n / SP_QK); break;
+    case SP_GGML_Q5_1: quantize_q5_1(src, dst, n / SP_QK); break;
+    case SP_GGML_Q4_K: quantize_q4_K(src, dst, n / SP_QK_K); break;
+    case SP_GGML_Q6_K: quantize_q6_K(src, dst, n / SP_QK_K); break;
     default: SP_ASSERT(0 && "unsupported type");
     }
 }

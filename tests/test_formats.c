@@ -12,6 +12,7 @@
 
 #include "ops.h"
 #include "sp_gguf.h"
+#include "sp_model.h"
 #include "sp_quant.h"
 #include "sp_rng.h"
 
@@ -251,6 +252,107 @@ static void test_simd_bit_identical(void **state) {
     }
 }
 
+/* Quantisers against llama-quantize on the same weights (base-f32 ->
+ * pure-TYPE): Q4_1, Q5_0, Q5_1 follow ggml's reference quantisers and must
+ * give the same bytes for every matrix; Q4_K and Q6_K are Specula's own
+ * simpler quantisers (llama-quantize searches scales iteratively), held to a
+ * root-mean-square error at most 1.3x llama-quantize's. */
+static void test_quantisers_against_llama_quantize(void **state) {
+    (void)state;
+    static const struct { sp_ggml_type t; const char *file; bool exact; } cases[] = {
+        {SP_GGML_Q4_1, "pure-Q4_1", true},      {SP_GGML_Q5_0, "pure-Q5_0", true},
+        {SP_GGML_Q5_1, "pure-Q5_1", true},      {SP_GGML_Q4_K, "pure-Q4_K_M", false},
+        {SP_GGML_Q6_K, "pure-Q6_K", false},
+    };
+    sp_gguf *base = NULL;
+    sp_error err = {0};
+    assert_int_equal(sp_gguf_open(sp_shared("reference/formats/base-f32.gguf"), &base, &err), SP_OK);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "reference/formats/%s.gguf", cases[ci].file);
+        sp_gguf *ref = NULL;
+        assert_int_equal(sp_gguf_open(sp_shared(rel), &ref, &err), SP_OK);
+        double se_ours = 0, se_ref = 0;
+        int matrices = 0;
+        for (uint64_t i = 0; i < sp_gguf_n_tensors(base); i++) {
+            const sp_gguf_tensor *bt = sp_gguf_tensor_at(base, i);
+            char name[96];
+            snprintf(name, sizeof name, "%.*s", (int)bt->name.len, bt->name.ptr);
+            const sp_gguf_tensor *rt = sp_gguf_find_tensor(ref, name);
+            if (!rt || rt->type != cases[ci].t) continue;
+            const int64_t cols = bt->ne[0], rows = bt->ne[1];
+            const size_t rb = sp_ggml_row_size(cases[ci].t, cols);
+            uint8_t *q = malloc(rb);
+            float *deq = malloc((size_t)cols * sizeof(float)), *deq_ref = malloc((size_t)cols * sizeof(float));
+            for (int64_t r = 0; r < rows; r++) {
+                const float *x = (const float *)bt->data + r * cols;
+                const uint8_t *want = (const uint8_t *)rt->data + (size_t)r * rb;
+                sp_quantize_row(cases[ci].t, x, q, cols);
+                if (cases[ci].exact && memcmp(q, want, rb) != 0) {
+                    fprintf(stderr, "%s %s row %lld differs from llama-quantize\n", cases[ci].file, name, (long long)r);
+                    fail();
+                }
+                sp_dequantize_row(cases[ci].t, q, deq, cols);
+                sp_dequantize_row(cases[ci].t, want, deq_ref, cols);
+                for (int64_t j = 0; j < cols; j++) {
+                    se_ours += (deq[j] - x[j]) * (double)(deq[j] - x[j]);
+                    se_ref += (deq_ref[j] - x[j]) * (double)(deq_ref[j] - x[j]);
+                }
+            }
+            free(q), free(deq), free(deq_ref);
+            matrices++;
+        }
+        printf("quantise %-7s %2d matrices: rmse ours / llama-quantize = %.4f%s\n", sp_ggml_type_name(cases[ci].t),
+               matrices, sqrt(se_ours / se_ref), cases[ci].exact ? " (byte-identical)" : "");
+        assert_true(matrices >= 14);
+        assert_true(se_ours <= 1.3 * 1.3 * se_ref);
+        sp_gguf_close(ref);
+    }
+    sp_gguf_close(base);
+}
+
+/* A low-bit self-draft in the new writable types: base-f32 (rows of 256 and
+ * 768) re-quantised at load keeps its shape, reports the type, and its
+ * logits stay close to the F32 model's (4-bit: within 15% of the logit
+ * range; 5-bit: 7%; 6-bit: 5%). */
+static void test_requantize_new_types(void **state) {
+    (void)state;
+    static const struct { sp_ggml_type t; double tol; } cases[] = {
+        {SP_GGML_Q4_K, 0.15}, {SP_GGML_Q6_K, 0.05}, {SP_GGML_Q5_0, 0.07}, {SP_GGML_Q5_1, 0.07}, {SP_GGML_Q4_1, 0.15}};
+    sp_model *m = NULL;
+    sp_error err = {0};
+    sp_model_params mp = sp_model_default_params();
+    assert_int_equal(sp_model_load(sp_shared("reference/formats/base-f32.gguf"), &mp, &m, &err), SP_OK);
+    const int V = sp_model_cfg(m)->n_vocab;
+    const int32_t toks[6] = {1, 403, 407, 261, 378, 432};
+    float *ref = malloc((size_t)V * sizeof(float)), *got = malloc((size_t)V * sizeof(float));
+    for (int k = -1; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+        sp_model *q = NULL;
+        if (k >= 0) {
+            assert_int_equal(sp_model_requantize(m, cases[k].t, &q, &err), SP_OK);
+            assert_int_equal(sp_model_cfg(q)->wtype, cases[k].t);
+        }
+        sp_ctx *c = NULL;
+        sp_ctx_params cp = sp_ctx_default_params();
+        cp.n_ctx = 16;
+        assert_int_equal(sp_ctx_init(k >= 0 ? q : m, &cp, &c, &err), SP_OK);
+        sp_batch b = {.tokens = toks, .n = 6};
+        assert_int_equal(sp_forward(c, &b, k >= 0 ? got : ref, &err), SP_OK);
+        sp_ctx_free(c);
+        if (k < 0) continue;
+        double md = 0, lo = ref[0], hi = ref[0];
+        for (int i = 0; i < V; i++) {
+            md = fmax(md, fabs((double)got[i] - ref[i]));
+            lo = fmin(lo, ref[i]), hi = fmax(hi, ref[i]);
+        }
+        printf("requantize %-5s max |logit diff| %.3f of range %.3f\n", sp_ggml_type_name(cases[k].t), md, hi - lo);
+        assert_true(md < cases[k].tol * (hi - lo));
+        sp_model_free(q);
+    }
+    free(ref), free(got);
+    sp_model_free(m);
+}
+
 /* The q8_K activation layout (ops.h) on a hand-made block: the element of
  * largest magnitude maps to -127 * sign, d = max / -127, 16-sums. */
 static void test_act_q8k_layout(void **state) {
@@ -284,6 +386,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_batch_and_split_invariance),
     cmocka_unit_test(test_simd_bit_identical),
     cmocka_unit_test(test_act_q8k_layout),
+    cmocka_unit_test(test_quantisers_against_llama_quantize),
+    cmocka_unit_test(test_requantize_new_types),
 };
 
 SP_TEST_MAIN(tests)

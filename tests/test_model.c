@@ -356,7 +356,7 @@ static void test_requantize(void **state) {
     assert_true(md < 0.05 * mx);
     assert_true(md > 0); /* it really is a different model */
     sp_model *q2 = NULL;
-    assert_int_equal(sp_model_requantize(m, SP_GGML_Q4_K, &q2, &err), SP_ERR_UNSUPPORTED);
+    assert_int_equal(sp_model_requantize(m, SP_GGML_IQ4_XS, &q2, &err), SP_ERR_UNSUPPORTED);
     assert_null(q2);
     free(la);
     free(lb);
