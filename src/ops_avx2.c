@@ -7,6 +7,7 @@
  * do not depend on the batch size or on the row split. */
 #include <immintrin.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "ops.h"
 #include "sp_quant.h"
@@ -187,16 +188,31 @@ typedef struct kq_block {
     __m256i sc[8];    /* 16-bit scales: lanes 0-7 sub-block 2g, lanes 8-15 sub-block 2g+1 */
     int32_t isc[16], imn[16], off;
     bool is_signed;   /* u holds signed values (IQ4_XS): |u| x sign(x, u) */
+    bool has_min;     /* imn not all zero */
+    /* per-16 integer coefficients of the activation block sums bsum[16]:
+     * ca = -off * isc (added to sumi), cm = imn (summ); [0] sub-blocks 0-7 */
+    __m256i ca[2], cm[2];
     float d, dmin;
 } kq_block;
 
+/* sc[], ca[], cm[] from isc/imn/off (the unpackers without a faster way). */
 AI void kq_scales(kq_block *kb) {
     for (int g = 0; g < 8; g++)
         kb->sc[g] = _mm256_set_m128i(_mm_set1_epi16((int16_t)kb->isc[2 * g + 1]),
                                      _mm_set1_epi16((int16_t)kb->isc[2 * g]));
+    const __m256i noff = _mm256_set1_epi32(-kb->off);
+    kb->ca[0] = _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)kb->isc), noff);
+    kb->ca[1] = _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(kb->isc + 8)), noff);
+    kb->cm[0] = _mm256_loadu_si256((const __m256i *)kb->imn);
+    kb->cm[1] = _mm256_loadu_si256((const __m256i *)(kb->imn + 8));
+    kb->has_min = kb->dmin != 0;
 }
 
-/* Q4_K: sub-block 2p = low nibbles of qs[32p..], 2p+1 = high nibbles. */
+/* Q4_K: sub-block 2p = low nibbles of qs[32p..], 2p+1 = high nibbles.
+ * The 8 6-bit scales and mins from the 12 packed bytes as 32-bit words
+ * w0..w2 (sp_q4k_scale_min's layout): scales 0-3 = w0 & 63 per byte,
+ * mins 0-3 = w1 & 63, scales 4-7 = low nibbles of w2 | top 2 bits of w0,
+ * mins 4-7 = high nibbles of w2 | top 2 bits of w1. */
 static void kq_unpack_q4_K(const uint8_t *w, int64_t b, kq_block *kb) {
     const sp_block_q4_K *x = (const sp_block_q4_K *)w + b;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -205,15 +221,30 @@ static void kq_unpack_q4_K(const uint8_t *w, int64_t b, kq_block *kb) {
         kb->u[2 * p] = _mm256_and_si256(v, m4);
         kb->u[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     }
-    for (int s8 = 0; s8 < 8; s8++) {
-        uint8_t sc, mn;
-        sp_q4k_scale_min(s8, x->scales, &sc, &mn);
-        kb->isc[2 * s8] = kb->isc[2 * s8 + 1] = sc;
-        kb->imn[2 * s8] = kb->imn[2 * s8 + 1] = mn;
-    }
+    uint32_t w0, w1, w2;
+    memcpy(&w0, x->scales, 4), memcpy(&w1, x->scales + 4, 4), memcpy(&w2, x->scales + 8, 4);
+    const uint32_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 6) & 0x03030303u) << 4;
+    const uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 6) & 0x03030303u) << 4;
+    const __m128i scb = _mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo);  /* 8 scale bytes */
+    const __m128i mnb = _mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo);  /* 8 min bytes */
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scb)); /* 8 x int16, both lanes */
+    static const int8_t pick[8][32] = {
+#define PK(g) {2*g, 2*g+1, 2*g, 2*g+1, 2*g, 2*g+1, 2*g, 2*g+1, 2*g, 2*g+1, 2*g, 2*g+1, 2*g, 2*g+1, 2*g, 2*g+1, \
+               2*g, 2*g+1, 2*g, 2*g+1, 2*g, 2*g+1, 2*g, 2*g+1, 2*g, 2*g+1, 2*g, 2*g+1, 2*g, 2*g+1, 2*g, 2*g+1}
+        PK(0), PK(1), PK(2), PK(3), PK(4), PK(5), PK(6), PK(7)
+#undef PK
+    };
+    for (int g = 0; g < 8; g++) kb->sc[g] = _mm256_shuffle_epi8(sc16, _mm256_loadu_si256((const __m256i *)pick[g]));
+    /* per-16 mins: each of the 8 doubled */
+    const __m128i mn2 = _mm_unpacklo_epi8(mnb, mnb);
+    kb->cm[0] = _mm256_cvtepu8_epi32(mn2);
+    kb->cm[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(mn2, 8));
+    kb->ca[0] = kb->ca[1] = _mm256_setzero_si256();
     kb->off = 0;
     kb->d = sp_fp16_to_fp32(x->d);
     kb->dmin = sp_fp16_to_fp32(x->dmin);
+    kb->has_min = kb->dmin != 0;
 }
 
 /* Q6_K: per half h, element 128h + 32j + l from ql[64h + l + 32(j&1)]
@@ -233,10 +264,19 @@ static void kq_unpack_q6_K(const uint8_t *w, int64_t b, kq_block *kb) {
             kb->u[4 * h + j] = _mm256_or_si256(lo[j], _mm256_slli_epi16(hi, 4));
         }
     }
-    for (int s = 0; s < 16; s++) kb->isc[s] = x->scales[s], kb->imn[s] = 0;
+    /* 16 int8 scales: group g takes scales 2g (lanes 0-7) and 2g+1 (8-15) */
+    const __m128i s8 = _mm_loadu_si128((const __m128i *)x->scales);
+    for (int g = 0; g < 8; g++) {
+        __m128i a = _mm_set1_epi16((int16_t)x->scales[2 * g]), c = _mm_set1_epi16((int16_t)x->scales[2 * g + 1]);
+        kb->sc[g] = _mm256_set_m128i(c, a);
+    }
+    kb->ca[0] = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(s8), _mm256_set1_epi32(-32));
+    kb->ca[1] = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8)), _mm256_set1_epi32(-32));
+    kb->cm[0] = kb->cm[1] = _mm256_setzero_si256();
     kb->off = 32;
     kb->d = sp_fp16_to_fp32(x->d);
     kb->dmin = 0;
+    kb->has_min = false;
 }
 
 /* Q5_K: Q4_K's nibbles plus bit s of qh[l] as the fifth bit of sub-block s. */
@@ -345,12 +385,14 @@ static void mm_kquant(const sp_mm *m, int64_t r0, int64_t r1) {
         for (int64_t b = 0; b < nb; b++) {
             kb.is_signed = false;
             __m256i au[8];
-            if (m->wtype == SP_GGML_IQ4_XS) kq_unpack_iq4_xs(w, b, &kb);
-            else if (m->wtype == SP_GGML_Q4_K) kq_unpack_q4_K(w, b, &kb);
+            if (m->wtype == SP_GGML_Q4_K) kq_unpack_q4_K(w, b, &kb);
             else if (m->wtype == SP_GGML_Q6_K) kq_unpack_q6_K(w, b, &kb);
-            else if (m->wtype == SP_GGML_Q5_K) kq_unpack_q5_K(w, b, &kb);
-            else kq_unpack_q23_K(m->wtype, w, b, &kb);
-            kq_scales(&kb);
+            else {
+                if (m->wtype == SP_GGML_IQ4_XS) kq_unpack_iq4_xs(w, b, &kb);
+                else if (m->wtype == SP_GGML_Q5_K) kq_unpack_q5_K(w, b, &kb);
+                else kq_unpack_q23_K(m->wtype, w, b, &kb);
+                kq_scales(&kb);
+            }
             if (kb.is_signed)
                 for (int g = 0; g < 8; g++) au[g] = _mm256_sign_epi8(kb.u[g], kb.u[g]);
             for (int32_t t = 0; t < m->n; t++) {
@@ -364,12 +406,15 @@ static void mm_kquant(const sp_mm *m, int64_t r0, int64_t r1) {
                                                : _mm256_maddubs_epi16(kb.u[g], xv);
                     acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, kb.sc[g]));
                 }
-                int32_t sumi = hsum_i32(acc), summ = 0, sumb = 0;
-                for (int s16 = 0; s16 < 16; s16++) {
-                    sumb += kb.isc[s16] * bs[s16];
-                    summ += kb.imn[s16] * bs[s16];
-                }
-                sumi -= kb.off * sumb;
+                /* the block-sum terms, exact in int32 lanes */
+                const __m256i bs0 = _mm256_loadu_si256((const __m256i *)bs);
+                const __m256i bs1 = _mm256_loadu_si256((const __m256i *)(bs + 8));
+                acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_mullo_epi32(bs0, kb.ca[0]),
+                                                             _mm256_mullo_epi32(bs1, kb.ca[1])));
+                const int32_t sumi = hsum_i32(acc);
+                const int32_t summ = kb.has_min ? hsum_i32(_mm256_add_epi32(_mm256_mullo_epi32(bs0, kb.cm[0]),
+                                                                             _mm256_mullo_epi32(bs1, kb.cm[1])))
+                                                : 0;
                 const float xd = sp_actk_d(xr, m->k)[b];
                 m->y[t * m->ld_y + r] += (xd * kb.d) * (float)sumi - (xd * kb.dmin) * (float)summ;
             }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -12,17 +13,16 @@ static void mk_usage(FILE *f) {
     fprintf(f,
             "usage: specula mkmodel --out F.gguf --dim D --layers L --heads H --kv-heads K\n"
             "         --ffn F [--vocab-from MODEL.gguf | --vocab N] [--ctx N]\n"
-            "         --type f32|f16|bf16|q8_0|q4_0 --seed S\n"
+            "         --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_K|q6_K --seed S\n"
             "  Without --vocab-from or --vocab, the vocabulary of\n"
             "  $SPECULA_SHARED/models/stories260K.gguf (default ../shared) is copied.\n");
 }
 
-/* Weight type from its name; -1 if not one mkmodel writes. */
+/* Weight type from its name (any case); -1 if not one Specula writes. */
 static int parse_type(const char *s) {
-    static const sp_ggml_type ok[] = {SP_GGML_F32, SP_GGML_F16, SP_GGML_BF16, SP_GGML_Q8_0,
-                                      SP_GGML_Q4_0};
-    for (size_t i = 0; s && i < sizeof ok / sizeof ok[0]; i++)
-        if (!strcmp(s, sp_ggml_type_name(ok[i]))) return (int)ok[i];
+    for (int t = 0; s && t < SP_GGML_TYPE_COUNT; t++)
+        if (sp_quant_supported((sp_ggml_type)t) && !strcasecmp(s, sp_ggml_type_name((sp_ggml_type)t)))
+            return t;
     return -1;
 }
 
@@ -61,7 +61,7 @@ int cmd_mkmodel(int argc, char **argv) {
         } else if (!strcmp(a, "--type")) {
             if (!val) goto missing;
             if ((type = parse_type(val)) < 0) {
-                fprintf(stderr, "specula: --type must be f32, f16, bf16, q8_0 or q4_0, got '%s'\n", val);
+                fprintf(stderr, "specula: --type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K or q6_K, got '%s'\n", val);
                 return 2;
             }
             i++;
