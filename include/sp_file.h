@@ -8,6 +8,7 @@
 #ifndef SP_FILE_H
 #define SP_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,13 @@ typedef struct sp_file_map {
 sp_status sp_file_map_open(const char *path, const char *what, uint64_t min_size, sp_file_map *out,
                            sp_error *err);
 void sp_file_unmap(sp_file_map *m);
+
+/* Keeps a mapping resident. prefault: read every page in now (after
+ * madvise(MADV_WILLNEED)), so the first forward pass does not pay for disk
+ * or page-cache misses; lock: mlock the pages so the kernel cannot evict
+ * them (SP_ERR_RANGE naming RLIMIT_MEMLOCK when the limit refuses it). */
+sp_status sp_file_map_resident(const sp_file_map *m, bool prefault, bool lock, const char *what,
+                               sp_error *err);
 
 /* Reads a whole regular file into a new NUL-terminated buffer (free() it);
  * SP_ERR_RANGE when it exceeds max_bytes. */

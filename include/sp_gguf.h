@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sp_file.h"
 #include "sp_status.h"
 
 typedef enum sp_gguf_type {
@@ -106,6 +107,8 @@ float sp_gguf_arr_f32(const sp_gguf_kv *kv, uint64_t i);
 int64_t sp_gguf_arr_int(const sp_gguf_kv *kv, uint64_t i);
 /* File offset of the tensor data section, and the alignment in force. */
 uint64_t sp_gguf_data_offset(const sp_gguf *g);
+/* The whole file's mapping (for residency: sp_file_map_resident). */
+sp_file_map sp_gguf_mapping(const sp_gguf *g);
 uint64_t sp_gguf_alignment(const sp_gguf *g);
 
 /* Name of a ggml type ("q4_K", ...), "unknown" if out of range. */

@@ -44,6 +44,12 @@ typedef struct sp_model sp_model;
 typedef struct sp_model_params {
     /* llama2.c checkpoints need their tokenizer.bin; NULL: no tokenizer. */
     const char *tokenizer_path;
+    /* Weights stay resident: by default every page of the mapping is read
+     * in at load (a cold or evicted mapping would otherwise be read from
+     * disk during the first forward passes); no_prefault skips that. mlock
+     * also locks the pages (SP_ERR_RANGE when RLIMIT_MEMLOCK refuses). */
+    bool no_prefault;
+    bool mlock;
 } sp_model_params;
 
 sp_model_params sp_model_default_params(void);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -223,5 +224,30 @@ sp_status sp_file_sha256(const char *path, const char *what, char hex[65], sp_er
         hex[2 * i + 1] = "0123456789abcdef"[d[i] & 15];
     }
     hex[64] = 0;
+    return SP_OK;
+}
+
+sp_status sp_file_map_resident(const sp_file_map *m, bool prefault, bool lock, const char *what,
+                               sp_error *err) {
+    if (!m->data || !m->size) return SP_OK;
+    if (prefault) {
+        const long page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+        (void)madvise((void *)(uintptr_t)m->data, (size_t)m->size, MADV_WILLNEED);
+        volatile uint8_t sink = 0;
+        for (uint64_t off = 0; off < m->size; off += (uint64_t)page) sink ^= m->data[off];
+        (void)sink;
+    }
+    if (lock && mlock(m->data, (size_t)m->size) != 0) {
+        int e = errno;
+        struct rlimit rl = {0};
+        getrlimit(RLIMIT_MEMLOCK, &rl);
+        if (rl.rlim_cur != RLIM_INFINITY)
+            return sp_fail(err, SP_ERR_RANGE,
+                           "cannot lock the %s in memory (%.1f MB): %s; RLIMIT_MEMLOCK allows %.1f MB "
+                           "(raise it, e.g. ulimit -l unlimited, or do not ask for mlock)",
+                           what, (double)m->size / 1e6, strerror(e), (double)rl.rlim_cur / 1e6);
+        return sp_fail(err, SP_ERR_RANGE, "cannot lock the %s in memory (%.1f MB): %s", what,
+                       (double)m->size / 1e6, strerror(e));
+    }
     return SP_OK;
 }

@@ -552,6 +552,7 @@ void sp_gguf_close(sp_gguf *g) {
 }
 
 uint32_t sp_gguf_version(const sp_gguf *g) { return g->version; }
+sp_file_map sp_gguf_mapping(const sp_gguf *g) { return (sp_file_map){g->map, g->size}; }
 uint64_t sp_gguf_n_kv(const sp_gguf *g) { return g->n_kv; }
 uint64_t sp_gguf_n_tensors(const sp_gguf *g) { return g->n_tensors; }
 

@@ -367,6 +367,11 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
         st = load_gguf(m, path, err);
     else
         st = load_llama2c(m, path, params, err);
+    if (!st) {
+        const bool prefault = !(params && params->no_prefault), lock = params && params->mlock;
+        sp_file_map fm = m->gguf ? sp_gguf_mapping(m->gguf) : (sp_file_map){m->map, m->map_len};
+        st = sp_file_map_resident(&fm, prefault, lock, "model", err);
+    }
     if (st) {
         sp_model_free(m);
         return st;

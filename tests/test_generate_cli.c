@@ -260,7 +260,33 @@ static void test_isa_forced(void **state) {
     unsetenv("SPECULA_ISA");
 }
 
+/* Weights stay resident: --mlock works where the memory limit allows it,
+ * and where RLIMIT_MEMLOCK refuses (ulimit -l 0; as root the capability that
+ * ignores the limit is dropped with setpriv) it is one line naming the
+ * limit and exit 1, not a crash or a silent run without the lock. */
+static void test_mlock(void **state) {
+    (void)state;
+    const char *m = sp_shared("models/stories260K.gguf");
+    char cmd[4096], out[4096];
+    snprintf(cmd, sizeof cmd, "generate -m '%s' -p Once -n 4 --mlock", m);
+    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_non_null(strstr(out, "Once"));
+    snprintf(cmd, sizeof cmd, "generate -m '%s' -p Once -n 4 --no-prefault", m);
+    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "sh -c \"ulimit -l 0; %s '%s' generate -m '%s' -p Once -n 4 --mlock\" 2>&1",
+             geteuid() == 0 ? "setpriv --bounding-set=-ipc_lock --" : "exec", sp_cli_bin(), m);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t len = fread(out, 1, sizeof out - 1, f);
+    out[len] = 0;
+    int st = pclose(f);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    assert_non_null(strstr(out, "RLIMIT_MEMLOCK"));
+    assert_int_equal(sp_count_lines(out), 1);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_mlock),
     cmocka_unit_test(test_isa_forced),
     cmocka_unit_test(test_reference_through_cli),
     cmocka_unit_test(test_speculative_json),

@@ -126,6 +126,8 @@ int sp_cli_run_opt(int opt, const char *flag, const char *arg, sp_cli_run_opts *
         if (sp_cli_float(flag, arg, 0, 1, &d)) return -1;
         r->sampling.min_p = (float)d;
         return 1;
+    case SP_OPT_RUN + 6: r->mlock = true; return 1;
+    case SP_OPT_RUN + 7: r->no_prefault = true; return 1;
     default: return 0;
     }
 }
@@ -152,6 +154,8 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
     *model = *dmodel = NULL;
     sp_model_params mp = sp_model_default_params();
     mp.tokenizer_path = r->tokenizer;
+    mp.mlock = r->mlock;
+    mp.no_prefault = r->no_prefault;
     if (sp_model_load(r->model, &mp, model, &err)) {
         fprintf(stderr, "specula: %s\n", err.msg);
         return 1;
