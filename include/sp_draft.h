@@ -83,6 +83,8 @@ void sp_drafter_free(sp_drafter *d);
 sp_drafter_kind sp_drafter_kind_of(const sp_drafter *d);
 /* The draft context (NULL for ngram). */
 sp_ctx *sp_drafter_ctx(sp_drafter *d);
+/* Empty the draft cache (and forget any resync offset) for a new prompt. */
+sp_status sp_drafter_reset(sp_drafter *d, sp_error *err);
 
 /* Counters the drafter adds to (forward calls, seconds in them). */
 typedef struct sp_draft_counters {

@@ -30,7 +30,12 @@ typedef struct sp_spec_params {
     bool adaptive;            /* choose gamma per iteration (section 6) */
     float draft_p_min;        /* stop drafting below this top probability; 0 = off */
     sp_tree_shape tree;       /* depth 0: a chain of gamma tokens */
+    bool length_set;          /* gamma or adaptive was given (config layer: without
+                               * it a chain drafter defaults to adaptive) */
 } sp_spec_params;
+
+/* The longest draft the adaptive controller considers by default. */
+#define SP_SPEC_ADAPTIVE_GAMMA 8
 
 /* Plain decoding; block verification, gamma 4, n_min 1 when a drafter is set. */
 sp_spec_params sp_spec_default_params(void);

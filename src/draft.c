@@ -23,8 +23,21 @@ struct sp_drafter {
     uint8_t *mask;           /* tree level mask */
     int32_t max_batch;
     int32_t tree_cached;     /* tree nodes 1..tree_cached are in the cache */
+    int32_t off;             /* history index of draft cache slot 0 (> 0 after a resync) */
     sp_draft_counters cnt;
 };
+
+/* When the draft cache lags the history by more than DRAFT_RESYNC_GAP
+ * tokens (the adaptive controller decoded plainly for a while), it is not
+ * caught up token by token, which for a draft model as slow as the target
+ * would cost as much as the plain decoding saved: the cache restarts from
+ * the last DRAFT_RESYNC_KEEP tokens (RoPE attention depends only on relative
+ * positions, so those tokens sit at slots 0.. with the same relations). The
+ * draft then conditions on a shorter context; verification keeps the output
+ * exact whatever the draft is. Never triggers while speculating (the gap is
+ * at most gamma + 1 <= 33). */
+#define DRAFT_RESYNC_GAP 64
+#define DRAFT_RESYNC_KEEP 32
 
 static const char *const KIND_NAMES[] = {"none", "model", "ngram", "layerskip", "lowbit"};
 
@@ -121,6 +134,12 @@ void sp_drafter_free(sp_drafter *d) {
 
 sp_drafter_kind sp_drafter_kind_of(const sp_drafter *d) { return d->kind; }
 sp_ctx *sp_drafter_ctx(sp_drafter *d) { return d->ctx; }
+
+sp_status sp_drafter_reset(sp_drafter *d, sp_error *err) {
+    d->off = 0;
+    d->tree_cached = 0;
+    return d->ctx ? sp_ctx_truncate(d->ctx, 0, err) : SP_OK;
+}
 const sp_draft_counters *sp_drafter_counters(const sp_drafter *d) { return &d->cnt; }
 
 /* Same vocabulary: same size and, when both have tokenizers, same pieces. */
@@ -240,11 +259,23 @@ static sp_status dforward(sp_drafter *d, const sp_batch *b, float *logits, sp_er
  * go to d->logits. The cache never lacks nothing: its last committed token
  * is always left out after accept, so at least one token is fed. */
 static sp_status catch_up(sp_drafter *d, const int32_t *hist, int32_t n, sp_error *err) {
-    int32_t have = sp_ctx_n_past(d->ctx);
-    if (have >= n) {
-        sp_status st = sp_ctx_truncate(d->ctx, n - 1, err);
+    int32_t have = d->off + sp_ctx_n_past(d->ctx); /* history tokens in the cache */
+    if (n - have > DRAFT_RESYNC_GAP) {
+        sp_status st = sp_ctx_truncate(d->ctx, 0, err);
         if (st) return st;
-        have = n - 1;
+        d->off = have = n - DRAFT_RESYNC_KEEP;
+    }
+    if (have >= n) {
+        if (n - 1 < d->off) { /* cannot happen: the cache never runs ahead of a resync */
+            d->off = 0;
+            sp_status st = sp_ctx_truncate(d->ctx, 0, err);
+            if (st) return st;
+            have = 0;
+        } else {
+            sp_status st = sp_ctx_truncate(d->ctx, n - 1 - d->off, err);
+            if (st) return st;
+            have = n - 1;
+        }
     }
     while (have < n) {
         int32_t m = n - have < d->max_batch ? n - have : d->max_batch;
@@ -258,6 +289,7 @@ static sp_status catch_up(sp_drafter *d, const int32_t *hist, int32_t n, sp_erro
 
 sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_error *err) {
     if (!d->ctx || n <= 0) return SP_OK;
+    d->off = 0;
     double t0 = sp_now();
     sp_status st = sp_prefill(d->ctx, hist, n, d->logits, &d->cnt.forwards, err);
     d->cnt.seconds += sp_now() - t0;
@@ -303,7 +335,8 @@ sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_
 
 sp_status sp_drafter_accept_chain(sp_drafter *d, int32_t n, int32_t tau, sp_error *err) {
     if (!d->ctx) return SP_OK;
-    int32_t keep = n + tau, have = sp_ctx_n_past(d->ctx);
+    int32_t keep = n + tau - d->off, have = sp_ctx_n_past(d->ctx);
+    if (keep < 0) keep = 0;
     return sp_ctx_truncate(d->ctx, keep < have ? keep : have, err);
 }
 
@@ -388,7 +421,7 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
         sp_tree_ancestor_mask(t->parent, f0, m, 0, w, d->mask);
         for (int32_t i = 0; i < m; i++) {
             d->tok[i] = t->token[f0 + i];
-            d->pos[i] = n - 1 + lev;
+            d->pos[i] = n - 1 + lev - d->off;
         }
         sp_batch b = {.tokens = d->tok, .pos = d->pos, .n = m, .mask = d->mask,
                       .mask_from_past = true, .mask_base = base, .logits_all = true};
@@ -406,9 +439,9 @@ sp_status sp_drafter_accept_tree(sp_drafter *d, int32_t n, const sp_draft_tree *
     (void)t;
     /* A tree trimmed to depth 0 drafted nothing and left the cache behind:
      * the next catch-up brings it level. */
-    if (!d->ctx || sp_ctx_n_past(d->ctx) < n) return SP_OK;
+    if (!d->ctx || sp_ctx_n_past(d->ctx) < n - d->off) return SP_OK;
     int32_t idx[SP_TREE_MAX_DEPTH + 1], m = 0;
     for (int32_t i = 0; i < n_path && path[i] <= d->tree_cached; i++) idx[m++] = path[i] - 1;
     d->tree_cached = 0;
-    return sp_ctx_keep(d->ctx, n, idx, m, err);
+    return sp_ctx_keep(d->ctx, n - d->off, idx, m, err);
 }

@@ -35,6 +35,11 @@ struct sp_spec {
     double first_a, first_b, next_a, next_b;
     double t_tok_draft;      /* EMA seconds per draft forward */
     double t_target[SP_SPEC_MAX_GAMMA + 2]; /* EMA seconds per target forward of k tokens */
+    double t_over[SP_SPEC_MAX_GAMMA + 2];   /* EMA seconds per iteration besides the forwards
+                                             * (verification, sampling), by draft length */
+    int32_t plain_run;       /* iterations decoded plainly since speculation last ran */
+    int32_t probe_every;     /* ... after which speculation is probed again */
+    int64_t iters;           /* chain iterations since the last reset */
 };
 
 sp_spec_params sp_spec_default_params(void) {
@@ -123,9 +128,11 @@ sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
     /* forget the adaptive estimates too: each prompt starts from scratch */
     s->first_a = s->first_b = s->next_a = s->next_b = s->t_tok_draft = 0;
     memset(s->t_target, 0, sizeof s->t_target);
+    memset(s->t_over, 0, sizeof s->t_over);
+    s->plain_run = s->probe_every = 0;
+    s->iters = 0;
     sp_status st = sp_ctx_truncate(s->target, 0, err);
-    if (!st && s->drafter && sp_drafter_ctx(s->drafter))
-        st = sp_ctx_truncate(sp_drafter_ctx(s->drafter), 0, err);
+    if (!st && s->drafter) st = sp_drafter_reset(s->drafter, err);
     return st;
 }
 
@@ -139,39 +146,94 @@ sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
 #define ADAPT_FLAT 0.98          /* take the longest gamma within 2% of the best rate */
 #define ADAPT_EMA 0.2            /* weight of a new measurement in the timing averages */
 #define ADAPT_TARGET_GUESS 1e-3  /* seconds per target forward before any is measured */
+#define ADAPT_FIRST_GAMMA 4      /* the first iteration's draft length */
+#define ADAPT_PROBE_MIN 8        /* plain iterations before speculation is probed again ... */
+#define ADAPT_PROBE_MAX 256      /* ... doubling, up to this, while it keeps losing */
+#define ADAPT_PROBE_HOPELESS 2048 /* ... or this when no draft length could pay even if every
+                                   * draft token were accepted (measured costs) */
 
-/* Target forward time for k tokens: measured, else interpolated linearly
- * between the nearest measured sizes (else the nearest one, else 1 ms). */
-static double target_time(const sp_spec *s, int32_t k) {
-    if (s->t_target[k] > 0) return s->t_target[k];
+/* Time t[k] for a batch size k (k = from .. SP_SPEC_MAX_GAMMA + 1): measured,
+ * else linear between the nearest measured sizes; above the largest
+ * measured size, extended along the slope of the two largest (or, with one
+ * measurement, in proportion to size: a pessimistic guess that makes long
+ * drafts earn their place by being measured); below the smallest, that
+ * one; with none, `guess`. */
+static double interp_time(const double *t, int32_t k, int32_t from, double guess) {
+    if (t[k] > 0) return t[k];
     int32_t lo = k - 1, hi = k + 1;
-    while (lo >= 1 && s->t_target[lo] <= 0) lo--;
-    while (hi <= SP_SPEC_MAX_GAMMA + 1 && s->t_target[hi] <= 0) hi++;
-    bool has_lo = lo >= 1, has_hi = hi <= SP_SPEC_MAX_GAMMA + 1;
-    if (has_lo && has_hi)
-        return s->t_target[lo] + (s->t_target[hi] - s->t_target[lo]) * (k - lo) / (double)(hi - lo);
-    return has_lo ? s->t_target[lo] : has_hi ? s->t_target[hi] : ADAPT_TARGET_GUESS;
+    while (lo >= from && t[lo] <= 0) lo--;
+    while (hi <= SP_SPEC_MAX_GAMMA + 1 && t[hi] <= 0) hi++;
+    bool has_lo = lo >= from, has_hi = hi <= SP_SPEC_MAX_GAMMA + 1;
+    if (has_lo && has_hi) return t[lo] + (t[hi] - t[lo]) * (k - lo) / (double)(hi - lo);
+    if (has_hi) return t[hi];
+    if (!has_lo) return guess;
+    int32_t lo2 = lo - 1;
+    while (lo2 >= from && t[lo2] <= 0) lo2--;
+    if (lo2 >= from) {
+        double slope = (t[lo] - t[lo2]) / (double)(lo - lo2);
+        return t[lo] + (slope > 0 ? slope : 0) * (k - lo);
+    }
+    return t[lo] * (k + 1) / (double)(lo + 1);
 }
 
-/* Gamma maximising expected tokens per second (ALGORITHMS.md section 6, with
- * the run-aware acceptance model): E[tokens](g) = 1 + a1 (1 - an^g) / (1 - an),
- * time(g) = g * t_draft + t_target(g + 1). */
-static int32_t choose_gamma(const sp_spec *s, int32_t gmax) {
+/* Target forward time for k tokens. */
+static double target_time(const sp_spec *s, int32_t k) {
+    return interp_time(s->t_target, k, 1, ADAPT_TARGET_GUESS);
+}
+
+/* Draft length maximising expected tokens per second (ALGORITHMS.md
+ * section 6, with the run-aware acceptance model), 0 (plain decoding)
+ * included: E[tokens](g) = 1 + a1 (1 - an^g) / (1 - an), time(g) =
+ * g t_draft + t_target(g + 1) + t_over(g), all measured in this run. When
+ * plain decoding wins, speculation is probed again after probe_every plain
+ * iterations (doubling while it keeps losing), so a change in acceptance
+ * (the text turned repetitive, say) is noticed. The first iteration drafts
+ * ADAPT_FIRST_GAMMA tokens and the second none, so both costs are measured
+ * before the model decides. */
+static int32_t choose_gamma(sp_spec *s, int32_t gmax) {
+    /* the first two iterations measure both sides: one speculative (a
+     * middling length), one plain */
+    const int64_t it = s->iters++;
+    if (it == 0) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
+    if (it == 1) return 0;
     double a1 = s->first_b > 0 ? s->first_a / s->first_b : ADAPT_PRIOR;
     double an = s->next_b > 0 ? s->next_a / s->next_b : a1;
     a1 = a1 < ADAPT_RATE_MIN ? ADAPT_RATE_MIN : a1 > ADAPT_RATE_MAX ? ADAPT_RATE_MAX : a1;
     an = an < ADAPT_RATE_MIN ? ADAPT_RATE_MIN : an > ADAPT_RATE_MAX ? ADAPT_RATE_MAX : an;
     double rate[SP_SPEC_MAX_GAMMA + 1] = {0}, best_rate = -1;
-    for (int32_t g = 1; g <= gmax; g++) {
+    for (int32_t g = 0; g <= gmax; g++) {
         double e = 1 + a1 * (1 - pow(an, g)) / (1 - an);
-        rate[g] = e / (g * s->t_tok_draft + target_time(s, g + 1));
+        rate[g] = e / (g * s->t_tok_draft + target_time(s, g + 1) + interp_time(s->t_over, g, 0, 0));
         if (rate[g] > best_rate) best_rate = rate[g];
     }
     /* the optimum is usually flat: prefer the longest gamma within 2% */
-    int32_t best = 1;
-    for (int32_t g = 1; g <= gmax; g++)
+    int32_t best = 0;
+    for (int32_t g = 0; g <= gmax; g++)
         if (rate[g] >= ADAPT_FLAT * best_rate) best = g;
-    return best;
+    if (best > 0 && rate[0] > rate[best]) best = 0; /* never give up a measured win for flatness */
+    if (best > 0) {
+        s->plain_run = 0;
+        s->probe_every = ADAPT_PROBE_MIN;
+        return best;
+    }
+    if (s->probe_every == 0) s->probe_every = ADAPT_PROBE_MIN;
+    if (++s->plain_run < s->probe_every) return 0;
+    /* probe: the best speculative length under the current estimates */
+    s->plain_run = 0;
+    if (s->probe_every < ADAPT_PROBE_MAX) s->probe_every *= 2;
+    if (s->t_tok_draft > 0) {
+        /* with every draft token accepted, could any length beat plain? */
+        double ub = 0;
+        for (int32_t g = 1; g <= gmax; g++) {
+            double r = (g + 1) / (g * s->t_tok_draft + target_time(s, g + 1) + interp_time(s->t_over, g, 0, 0));
+            ub = r > ub ? r : ub;
+        }
+        if (ub < rate[0]) s->probe_every = ADAPT_PROBE_HOPELESS;
+    }
+    int32_t probe = 1;
+    for (int32_t g = 1; g <= gmax; g++)
+        if (rate[g] > rate[probe]) probe = g;
+    return probe;
 }
 
 static void ema(double *x, double v) { *x = *x > 0 ? (1 - ADAPT_EMA) * *x + ADAPT_EMA * v : v; }
@@ -307,6 +369,7 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
     sp_spec_stats *st = g->stats;
     const sp_draft_counters *dc = sp_drafter_counters(s->drafter);
     double t0 = sp_now(), dsec0 = dc->seconds;
+    const double t_fwd0 = st->t_target;
     int64_t dfw0 = dc->forwards;
     int32_t gamma = s->prm.adaptive ? choose_gamma(s, s->prm.gamma) : s->prm.gamma;
     if (gamma > remaining - 1) gamma = remaining - 1;
@@ -335,8 +398,11 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
     memcpy(g->emitted, s->draft, (size_t)g->tau * sizeof *g->emitted);
     g->n_emit = g->tau;
     g->emitted[g->n_emit++] = vr.token;
+    /* the rest of the iteration's time (verification, sampling) */
+    const double t_draft_it = dc->seconds - dsec0;
+    ema(&s->t_over[nd], sp_now() - t0 - t_draft_it - (st->t_target - t_fwd0));
+    st->gamma_hist[nd < SP_SPEC_MAX_GAMMA + 1 ? nd : SP_SPEC_MAX_GAMMA + 1]++;
     if (nd > 0) {
-        st->gamma_hist[nd < SP_SPEC_MAX_GAMMA + 1 ? nd : SP_SPEC_MAX_GAMMA + 1]++;
         s->first_a = ADAPT_DECAY * s->first_a + (g->tau >= 1);
         s->first_b = ADAPT_DECAY * s->first_b + 1;
         if (g->tau >= 1 && nd > 1) {

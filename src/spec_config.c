@@ -121,6 +121,7 @@ static sp_status apply(sp_spec_config *c, const spelling *sp, const char *key, c
             return sp_fail(err, SP_ERR_ARG, "%s: must be an integer in [%d, %d], got %lld", key,
                            n_max ? 0 : 1, SP_SPEC_MAX_GAMMA, v->i);
         p->gamma = (int32_t)v->i;
+        p->length_set = true;
         break;
     case S_N_MIN:
         if (v->i < 0 || v->i > SP_SPEC_MAX_GAMMA)
@@ -139,7 +140,10 @@ static sp_status apply(sp_spec_config *c, const spelling *sp, const char *key, c
             return sp_fail(err, SP_ERR_ARG, "%s: %s", key, e.msg);
         break;
     }
-    case S_ADAPTIVE: p->adaptive = v->b; break;
+    case S_ADAPTIVE:
+        p->adaptive = v->b;
+        p->length_set = true;
+        break;
     case S_NGRAM_MIN:
     case S_NGRAM_MAX:
         if (v->i < 1 || v->i > SP_NGRAM_MAX)
@@ -428,6 +432,14 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
     if (is_given(c, S_TREE) && !is_given(c, S_VERIFIER) && !tree_verifier(p->verifier) &&
         p->verifier != SP_VERIFIER_GREEDY)
         p->verifier = SP_VERIFIER_MC_NOREP;
+    /* a chain whose length nobody chose (in any layer): the adaptive
+     * controller picks it each iteration, 0 (plain decoding) included, up
+     * to SP_SPEC_ADAPTIVE_GAMMA, so turning speculation on cannot make a
+     * request slower than plain decoding by more than its probes */
+    if (!plain && p->tree.depth == 0 && !p->length_set) {
+        p->adaptive = true;
+        p->gamma = SP_SPEC_ADAPTIVE_GAMMA;
+    }
     /* settings the chosen drafter or verifier would ignore */
     const struct {
         setting_id id;

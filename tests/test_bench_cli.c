@@ -233,7 +233,7 @@ static void test_bad_input(void **state) {
         "--configs 'draft=ngram,,gamma=4'",
         "--configs 'draft=layerskip,skip=1,'",
         "--configs 'draft=ngram,n_max=0'",
-        "--configs 'draft=ngram,n_min=5'",
+        "--configs 'draft=ngram,n_min=5,gamma=4'",
         "--configs 'draft=ngram' stray",
         "-n 0",
         "-n 100000000",

@@ -46,6 +46,35 @@ static void test_text_settings(void **state) {
     assert_string_equal(p.draft.skip_layers, "2");
     assert_false(p.adaptive);
     assert_int_equal(p.draft_n_min, 0);
+    /* no draft length chosen: adaptive up to SP_SPEC_ADAPTIVE_GAMMA (0
+     * included); any explicit length or tree keeps it static */
+    p = parse_ok("draft=ngram", false);
+    assert_true(p.adaptive);
+    assert_int_equal(p.gamma, SP_SPEC_ADAPTIVE_GAMMA);
+    p = parse_ok("draft=ngram,gamma=4", false);
+    assert_false(p.adaptive);
+    assert_int_equal(p.gamma, 4);
+    p = parse_ok("draft=ngram,n_max=6", false);
+    assert_false(p.adaptive);
+    p = parse_ok("draft=ngram,adaptive=true", false);
+    assert_true(p.adaptive);
+    assert_int_equal(p.gamma, 4); /* the explicit switch keeps the library's default maximum */
+    p = parse_ok("draft=model,tree=2x2", true);
+    assert_false(p.adaptive);
+    {
+        /* layers: a length chosen in an earlier layer (the CLI's --gamma)
+         * still counts when a later one (a request) only names the drafter */
+        sp_spec_config c1, c2;
+        sp_error e = {0};
+        sp_spec_config_init(&c1, NULL);
+        assert_int_equal(sp_spec_config_parse(&c1, "draft=ngram,gamma=3", &e), SP_OK);
+        assert_int_equal(sp_spec_config_finish(&c1, false, &e), SP_OK);
+        sp_spec_config_init(&c2, &c1.params);
+        assert_int_equal(sp_spec_config_parse(&c2, "draft=layerskip", &e), SP_OK);
+        assert_int_equal(sp_spec_config_finish(&c2, false, &e), SP_OK);
+        assert_false(c2.params.adaptive);
+        assert_int_equal(c2.params.gamma, 3);
+    }
     /* lowbit: any supported type name, any case */
     p = parse_ok("draft=lowbit,lowbit=Q8_0", false);
     assert_int_equal(p.draft.lowbit_type, SP_GGML_Q8_0);
