@@ -273,6 +273,12 @@ static void test_mlock(void **state) {
     assert_non_null(strstr(out, "Once"));
     snprintf(cmd, sizeof cmd, "generate -m '%s' -p Once -n 4 --no-prefault", m);
     assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+#if defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer replaces mlock with a no-op: the refusal is tested in
+     * the plain and clang builds */
+    printf("mlock refusal not tested under AddressSanitizer (its mlock does nothing)\n");
+    return;
+#endif
     snprintf(cmd, sizeof cmd, "sh -c \"ulimit -l 0; %s '%s' generate -m '%s' -p Once -n 4 --mlock\" 2>&1",
              geteuid() == 0 ? "setpriv --bounding-set=-ipc_lock --" : "exec", sp_cli_bin(), m);
     FILE *f = popen(cmd, "r");
