@@ -275,7 +275,7 @@ int sp_gen_main(const sp_gen_opts *o, sp_gen_result *res) {
     if (!rc) rc = gen_decode(o, &g);
     if (!rc) {
         const double secs = g.gs.t_generate, tps = secs > 0 ? g.gs.n_generated / secs : 0;
-        if (res) *res = (sp_gen_result){.tokens_per_second = tps, .n_generated = g.gs.n_generated};
+        if (res) *res = (sp_gen_result){.tokens_per_second = tps, .n_generated = g.gs.n_generated, .spec = g.sst};
         if (o->json && !o->quiet) {
             rc = gen_print_json(o, &g, tps);
         } else if (!o->quiet) {

@@ -19,6 +19,7 @@ typedef struct sp_gen_opts {
 typedef struct sp_gen_result {
     double tokens_per_second;
     int32_t n_generated;
+    sp_spec_stats spec; /* zero for plain decoding */
 } sp_gen_result;
 
 /* Defaults, with the speculation settings starting from base (NULL: plain
