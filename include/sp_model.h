@@ -32,7 +32,8 @@ typedef struct sp_model_config {
     float rope_theta;
     float rope_scale;    /* linear position scaling: angle = pos * rope_scale * freq */
     float norm_eps;
-    bool rope_neox;      /* false: adjacent pairs (llama); true: halves */
+    bool rope_neox;      /* false: adjacent pairs (llama); true: halves (qwen2, qwen3, phi3) */
+    int32_t sliding_window; /* > 0: a token attends to the last this-many positions only */
     sp_ggml_type wtype;  /* type of the attention/FFN matrices (of layer 0's wq) */
 } sp_model_config;
 

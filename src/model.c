@@ -26,6 +26,7 @@ struct sp_ctx {
     float *xb;            /* [B][max(dim, q_dim)] normed input / attention output */
     float *q;             /* [B][q_dim] */
     float *hb, *hb2;      /* [B][ffn] */
+    float *x2;            /* [B][dim] attention / FFN block outputs */
     uint8_t *act;         /* [3][B][act_stride] prepared activations, one slot per
                            * matmul of a job (a mixed file's wq/wk/wv may differ in type) */
     size_t act_stride;
@@ -78,6 +79,7 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->q);
     free(c->hb);
     free(c->hb2);
+    free(c->x2);
     free(c->act);
     free(c->att);
     free(c->pos);
@@ -138,6 +140,7 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     c->q = alloc64(B * (size_t)q_dim * 4);
     c->hb = alloc64(B * (size_t)cfg->ffn_dim * 4);
     c->hb2 = alloc64(B * (size_t)cfg->ffn_dim * 4);
+    c->x2 = alloc64(B * (size_t)cfg->dim * 4);
     c->act = alloc64(3 * B * c->act_stride);
     c->att = alloc64((size_t)nth * (size_t)n_ctx * 4);
     c->pos = malloc(B * sizeof(int32_t));
@@ -150,7 +153,7 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
             c->inv_freq[i] = f * cfg->rope_scale;
         }
     }
-    if (!c->x || !c->xb || !c->q || !c->hb || !c->hb2 || !c->act || !c->att || !c->pos ||
+    if (!c->x || !c->xb || !c->q || !c->hb || !c->hb2 || !c->x2 || !c->act || !c->att || !c->pos ||
         !c->inv_freq || !c->rope_cs) {
         sp_ctx_free(c);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
@@ -299,6 +302,14 @@ static void att_job_run(void *arg, int ith, int nth) {
         if (a->mask)
             for (int32_t s = a->mask_base; s < ns; s++)
                 if (!visible(a, t, s)) att[s] = -INFINITY;
+        if (cfg->sliding_window > 0) {
+            /* slots below mask_base / n_past hold positions equal to their
+             * index; newer slots the positions of this batch */
+            const int32_t lo = c->pos[t] - cfg->sliding_window + 1;
+            for (int32_t s = 0; s < ns && s < a->n_past && s < lo; s++) att[s] = -INFINITY;
+            for (int32_t s = a->n_past; s < ns; s++)
+                if (c->pos[s - a->n_past] < lo) att[s] = -INFINITY;
+        }
         softmax(att, ns); /* masked slots get exactly 0 */
         float *o = a->out + t * a->out_stride + (int64_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
@@ -340,8 +351,7 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
     const int64_t dim = cfg->dim, hd = cfg->head_dim, q_dim = (int64_t)cfg->n_heads * hd;
     const int64_t kv_dim = (int64_t)cfg->n_kv_heads * hd, ffn = cfg->ffn_dim;
     const int64_t wide = q_dim > dim ? q_dim : dim;
-    float *x2 = c->q; /* wo/w2 outputs reuse q's buffer once attention is done */
-    SP_ASSERT(q_dim >= dim);
+    float *x2 = c->x2;
 
     for (int32_t t = 0; t < n; t++)
         sp_rope_cs(c->rope_cs + (int64_t)t * cfg->rot_dim, c->pos[t], c->inv_freq, cfg->rot_dim);
@@ -359,6 +369,20 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
         job_add(c, &j, &L->wk, c->xb, wide, n, sp_kv_k(&c->kv, l, n_past), kv_dim);
         job_add(c, &j, &L->wv, c->xb, wide, n, sp_kv_v(&c->kv, l, n_past), kv_dim);
         job_exec(c, &j);
+        if (L->bq) /* qwen2: q/k/v biases */
+            for (int32_t t = 0; t < n; t++) {
+                float *q = c->q + t * q_dim, *k = sp_kv_k(&c->kv, l, n_past + t), *v = sp_kv_v(&c->kv, l, n_past + t);
+                for (int64_t i = 0; i < q_dim; i++) q[i] += L->bq[i];
+                for (int64_t i = 0; i < kv_dim; i++) k[i] += L->bk[i], v[i] += L->bv[i];
+            }
+        if (L->q_norm) /* qwen3: RMSNorm of each query and key head before RoPE */
+            for (int32_t t = 0; t < n; t++) {
+                float *q = c->q + t * q_dim, *k = sp_kv_k(&c->kv, l, n_past + t);
+                for (int32_t h = 0; h < cfg->n_heads; h++)
+                    sp_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, cfg->norm_eps);
+                for (int32_t h = 0; h < cfg->n_kv_heads; h++)
+                    sp_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, cfg->norm_eps);
+            }
         for (int32_t t = 0; t < n; t++) {
             const float *cs = c->rope_cs + (int64_t)t * cfg->rot_dim;
             sp_rope_apply(c->q + t * q_dim, cfg->n_heads, (int32_t)hd, cfg->rot_dim, cs,

@@ -24,6 +24,8 @@ typedef struct sp_layer {
     sp_weight w1;           /* gate [ffn, dim] */
     sp_weight w2;           /* down [dim, ffn] */
     sp_weight w3;           /* up   [ffn, dim] */
+    const float *bq, *bk, *bv; /* q/k/v biases [q_dim], [kv_dim] (qwen2) or NULL */
+    const float *q_norm, *k_norm; /* per-head RMSNorm weights [head_dim] (qwen3) or NULL */
 } sp_layer;
 
 struct sp_model {

@@ -87,10 +87,12 @@ static sp_status check_config(const sp_model_config *c, const char *path, sp_err
                        "vocab %d)",
                        path, c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_dim,
                        c->n_vocab);
-    if (c->dim % c->n_heads || c->n_heads % c->n_kv_heads)
+    /* the head size is dim / heads unless the file gives key_length */
+    if (c->n_heads % c->n_kv_heads || c->head_dim <= 0 || c->head_dim > 4096 ||
+        (c->head_dim == c->dim / c->n_heads && c->dim % c->n_heads))
         return sp_fail(err, SP_ERR_FORMAT,
-                       "%s: dim %d / heads %d / kv heads %d do not divide evenly", path, c->dim,
-                       c->n_heads, c->n_kv_heads);
+                       "%s: dim %d / heads %d / kv heads %d / head size %d do not divide evenly", path,
+                       c->dim, c->n_heads, c->n_kv_heads, c->head_dim);
     if (c->head_dim % 2 || c->rot_dim % 2 || c->rot_dim > c->head_dim || c->rot_dim <= 0)
         return sp_fail(err, SP_ERR_FORMAT, "%s: bad RoPE dimensions (head %d, rope %d)", path,
                        c->head_dim, c->rot_dim);
@@ -164,6 +166,37 @@ static sp_status get_f32_or(const sp_gguf *g, const char *key, float def, float 
     return sp_gguf_get_f32(g, key, out, err);
 }
 
+/* The architectures Specula runs: one generic forward pass (model.c), with
+ * these differences bound at load time. */
+typedef struct arch_info {
+    const char *name;
+    bool neox;     /* RoPE on halves of each head */
+    bool qkv_bias; /* blk.N.attn_{q,k,v}.bias */
+    bool qk_norm;  /* blk.N.attn_{q,k}_norm.weight: per-head RMSNorm before RoPE */
+    bool fused;    /* blk.N.attn_qkv and a gate+up ffn_up (phi3) */
+} arch_info;
+
+static const arch_info ARCHS[] = {
+    {"llama", false, false, false, false},
+    {"qwen2", true, true, false, false},
+    {"qwen3", true, false, true, false},
+    {"phi3", true, false, false, true},
+};
+
+static const arch_info *arch_find(const char *name) {
+    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
+        if (!strcmp(ARCHS[i].name, name)) return &ARCHS[i];
+    return NULL;
+}
+
+/* Rows [r0, r0 + n) of a matrix as a matrix of its own. */
+static sp_weight weight_rows(const sp_weight *w, int64_t r0, int64_t n) {
+    sp_weight v = *w;
+    v.rows = n;
+    v.data = w->data + (size_t)r0 * w->row_bytes;
+    return v;
+}
+
 static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
     sp_status st = sp_gguf_open(path, &m->gguf, err);
     if (st) return st;
@@ -172,9 +205,11 @@ static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
     if ((st = sp_gguf_get_str(g, "general.architecture", &arch, err))) return st;
     char a[64];
     snprintf(a, sizeof a, "%.*s", (int)(arch.len < 63 ? arch.len : 63), arch.ptr);
-    if (strcmp(a, "llama") != 0)
+    const arch_info *ai = arch_find(a);
+    if (!ai)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' is not supported (supported: llama)", path, a);
+                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3)",
+                       path, a);
 
     sp_model_config *c = &m->cfg;
     char key[128];
@@ -194,9 +229,19 @@ static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
     if ((st = get_f32_or(g, KEY("attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps, err)))
         return st;
     c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
+    /* key_length: a head size other than dim / heads (Mistral-NeMo, Qwen3) */
+    if ((st = get_u32_or(g, KEY("attention.key_length"), (uint32_t)c->head_dim, &c->head_dim, err)))
+        return st;
+    int32_t vlen = c->head_dim;
+    if ((st = get_u32_or(g, KEY("attention.value_length"), (uint32_t)c->head_dim, &vlen, err)))
+        return st;
+    if (vlen != c->head_dim)
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: value length %d differs from key length %d", path,
+                       vlen, c->head_dim);
     if ((st = get_u32_or(g, KEY("rope.dimension_count"), (uint32_t)c->head_dim, &c->rot_dim, err)))
         return st;
-    c->rope_neox = false;
+    if ((st = get_u32_or(g, KEY("attention.sliding_window"), 0, &c->sliding_window, err))) return st;
+    c->rope_neox = ai->neox;
     c->rope_scale = 1.0f;
     /* RoPE scaling: linear (positions divided by the factor) is supported;
      * the others change the model's function and are refused by name
@@ -244,17 +289,41 @@ static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
         sp_layer *L = &m->layers[l];
         char nm[96];
 #define T(s) (snprintf(nm, sizeof nm, "blk.%d." s ".weight", l), nm)
+#define B(s) (snprintf(nm, sizeof nm, "blk.%d." s ".bias", l), nm)
         if ((st = bind_vector(m, path, T("attn_norm"), dim, &L->attn_norm, err)) ||
             (st = bind_vector(m, path, T("ffn_norm"), dim, &L->ffn_norm, err)) ||
-            (st = bind_matrix(m, path, T("attn_q"), dim, q_dim, false, &L->wq, err)) ||
-            (st = bind_matrix(m, path, T("attn_k"), dim, kv_dim, false, &L->wk, err)) ||
-            (st = bind_matrix(m, path, T("attn_v"), dim, kv_dim, false, &L->wv, err)) ||
             (st = bind_matrix(m, path, T("attn_output"), q_dim, dim, false, &L->wo, err)) ||
-            (st = bind_matrix(m, path, T("ffn_gate"), dim, c->ffn_dim, false, &L->w1, err)) ||
-            (st = bind_matrix(m, path, T("ffn_down"), c->ffn_dim, dim, false, &L->w2, err)) ||
-            (st = bind_matrix(m, path, T("ffn_up"), dim, c->ffn_dim, false, &L->w3, err)))
+            (st = bind_matrix(m, path, T("ffn_down"), c->ffn_dim, dim, false, &L->w2, err)))
+            return st;
+        if (ai->fused) {
+            /* phi3: q, k, v are row ranges of attn_qkv; gate and up halves of ffn_up */
+            sp_weight qkv, gu;
+            if ((st = bind_matrix(m, path, T("attn_qkv"), dim, q_dim + 2 * kv_dim, false, &qkv, err)) ||
+                (st = bind_matrix(m, path, T("ffn_up"), dim, 2 * (int64_t)c->ffn_dim, false, &gu, err)))
+                return st;
+            L->wq = weight_rows(&qkv, 0, q_dim);
+            L->wk = weight_rows(&qkv, q_dim, kv_dim);
+            L->wv = weight_rows(&qkv, q_dim + kv_dim, kv_dim);
+            L->w1 = weight_rows(&gu, 0, c->ffn_dim);
+            L->w3 = weight_rows(&gu, c->ffn_dim, c->ffn_dim);
+        } else if ((st = bind_matrix(m, path, T("attn_q"), dim, q_dim, false, &L->wq, err)) ||
+                   (st = bind_matrix(m, path, T("attn_k"), dim, kv_dim, false, &L->wk, err)) ||
+                   (st = bind_matrix(m, path, T("attn_v"), dim, kv_dim, false, &L->wv, err)) ||
+                   (st = bind_matrix(m, path, T("ffn_gate"), dim, c->ffn_dim, false, &L->w1, err)) ||
+                   (st = bind_matrix(m, path, T("ffn_up"), dim, c->ffn_dim, false, &L->w3, err))) {
+            return st;
+        }
+        if (ai->qkv_bias &&
+            ((st = bind_vector(m, path, B("attn_q"), q_dim, &L->bq, err)) ||
+             (st = bind_vector(m, path, B("attn_k"), kv_dim, &L->bk, err)) ||
+             (st = bind_vector(m, path, B("attn_v"), kv_dim, &L->bv, err))))
+            return st;
+        if (ai->qk_norm &&
+            ((st = bind_vector(m, path, T("attn_q_norm"), c->head_dim, &L->q_norm, err)) ||
+             (st = bind_vector(m, path, T("attn_k_norm"), c->head_dim, &L->k_norm, err))))
             return st;
 #undef T
+#undef B
     }
     c->wtype = m->layers[0].wq.type;
     set_desc(m, a);
@@ -425,8 +494,7 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
     for (int l = 0; !st && l < src->cfg.n_layers; l++) {
         const sp_layer *S = &src->layers[l];
         sp_layer *D = &m->layers[l];
-        D->attn_norm = S->attn_norm;
-        D->ffn_norm = S->ffn_norm;
+        *D = *S; /* norms, biases, q/k norms; the matrices are replaced below */
         if ((st = requant_matrix(m, &S->wq, type, &D->wq, row, err)) ||
             (st = requant_matrix(m, &S->wk, type, &D->wk, row, err)) ||
             (st = requant_matrix(m, &S->wv, type, &D->wv, row, err)) ||
