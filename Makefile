@@ -72,6 +72,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libspecula.a
 
 # The CLI binary is needed by the tests that drive it end to end.
 check: $(TEST_BIN) $(BUILD)/specula
+	@scripts/check_layers.sh
 	@scripts/run_tests.sh $(BUILD) $(TEST_JOBS)
 
 run: $(BUILD)/specula

@@ -14,7 +14,6 @@
 #include <stdint.h>
 
 #include "sp_gguf.h"
-#include "sp_kv.h"
 #include "sp_status.h"
 #include "sp_threadpool.h"
 #include "sp_tokenizer.h"
@@ -69,8 +68,6 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
 
 const sp_model_config *sp_model_cfg(const sp_model *m);
 const sp_tokenizer *sp_model_tokenizer(const sp_model *m);
-/* Parameter count and bytes of weights read per decoded token. */
-uint64_t sp_model_n_params(const sp_model *m);
 uint64_t sp_model_weight_bytes(const sp_model *m);
 const char *sp_model_desc(const sp_model *m); /* e.g. "llama 5L d64 f32" */
 
@@ -93,9 +90,6 @@ int32_t sp_ctx_n_ctx(const sp_ctx *c);
 int32_t sp_ctx_max_batch(const sp_ctx *c);
 /* Tokens currently in the KV cache. */
 int32_t sp_ctx_n_past(const sp_ctx *c);
-sp_kv *sp_ctx_kv(sp_ctx *c);
-/* The worker pool this context computes on (to share with a draft context). */
-sp_pool *sp_ctx_pool(sp_ctx *c);
 /* Roll back: keep only the first n cached tokens. */
 sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err);
 /* Keep cached slots start+idx[i] (increasing) as start..start+m-1. */

@@ -1,5 +1,6 @@
-/* threadpool: a fixed set of worker threads that run one parallel job at a
- * time. Dispatch is a spin-then-sleep handshake on an atomic generation
+/* sp_threadpool: a set of worker threads contexts compute on (give several
+ * contexts one pool through sp_ctx_params.pool). Internally (src/threadpool.h)
+ * it runs one parallel job at a time. Dispatch is a spin-then-sleep handshake on an atomic generation
  * counter, so a job costs a few microseconds, not a condition-variable
  * round trip (decode of a small model issues thousands of jobs a second). */
 #ifndef SP_THREADPOOL_H
@@ -11,16 +12,9 @@
 
 typedef struct sp_pool sp_pool;
 
-/* fn(ctx, ith, nth): thread ith of nth does its share of the job. */
-typedef void (*sp_pool_fn)(void *ctx, int ith, int nth);
-
 /* n_threads >= 1 counts the calling thread: n_threads - 1 workers start. */
 sp_status sp_pool_init(int n_threads, sp_pool **out, sp_error *err);
 void sp_pool_free(sp_pool *p);
 int sp_pool_n_threads(const sp_pool *p);
-
-/* Runs fn on all threads (the caller is thread 0) and returns when all are
- * done. With nth = 1 or a NULL pool it simply calls fn(ctx, 0, 1). */
-void sp_pool_run(sp_pool *p, sp_pool_fn fn, void *ctx);
 
 #endif

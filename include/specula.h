@@ -1,5 +1,14 @@
 /* specula.h: the public API of the Specula speculative-decoding engine.
- * Include this one header; each module's header documents its part. */
+ * Include this one header; each module's header documents its part:
+ *   load a model (sp_model.h: GGUF or llama2.c, contexts, forward passes),
+ *   tokenize (sp_tokenizer.h), sample (sp_sampler.h), generate plainly
+ *   (sp_generate.h) or speculatively with a configuration (sp_spec.h,
+ *   sp_spec_config.h, drafter kinds in sp_draft.h, tree shapes in sp_tree.h),
+ *   verify distributions directly (sp_verify.h), read statistics, plus the
+ *   small utilities they use (status, files, GGUF reading, random numbers,
+ *   UTF-8, clock, machine facts).
+ * Developer tooling used by the CLI (random models, the verifier simulator)
+ * is in include/dev/ and not part of this API; the rest is internal (src/). */
 #ifndef SPECULA_H
 #define SPECULA_H
 
@@ -9,18 +18,16 @@
 #include "sp_utf8.h"
 #include "sp_rng.h"
 #include "sp_gguf.h"
-#include "sp_quant.h"
 #include "sp_tokenizer.h"
 #include "sp_sampler.h"
-#include "sp_kv.h"
 #include "sp_threadpool.h"
 #include "sp_model.h"
 #include "sp_generate.h"
-#include "sp_mkmodel.h"
 #include "sp_tree.h"
 #include "sp_verify.h"
 #include "sp_draft.h"
 #include "sp_spec.h"
+#include "sp_spec_config.h"
 #include "sp_sysinfo.h"
 
 #endif

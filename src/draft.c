@@ -1,14 +1,15 @@
 /* draft: drafters (draft model, prompt lookup, layer skip, low-bit copy),
  * chain and tree drafting, and keeping the draft cache in step with the
  * committed text. See sp_draft.h. */
-#include "sp_draft.h"
+#include "draft.h"
+#include "model_internal.h"
 
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sp_clock.h"
-#include "sp_quant.h"
+#include "quant.h"
 #include "sp_generate.h"
 
 struct sp_drafter {

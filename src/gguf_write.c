@@ -3,6 +3,7 @@
  * the way ggml's own writer does so llama.cpp loads it: alignment 32, tensor
  * data contiguous in insertion order, each tensor padded to the alignment. */
 #include "sp_gguf.h"
+#include "gguf_write.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,5 +1,5 @@
 /* kv: key/value cache storage, rollback and path compaction. */
-#include "sp_kv.h"
+#include "kv.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,13 +1,16 @@
 /* mkmodel: random-weight Llama GGUF writer (see sp_mkmodel.h). */
-#include "sp_mkmodel.h"
+#include "dev/sp_mkmodel.h"
+#include "gguf_write.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "sp_quant.h"
+#include "quant.h"
 #include "sp_rng.h"
+
+bool sp_mkmodel_type_ok(sp_ggml_type t) { return sp_quant_supported(t) != 0; }
 
 sp_mkmodel_params sp_mkmodel_default_params(void) {
     sp_mkmodel_params p = {.dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 128,

@@ -7,8 +7,9 @@
 #include <string.h>
 
 #include "model_internal.h"
+#include "threadpool.h"
 #include "ops.h"
-#include "sp_quant.h"
+#include "quant.h"
 
 /* Below this many multiply-adds a job runs on the calling thread: waking
  * workers costs more than it saves (all of stories260K falls here). */

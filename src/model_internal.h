@@ -48,4 +48,10 @@ struct sp_model {
 /* Allocate a buffer owned by the model (freed with it); NULL on failure. */
 void *sp_model_alloc(sp_model *m, size_t bytes);
 
+/* The KV cache and worker pool of a context (the speculation loop and the
+ * drafters use them; not part of the public API). */
+#include "kv.h"
+sp_kv *sp_ctx_kv(sp_ctx *c);
+sp_pool *sp_ctx_pool(sp_ctx *c);
+
 #endif

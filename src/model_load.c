@@ -7,7 +7,7 @@
 
 #include "model_internal.h"
 #include "sp_file.h"
-#include "sp_quant.h"
+#include "quant.h"
 
 sp_model_params sp_model_default_params(void) {
     sp_model_params p = {0};
@@ -44,21 +44,8 @@ const sp_model_config *sp_model_cfg(const sp_model *m) { return &m->cfg; }
 const sp_tokenizer *sp_model_tokenizer(const sp_model *m) { return m->tok; }
 const char *sp_model_desc(const sp_model *m) { return m->desc; }
 
-static uint64_t weight_elems(const sp_weight *w) { return (uint64_t)w->rows * (uint64_t)w->cols; }
 static uint64_t weight_bytes(const sp_weight *w) { return (uint64_t)w->rows * w->row_bytes; }
 
-uint64_t sp_model_n_params(const sp_model *m) {
-    const sp_model_config *c = &m->cfg;
-    uint64_t n = weight_elems(&m->tok_embd) + (uint64_t)c->dim;
-    if (m->output.data != m->tok_embd.data) n += weight_elems(&m->output);
-    for (int l = 0; l < c->n_layers; l++) {
-        const sp_layer *L = &m->layers[l];
-        n += 2 * (uint64_t)c->dim + weight_elems(&L->wq) + weight_elems(&L->wk) +
-             weight_elems(&L->wv) + weight_elems(&L->wo) + weight_elems(&L->w1) +
-             weight_elems(&L->w2) + weight_elems(&L->w3);
-    }
-    return n;
-}
 
 uint64_t sp_model_weight_bytes(const sp_model *m) {
     uint64_t n = weight_bytes(&m->output); /* one embedding row is negligible */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sp_quant.h"
+#include "quant.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

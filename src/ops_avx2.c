@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ops.h"
-#include "sp_quant.h"
+#include "quant.h"
 
 #define AI __attribute__((always_inline)) static inline
 

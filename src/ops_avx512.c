@@ -16,7 +16,7 @@
 #include <math.h>
 
 #include "ops.h"
-#include "sp_quant.h"
+#include "quant.h"
 
 #define AI __attribute__((always_inline)) static inline
 #define UNROLL _Pragma("GCC unroll 16")

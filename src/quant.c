@@ -2,7 +2,7 @@
  * dequantisation of every loadable format (sp_quant.h), quantisation to
  * F16, BF16, Q8_0, Q4_0 bit-exact with ggml's reference quantisers. Speed
  * kernels live elsewhere and test against these. */
-#include "sp_quant.h"
+#include "quant.h"
 
 #include <math.h>
 #include <string.h>

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "draft.h"
 #include "sp_clock.h"
 #include "sp_spec_config.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "sp_quant.h"
+#include "quant.h"
 
 /* ------------------------------------------------------------ settings */
 

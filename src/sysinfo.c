@@ -1,5 +1,6 @@
 /* sysinfo: CPU name, kernel ISA and measured read bandwidth (sp_sysinfo.h). */
 #include "sp_sysinfo.h"
+#include "threadpool.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -8,7 +9,7 @@
 
 #include "ops.h"
 #include "sp_clock.h"
-#include "sp_threadpool.h"
+#include "threadpool.h"
 
 const char *sp_sysinfo_isa(void) { return sp_ops_isa_name(sp_ops_isa()); }
 

@@ -1,5 +1,5 @@
 /* threadpool: spin-then-sleep worker pool (see threadpool.h). */
-#include "sp_threadpool.h"
+#include "threadpool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,6 +1,6 @@
 /* vsim: toy Markov-chain simulator of the speculative outer loop with a
  * chi-square losslessness check, and the chi-square tail; see sp_vsim.h. */
-#include "sp_vsim.h"
+#include "dev/sp_vsim.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -13,7 +13,7 @@
 #include "ops.h"
 #include "sp_gguf.h"
 #include "sp_model.h"
-#include "sp_quant.h"
+#include "quant.h"
 #include "sp_rng.h"
 
 static const sp_ggml_type NEW_TYPES[] = {SP_GGML_Q4_1, SP_GGML_Q5_0, SP_GGML_Q5_1, SP_GGML_IQ4_NL,

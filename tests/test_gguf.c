@@ -2,6 +2,7 @@
  * round trip, hand-made corrupt files, truncation at many lengths and a
  * byte-flip fuzz loop (all must fail cleanly, never crash). */
 #include "testutil.h"
+#include "gguf_write.h"
 
 #include <fcntl.h>
 #include <inttypes.h>

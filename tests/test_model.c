@@ -2,6 +2,7 @@
  * llama2.c greedy reference, GGUF vs llama2.c equality, batch/tree/thread
  * consistency, KV rollback and compaction, and refusal of bad files. */
 #include "testutil.h"
+#include "gguf_write.h"
 
 #include <math.h>
 #include <fcntl.h>

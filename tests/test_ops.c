@@ -6,7 +6,7 @@
 #include <math.h>
 
 #include "ops.h"
-#include "sp_quant.h"
+#include "quant.h"
 #include "sp_rng.h"
 
 static const sp_ggml_type TYPES[] = {SP_GGML_F32, SP_GGML_F16, SP_GGML_BF16, SP_GGML_Q8_0,

@@ -5,7 +5,7 @@
 
 #include <math.h>
 
-#include "sp_quant.h"
+#include "quant.h"
 #include "sp_rng.h"
 
 static uint32_t bits(float f) {

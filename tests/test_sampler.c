@@ -7,7 +7,7 @@
 
 #include "sampler_internal.h"
 #include "sp_sampler.h"
-#include "sp_vsim.h"
+#include "dev/sp_vsim.h"
 
 static sp_sampler *mk(float t, int32_t k, float top_p, float min_p, int32_t n) {
     sp_sampler_params p = {.temperature = t, .top_k = k, .top_p = top_p, .min_p = min_p};

@@ -10,7 +10,7 @@
 
 #include "specula.h"
 #include "spec_testutil.h"
-#include "sp_vsim.h"
+#include "dev/sp_vsim.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SP_SLOW 1

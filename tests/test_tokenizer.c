@@ -4,6 +4,7 @@
  * vocabulary (merge ranks, pre-tokenisation, all 256 bytes), a gpt2
  * vocabulary written to and loaded from GGUF, load errors, and speed. */
 #include "testutil.h"
+#include "gguf_write.h"
 
 #include <time.h>
 #include <unistd.h>

@@ -6,7 +6,7 @@
 
 #include <math.h>
 
-#include "sp_vsim.h"
+#include "dev/sp_vsim.h"
 
 #define ALPHA 1e-4
 

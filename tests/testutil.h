@@ -15,6 +15,14 @@
 
 #include <cmocka.h>
 
+/* Tests are white-box: besides the public API (specula.h) they see the
+ * developer tooling (include/dev) and the internal headers they test. */
+#include "dev/sp_mkmodel.h"
+#include "dev/sp_vsim.h"
+#include "gguf_write.h"
+#include "quant.h"
+#include "specula.h"
+
 #include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "dev/sp_mkmodel.h"
 #include "specula.h"
 
 static void mk_usage(FILE *f) {
@@ -21,7 +22,7 @@ static void mk_usage(FILE *f) {
 /* Weight type from its name (any case); -1 if not one Specula writes. */
 static int parse_type(const char *s) {
     for (int t = 0; s && t < SP_GGML_TYPE_COUNT; t++)
-        if (sp_quant_supported((sp_ggml_type)t) && !strcasecmp(s, sp_ggml_type_name((sp_ggml_type)t)))
+        if (sp_mkmodel_type_ok((sp_ggml_type)t) && !strcasecmp(s, sp_ggml_type_name((sp_ggml_type)t)))
             return t;
     return -1;
 }

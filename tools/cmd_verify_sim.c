@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "sp_vsim.h"
+#include "dev/sp_vsim.h"
 
 static void vsim_usage(FILE *f) {
     fprintf(f,

@@ -8,6 +8,7 @@
 #ifndef SP_MKMODEL_H
 #define SP_MKMODEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "sp_gguf.h"
@@ -18,12 +19,14 @@ typedef struct sp_mkmodel_params {
     int32_t n_ctx;            /* context_length written to the file */
     int32_t n_vocab;          /* used when vocab_from is NULL (4..4096) */
     const char *vocab_from;   /* GGUF file whose tokenizer to copy, or NULL */
-    sp_ggml_type type;        /* matrices: F32, F16, BF16, Q8_0, Q4_0 */
+    sp_ggml_type type;        /* matrices: any type sp_mkmodel_type_ok accepts */
     uint64_t seed;
     float logit_scale;        /* std of the output logits (default 1) */
 } sp_mkmodel_params;
 
 sp_mkmodel_params sp_mkmodel_default_params(void);
+/* True for the weight types mkmodel writes (those Specula quantises to). */
+bool sp_mkmodel_type_ok(sp_ggml_type t);
 sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error *err);
 
 #endif

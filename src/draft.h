@@ -1,0 +1,71 @@
+/* draft.h: the drafter objects (internal to the library; the kinds and
+ * settings are public in sp_draft.h). Used by the speculation loop (spec.c). */
+#ifndef SP_DRAFT_INTERNAL_H
+#define SP_DRAFT_INTERNAL_H
+
+#include "sp_draft.h"
+
+typedef struct sp_drafter sp_drafter;
+
+/* Makes a drafter for `target` (model-based kinds get a context of the same
+ * size, on the target's thread pool). SP_ERR_ARG for a draft model whose
+ * vocabulary differs from the target's. */
+sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter **out,
+                          sp_error *err);
+void sp_drafter_free(sp_drafter *d);
+sp_drafter_kind sp_drafter_kind_of(const sp_drafter *d);
+/* The draft context (NULL for ngram). */
+sp_ctx *sp_drafter_ctx(sp_drafter *d);
+/* Empty the draft cache (and forget any resync offset) for a new prompt. */
+sp_status sp_drafter_reset(sp_drafter *d, sp_error *err);
+
+/* Counters the drafter adds to (forward calls, seconds in them). */
+typedef struct sp_draft_counters {
+    int64_t forwards;
+    double seconds;
+} sp_draft_counters;
+const sp_draft_counters *sp_drafter_counters(const sp_drafter *d);
+
+/* Prefill: make the drafter's cache hold hist[0..n) (model kinds). */
+sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_error *err);
+
+/* Draft a chain of up to gamma tokens continuing hist[0..n) into draft[],
+ * with their distributions q (gamma x V rows). Model kinds stop early when
+ * the draft's top probability falls below p_min (0 = never), but only after
+ * n_min tokens (n_min 0: even before the first). ngram may propose 0
+ * tokens. smp provides the adjusted distribution (temperature 0: one-hot
+ * argmax). */
+sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t gamma,
+                           int32_t n_min, float p_min, sp_sampler *smp, sp_rng *rng,
+                           int32_t *draft, float *q, int32_t *n_draft, sp_error *err);
+
+/* After a chain of n_draft tokens continuing hist[0..n) was verified with tau
+ * accepted: drop the rejected tokens from the draft cache. */
+sp_status sp_drafter_accept_chain(sp_drafter *d, int32_t n, int32_t tau, sp_error *err);
+
+/* A draft tree grown breadth-first from the last committed token (node 0).
+ * Buffers have room for shape->n_nodes nodes; q is n_nodes x V. */
+typedef struct sp_draft_tree {
+    int32_t n_nodes;
+    int32_t *parent;
+    int32_t *token;
+    int32_t *depth;
+    float *q;  /* q[node]: distribution node's children were drawn from */
+} sp_draft_tree;
+
+/* Grow a tree of the given shape (model kinds only). greedy: children are
+ * the top-k draft tokens (temperature 0); else children are drawn from q
+ * with or without replacement (mode). Fewer children are made when q has
+ * fewer tokens than asked without replacement. max_depth (<= shape depth)
+ * trims the tree near the end of the token budget. */
+sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
+                          const sp_tree_shape *shape, int32_t max_depth, bool greedy,
+                          sp_mc_mode mode, sp_sampler *smp, sp_rng *rng, sp_draft_tree *t,
+                          sp_error *err);
+
+/* After tree verification accepted path[0..n_path) (node indices): keep
+ * those nodes' entries in the draft cache and drop the rest. */
+sp_status sp_drafter_accept_tree(sp_drafter *d, int32_t n, const sp_draft_tree *t,
+                                 const int32_t *path, int32_t n_path, sp_error *err);
+
+#endif
