@@ -44,16 +44,16 @@ benches: $(BENCH_BIN)
 
 $(BUILD)/obj/%_avx2.o: src/%_avx2.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(AVX2_FLAGS) -MMD -c $< -o $@
+	$(CC) $(CFLAGS) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/obj/%_avx512.o: src/%_avx512.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(AVX512_FLAGS) -MMD -c $< -o $@
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -c $< -o $@
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/obj/tools/%.o: tools/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -c $< -o $@
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libspecula.a: $(LIB_OBJ)
 	@rm -f $@
@@ -64,7 +64,7 @@ $(BUILD)/specula: $(CLI_OBJ) $(BUILD)/libspecula.a
 
 $(BUILD)/tests/%: tests/%.c tests/testutil.h $(BUILD)/libspecula.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD $< $(BUILD)/libspecula.a -o $@ $(TEST_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -MMD -MP $< $(BUILD)/libspecula.a -o $@ $(TEST_LIBS) $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libspecula.a
 	@mkdir -p $(dir $@)
