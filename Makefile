@@ -14,13 +14,16 @@ BUILD   ?= build
 OPT     := -O2 -g
 endif
 
-CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -Wall -Wextra -Werror -pthread -Iinclude -Isrc -Itools $(EXTRA_CFLAGS)
+CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -Wall -Wextra -Werror -pthread -Iinclude -Isrc -Itools $(EXTRA_CFLAGS)
 LDFLAGS := $(OPT) -pthread
 # The library reads JSON (speculation settings); everything linking it links jansson.
 LDLIBS  := $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson) -lm
 CLI_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 TEST_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
+# -ffp-contract=off: no compiler-made FMAs (clang contracts a*b+c by default),
+# so kernels compute exactly the operations written and SIMD kernels stay
+# bit-identical to their scalar references with either compiler.
 # Kernels built per instruction set; dispatch picks one at start-up.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512dq -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c
