@@ -15,6 +15,9 @@ const char *sp_sysinfo_isa(void);
  * buf (always NUL-terminated). */
 const char *sp_sysinfo_cpu(char *buf, size_t cap);
 
+/* Size of the last-level cache in bytes (sysfs / sysconf), 0 if unknown. */
+size_t sp_sysinfo_llc_bytes(void);
+
 /* Streaming read bandwidth in GB/s (1e9 bytes/s) with n_threads threads over
  * a buffer of `bytes` (each thread reads its own contiguous slice), the best
  * of `reps` passes after one pass that faults the pages in. Errors: bad

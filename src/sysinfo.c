@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ops.h"
 #include "sp_clock.h"
@@ -30,6 +31,32 @@ const char *sp_sysinfo_cpu(char *buf, size_t cap) {
     }
     fclose(f);
     return buf;
+}
+
+size_t sp_sysinfo_llc_bytes(void) {
+    size_t best = 0;
+    for (int i = 0; i < 8; i++) {
+        char path[96], buf[64];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(buf, sizeof buf, f)) {
+            char *end;
+            unsigned long long v = strtoull(buf, &end, 10);
+            if (*end == 'K') v <<= 10;
+            else if (*end == 'M') v <<= 20;
+            else if (*end == 'G') v <<= 30;
+            if (v > best) best = (size_t)v;
+        }
+        fclose(f);
+    }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    if (!best) {
+        long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        if (v > 0) best = (size_t)v;
+    }
+#endif
+    return best;
 }
 
 typedef struct bw_job {

@@ -29,7 +29,8 @@ static void bench_usage(FILE *f) {
     fprintf(f,
             "usage: specula bench-forward -m MODEL [-t THREADS] [--reps R] [--depth D]\n"
             "         [--decode N] [--bound-mb MB] [--json]\n"
-            "  Bound: read bandwidth over an MB-megabyte buffer (default 1024) with the\n"
+            "  Bound: read bandwidth over an MB-megabyte buffer (default 1024 or 4x the\n"
+            "  last-level cache, whichever is larger) with the\n"
             "  same threads, best of 5 passes. Decode: N single-token forwards from an\n"
             "  empty cache (default 32), rate is the median over R reps (default 5).\n"
             "  Then, with D tokens cached (default 128), the median time of one forward\n"
@@ -62,7 +63,10 @@ static sp_status fwd(sp_ctx *c, int32_t n, int64_t seq0, bool all, float *logits
 }
 
 static int parse_bench(int argc, char **argv, bench_opts *o) {
-    *o = (bench_opts){.threads = 2, .reps = 5, .depth = 128, .decode = 32, .bound_mb = 1024};
+    /* the bound's buffer: 1 GiB, or 4x the last-level cache if that is larger */
+    const long long llc_mb = (long long)(sp_sysinfo_llc_bytes() >> 20);
+    *o = (bench_opts){.threads = 2, .reps = 5, .depth = 128, .decode = 32,
+                      .bound_mb = 4 * llc_mb > 1024 ? 4 * llc_mb : 1024};
     enum { O_REPS = SP_OPT_CMD, O_DEPTH, O_DECODE, O_BOUND, O_JSON };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, 'm'},     {"threads", required_argument, NULL, 't'},
