@@ -318,6 +318,77 @@ static void att_job_run(void *arg, int ith, int nth) {
     }
 }
 
+/* One layer's attention block for the n new tokens: norm, q/k/v (into the
+ * KV cache at n_past), biases and per-head norms where the architecture has
+ * them, RoPE, attention under the batch's mask and the sliding window, the
+ * output projection, and the residual add. */
+static void attention_block(sp_ctx *c, const sp_batch *b, int32_t l, int32_t n, int32_t n_past,
+                            int32_t mask_base) {
+    const sp_model_config *cfg = &c->m->cfg;
+    const sp_layer *L = &c->m->layers[l];
+    const int64_t dim = cfg->dim, hd = cfg->head_dim, q_dim = (int64_t)cfg->n_heads * hd;
+    const int64_t kv_dim = (int64_t)cfg->n_kv_heads * hd, wide = q_dim > dim ? q_dim : dim;
+    for (int32_t t = 0; t < n; t++)
+        sp_rmsnorm(c->xb + t * wide, c->x + t * dim, L->attn_norm, dim, cfg->norm_eps);
+    mm_job j = {0};
+    job_add(c, &j, &L->wq, c->xb, wide, n, c->q, q_dim);
+    job_add(c, &j, &L->wk, c->xb, wide, n, sp_kv_k(&c->kv, l, n_past), kv_dim);
+    job_add(c, &j, &L->wv, c->xb, wide, n, sp_kv_v(&c->kv, l, n_past), kv_dim);
+    job_exec(c, &j);
+    if (L->bq) /* qwen2: q/k/v biases */
+        for (int32_t t = 0; t < n; t++) {
+            float *q = c->q + t * q_dim, *k = sp_kv_k(&c->kv, l, n_past + t), *v = sp_kv_v(&c->kv, l, n_past + t);
+            for (int64_t i = 0; i < q_dim; i++) q[i] += L->bq[i];
+            for (int64_t i = 0; i < kv_dim; i++) k[i] += L->bk[i], v[i] += L->bv[i];
+        }
+    if (L->q_norm) /* qwen3: RMSNorm of each query and key head before RoPE */
+        for (int32_t t = 0; t < n; t++) {
+            float *q = c->q + t * q_dim, *k = sp_kv_k(&c->kv, l, n_past + t);
+            for (int32_t h = 0; h < cfg->n_heads; h++)
+                sp_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, cfg->norm_eps);
+            for (int32_t h = 0; h < cfg->n_kv_heads; h++)
+                sp_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, cfg->norm_eps);
+        }
+    for (int32_t t = 0; t < n; t++) {
+        const float *cs = c->rope_cs + (int64_t)t * cfg->rot_dim;
+        sp_rope_apply(c->q + t * q_dim, cfg->n_heads, (int32_t)hd, cfg->rot_dim, cs, cfg->rope_neox);
+        sp_rope_apply(sp_kv_k(&c->kv, l, n_past + t), cfg->n_kv_heads, (int32_t)hd, cfg->rot_dim, cs,
+                      cfg->rope_neox);
+    }
+    att_job a = {.c = c, .layer = l, .n = n, .n_past = n_past, .mask_base = mask_base,
+                 .mask_w = n_past + n - mask_base, .mask = b->mask, .out = c->xb, .out_stride = wide};
+    /* per (token, head, slot): a dot, an exp and an axpy of head_dim,
+     * several times a matmul's multiply-add per weight: split sooner */
+    uint64_t att_work = (uint64_t)n * (uint64_t)(n_past + n) * (uint64_t)q_dim;
+    if (att_work < PAR_MIN_WORK / 4 || sp_pool_n_threads(c->pool) == 1)
+        att_job_run(&a, 0, 1);
+    else
+        sp_pool_run(c->pool, att_job_run, &a);
+    mm_job jo = {0};
+    job_add(c, &jo, &L->wo, c->xb, wide, n, c->x2, dim);
+    job_exec(c, &jo);
+    for (int64_t i = 0; i < n * dim; i++) c->x[i] += c->x2[i];
+}
+
+/* One layer's feed-forward block: norm, gate and up, SwiGLU, down, residual. */
+static void ffn_block(sp_ctx *c, int32_t l, int32_t n) {
+    const sp_model_config *cfg = &c->m->cfg;
+    const sp_layer *L = &c->m->layers[l];
+    const int64_t dim = cfg->dim, q_dim = (int64_t)cfg->n_heads * cfg->head_dim;
+    const int64_t ffn = cfg->ffn_dim, wide = q_dim > dim ? q_dim : dim;
+    for (int32_t t = 0; t < n; t++)
+        sp_rmsnorm(c->xb + t * wide, c->x + t * dim, L->ffn_norm, dim, cfg->norm_eps);
+    mm_job jf = {0};
+    job_add(c, &jf, &L->w1, c->xb, wide, n, c->hb, ffn);
+    job_add(c, &jf, &L->w3, c->xb, wide, n, c->hb2, ffn);
+    job_exec(c, &jf);
+    sp_swiglu(c->hb, c->hb, c->hb2, n * ffn);
+    mm_job jd = {0};
+    job_add(c, &jd, &L->w2, c->hb, ffn, n, c->x2, dim);
+    job_exec(c, &jd);
+    for (int64_t i = 0; i < n * dim; i++) c->x[i] += c->x2[i];
+}
+
 /* --------------------------------------------------------------- forward */
 
 sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err) {
@@ -350,9 +421,7 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
                 return sp_fail(err, SP_ERR_ARG, "mask row %d does not let token %d see itself", i, i);
     }
     const int64_t dim = cfg->dim, hd = cfg->head_dim, q_dim = (int64_t)cfg->n_heads * hd;
-    const int64_t kv_dim = (int64_t)cfg->n_kv_heads * hd, ffn = cfg->ffn_dim;
     const int64_t wide = q_dim > dim ? q_dim : dim;
-    float *x2 = c->x2;
 
     for (int32_t t = 0; t < n; t++)
         sp_rope_cs(c->rope_cs + (int64_t)t * cfg->rot_dim, c->pos[t], c->inv_freq, cfg->rot_dim);
@@ -362,63 +431,8 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
 
     for (int32_t l = 0; l < cfg->n_layers; l++) {
         if (c->skip && c->skip[l]) continue;
-        const sp_layer *L = &m->layers[l];
-        for (int32_t t = 0; t < n; t++)
-            sp_rmsnorm(c->xb + t * wide, c->x + t * dim, L->attn_norm, dim, cfg->norm_eps);
-        mm_job j = {0};
-        job_add(c, &j, &L->wq, c->xb, wide, n, c->q, q_dim);
-        job_add(c, &j, &L->wk, c->xb, wide, n, sp_kv_k(&c->kv, l, n_past), kv_dim);
-        job_add(c, &j, &L->wv, c->xb, wide, n, sp_kv_v(&c->kv, l, n_past), kv_dim);
-        job_exec(c, &j);
-        if (L->bq) /* qwen2: q/k/v biases */
-            for (int32_t t = 0; t < n; t++) {
-                float *q = c->q + t * q_dim, *k = sp_kv_k(&c->kv, l, n_past + t), *v = sp_kv_v(&c->kv, l, n_past + t);
-                for (int64_t i = 0; i < q_dim; i++) q[i] += L->bq[i];
-                for (int64_t i = 0; i < kv_dim; i++) k[i] += L->bk[i], v[i] += L->bv[i];
-            }
-        if (L->q_norm) /* qwen3: RMSNorm of each query and key head before RoPE */
-            for (int32_t t = 0; t < n; t++) {
-                float *q = c->q + t * q_dim, *k = sp_kv_k(&c->kv, l, n_past + t);
-                for (int32_t h = 0; h < cfg->n_heads; h++)
-                    sp_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, cfg->norm_eps);
-                for (int32_t h = 0; h < cfg->n_kv_heads; h++)
-                    sp_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, cfg->norm_eps);
-            }
-        for (int32_t t = 0; t < n; t++) {
-            const float *cs = c->rope_cs + (int64_t)t * cfg->rot_dim;
-            sp_rope_apply(c->q + t * q_dim, cfg->n_heads, (int32_t)hd, cfg->rot_dim, cs,
-                          cfg->rope_neox);
-            sp_rope_apply(sp_kv_k(&c->kv, l, n_past + t), cfg->n_kv_heads, (int32_t)hd,
-                          cfg->rot_dim, cs, cfg->rope_neox);
-        }
-        att_job a = {.c = c, .layer = l, .n = n, .n_past = n_past, .mask_base = mask_base,
-                     .mask_w = n_past + n - mask_base, .mask = b->mask, .out = c->xb,
-                     .out_stride = wide};
-        /* per (token, head, slot): a dot, an exp and an axpy of head_dim,
-         * several times a matmul's multiply-add per weight: split sooner */
-        uint64_t att_work = (uint64_t)n * (uint64_t)(n_past + n) * (uint64_t)q_dim;
-        if (att_work < PAR_MIN_WORK / 4 || sp_pool_n_threads(c->pool) == 1)
-            att_job_run(&a, 0, 1);
-        else
-            sp_pool_run(c->pool, att_job_run, &a);
-
-        /* q is free now: wo's output goes there, then into the residual. */
-        mm_job jo = {0};
-        job_add(c, &jo, &L->wo, c->xb, wide, n, x2, dim);
-        job_exec(c, &jo);
-        for (int64_t i = 0; i < n * dim; i++) c->x[i] += x2[i];
-
-        for (int32_t t = 0; t < n; t++)
-            sp_rmsnorm(c->xb + t * wide, c->x + t * dim, L->ffn_norm, dim, cfg->norm_eps);
-        mm_job jf = {0};
-        job_add(c, &jf, &L->w1, c->xb, wide, n, c->hb, ffn);
-        job_add(c, &jf, &L->w3, c->xb, wide, n, c->hb2, ffn);
-        job_exec(c, &jf);
-        sp_swiglu(c->hb, c->hb, c->hb2, n * ffn);
-        mm_job jd = {0};
-        job_add(c, &jd, &L->w2, c->hb, ffn, n, x2, dim);
-        job_exec(c, &jd);
-        for (int64_t i = 0; i < n * dim; i++) c->x[i] += x2[i];
+        attention_block(c, b, l, n, n_past, mask_base);
+        ffn_block(c, l, n);
     }
 
     const int32_t first = b->logits_all ? 0 : n - 1, rows = n - first;

@@ -184,20 +184,11 @@ static sp_weight weight_rows(const sp_weight *w, int64_t r0, int64_t n) {
     return v;
 }
 
-static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
-    sp_status st = sp_gguf_open(path, &m->gguf, err);
-    if (st) return st;
+/* The hyperparameters under the architecture's key prefix. */
+static sp_status read_config(sp_model *m, const char *path, const char *a, const arch_info *ai,
+                             sp_error *err) {
     const sp_gguf *g = m->gguf;
-    sp_str arch;
-    if ((st = sp_gguf_get_str(g, "general.architecture", &arch, err))) return st;
-    char a[64];
-    snprintf(a, sizeof a, "%.*s", (int)(arch.len < 63 ? arch.len : 63), arch.ptr);
-    const arch_info *ai = arch_find(a);
-    if (!ai)
-        return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3)",
-                       path, a);
-
+    sp_status st;
     sp_model_config *c = &m->cfg;
     char key[128];
 #define KEY(s) (snprintf(key, sizeof key, "%s." s, a), key)
@@ -250,26 +241,15 @@ static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
         }
     }
 #undef KEY
-    const sp_gguf_tensor *te = sp_gguf_find_tensor(g, "token_embd.weight");
-    if (!te) return sp_fail(err, SP_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", path);
-    c->n_vocab = te->ne[1] > INT32_MAX ? -1 : (int32_t)te->ne[1];
-    if ((st = check_config(c, path, err))) return st;
+    return SP_OK;
+}
 
+/* Each layer's tensors (names and shapes per the architecture). */
+static sp_status bind_layers(sp_model *m, const char *path, const arch_info *ai, sp_error *err) {
+    const sp_model_config *c = &m->cfg;
     const int64_t dim = c->dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
     const int64_t q_dim = (int64_t)c->n_heads * c->head_dim;
-    if ((st = bind_matrix(m, path, "token_embd.weight", dim, c->n_vocab, false, &m->tok_embd, err)))
-        return st;
-    if ((st = bind_matrix(m, path, "output.weight", dim, c->n_vocab, true, &m->output, err)))
-        return st;
-    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
-    if ((st = bind_vector(m, path, "output_norm.weight", dim, &m->out_norm, err))) return st;
-    if (sp_gguf_find_tensor(g, "rope_freqs.weight")) {
-        if ((st = bind_vector(m, path, "rope_freqs.weight", c->rot_dim / 2, &m->rope_factors, err)))
-            return st;
-        for (int32_t i = 0; i < c->rot_dim / 2; i++)
-            if (!(m->rope_factors[i] > 0))
-                return sp_fail(err, SP_ERR_FORMAT, "%s: rope_freqs.weight[%d] is not positive", path, i);
-    }
+    sp_status st;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return sp_fail(err, SP_ERR_NOMEM, "out of memory for layers");
     for (int l = 0; l < c->n_layers; l++) {
@@ -312,6 +292,45 @@ static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
 #undef T
 #undef B
     }
+    return SP_OK;
+}
+
+static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
+    sp_status st = sp_gguf_open(path, &m->gguf, err);
+    if (st) return st;
+    const sp_gguf *g = m->gguf;
+    sp_str arch;
+    if ((st = sp_gguf_get_str(g, "general.architecture", &arch, err))) return st;
+    char a[64];
+    snprintf(a, sizeof a, "%.*s", (int)(arch.len < 63 ? arch.len : 63), arch.ptr);
+    const arch_info *ai = arch_find(a);
+    if (!ai)
+        return sp_fail(err, SP_ERR_UNSUPPORTED,
+                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3)",
+                       path, a);
+
+    if ((st = read_config(m, path, a, ai, err))) return st;
+    sp_model_config *c = &m->cfg;
+    const sp_gguf_tensor *te = sp_gguf_find_tensor(g, "token_embd.weight");
+    if (!te) return sp_fail(err, SP_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", path);
+    c->n_vocab = te->ne[1] > INT32_MAX ? -1 : (int32_t)te->ne[1];
+    if ((st = check_config(c, path, err))) return st;
+
+    const int64_t dim = c->dim;
+    if ((st = bind_matrix(m, path, "token_embd.weight", dim, c->n_vocab, false, &m->tok_embd, err)))
+        return st;
+    if ((st = bind_matrix(m, path, "output.weight", dim, c->n_vocab, true, &m->output, err)))
+        return st;
+    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    if ((st = bind_vector(m, path, "output_norm.weight", dim, &m->out_norm, err))) return st;
+    if (sp_gguf_find_tensor(g, "rope_freqs.weight")) {
+        if ((st = bind_vector(m, path, "rope_freqs.weight", c->rot_dim / 2, &m->rope_factors, err)))
+            return st;
+        for (int32_t i = 0; i < c->rot_dim / 2; i++)
+            if (!(m->rope_factors[i] > 0))
+                return sp_fail(err, SP_ERR_FORMAT, "%s: rope_freqs.weight[%d] is not positive", path, i);
+    }
+    if ((st = bind_layers(m, path, ai, err))) return st;
     c->wtype = m->layers[0].wq.type;
     set_desc(m, a);
     if ((st = sp_tokenizer_load_gguf(g, &m->tok, err))) return st;

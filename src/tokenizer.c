@@ -203,9 +203,9 @@ static int cmp_ud_len_desc(const void *a, const void *b, void *ctx) {
     return x < y ? -1 : (x > y);
 }
 
-sp_status sp_tokenizer_init_spec(const sp_tokenizer_spec *spec, sp_tokenizer **out,
-                                 sp_error *err) {
-    *out = NULL;
+/* Step 1: the spec's shape (kind, special ids, merges, token lengths and
+ * types); *total receives the vocabulary's text bytes. */
+static sp_status spec_check(const sp_tokenizer_spec *spec, uint64_t *total, sp_error *err) {
     if (spec->kind != SP_TOK_SPM && spec->kind != SP_TOK_BPE)
         return sp_fail(err, SP_ERR_ARG, "tokenizer: unknown kind %d", (int)spec->kind);
     if (spec->n_vocab <= 0 || !spec->tokens)
@@ -222,22 +222,106 @@ sp_status sp_tokenizer_init_spec(const sp_tokenizer_spec *spec, sp_tokenizer **o
                            ids[i].name, (int)ids[i].id, (int)nv);
     if (spec->kind == SP_TOK_BPE && (spec->n_merges < 0 || (spec->n_merges > 0 && !spec->merges)))
         return sp_fail(err, SP_ERR_FORMAT, "tokenizer: bpe merges missing");
-
-    uint64_t total = 0;
+    *total = 0;
     for (int32_t i = 0; i < nv; i++) {
         if (spec->tokens[i].len > 4096)
             return sp_fail(err, SP_ERR_FORMAT, "tokenizer: token %d is %llu bytes long (max 4096)",
                            (int)i, (unsigned long long)spec->tokens[i].len);
-        total += spec->tokens[i].len;
+        *total += spec->tokens[i].len;
     }
-    if (total > (1u << 30))
-        return sp_fail(err, SP_ERR_FORMAT, "tokenizer: vocabulary text too large");
+    if (*total > (1u << 30)) return sp_fail(err, SP_ERR_FORMAT, "tokenizer: vocabulary text too large");
     if (spec->types)
         for (int32_t i = 0; i < nv; i++)
             if (spec->types[i] < 0 || spec->types[i] > SP_TOKT_BYTE)
                 return sp_fail(err, SP_ERR_FORMAT, "tokenizer: token %d has invalid type %d",
                                (int)i, (int)spec->types[i]);
+    return SP_OK;
+}
 
+/* Step 2: copy the token texts and scores; every token gets a type (given,
+ * or inferred: specials are control, <0xNN> in SPM are bytes). */
+static void copy_vocab(sp_tokenizer *t, const sp_tokenizer_spec *spec) {
+    const int32_t nv = spec->n_vocab;
+    uint32_t o = 0;
+    for (int32_t i = 0; i < nv; i++) {
+        t->off[i] = o;
+        if (spec->tokens[i].len) memcpy(t->text + o, spec->tokens[i].ptr, spec->tokens[i].len);
+        o += (uint32_t)spec->tokens[i].len;
+        t->scores[i] = spec->scores ? spec->scores[i] : 0.0f;
+        if (contains_u2581(spec->tokens[i])) t->escape_spaces = true;
+    }
+    t->off[nv] = o;
+    if (spec->kind != SP_TOK_SPM) t->escape_spaces = false;
+    for (int32_t i = 0; i < nv; i++) {
+        if (spec->types && spec->types[i] != SP_TOKT_UNDEFINED) {
+            t->types[i] = (uint8_t)spec->types[i];
+            continue;
+        }
+        sp_str s = tok_text(t, i);
+        uint8_t ty = SP_TOKT_NORMAL;
+        if (i == t->bos || i == t->eos || i == t->eot || i == t->eom) ty = SP_TOKT_CONTROL;
+        else if (i == t->unk) ty = SP_TOKT_UNKNOWN;
+        else if (t->kind == SP_TOK_SPM && parse_byte_token(s.ptr, s.len) >= 0) ty = SP_TOKT_BYTE;
+        t->types[i] = ty;
+    }
+}
+
+/* Step 3: the token for each byte (SPM: <0xNN> tokens; byte-level BPE: the
+ * byte's character) and, for BPE, the merge ranks. */
+static sp_status build_bytes_and_merges(sp_tokenizer *t, const sp_tokenizer_spec *spec, sp_error *err) {
+    for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
+    if (t->kind == SP_TOK_SPM) {
+        for (int32_t i = 0; i < t->n_vocab; i++) {
+            if (t->types[i] != SP_TOKT_BYTE) continue;
+            sp_str s = tok_text(t, i);
+            int b = parse_byte_token(s.ptr, s.len);
+            if (b >= 0 && t->byte_tok[b] < 0) t->byte_tok[b] = i;
+        }
+        return SP_OK;
+    }
+    for (int b = 0; b < 256; b++) {
+        char u[4];
+        size_t l = sp_utf8_encode(sp_tok_byte_to_cp((uint8_t)b), u);
+        t->byte_tok[b] = sp_tok_lookup(t, u, l);
+    }
+    return sp_tok_bpe_build_merges(t, spec->merges, spec->n_merges, err);
+}
+
+/* Step 4: printable pieces, user-defined tokens (longest first, for literal
+ * matching) and the end-of-generation set. */
+static void build_pieces_and_specials(sp_tokenizer *t) {
+    const int32_t nv = t->n_vocab;
+    uint32_t po = 0;
+    for (int32_t i = 0; i < nv; i++) {
+        t->poff[i] = po;
+        po += (uint32_t)make_piece(t, i, t->piece + po);
+    }
+    t->poff[nv] = po;
+    for (int32_t i = 0; i < nv; i++)
+        if (t->types[i] == SP_TOKT_USER_DEFINED && t->off[i + 1] > t->off[i]) {
+            t->ud[t->n_ud++] = i;
+            uint8_t c = (uint8_t)t->text[t->off[i]];
+            t->ud_first[c >> 3] |= (uint8_t)(1u << (c & 7));
+        }
+    qsort_r(t->ud, (size_t)t->n_ud, sizeof *t->ud, cmp_ud_len_desc, t);
+    add_eog(t, t->eos);
+    add_eog(t, t->eot);
+    add_eog(t, t->eom);
+    static const char *const eog_names[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>",
+                                            "<|end|>", "<end_of_turn>", "<|endoftext|>"};
+    for (size_t i = 0; i < sizeof eog_names / sizeof eog_names[0]; i++) {
+        int32_t id = sp_tok_lookup(t, eog_names[i], strlen(eog_names[i]));
+        if (id >= 0 && t->types[id] == SP_TOKT_CONTROL) add_eog(t, id);
+    }
+}
+
+sp_status sp_tokenizer_init_spec(const sp_tokenizer_spec *spec, sp_tokenizer **out,
+                                 sp_error *err) {
+    *out = NULL;
+    uint64_t total = 0;
+    sp_status st = spec_check(spec, &total, err);
+    if (st) return st;
+    const int32_t nv = spec->n_vocab;
     sp_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return sp_fail(err, SP_ERR_NOMEM, "tokenizer: out of memory");
     t->kind = spec->kind;
@@ -254,84 +338,18 @@ sp_status sp_tokenizer_init_spec(const sp_tokenizer_spec *spec, sp_tokenizer **o
     t->scores = malloc((size_t)nv * sizeof *t->scores);
     t->types = malloc((size_t)nv);
     t->ud = malloc((size_t)nv * sizeof *t->ud);
-    sp_status st = SP_OK;
     if (!t->text || !t->off || !t->piece || !t->poff || !t->scores || !t->types || !t->ud) {
-        st = sp_fail(err, SP_ERR_NOMEM, "tokenizer: out of memory for %d tokens", (int)nv);
-        goto fail;
+        sp_tokenizer_free(t);
+        return sp_fail(err, SP_ERR_NOMEM, "tokenizer: out of memory for %d tokens", (int)nv);
     }
-    uint32_t o = 0;
-    for (int32_t i = 0; i < nv; i++) {
-        t->off[i] = o;
-        if (spec->tokens[i].len) memcpy(t->text + o, spec->tokens[i].ptr, spec->tokens[i].len);
-        o += (uint32_t)spec->tokens[i].len;
-        t->scores[i] = spec->scores ? spec->scores[i] : 0.0f;
-        if (contains_u2581(spec->tokens[i])) t->escape_spaces = true;
+    copy_vocab(t, spec);
+    if ((st = build_map(t, err)) || (st = build_bytes_and_merges(t, spec, err))) {
+        sp_tokenizer_free(t);
+        return st;
     }
-    t->off[nv] = o;
-    if (spec->kind != SP_TOK_SPM) t->escape_spaces = false;
-
-    for (int32_t i = 0; i < nv; i++) {
-        if (spec->types && spec->types[i] != SP_TOKT_UNDEFINED) {
-            t->types[i] = (uint8_t)spec->types[i];
-            continue;
-        }
-        sp_str s = tok_text(t, i);
-        uint8_t ty = SP_TOKT_NORMAL;
-        if (i == t->bos || i == t->eos || i == t->eot || i == t->eom) ty = SP_TOKT_CONTROL;
-        else if (i == t->unk) ty = SP_TOKT_UNKNOWN;
-        else if (t->kind == SP_TOK_SPM && parse_byte_token(s.ptr, s.len) >= 0) ty = SP_TOKT_BYTE;
-        t->types[i] = ty;
-    }
-
-    if ((st = build_map(t, err)) != SP_OK) goto fail;
-
-    for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
-    if (t->kind == SP_TOK_SPM) {
-        for (int32_t i = 0; i < nv; i++) {
-            if (t->types[i] != SP_TOKT_BYTE) continue;
-            sp_str s = tok_text(t, i);
-            int b = parse_byte_token(s.ptr, s.len);
-            if (b >= 0 && t->byte_tok[b] < 0) t->byte_tok[b] = i;
-        }
-    } else {
-        for (int b = 0; b < 256; b++) {
-            char u[4];
-            size_t l = sp_utf8_encode(sp_tok_byte_to_cp((uint8_t)b), u);
-            t->byte_tok[b] = sp_tok_lookup(t, u, l);
-        }
-        if ((st = sp_tok_bpe_build_merges(t, spec->merges, spec->n_merges, err)) != SP_OK)
-            goto fail;
-    }
-
-    uint32_t po = 0;
-    for (int32_t i = 0; i < nv; i++) {
-        t->poff[i] = po;
-        po += (uint32_t)make_piece(t, i, t->piece + po);
-    }
-    t->poff[nv] = po;
-
-    for (int32_t i = 0; i < nv; i++)
-        if (t->types[i] == SP_TOKT_USER_DEFINED && t->off[i + 1] > t->off[i]) {
-            t->ud[t->n_ud++] = i;
-            uint8_t c = (uint8_t)t->text[t->off[i]];
-            t->ud_first[c >> 3] |= (uint8_t)(1u << (c & 7));
-        }
-    qsort_r(t->ud, (size_t)t->n_ud, sizeof *t->ud, cmp_ud_len_desc, t);
-
-    add_eog(t, t->eos);
-    add_eog(t, t->eot);
-    add_eog(t, t->eom);
-    static const char *const eog_names[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>",
-                                            "<|end|>", "<end_of_turn>", "<|endoftext|>"};
-    for (size_t i = 0; i < sizeof eog_names / sizeof eog_names[0]; i++) {
-        int32_t id = sp_tok_lookup(t, eog_names[i], strlen(eog_names[i]));
-        if (id >= 0 && t->types[id] == SP_TOKT_CONTROL) add_eog(t, id);
-    }
+    build_pieces_and_specials(t);
     *out = t;
     return SP_OK;
-fail:
-    sp_tokenizer_free(t);
-    return st;
 }
 
 void sp_tokenizer_free(sp_tokenizer *t) {

@@ -99,6 +99,46 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
     return 0;
 }
 
+/* Prints the table (or one JSON object) of one bench-forward run. */
+static void report(const bench_opts *po, const sp_model *m, double bound, double load_ms, double warm_ms,
+                   double t_decode, const double *t_k) {
+    const bench_opts o = *po;
+    const double wbytes = (double)sp_model_weight_bytes(m);
+    const double gbs = wbytes / t_decode / 1e9, pct = bound > 0 ? 100.0 * gbs / bound : 0;
+    const char *isa = sp_sysinfo_isa();
+    char cpu[128];
+    sp_sysinfo_cpu(cpu, sizeof cpu);
+    if (o.json) {
+        json_t *ks = json_array();
+        for (int ki = 0; ki < N_KS; ki++)
+            json_array_append_new(ks, json_pack("{s:i,s:f,s:f}", "k", KS[ki], "ms", 1e3 * t_k[ki],
+                                                "ratio", t_k[ki] / t_k[0]));
+        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o}", "model",
+                              o.model, "desc", sp_model_desc(m), "cpu", cpu, "isa", isa, "threads",
+                              (int)o.threads, "depth", (int)o.depth, "reps", (int)o.reps,
+                              "decode_tok_s", 1.0 / t_decode, "weight_bytes", wbytes, "gb_s", gbs,
+                              "bound_gb_s", bound, "pct_of_bound", pct, "load_ms", load_ms,
+                              "warm_ms", warm_ms, "forward", ks);
+        char *js = json_dumps(j, JSON_COMPACT);
+        if (js) printf("%s\n", js);
+        free(js);
+        json_decref(j);
+    } else {
+        printf("model   %s (%s)\n", o.model, sp_model_desc(m));
+        printf("cpu     %s, isa %s, %lld threads, %.1f MB of weights\n", cpu, isa, o.threads, wbytes / 1e6);
+        printf("bound   %.2f GB/s read bandwidth measured now (%lld MB buffer, %lld threads)\n", bound,
+               o.bound_mb, o.threads);
+        printf("load    %.1f ms, first forward (warm-up) %.1f ms\n", load_ms, warm_ms);
+        printf("decode  %.2f tok/s (%.3f ms/token, median of %lld reps x %lld tokens)\n",
+               1.0 / t_decode, 1e3 * t_decode, o.reps, o.decode);
+        printf("stream  %.2f GB/s of weights = %.0f%% of the bound\n", gbs, pct);
+        printf("forward at depth %lld (median of %lld):\n", o.depth, o.reps);
+        printf("  %3s %10s %8s\n", "k", "ms", "vs k=1");
+        for (int ki = 0; ki < N_KS; ki++)
+            printf("  %3d %10.3f %8.2f\n", KS[ki], 1e3 * t_k[ki], t_k[ki] / t_k[0]);
+    }
+}
+
 int cmd_bench_forward(int argc, char **argv) {
     bench_opts o = {0};
     int rc = parse_bench(argc, argv, &o);
@@ -162,40 +202,7 @@ int cmd_bench_forward(int argc, char **argv) {
         t_k[ki] = median(times, (int)o.reps);
     }
 
-    const double wbytes = (double)sp_model_weight_bytes(m);
-    const double gbs = wbytes / t_decode / 1e9, pct = bound > 0 ? 100.0 * gbs / bound : 0;
-    const char *isa = sp_sysinfo_isa();
-    char cpu[128];
-    sp_sysinfo_cpu(cpu, sizeof cpu);
-    if (o.json) {
-        json_t *ks = json_array();
-        for (int ki = 0; ki < N_KS; ki++)
-            json_array_append_new(ks, json_pack("{s:i,s:f,s:f}", "k", KS[ki], "ms", 1e3 * t_k[ki],
-                                                "ratio", t_k[ki] / t_k[0]));
-        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o}", "model",
-                              o.model, "desc", sp_model_desc(m), "cpu", cpu, "isa", isa, "threads",
-                              (int)o.threads, "depth", (int)o.depth, "reps", (int)o.reps,
-                              "decode_tok_s", 1.0 / t_decode, "weight_bytes", wbytes, "gb_s", gbs,
-                              "bound_gb_s", bound, "pct_of_bound", pct, "load_ms", load_ms,
-                              "warm_ms", warm_ms, "forward", ks);
-        char *js = json_dumps(j, JSON_COMPACT);
-        if (js) printf("%s\n", js);
-        free(js);
-        json_decref(j);
-    } else {
-        printf("model   %s (%s)\n", o.model, sp_model_desc(m));
-        printf("cpu     %s, isa %s, %lld threads, %.1f MB of weights\n", cpu, isa, o.threads, wbytes / 1e6);
-        printf("bound   %.2f GB/s read bandwidth measured now (%lld MB buffer, %lld threads)\n", bound,
-               o.bound_mb, o.threads);
-        printf("load    %.1f ms, first forward (warm-up) %.1f ms\n", load_ms, warm_ms);
-        printf("decode  %.2f tok/s (%.3f ms/token, median of %lld reps x %lld tokens)\n",
-               1.0 / t_decode, 1e3 * t_decode, o.reps, o.decode);
-        printf("stream  %.2f GB/s of weights = %.0f%% of the bound\n", gbs, pct);
-        printf("forward at depth %lld (median of %lld):\n", o.depth, o.reps);
-        printf("  %3s %10s %8s\n", "k", "ms", "vs k=1");
-        for (int ki = 0; ki < N_KS; ki++)
-            printf("  %3d %10.3f %8.2f\n", KS[ki], 1e3 * t_k[ki], t_k[ki] / t_k[0]);
-    }
+    report(&o, m, bound, load_ms, warm_ms, t_decode, t_k);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "specula: bench-forward: %s\n", err.msg);
