@@ -14,6 +14,8 @@
  * are not listed; the byte-level round trip is exact for any input. */
 #include "tokenizer.h"
 
+#include "heap.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -257,31 +259,7 @@ static inline int bb_above(const bpe_bigram *a, const bpe_bigram *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static void bb_push(bpe_bigram *h, int32_t *n, bpe_bigram x) {
-    int32_t i = (*n)++;
-    while (i > 0) {
-        int32_t p = (i - 1) / 2;
-        if (!bb_above(&x, &h[p])) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = x;
-}
-
-static bpe_bigram bb_pop(bpe_bigram *h, int32_t *n) {
-    bpe_bigram top = h[0], x = h[--*n];
-    int32_t i = 0;
-    for (;;) {
-        int32_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && bb_above(&h[c + 1], &h[c])) c++;
-        if (!bb_above(&h[c], &x)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n > 0) h[i] = x;
-    return top;
-}
+SP_HEAP_DEFINE(bb, bpe_bigram, bb_above)
 
 static void bb_try(const sp_tokenizer *t, const bpe_sym *sym, int32_t l, int32_t r,
                    bpe_bigram *h, int32_t *nh) {

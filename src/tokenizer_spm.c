@@ -7,6 +7,8 @@
  * back to <0xNN> byte tokens (or one unk when the vocabulary lacks them). */
 #include "tokenizer.h"
 
+#include "heap.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,31 +28,7 @@ static inline int bigram_above(const spm_bigram *a, const spm_bigram *b) {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static void heap_push(spm_bigram *h, int32_t *n, spm_bigram x) {
-    int32_t i = (*n)++;
-    while (i > 0) {
-        int32_t p = (i - 1) / 2;
-        if (!bigram_above(&x, &h[p])) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = x;
-}
-
-static spm_bigram heap_pop(spm_bigram *h, int32_t *n) {
-    spm_bigram top = h[0], x = h[--*n];
-    int32_t i = 0;
-    for (;;) {
-        int32_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && bigram_above(&h[c + 1], &h[c])) c++;
-        if (!bigram_above(&h[c], &x)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n > 0) h[i] = x;
-    return top;
-}
+SP_HEAP_DEFINE(heap, spm_bigram, bigram_above)
 
 static void try_bigram(const sp_tokenizer *t, const char *buf, const spm_sym *sym, int32_t l,
                        int32_t r, spm_bigram *h, int32_t *nh) {
