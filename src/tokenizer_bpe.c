@@ -137,10 +137,10 @@ static size_t next_gpt2(const char *s, size_t len, size_t pos) {
     return whitespace_tail(s, len, pos);
 }
 
-/* Llama 3:
- * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+/* Llama 3 (max_digits 3) and Qwen2 (max_digits 1):
+ * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}|
  *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static size_t next_llama3(const char *s, size_t len, size_t pos) {
+static size_t next_llama3(const char *s, size_t len, size_t pos, int max_digits) {
     size_t c = contraction(s, len, pos, true);
     if (c) return pos + c;
     size_t l;
@@ -152,7 +152,7 @@ static size_t next_llama3(const char *s, size_t len, size_t pos) {
     }
     if (cl == CL_NUMBER) {
         size_t p = pos;
-        for (int k = 0; k < 3 && p < len && class_at(s, len, p, &l) == CL_NUMBER; k++) p += l;
+        for (int k = 0; k < max_digits && p < len && class_at(s, len, p, &l) == CL_NUMBER; k++) p += l;
         return p;
     }
     size_t p = pos;
@@ -170,8 +170,25 @@ static size_t next_llama3(const char *s, size_t len, size_t pos) {
     return whitespace_tail(s, len, pos);
 }
 
+/* StarCoder / Refact: every \p{N} is a word of its own, and the GPT-2 regex
+ * runs on the text between them (so " 12" is " ", "1", "2"). */
+static size_t next_digits(const char *s, size_t len, size_t pos) {
+    size_t l;
+    if (class_at(s, len, pos, &l) == CL_NUMBER) return pos + l;
+    /* the GPT-2 word, cut before the next number */
+    size_t end = next_gpt2(s, len, pos);
+    for (size_t p = pos; p < end; p += l)
+        if (class_at(s, len, p, &l) == CL_NUMBER) return p > pos ? p : p + l;
+    return end;
+}
+
 size_t sp_tok_pretok_next(sp_tok_pre pre, const char *text, size_t len, size_t pos) {
-    return pre == SP_PRE_LLAMA3 ? next_llama3(text, len, pos) : next_gpt2(text, len, pos);
+    switch (pre) {
+    case SP_PRE_LLAMA3: return next_llama3(text, len, pos, 3);
+    case SP_PRE_QWEN2: return next_llama3(text, len, pos, 1);
+    case SP_PRE_DIGITS: return next_digits(text, len, pos);
+    default: return next_gpt2(text, len, pos);
+    }
 }
 
 /* ---- merges ---- */

@@ -114,8 +114,12 @@ sp_status sp_tokenizer_load_gguf(const sp_gguf *g, sp_tokenizer **out, sp_error 
         return st;
     if (spec.kind == SP_TOK_BPE) {
         const sp_gguf_kv *kpre = sp_gguf_find(g, "tokenizer.ggml.pre");
-        if (kpre && kpre->type == SP_GGUF_STRING && str_eq(kpre->v.str, "llama-bpe"))
-            spec.pre = SP_PRE_LLAMA3;
+        if (kpre && kpre->type == SP_GGUF_STRING) {
+            if (str_eq(kpre->v.str, "llama-bpe")) spec.pre = SP_PRE_LLAMA3;
+            else if (str_eq(kpre->v.str, "qwen2")) spec.pre = SP_PRE_QWEN2;
+            else if (str_eq(kpre->v.str, "starcoder") || str_eq(kpre->v.str, "refact"))
+                spec.pre = SP_PRE_DIGITS;
+        }
     }
 
     sp_str *toks = malloc((size_t)nv * sizeof *toks);
