@@ -35,6 +35,7 @@ struct sp_ctx {
     int32_t *pos;         /* [B] */
     float *inv_freq;      /* [rot_dim/2] RoPE frequencies, scaling applied */
     float *rope_cs;       /* [B][rot_dim] cos/sin per new token */
+    float *inv_freq_local, *rope_cs_local; /* the same for rope_local layers (gemma3), or NULL */
 };
 
 sp_ctx_params sp_ctx_default_params(void) {
@@ -86,6 +87,8 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->pos);
     free(c->inv_freq);
     free(c->rope_cs);
+    free(c->inv_freq_local);
+    free(c->rope_cs_local);
     free(c);
 }
 
@@ -152,6 +155,17 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
             float f = powf(cfg->rope_theta, -2.0f * (float)i / (float)cfg->rot_dim);
             if (m->rope_factors) f /= m->rope_factors[i];
             c->inv_freq[i] = f * cfg->rope_scale;
+        }
+    }
+    if (m->rope_theta_local > 0) {
+        c->inv_freq_local = malloc((size_t)cfg->rot_dim / 2 * sizeof(float));
+        c->rope_cs_local = malloc(B * (size_t)cfg->rot_dim * sizeof(float));
+        if (c->inv_freq_local)
+            for (int32_t i = 0; i < cfg->rot_dim / 2; i++)
+                c->inv_freq_local[i] = powf(m->rope_theta_local, -2.0f * (float)i / (float)cfg->rot_dim);
+        if (!c->inv_freq_local || !c->rope_cs_local) {
+            sp_ctx_free(c);
+            return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
         }
     }
     if (!c->x || !c->xb || !c->q || !c->hb || !c->hb2 || !c->x2 || !c->act || !c->att || !c->pos ||
@@ -270,6 +284,8 @@ typedef struct att_job {
     int32_t layer, n, n_past;
     int32_t mask_base, mask_w; /* mask covers slots [mask_base, n_past + n) */
     const uint8_t *mask;
+    int32_t window; /* > 0: sliding window of this layer */
+    float softcap;  /* > 0: scores -> cap * tanh(score / cap) */
     float *out; /* [n][q_dim], stride out_stride floats */
     int64_t out_stride;
 } att_job;
@@ -300,13 +316,15 @@ static void att_job_run(void *arg, int ith, int nth) {
         /* causal: slots after the token's own are never seen */
         const int32_t ns = a->mask ? end : a->n_past + t + 1;
         scores(q, sp_kv_k(&c->kv, a->layer, 0) + koff, c->kv.kv_dim, ns, hd, scale, att);
+        if (a->softcap > 0) /* as ggml: scale by 1/cap, tanh, scale by cap (before masking) */
+            for (int32_t s = 0; s < ns; s++) att[s] = tanhf(att[s] * (1.0f / a->softcap)) * a->softcap;
         if (a->mask)
             for (int32_t s = a->mask_base; s < ns; s++)
                 if (!visible(a, t, s)) att[s] = -INFINITY;
-        if (cfg->sliding_window > 0) {
+        if (a->window > 0) {
             /* slots below mask_base / n_past hold positions equal to their
              * index; newer slots the positions of this batch */
-            const int32_t lo = c->pos[t] - cfg->sliding_window + 1;
+            const int32_t lo = c->pos[t] - a->window + 1;
             for (int32_t s = 0; s < ns && s < a->n_past && s < lo; s++) att[s] = -INFINITY;
             for (int32_t s = a->n_past; s < ns; s++)
                 if (c->pos[s - a->n_past] < lo) att[s] = -INFINITY;
@@ -349,14 +367,16 @@ static void attention_block(sp_ctx *c, const sp_batch *b, int32_t l, int32_t n, 
             for (int32_t h = 0; h < cfg->n_kv_heads; h++)
                 sp_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, cfg->norm_eps);
         }
+    const float *cs_table = L->rope_local ? c->rope_cs_local : c->rope_cs;
     for (int32_t t = 0; t < n; t++) {
-        const float *cs = c->rope_cs + (int64_t)t * cfg->rot_dim;
+        const float *cs = cs_table + (int64_t)t * cfg->rot_dim;
         sp_rope_apply(c->q + t * q_dim, cfg->n_heads, (int32_t)hd, cfg->rot_dim, cs, cfg->rope_neox);
         sp_rope_apply(sp_kv_k(&c->kv, l, n_past + t), cfg->n_kv_heads, (int32_t)hd, cfg->rot_dim, cs,
                       cfg->rope_neox);
     }
     att_job a = {.c = c, .layer = l, .n = n, .n_past = n_past, .mask_base = mask_base,
-                 .mask_w = n_past + n - mask_base, .mask = b->mask, .out = c->xb, .out_stride = wide};
+                 .mask_w = n_past + n - mask_base, .mask = b->mask, .window = L->window,
+                 .softcap = c->m->attn_softcap, .out = c->xb, .out_stride = wide};
     /* per (token, head, slot): a dot, an exp and an axpy of head_dim,
      * several times a matmul's multiply-add per weight: split sooner */
     uint64_t att_work = (uint64_t)n * (uint64_t)(n_past + n) * (uint64_t)q_dim;
@@ -367,7 +387,21 @@ static void attention_block(sp_ctx *c, const sp_batch *b, int32_t l, int32_t n, 
     mm_job jo = {0};
     job_add(c, &jo, &L->wo, c->xb, wide, n, c->x2, dim);
     job_exec(c, &jo);
+    if (L->post_attn_norm) /* gemma: the block's output is normed before the residual */
+        for (int32_t t = 0; t < n; t++)
+            sp_rmsnorm(c->x2 + t * dim, c->x2 + t * dim, L->post_attn_norm, dim, cfg->norm_eps);
     for (int64_t i = 0; i < n * dim; i++) c->x[i] += c->x2[i];
+}
+
+/* GELU as ggml's CPU backend computes it: the tanh approximation looked up
+ * in a table indexed by the input rounded to f16, the result stored as f16
+ * (inputs beyond +-10 pass through or give 0). */
+static float gelu_ggml(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    const float v = sp_fp16_to_fp32(sp_fp32_to_fp16(x));
+    const float g = 0.5f * v * (1.0f + tanhf(0.79788456080286535587989211986876f * v * (1.0f + 0.044715f * v * v)));
+    return sp_fp16_to_fp32(sp_fp32_to_fp16(g));
 }
 
 /* One layer's feed-forward block: norm, gate and up, SwiGLU, down, residual. */
@@ -382,10 +416,16 @@ static void ffn_block(sp_ctx *c, int32_t l, int32_t n) {
     job_add(c, &jf, &L->w1, c->xb, wide, n, c->hb, ffn);
     job_add(c, &jf, &L->w3, c->xb, wide, n, c->hb2, ffn);
     job_exec(c, &jf);
-    sp_swiglu(c->hb, c->hb, c->hb2, n * ffn);
+    if (c->m->geglu)
+        for (int64_t i = 0; i < n * ffn; i++) c->hb[i] = gelu_ggml(c->hb[i]) * c->hb2[i];
+    else
+        sp_swiglu(c->hb, c->hb, c->hb2, n * ffn);
     mm_job jd = {0};
     job_add(c, &jd, &L->w2, c->hb, ffn, n, c->x2, dim);
     job_exec(c, &jd);
+    if (L->post_ffn_norm)
+        for (int32_t t = 0; t < n; t++)
+            sp_rmsnorm(c->x2 + t * dim, c->x2 + t * dim, L->post_ffn_norm, dim, cfg->norm_eps);
     for (int64_t i = 0; i < n * dim; i++) c->x[i] += c->x2[i];
 }
 
@@ -423,11 +463,16 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
     const int64_t dim = cfg->dim, hd = cfg->head_dim, q_dim = (int64_t)cfg->n_heads * hd;
     const int64_t wide = q_dim > dim ? q_dim : dim;
 
-    for (int32_t t = 0; t < n; t++)
+    for (int32_t t = 0; t < n; t++) {
         sp_rope_cs(c->rope_cs + (int64_t)t * cfg->rot_dim, c->pos[t], c->inv_freq, cfg->rot_dim);
+        if (c->rope_cs_local)
+            sp_rope_cs(c->rope_cs_local + (int64_t)t * cfg->rot_dim, c->pos[t], c->inv_freq_local, cfg->rot_dim);
+    }
     for (int32_t t = 0; t < n; t++)
         sp_dequantize_row(m->tok_embd.type, m->tok_embd.data + (size_t)b->tokens[t] * m->tok_embd.row_bytes,
                           c->x + t * dim, dim);
+    if (m->embed_scale > 0) /* gemma */
+        for (int64_t i = 0; i < (int64_t)n * dim; i++) c->x[i] *= m->embed_scale;
 
     for (int32_t l = 0; l < cfg->n_layers; l++) {
         if (c->skip && c->skip[l]) continue;
@@ -441,6 +486,9 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
     mm_job jl = {0};
     job_add(c, &jl, &m->output, c->xb, wide, rows, logits, cfg->n_vocab);
     job_exec(c, &jl);
+    if (m->final_softcap > 0) /* gemma2 */
+        for (int64_t i = 0; i < (int64_t)rows * cfg->n_vocab; i++)
+            logits[i] = tanhf(logits[i] * (1.0f / m->final_softcap)) * m->final_softcap;
     c->kv.n = n_past + n;
     /* NaN/inf weights or overflowing activations end here (the quantisers
      * turn them into NaN scales, never undefined conversions): refuse to

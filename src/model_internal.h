@@ -25,7 +25,10 @@ typedef struct sp_layer {
     sp_weight w2;           /* down [dim, ffn] */
     sp_weight w3;           /* up   [ffn, dim] */
     const float *bq, *bk, *bv; /* q/k/v biases [q_dim], [kv_dim] (qwen2) or NULL */
-    const float *q_norm, *k_norm; /* per-head RMSNorm weights [head_dim] (qwen3) or NULL */
+    const float *q_norm, *k_norm; /* per-head RMSNorm weights [head_dim] (qwen3, gemma3) or NULL */
+    const float *post_attn_norm, *post_ffn_norm; /* [dim] norms of the block outputs (gemma) or NULL */
+    int32_t window;         /* > 0: sliding-window layer (attends to the last `window` positions) */
+    bool rope_local;        /* uses the local RoPE table (gemma3's sliding layers) */
 } sp_layer;
 
 struct sp_model {
@@ -41,6 +44,11 @@ struct sp_model {
     const float *out_norm;
     const float *rope_factors; /* [rot_dim/2] frequency divisors (Llama 3.1 rope_freqs), or NULL */
     sp_layer *layers;
+    float embed_scale;    /* > 0: embeddings multiplied by it (gemma: sqrt(dim)) */
+    bool geglu;           /* FFN gate through GELU (gemma) instead of SiLU */
+    float attn_softcap;   /* > 0: attention scores -> cap * tanh(score / cap) (gemma2) */
+    float final_softcap;  /* > 0: logits -> cap * tanh(logit / cap) (gemma2) */
+    float rope_theta_local; /* > 0: RoPE base of the rope_local layers, unscaled (gemma3) */
     void **owned;         /* buffers made at load time (converted norms, requantised weights) */
     int n_owned, cap_owned;
 };

@@ -1,6 +1,7 @@
 /* model_load: bind Llama weights from a GGUF file or a llama2.c checkpoint,
  * validating every shape, and make re-quantised copies for self-drafting. */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -161,13 +162,17 @@ typedef struct arch_info {
     bool qkv_bias; /* blk.N.attn_{q,k,v}.bias */
     bool qk_norm;  /* blk.N.attn_{q,k}_norm.weight: per-head RMSNorm before RoPE */
     bool fused;    /* blk.N.attn_qkv and a gate+up ffn_up (phi3) */
+    int gemma;     /* 2 or 3: embeddings x sqrt(dim), GELU gate, post-block norms,
+                    * sliding layers (gemma2: even ones; gemma3: all but every 6th) */
 } arch_info;
 
 static const arch_info ARCHS[] = {
-    {"llama", false, false, false, false},
-    {"qwen2", true, true, false, false},
-    {"qwen3", true, false, true, false},
-    {"phi3", true, false, false, true},
+    {"llama", false, false, false, false, 0},
+    {"qwen2", true, true, false, false, 0},
+    {"qwen3", true, false, true, false, 0},
+    {"phi3", true, false, false, true, 0},
+    {"gemma2", true, false, false, false, 2},
+    {"gemma3", true, false, true, false, 3},
 };
 
 static const arch_info *arch_find(const char *name) {
@@ -219,6 +224,19 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     if ((st = get_u32_or(g, KEY("rope.dimension_count"), (uint32_t)c->head_dim, &c->rot_dim, err)))
         return st;
     if ((st = get_u32_or(g, KEY("attention.sliding_window"), 0, &c->sliding_window, err))) return st;
+    if (ai->gemma) {
+        if ((st = get_f32_or(g, KEY("attn_logit_softcapping"), 0.0f, &m->attn_softcap, err)) ||
+            (st = get_f32_or(g, KEY("final_logit_softcapping"), 0.0f, &m->final_softcap, err)))
+            return st;
+        if (ai->gemma == 3) {
+            m->attn_softcap = m->final_softcap = 0; /* gemma3 has none */
+            m->rope_theta_local = 10000.0f;         /* its sliding layers' base, unscaled */
+        }
+        if (!(m->attn_softcap >= 0 && m->final_softcap >= 0))
+            return sp_fail(err, SP_ERR_FORMAT, "%s: bad soft-capping values", path);
+        m->embed_scale = sqrtf((float)c->dim);
+        m->geglu = true;
+    }
     c->rope_neox = ai->neox;
     c->rope_scale = 1.0f;
     /* RoPE scaling: linear (positions divided by the factor) is supported;
@@ -289,6 +307,16 @@ static sp_status bind_layers(sp_model *m, const char *path, const arch_info *ai,
             ((st = bind_vector(m, path, T("attn_q_norm"), c->head_dim, &L->q_norm, err)) ||
              (st = bind_vector(m, path, T("attn_k_norm"), c->head_dim, &L->k_norm, err))))
             return st;
+        if (ai->gemma) {
+            if ((st = bind_vector(m, path, T("post_attention_norm"), dim, &L->post_attn_norm, err)) ||
+                (st = bind_vector(m, path, T("post_ffw_norm"), dim, &L->post_ffn_norm, err)))
+                return st;
+            const bool sliding = ai->gemma == 2 ? l % 2 == 0 : (l + 1) % 6 != 0;
+            L->window = sliding ? c->sliding_window : 0;
+            L->rope_local = ai->gemma == 3 && sliding;
+        } else {
+            L->window = c->sliding_window;
+        }
 #undef T
 #undef B
     }
@@ -306,7 +334,7 @@ static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
     const arch_info *ai = arch_find(a);
     if (!ai)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3)",
+                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)",
                        path, a);
 
     if ((st = read_config(m, path, a, ai, err))) return st;
@@ -491,6 +519,11 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
     m->tok_embd = src->tok_embd;
     m->out_norm = src->out_norm;
     m->rope_factors = src->rope_factors;
+    m->embed_scale = src->embed_scale;
+    m->geglu = src->geglu;
+    m->attn_softcap = src->attn_softcap;
+    m->final_softcap = src->final_softcap;
+    m->rope_theta_local = src->rope_theta_local;
     m->layers = calloc((size_t)src->cfg.n_layers, sizeof *m->layers);
     int64_t maxc = src->cfg.dim > src->cfg.ffn_dim ? src->cfg.dim : src->cfg.ffn_dim;
     if ((int64_t)src->cfg.n_heads * src->cfg.head_dim > maxc)

@@ -9,7 +9,10 @@
  * the median position within 1e-4 (activations quantised as ggml does; a
  * rounding flip moves the positions after it, see tests/test_golden.c);
  * greedy ids equal until the first near tie (top-2 margin below 0.1). The
- * max |diff| per file is printed. gemma2/gemma3 are not supported yet. */
+ * max |diff| per file is printed. gemma2 (embeddings x sqrt(dim), GELU
+ * gate, post-block norms, attention and final soft-capping, sliding window
+ * on even layers) and gemma3 (q/k norms, 5 of 6 layers sliding with their
+ * own RoPE base, linear RoPE scaling on the global ones) too. */
 #include "testutil.h"
 
 #include <math.h>
@@ -21,7 +24,7 @@ static const int32_t SEQ_A[] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 
 static const int32_t SEQ_B[] = {1,  367, 199, 432, 301, 96,  114, 88,  102, 89,  346, 352,
                                 49, 364, 390, 80,  415, 364, 148, 373, 475, 395, 9,   228};
 
-static const char *MODELS[] = {"llama-gqa4", "llama-kvlen", "qwen2-tied", "qwen2-untied", "qwen3", "phi3"};
+static const char *MODELS[] = {"llama-gqa4", "llama-kvlen", "qwen2-tied", "qwen2-untied", "qwen3", "phi3", "gemma2", "gemma3"};
 
 static float *read_floats(const char *rel, int n) {
     FILE *f = fopen(sp_shared(rel), "r");
@@ -124,7 +127,12 @@ static void test_arch_logits(void **state) {
             bool gok;
             int compared = compare_greedy(m, file, &gok);
             const double mx = fmax(ma, mb);
-            const bool ok = (q ? mx < 0.1 && pos[20] <= 1e-4 : mx <= 1e-4) && gok;
+            /* gemma's GELU is looked up by the input rounded to f16 (as ggml
+             * does): a last-bit difference upstream can move an input across
+             * an f16 rounding boundary, so f32 gemma is held to 3e-3 (the
+             * README's float64 forward: 2.9e-3 / 6e-4) */
+            const double f32_tol = strncmp(file, "gemma", 5) ? 1e-4 : 3e-3;
+            const bool ok = (q ? mx < 0.1 && pos[20] <= 1e-4 : mx <= f32_tol) && gok;
             printf("arch %-18s max|diff| A %.2e B %.2e  median position %.2e  greedy %d/32 %s%s\n", file, ma, mb,
                    pos[20], compared, gok ? "equal" : "DIFFERENT", ok ? "" : "  OUT OF TOLERANCE");
             all_ok &= ok;
@@ -138,7 +146,8 @@ static void test_arch_logits(void **state) {
  * adaptive lengths). */
 static void test_arch_speculative_greedy(void **state) {
     (void)state;
-    const char *files[] = {"qwen2-tied-f32", "qwen3-f32", "phi3-f32", "llama-kvlen-f32"};
+    const char *files[] = {"qwen2-tied-f32", "qwen3-f32", "phi3-f32", "llama-kvlen-f32", "gemma2-f32",
+                           "gemma3-f32"};
     for (size_t fi = 0; fi < sizeof files / sizeof files[0]; fi++) {
         char rel[160];
         snprintf(rel, sizeof rel, "reference/arch/models/%s.gguf", files[fi]);
@@ -176,21 +185,9 @@ static void test_arch_speculative_greedy(void **state) {
     }
 }
 
-/* Unsupported architectures are refused by name. */
-static void test_arch_refused(void **state) {
-    (void)state;
-    sp_model *m = NULL;
-    sp_error err = {0};
-    assert_int_equal(sp_model_load(sp_shared("reference/arch/models/gemma2-f32.gguf"), NULL, &m, &err),
-                     SP_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "gemma2"));
-    assert_non_null(strstr(err.msg, "qwen3"));
-}
-
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_arch_logits),
     cmocka_unit_test(test_arch_speculative_greedy),
-    cmocka_unit_test(test_arch_refused),
 };
 
 SP_TEST_MAIN(tests)
