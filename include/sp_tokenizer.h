@@ -49,6 +49,19 @@ bool sp_tokenizer_is_eog(const sp_tokenizer *t, int32_t id);
 sp_status sp_tokenizer_encode(const sp_tokenizer *t, const char *text, size_t len, bool add_bos,
                               int32_t *out, int32_t cap, int32_t *n_out, sp_error *err);
 
+/* Encoding options: add_bos as above; parse_special: control and
+ * user-defined token texts written in the text ("<|im_start|>",
+ * "<|begin_of_text|>") become those single tokens, as chat templates need
+ * (llama.cpp's parse_special). sp_tokenizer_encode is this with
+ * parse_special false. */
+typedef struct sp_tok_encode_params {
+    bool add_bos;
+    bool parse_special;
+} sp_tok_encode_params;
+sp_status sp_tokenizer_encode_ex(const sp_tokenizer *t, const char *text, size_t len,
+                                 const sp_tok_encode_params *p, int32_t *out, int32_t cap,
+                                 int32_t *n_out, sp_error *err);
+
 /* Bytes of one token as it appears in generated text, given the previous
  * token (SPM drops the leading space of the first piece after BOS; control
  * tokens such as BOS/EOS decode to nothing; byte tokens to their raw byte).

@@ -304,6 +304,13 @@ static void build_pieces_and_specials(sp_tokenizer *t) {
             t->ud_first[c >> 3] |= (uint8_t)(1u << (c & 7));
         }
     qsort_r(t->ud, (size_t)t->n_ud, sizeof *t->ud, cmp_ud_len_desc, t);
+    for (int32_t i = 0; i < nv; i++)
+        if ((t->types[i] == SP_TOKT_USER_DEFINED || t->types[i] == SP_TOKT_CONTROL) && t->off[i + 1] > t->off[i]) {
+            t->sp[t->n_sp++] = i;
+            uint8_t c = (uint8_t)t->text[t->off[i]];
+            t->sp_first[c >> 3] |= (uint8_t)(1u << (c & 7));
+        }
+    qsort_r(t->sp, (size_t)t->n_sp, sizeof *t->sp, cmp_ud_len_desc, t);
     add_eog(t, t->eos);
     add_eog(t, t->eot);
     add_eog(t, t->eom);
@@ -338,7 +345,8 @@ sp_status sp_tokenizer_init_spec(const sp_tokenizer_spec *spec, sp_tokenizer **o
     t->scores = malloc((size_t)nv * sizeof *t->scores);
     t->types = malloc((size_t)nv);
     t->ud = malloc((size_t)nv * sizeof *t->ud);
-    if (!t->text || !t->off || !t->piece || !t->poff || !t->scores || !t->types || !t->ud) {
+    t->sp = malloc((size_t)nv * sizeof *t->sp);
+    if (!t->text || !t->off || !t->piece || !t->poff || !t->scores || !t->types || !t->ud || !t->sp) {
         sp_tokenizer_free(t);
         return sp_fail(err, SP_ERR_NOMEM, "tokenizer: out of memory for %d tokens", (int)nv);
     }
@@ -361,6 +369,7 @@ void sp_tokenizer_free(sp_tokenizer *t) {
     free(t->scores);
     free(t->types);
     free(t->ud);
+    free(t->sp);
     free(t->map.slots);
     free(t->merges);
     free(t);
@@ -448,13 +457,14 @@ sp_str sp_tokenizer_token_text(const sp_tokenizer *t, int32_t id) {
 
 /* ---- encode ---- */
 
-/* User-defined token matching at text[i], longest first; -1 if none. */
-static int32_t match_ud(const sp_tokenizer *t, const char *text, size_t len, size_t i) {
+/* Matching one of the listed tokens (longest first) at text[i]; -1 if none. */
+static int32_t match_listed(const sp_tokenizer *t, const int32_t *list, int32_t n, const uint8_t *first,
+                            const char *text, size_t len, size_t i) {
     uint8_t c = (uint8_t)text[i];
-    if (!(t->ud_first[c >> 3] & (1u << (c & 7)))) return -1;
-    for (int32_t k = 0; k < t->n_ud; k++) {
-        sp_str s = tok_text(t, t->ud[k]);
-        if (s.len <= len - i && memcmp(text + i, s.ptr, s.len) == 0) return t->ud[k];
+    if (!(first[c >> 3] & (1u << (c & 7)))) return -1;
+    for (int32_t k = 0; k < n; k++) {
+        sp_str s = tok_text(t, list[k]);
+        if (s.len <= len - i && memcmp(text + i, s.ptr, s.len) == 0) return list[k];
     }
     return -1;
 }
@@ -468,6 +478,14 @@ static sp_status encode_fragment(const sp_tokenizer *t, const char *text, size_t
 
 sp_status sp_tokenizer_encode(const sp_tokenizer *t, const char *text, size_t len, bool add_bos,
                               int32_t *out, int32_t cap, int32_t *n_out, sp_error *err) {
+    sp_tok_encode_params p = {.add_bos = add_bos, .parse_special = false};
+    return sp_tokenizer_encode_ex(t, text, len, &p, out, cap, n_out, err);
+}
+
+sp_status sp_tokenizer_encode_ex(const sp_tokenizer *t, const char *text, size_t len,
+                                 const sp_tok_encode_params *p, int32_t *out, int32_t cap,
+                                 int32_t *n_out, sp_error *err) {
+    const bool add_bos = p && p->add_bos, special = p && p->parse_special;
     if (n_out) *n_out = 0;
     if (!t || (!text && len) || cap < 0 || (!out && cap > 0) || !n_out)
         return sp_fail(err, SP_ERR_ARG, "tokenizer_encode: bad arguments");
@@ -481,9 +499,12 @@ sp_status sp_tokenizer_encode(const sp_tokenizer *t, const char *text, size_t le
     sp_status st = SP_OK;
     size_t seg = 0;
     bool after_special = true;
-    if (t->n_ud > 0) {
+    const int32_t *list = special ? t->sp : t->ud;
+    const int32_t n_list = special ? t->n_sp : t->n_ud;
+    const uint8_t *first = special ? t->sp_first : t->ud_first;
+    if (n_list > 0) {
         for (size_t i = 0; i < len;) {
-            int32_t id = match_ud(t, text, len, i);
+            int32_t id = match_listed(t, list, n_list, first, text, len, i);
             if (id < 0) {
                 i++;
                 continue;

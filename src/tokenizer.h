@@ -85,6 +85,9 @@ struct sp_tokenizer {
     int32_t *ud;
     int32_t n_ud;
     uint8_t ud_first[32]; /* bitmap of first bytes of user-defined tokens */
+    int32_t *sp;          /* control and user-defined tokens, longest first (parse_special) */
+    int32_t n_sp;
+    uint8_t sp_first[32];
     /* BPE */
     sp_tok_pre pre;
     sp_tok_merge *merges; /* open addressing, merge_mask + 1 slots */

@@ -126,5 +126,6 @@ int cmd_verify_sim(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_bench_forward(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif

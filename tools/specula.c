@@ -14,6 +14,7 @@ static const sp_cli_command COMMANDS[] = {
     {"bench-forward", "time the forward pass (decode rate, k-token cost)", cmd_bench_forward},
     {"bench", "benchmark speculation configurations over prompts", cmd_bench},
     {"verify-sim", "simulate the verifiers on toy models", cmd_verify_sim},
+    {"tokenize", "print the token ids of a text (any GGUF, vocabulary-only too)", cmd_tokenize},
     {"version", "print the version", cmd_version},
 };
 
