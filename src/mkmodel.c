@@ -124,6 +124,12 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
                        "bad model shape: dim %d, layers %d, heads %d, kv heads %d, ffn %d (need "
                        "heads | dim, kv heads | heads, even head size)",
                        p->dim, p->n_layers, p->n_heads, p->n_kv_heads, p->ffn_dim);
+    static const char *const ARCHS[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
+    bool arch_ok = !p->arch || !*p->arch;
+    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0] && !arch_ok; i++) arch_ok = !strcmp(p->arch, ARCHS[i]);
+    if (!arch_ok)
+        return sp_fail(err, SP_ERR_ARG, "architecture '%s' is not one mkmodel writes (llama, qwen2, qwen3, "
+                       "phi3, gemma2, gemma3)", p->arch);
     if (!sp_quant_supported(p->type))
         return sp_fail(err, SP_ERR_UNSUPPORTED, "cannot write weights of type %s",
                        sp_ggml_type_name(p->type));
@@ -143,18 +149,29 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     else
         st = synth_vocab(w, n_vocab, err);
     const int32_t hd = p->dim / p->n_heads, kv_dim = p->n_kv_heads * hd;
-    sp_gguf_writer_set_str(w, "general.architecture", "llama");
+    const char *arch = p->arch && *p->arch ? p->arch : "llama";
+    const bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3"), phi3 = !strcmp(arch, "phi3");
+    const bool gemma2 = !strcmp(arch, "gemma2"), gemma3 = !strcmp(arch, "gemma3");
+    char key[128];
+#define K(s) (snprintf(key, sizeof key, "%s." s, arch), key)
+    sp_gguf_writer_set_str(w, "general.architecture", arch);
     sp_gguf_writer_set_str(w, "general.name", "specula-random");
-    sp_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)p->n_ctx);
-    sp_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)p->dim);
-    sp_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)p->n_layers);
-    sp_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)p->ffn_dim);
-    sp_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)p->n_heads);
-    sp_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)p->n_kv_heads);
-    sp_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)hd);
-    sp_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)n_vocab);
-    sp_gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
-    sp_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    sp_gguf_writer_set_u32(w, K("context_length"), (uint32_t)p->n_ctx);
+    sp_gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)p->dim);
+    sp_gguf_writer_set_u32(w, K("block_count"), (uint32_t)p->n_layers);
+    sp_gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)p->ffn_dim);
+    sp_gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)p->n_heads);
+    sp_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)p->n_kv_heads);
+    sp_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)hd);
+    sp_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)n_vocab);
+    sp_gguf_writer_set_f32(w, K("rope.freq_base"), qwen2 || qwen3 || gemma3 ? 1e6f : 10000.0f);
+    sp_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), qwen2 || qwen3 ? 1e-6f : 1e-5f);
+    if (gemma2 || gemma3) sp_gguf_writer_set_u32(w, K("attention.sliding_window"), 4096);
+    if (gemma2) {
+        sp_gguf_writer_set_f32(w, K("attn_logit_softcapping"), 50.0f);
+        sp_gguf_writer_set_f32(w, K("final_logit_softcapping"), 30.0f);
+    }
+#undef K
 
     sp_rng rng;
     sp_rng_seed(&rng, p->seed);
@@ -163,20 +180,40 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     char nm[96];
     if (!st) st = add_random(w, "token_embd.weight", p->type, p->dim, n_vocab, 1.0f, &rng, err);
     if (!st) st = add_ones(w, "output_norm.weight", p->dim, err);
-    if (!st) st = add_random(w, "output.weight", p->type, p->dim, n_vocab, so, &rng, err);
+    /* qwen2 and the gemmas tie the output to the embeddings, as their small models do */
+    if (!st && !qwen2 && !gemma2 && !gemma3)
+        st = add_random(w, "output.weight", p->type, p->dim, n_vocab, so, &rng, err);
     for (int32_t l = 0; l < p->n_layers && !st; l++) {
 #define N(s) (snprintf(nm, sizeof nm, "blk.%d." s ".weight", l), nm)
+#define NB(s) (snprintf(nm, sizeof nm, "blk.%d." s ".bias", l), nm)
         if ((st = add_ones(w, N("attn_norm"), p->dim, err)) ||
-            (st = add_random(w, N("attn_q"), p->type, p->dim, p->dim, sd, &rng, err)) ||
-            (st = add_random(w, N("attn_k"), p->type, p->dim, kv_dim, sd, &rng, err)) ||
-            (st = add_random(w, N("attn_v"), p->type, p->dim, kv_dim, sd, &rng, err)) ||
             (st = add_random(w, N("attn_output"), p->type, p->dim, p->dim, sd, &rng, err)) ||
             (st = add_ones(w, N("ffn_norm"), p->dim, err)) ||
-            (st = add_random(w, N("ffn_gate"), p->type, p->dim, p->ffn_dim, sd, &rng, err)) ||
-            (st = add_random(w, N("ffn_down"), p->type, p->ffn_dim, p->dim, sf, &rng, err)) ||
-            (st = add_random(w, N("ffn_up"), p->type, p->dim, p->ffn_dim, sd, &rng, err)))
+            (st = add_random(w, N("ffn_down"), p->type, p->ffn_dim, p->dim, sf, &rng, err)))
+            break;
+        if (phi3) {
+            if ((st = add_random(w, N("attn_qkv"), p->type, p->dim, p->dim + 2 * kv_dim, sd, &rng, err)) ||
+                (st = add_random(w, N("ffn_up"), p->type, p->dim, 2 * p->ffn_dim, sd, &rng, err)))
+                break;
+        } else if ((st = add_random(w, N("attn_q"), p->type, p->dim, p->dim, sd, &rng, err)) ||
+                   (st = add_random(w, N("attn_k"), p->type, p->dim, kv_dim, sd, &rng, err)) ||
+                   (st = add_random(w, N("attn_v"), p->type, p->dim, kv_dim, sd, &rng, err)) ||
+                   (st = add_random(w, N("ffn_gate"), p->type, p->dim, p->ffn_dim, sd, &rng, err)) ||
+                   (st = add_random(w, N("ffn_up"), p->type, p->dim, p->ffn_dim, sd, &rng, err))) {
+            break;
+        }
+        if (qwen2 && ((st = add_random(w, NB("attn_q"), SP_GGML_F32, p->dim, 1, 0.1f, &rng, err)) ||
+                      (st = add_random(w, NB("attn_k"), SP_GGML_F32, kv_dim, 1, 0.1f, &rng, err)) ||
+                      (st = add_random(w, NB("attn_v"), SP_GGML_F32, kv_dim, 1, 0.1f, &rng, err))))
+            break;
+        if ((qwen3 || gemma3) && ((st = add_ones(w, N("attn_q_norm"), hd, err)) ||
+                                  (st = add_ones(w, N("attn_k_norm"), hd, err))))
+            break;
+        if ((gemma2 || gemma3) && ((st = add_ones(w, N("post_attention_norm"), p->dim, err)) ||
+                                   (st = add_ones(w, N("post_ffw_norm"), p->dim, err))))
             break;
 #undef N
+#undef NB
     }
     if (!st) st = sp_gguf_writer_write(w, out_path, err);
     sp_gguf_writer_free(w);

@@ -185,7 +185,51 @@ static void test_arch_speculative_greedy(void **state) {
     }
 }
 
+/* mkmodel writes every architecture: the file loads as that architecture,
+ * its logits are finite, and speculative greedy decoding equals plain. */
+static void test_mkmodel_archs(void **state) {
+    (void)state;
+    const char *archs[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        char path[300];
+        snprintf(path, sizeof path, "%s/mk-%s.gguf", sp_tmpdir(), archs[i]);
+        sp_mkmodel_params p = sp_mkmodel_default_params();
+        p.arch = archs[i];
+        p.dim = 64, p.n_layers = 2, p.n_heads = 4, p.n_kv_heads = 2, p.ffn_dim = 128, p.n_vocab = 64;
+        p.type = SP_GGML_Q8_0, p.seed = 7;
+        sp_error err = {0};
+        if (sp_mkmodel(&p, path, &err)) fail_msg("%s: %s", archs[i], err.msg);
+        sp_model *m = NULL;
+        if (sp_model_load(path, NULL, &m, &err)) fail_msg("%s: %s", archs[i], err.msg);
+        assert_non_null(strstr(sp_model_desc(m), archs[i]));
+        sp_gen_params gp = sp_gen_default_params();
+        gp.n_predict = 24;
+        gp.sampling.temperature = 0;
+        gp.stop_at_eog = false;
+        int32_t ref[24], out[24];
+        const int32_t prompt[4] = {1, 5, 9, 12};
+        for (int k = 0; k < 2; k++) {
+            sp_ctx *c = mkctx(m);
+            sp_spec_params sp = sp_spec_default_params();
+            if (k) {
+                sp.draft.kind = SP_DRAFT_LOWBIT;
+                sp.draft.lowbit_type = SP_GGML_Q4_0;
+                sp.gamma = 3;
+            }
+            sp_spec *s = NULL;
+            if (sp_spec_init(c, &sp, &s, &err)) fail_msg("%s: %s", archs[i], err.msg);
+            if (sp_spec_generate(s, prompt, 4, &gp, k ? out : ref, 24, NULL, NULL, NULL, NULL, &err))
+                fail_msg("%s: %s", archs[i], err.msg);
+            sp_spec_free(s);
+            sp_ctx_free(c);
+        }
+        assert_memory_equal(out, ref, sizeof ref);
+        sp_model_free(m);
+    }
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_mkmodel_archs),
     cmocka_unit_test(test_arch_logits),
     cmocka_unit_test(test_arch_speculative_greedy),
 };

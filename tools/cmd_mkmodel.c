@@ -12,7 +12,8 @@
 
 static void mk_usage(FILE *f) {
     fprintf(f,
-            "usage: specula mkmodel --out F.gguf --dim D --layers L --heads H --kv-heads K\n"
+            "usage: specula mkmodel --out F.gguf [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3]\n"
+            "         --dim D --layers L --heads H --kv-heads K\n"
             "         --ffn F [--vocab-from MODEL.gguf | --vocab N] [--ctx N]\n"
             "         --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_K|q6_K --seed S\n"
             "  Without --vocab-from or --vocab, the vocabulary of\n"
@@ -58,6 +59,10 @@ int cmd_mkmodel(int argc, char **argv) {
         } else if (!strcmp(a, "--vocab-from")) {
             if (!val) goto missing;
             p.vocab_from = val;
+            i++;
+        } else if (!strcmp(a, "--arch")) {
+            if (!val) goto missing;
+            p.arch = val; /* checked by sp_mkmodel, which names the ones it writes */
             i++;
         } else if (!strcmp(a, "--type")) {
             if (!val) goto missing;

@@ -1,4 +1,6 @@
-/* sp_mkmodel: write a Llama-shaped GGUF model with random weights.
+/* sp_mkmodel: write a GGUF model with random weights, of any architecture
+ * Specula runs (llama by default; qwen2, qwen3, phi3, gemma2, gemma3 with
+ * their biases, norms and fused tensors; output tied for qwen2 and gemma).
  *
  * Used for tests (tiny models with exactly computable distributions) and for
  * benchmarks (realistic 100M-1B parameter shapes in every weight type). The
@@ -22,6 +24,7 @@ typedef struct sp_mkmodel_params {
     sp_ggml_type type;        /* matrices: any type sp_mkmodel_type_ok accepts */
     uint64_t seed;
     float logit_scale;        /* std of the output logits (default 1) */
+    const char *arch;         /* llama (NULL), qwen2, qwen3, phi3, gemma2, gemma3 */
 } sp_mkmodel_params;
 
 sp_mkmodel_params sp_mkmodel_default_params(void);
