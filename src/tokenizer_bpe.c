@@ -5,16 +5,16 @@
  * rank is merged until no ranked pair is left (left-most on equal ranks).
  * Merges are keyed by (left id, right id), so a merge costs one hash probe.
  *
- * Unicode classes: ASCII is classified exactly. For non-ASCII code points
- * there are no Unicode tables here: known whitespace, digit/number and
- * punctuation/symbol ranges are listed below and every other code point
- * counts as a letter (\p{L}). Combining marks (U+0300..036F) are "other", as
- * in the regex. Invalid UTF-8 bytes are single "other" characters. This is an
- * approximation only for scripts with their own punctuation or digits that
- * are not listed; the byte-level round trip is exact for any input. */
+ * Unicode classes come from the generated table (unicode.h: letters L*,
+ * numbers N*, White_Space, the rest "other", marks included as in the
+ * regexes); invalid UTF-8 bytes are single "other" characters. The text is
+ * not normalised (no NFC), as llama.cpp does not: a decomposed accent stays
+ * two code points (Qwen's own Python tokenizer normalises to NFC first and
+ * can differ there). */
 #include "tokenizer.h"
 
 #include "heap.h"
+#include "unicode.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -51,33 +51,13 @@ static int cp_class(uint32_t cp) {
         if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return CL_SPACE;
         return CL_OTHER;
     }
-    if (cp >= 0x110000) return CL_OTHER; /* invalid byte */
-    if (cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
-        cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000)
-        return CL_SPACE;
-    if (cp == 0xB2 || cp == 0xB3 || cp == 0xB9 || (cp >= 0xBC && cp <= 0xBE) ||
-        (cp >= 0x660 && cp <= 0x669) || (cp >= 0x6F0 && cp <= 0x6F9) ||
-        (cp >= 0x966 && cp <= 0x96F) || (cp >= 0x9E6 && cp <= 0x9EF) ||
-        (cp >= 0x2070 && cp <= 0x2079) || (cp >= 0x2080 && cp <= 0x2089) ||
-        (cp >= 0x2150 && cp <= 0x2189) || (cp >= 0x2460 && cp <= 0x249B) ||
-        (cp >= 0x2776 && cp <= 0x2793) || cp == 0x3007 || (cp >= 0x3021 && cp <= 0x3029) ||
-        (cp >= 0xFF10 && cp <= 0xFF19) || (cp >= 0x1D7CE && cp <= 0x1D7FF))
-        return CL_NUMBER;
-    if (cp <= 0xBF) return (cp == 0xAA || cp == 0xB5 || cp == 0xBA) ? CL_LETTER : CL_OTHER;
-    if (cp == 0xD7 || cp == 0xF7) return CL_OTHER;
-    if ((cp >= 0x300 && cp <= 0x36F) ||   /* combining marks */
-        (cp >= 0x2000 && cp <= 0x2BFF) || /* punctuation, currency, arrows, math, symbols */
-        (cp >= 0x2E00 && cp <= 0x2E7F) || /* supplemental punctuation */
-        (cp >= 0x3000 && cp <= 0x3004) || (cp >= 0x3008 && cp <= 0x3020) ||
-        (cp >= 0x3030 && cp <= 0x303F) ||  /* CJK punctuation */
-        (cp >= 0xE000 && cp <= 0xF8FF) ||  /* private use */
-        (cp >= 0xFE10 && cp <= 0xFE6F) ||  /* vertical/compat/small forms */
-        (cp >= 0xFF01 && cp <= 0xFF0F) || (cp >= 0xFF1A && cp <= 0xFF20) ||
-        (cp >= 0xFF3B && cp <= 0xFF40) || (cp >= 0xFF5B && cp <= 0xFF65) ||
-        (cp >= 0xFFF0 && cp <= 0xFFFF) ||
-        (cp >= 0x1F000 && cp <= 0x1FAFF)) /* emoji and pictographs */
-        return CL_OTHER;
-    return CL_LETTER;
+    /* invalid bytes decode above U+10FFFF: "other" */
+    switch (sp_unicode_class(cp)) {
+    case SP_UCL_LETTER: return CL_LETTER;
+    case SP_UCL_NUMBER: return CL_NUMBER;
+    case SP_UCL_SPACE: return CL_SPACE;
+    default: return CL_OTHER;
+    }
 }
 
 /* Class and byte length of the character at pos (< len). */

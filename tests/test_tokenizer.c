@@ -4,6 +4,8 @@
  * vocabulary (merge ranks, pre-tokenisation, all 256 bytes), a gpt2
  * vocabulary written to and loaded from GGUF, load errors, and speed. */
 #include "testutil.h"
+
+#include "unicode.h"
 #include "gguf_write.h"
 
 #include <time.h>
@@ -308,6 +310,39 @@ static void test_spm_invalid_lead_before_space(void **state) {
     sp_tokenizer_free(t);
 }
 
+/* The generated Unicode classes (scripts/gen_unicode_tables.py from the
+ * UCD), on code points whose categories are facts of the standard. */
+static void test_unicode_classes(void **state) {
+    (void)state;
+    static const struct { uint32_t cp; sp_ucl want; } cases[] = {
+        {0xE9, SP_UCL_LETTER},   /* e acute, Ll */
+        {0x5D0, SP_UCL_LETTER},  /* Hebrew alef, Lo */
+        {0x4E00, SP_UCL_LETTER}, /* CJK ideograph (a First/Last range) */
+        {0x2B5, SP_UCL_LETTER},  /* modifier letter, Lm */
+        {0x661, SP_UCL_NUMBER},  /* Arabic-Indic digit one, Nd */
+        {0x966, SP_UCL_NUMBER},  /* Devanagari digit zero, Nd */
+        {0xBD, SP_UCL_NUMBER},   /* one half, No */
+        {0x2167, SP_UCL_NUMBER}, /* Roman numeral eight, Nl */
+        {0x3000, SP_UCL_SPACE},  /* ideographic space */
+        {0xA0, SP_UCL_SPACE},    /* no-break space (White_Space) */
+        {0x85, SP_UCL_SPACE},    /* next line, a control that is White_Space */
+        {0x301, SP_UCL_OTHER},   /* combining acute, Mn */
+        {0x93E, SP_UCL_OTHER},   /* Devanagari vowel sign AA, Mc */
+        {0x5BF, SP_UCL_OTHER},   /* Hebrew point rafe, Mn */
+        {0xE3F, SP_UCL_OTHER},   /* Thai baht, Sc */
+        {0x3001, SP_UCL_OTHER},  /* ideographic comma, Po */
+        {0x1F600, SP_UCL_OTHER}, /* emoji, So */
+        {0x378, SP_UCL_OTHER},   /* unassigned */
+        {0x110000, SP_UCL_OTHER},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (sp_unicode_class(cases[i].cp) != cases[i].want)
+            fail_msg("U+%04X: class %d, want %d", cases[i].cp, (int)sp_unicode_class(cases[i].cp),
+                     (int)cases[i].want);
+    for (int i = 1; i < sp_ucl_n_ranges; i++) /* sorted, disjoint */
+        assert_true(sp_ucl_ranges[i].first > sp_ucl_ranges[i - 1].last);
+}
+
 /* ---- BPE on a hand-built byte-level vocabulary ---- */
 
 /* Tokens 0..255: the byte-level character of each byte; 256 <|endoftext|>
@@ -581,7 +616,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_l2c_roundtrip_sample), cmocka_unit_test(test_l2c_byte_fallback),
     cmocka_unit_test(test_l2c_cap_and_errors),  cmocka_unit_test(test_gguf_spm_reference),
     cmocka_unit_test(test_gguf_agrees_with_l2c),
-    cmocka_unit_test(test_spm_invalid_lead_before_space), cmocka_unit_test(test_bpe_byte_map),
+    cmocka_unit_test(test_spm_invalid_lead_before_space),
+    cmocka_unit_test(test_unicode_classes), cmocka_unit_test(test_bpe_byte_map),
     cmocka_unit_test(test_bpe_merges_by_rank),  cmocka_unit_test(test_bpe_pretokenize),
     cmocka_unit_test(test_bpe_byte_roundtrip),  cmocka_unit_test(test_bpe_user_defined),
     cmocka_unit_test(test_spec_errors),

@@ -1,0 +1,22 @@
+/* unicode.h: character classes of code points for the BPE pre-tokenisers,
+ * from the generated table src/unicode_tables.c (Unicode Character
+ * Database; scripts/gen_unicode_tables.py says how it was made). */
+#ifndef SP_UNICODE_H
+#define SP_UNICODE_H
+
+#include <stdint.h>
+
+typedef enum sp_ucl { SP_UCL_LETTER = 0, SP_UCL_NUMBER = 1, SP_UCL_SPACE = 2, SP_UCL_OTHER = 3 } sp_ucl;
+
+typedef struct sp_ucl_range {
+    uint32_t first, last;
+    uint8_t cls;
+} sp_ucl_range;
+
+extern const sp_ucl_range sp_ucl_ranges[];
+extern const int sp_ucl_n_ranges;
+
+/* Class of a code point (binary search; > 0x10FFFF is OTHER). */
+sp_ucl sp_unicode_class(uint32_t cp);
+
+#endif
