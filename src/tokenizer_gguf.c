@@ -115,7 +115,9 @@ sp_status sp_tokenizer_load_gguf(const sp_gguf *g, sp_tokenizer **out, sp_error 
     if (spec.kind == SP_TOK_BPE) {
         const sp_gguf_kv *kpre = sp_gguf_find(g, "tokenizer.ggml.pre");
         if (kpre && kpre->type == SP_GGUF_STRING) {
-            if (str_eq(kpre->v.str, "llama-bpe")) spec.pre = SP_PRE_LLAMA3;
+            if (str_eq(kpre->v.str, "llama-bpe") || str_eq(kpre->v.str, "llama3") ||
+                str_eq(kpre->v.str, "llama-v3") || str_eq(kpre->v.str, "falcon3"))
+                spec.pre = SP_PRE_LLAMA3;
             else if (str_eq(kpre->v.str, "qwen2")) spec.pre = SP_PRE_QWEN2;
             else if (str_eq(kpre->v.str, "starcoder") || str_eq(kpre->v.str, "refact"))
                 spec.pre = SP_PRE_DIGITS;

@@ -31,6 +31,24 @@ static void test_tokenize_cli(void **state) {
              sp_shared("reference/tokenizers/qwen3-vocab.gguf"));
     assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_string_equal(out, "[151644, 872]\n");
+    /* --json: ids with their pieces */
+    snprintf(cmd, sizeof cmd, "tokenize -m '%s' -p '<|im_start|>user' --special --json",
+             sp_shared("reference/tokenizers/qwen3-vocab.gguf"));
+    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_string_equal(out, "{\"ids\":[151644,872],\"pieces\":[\"<|im_start|>\",\"user\"]}\n");
+    /* every vocabulary of the reference folder tokenises */
+    static const char *vocabs[] = {"ggml-vocab-deepseek-coder.gguf", "ggml-vocab-deepseek-llm.gguf",
+                                   "ggml-vocab-falcon.gguf", "ggml-vocab-gpt-2.gguf",
+                                   "ggml-vocab-llama-spm.gguf", "ggml-vocab-mpt.gguf",
+                                   "ggml-vocab-phi-3.gguf", "ggml-vocab-refact.gguf",
+                                   "ggml-vocab-starcoder.gguf"};
+    for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "reference/tokenizers/%s", vocabs[i]);
+        snprintf(cmd, sizeof cmd, "tokenize -m '%s' -p 'Hello world' --ids", sp_shared(rel));
+        if (sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out) != 0 || out[0] != '[')
+            fail_msg("%s: %s", vocabs[i], out);
+    }
     /* bad inputs */
     static const struct { const char *args; int rc; const char *msg; } bad[] = {
         {"tokenize -p x", 2, "needs a model"},

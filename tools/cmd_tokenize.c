@@ -13,7 +13,7 @@
 static void tok_usage(FILE *f) {
     fprintf(f,
             "usage: specula tokenize -m MODEL.gguf [-z TOKENIZER.bin] (-p TEXT | -f FILE)\n"
-            "         [--special] [--no-bos] [--ids]\n"
+            "         [--special] [--no-bos] [--ids | --json]\n"
             "  Prints one line per token, \"ID -> 'PIECE'\", or with --ids one list of ids.\n"
             "  MODEL may be a vocabulary-only GGUF. --special: control tokens written in\n"
             "  the text (e.g. <|im_start|>) become those tokens. BOS is added when the\n"
@@ -21,15 +21,16 @@ static void tok_usage(FILE *f) {
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    enum { O_SPECIAL = SP_OPT_CMD, O_NO_BOS, O_IDS };
+    enum { O_SPECIAL = SP_OPT_CMD, O_NO_BOS, O_IDS, O_JSON };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, 'm'}, {"tokenizer", required_argument, NULL, 'z'},
         {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'},
         {"special", no_argument, NULL, O_SPECIAL}, {"no-bos", no_argument, NULL, O_NO_BOS},
-        {"ids", no_argument, NULL, O_IDS},        {"help", no_argument, NULL, 'h'},
+        {"ids", no_argument, NULL, O_IDS},        {"json", no_argument, NULL, O_JSON},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *model = NULL, *tokz = NULL, *prompt = NULL, *file = NULL, *flag;
-    bool special = false, no_bos = false, ids_only = false;
+    bool special = false, no_bos = false, ids_only = false, json = false;
     int opt;
     optind = 0;
     while ((opt = sp_cli_next(argc, argv, "m:z:p:f:h", longopts, "tokenize", &flag)) != -1) {
@@ -41,6 +42,7 @@ int cmd_tokenize(int argc, char **argv) {
         case O_SPECIAL: special = true; break;
         case O_NO_BOS: no_bos = true; break;
         case O_IDS: ids_only = true; break;
+        case O_JSON: json = true; break;
         case 'h': tok_usage(stdout); return 0;
         default: return 2;
         }
@@ -99,7 +101,26 @@ int cmd_tokenize(int argc, char **argv) {
         goto fail;
     }
     if (sp_tokenizer_encode_ex(t, src, len, &ep, ids, cap, &n, &err)) goto fail;
-    if (ids_only) {
+    if (json) {
+        /* {"ids": [...], "pieces": [...]}: pieces as bytes the token decodes
+         * to (control tokens: their text), invalid UTF-8 replaced by U+FFFD */
+        json_t *j = json_object(), *ja = json_array(), *jp = json_array();
+        for (int32_t i = 0; i < n; i++) {
+            char buf[64];
+            size_t k = sp_tokenizer_decode_token(t, i ? ids[i - 1] : -1, ids[i], buf, sizeof buf);
+            sp_str piece = sp_tokenizer_token_text(t, ids[i]);
+            size_t bad = 0;
+            json_array_append_new(ja, json_integer(ids[i]));
+            json_array_append_new(jp, k || !piece.len ? sp_cli_json_text(buf, k, &bad)
+                                                      : sp_cli_json_text(piece.ptr, (size_t)piece.len, &bad));
+        }
+        json_object_set_new(j, "ids", ja);
+        json_object_set_new(j, "pieces", jp);
+        char *js = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+        if (js) printf("%s\n", js);
+        free(js);
+        json_decref(j);
+    } else if (ids_only) {
         printf("[");
         for (int32_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
         printf("]\n");
