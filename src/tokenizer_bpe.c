@@ -152,9 +152,9 @@ static size_t next_llama3(const char *s, size_t len, size_t pos, int max_digits)
 
 /* StarCoder / Refact: every \p{N} is a word of its own, and the GPT-2 regex
  * runs on the text between them (so " 12" is " ", "1", "2"). */
-static size_t next_digits(const char *s, size_t len, size_t pos) {
+static size_t next_digits(const char *s, size_t len, size_t pos, bool runs) {
     size_t l;
-    if (class_at(s, len, pos, &l) == CL_NUMBER) return pos + l;
+    if (class_at(s, len, pos, &l) == CL_NUMBER) return runs ? run_of(s, len, pos, CL_NUMBER) : pos + l;
     /* the GPT-2 word, cut before the next number */
     size_t end = next_gpt2(s, len, pos);
     for (size_t p = pos; p < end; p += l)
@@ -166,7 +166,8 @@ size_t sp_tok_pretok_next(sp_tok_pre pre, const char *text, size_t len, size_t p
     switch (pre) {
     case SP_PRE_LLAMA3: return next_llama3(text, len, pos, 3);
     case SP_PRE_QWEN2: return next_llama3(text, len, pos, 1);
-    case SP_PRE_DIGITS: return next_digits(text, len, pos);
+    case SP_PRE_DIGITS: return next_digits(text, len, pos, false);
+    case SP_PRE_NUMRUN: return next_digits(text, len, pos, true);
     default: return next_gpt2(text, len, pos);
     }
 }

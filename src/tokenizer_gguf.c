@@ -119,8 +119,11 @@ sp_status sp_tokenizer_load_gguf(const sp_gguf *g, sp_tokenizer **out, sp_error 
                 str_eq(kpre->v.str, "llama-v3") || str_eq(kpre->v.str, "falcon3"))
                 spec.pre = SP_PRE_LLAMA3;
             else if (str_eq(kpre->v.str, "qwen2")) spec.pre = SP_PRE_QWEN2;
-            else if (str_eq(kpre->v.str, "starcoder") || str_eq(kpre->v.str, "refact"))
+            else if (str_eq(kpre->v.str, "starcoder") || str_eq(kpre->v.str, "refact") ||
+                     str_eq(kpre->v.str, "deepseek-coder"))
                 spec.pre = SP_PRE_DIGITS;
+            else if (str_eq(kpre->v.str, "deepseek-llm"))
+                spec.pre = SP_PRE_NUMRUN;
         }
     }
 

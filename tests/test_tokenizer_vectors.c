@@ -4,9 +4,9 @@
  * parsing must give llama.cpp's ids (.out, one line per string). The real
  * Llama 3 and Qwen3 vocabularies use the same vectors as llama.cpp's
  * llama-bpe and qwen2 files. Vocabularies whose pre-tokeniser Specula has
- * (SentencePiece; GPT-2, Llama 3, Qwen2, StarCoder/Refact digits) must pass
- * every string; deepseek and falcon pre-tokenisers are not implemented (they
- * fall back to GPT-2's) and are only reported. */
+ * (SentencePiece; GPT-2, Llama 3, Qwen2, StarCoder/Refact/DeepSeek-coder
+ * single digits, DeepSeek-llm digit runs) must pass every string; falcon's is
+ * not implemented (it falls back to GPT-2's) and is only reported. */
 #include "testutil.h"
 
 #include "specula.h"
@@ -77,7 +77,7 @@ static void test_vocab_vectors(void **state) {
         {"ggml-vocab-mpt.gguf", true},       {"ggml-vocab-phi-3.gguf", true},
         {"ggml-vocab-starcoder.gguf", true}, {"ggml-vocab-refact.gguf", true},
         {"llama3-vocab.gguf", true},         {"qwen3-vocab.gguf", true},
-        {"ggml-vocab-deepseek-coder.gguf", false}, {"ggml-vocab-deepseek-llm.gguf", false},
+        {"ggml-vocab-deepseek-coder.gguf", true}, {"ggml-vocab-deepseek-llm.gguf", true},
         {"ggml-vocab-falcon.gguf", false},
     };
     bool all = true;
