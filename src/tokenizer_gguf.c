@@ -124,6 +124,8 @@ sp_status sp_tokenizer_load_gguf(const sp_gguf *g, sp_tokenizer **out, sp_error 
                 spec.pre = SP_PRE_DIGITS;
             else if (str_eq(kpre->v.str, "deepseek-llm"))
                 spec.pre = SP_PRE_NUMRUN;
+            else if (str_eq(kpre->v.str, "falcon"))
+                spec.pre = SP_PRE_FALCON;
         }
     }
 

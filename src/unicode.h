@@ -6,7 +6,13 @@
 
 #include <stdint.h>
 
-typedef enum sp_ucl { SP_UCL_LETTER = 0, SP_UCL_NUMBER = 1, SP_UCL_SPACE = 2, SP_UCL_OTHER = 3 } sp_ucl;
+typedef enum sp_ucl {
+    SP_UCL_LETTER = 0, /* L* */
+    SP_UCL_NUMBER = 1, /* N* */
+    SP_UCL_SPACE = 2,  /* White_Space */
+    SP_UCL_PUNCT = 3,  /* P* */
+    SP_UCL_OTHER = 4   /* marks, symbols, controls, unassigned */
+} sp_ucl;
 
 typedef struct sp_ucl_range {
     uint32_t first, last;

@@ -330,7 +330,10 @@ static void test_unicode_classes(void **state) {
         {0x93E, SP_UCL_OTHER},   /* Devanagari vowel sign AA, Mc */
         {0x5BF, SP_UCL_OTHER},   /* Hebrew point rafe, Mn */
         {0xE3F, SP_UCL_OTHER},   /* Thai baht, Sc */
-        {0x3001, SP_UCL_OTHER},  /* ideographic comma, Po */
+        {0x3001, SP_UCL_PUNCT},  /* ideographic comma, Po */
+        {0x21, SP_UCL_PUNCT},    /* exclamation mark, Po */
+        {0x2014, SP_UCL_PUNCT},  /* em dash, Pd */
+        {0x24, SP_UCL_OTHER},    /* dollar, Sc */
         {0x1F600, SP_UCL_OTHER}, /* emoji, So */
         {0x378, SP_UCL_OTHER},   /* unassigned */
         {0x110000, SP_UCL_OTHER},
