@@ -50,6 +50,9 @@ typedef struct sp_model_params {
      * also locks the pages (SP_ERR_RANGE when RLIMIT_MEMLOCK refuses). */
     bool no_prefault;
     bool mlock;
+    /* GGUF BPE vocabularies: the pre-tokeniser to use instead of the
+     * file's tokenizer.ggml.pre (NULL: the file's). */
+    const char *tokenizer_pre;
 } sp_model_params;
 
 sp_model_params sp_model_default_params(void);
@@ -70,6 +73,11 @@ const sp_model_config *sp_model_cfg(const sp_model *m);
 const sp_tokenizer *sp_model_tokenizer(const sp_model *m);
 uint64_t sp_model_weight_bytes(const sp_model *m);
 const char *sp_model_desc(const sp_model *m); /* e.g. "llama 5L d64 f32" */
+/* Ids below this can be sampled; the rest are the tokenizer's trailing
+ * padding entries ("[PAD<i>]", see sp_tokenizer_n_unpadded), which every
+ * sampler of the model gives probability 0, in plain and speculative
+ * decoding alike. n_vocab when there is no padding or no tokenizer. */
+int32_t sp_model_n_valid_vocab(const sp_model *m);
 
 /* ---- contexts ---- */
 typedef struct sp_ctx sp_ctx;

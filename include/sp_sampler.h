@@ -34,6 +34,10 @@ sp_status sp_sampler_init(const sp_sampler_params *p, int32_t n_vocab, sp_sample
                           sp_error *err);
 void sp_sampler_free(sp_sampler *s);
 const sp_sampler_params *sp_sampler_params_of(const sp_sampler *s);
+/* Restrict sampling to ids [0, n_valid) (default n_vocab): the rest get
+ * probability 0 and are never the argmax. Used for a model's vocabulary
+ * padding (sp_model_n_valid_vocab). SP_ERR_ARG outside 1..n_vocab. */
+sp_status sp_sampler_set_n_valid(sp_sampler *s, int32_t n_valid, sp_error *err);
 
 /* Full adjusted distribution of n_vocab floats (sums to 1, zeros outside the
  * kept set). logits are not modified. No allocation. NaN logits get

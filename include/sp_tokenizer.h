@@ -21,8 +21,16 @@ typedef enum sp_tokenizer_kind { SP_TOK_SPM = 1, SP_TOK_BPE = 2 } sp_tokenizer_k
 
 typedef struct sp_tokenizer sp_tokenizer;
 
-/* From the tokenizer.ggml.* keys of an open GGUF file. */
+/* From the tokenizer.ggml.* keys of an open GGUF file. A BPE vocabulary's
+ * pre-tokeniser comes from tokenizer.ggml.pre (llama.cpp's "default" when
+ * absent); a name Specula has no rules for is SP_ERR_UNSUPPORTED. */
 sp_status sp_tokenizer_load_gguf(const sp_gguf *g, sp_tokenizer **out, sp_error *err);
+/* The same with the pre-tokeniser forced to `pre_override` (NULL: from the
+ * file), for files whose name is unknown but whose rules are known. */
+sp_status sp_tokenizer_load_gguf_pre(const sp_gguf *g, const char *pre_override, sp_tokenizer **out,
+                                     sp_error *err);
+/* True for the tokenizer.ggml.pre names Specula tokenises by. */
+bool sp_tokenizer_pre_known(const char *name);
 /* From a llama2.c tokenizer.bin (int32 max_token_length, then per token:
  * f32 score, int32 len, bytes). vocab_size comes from the checkpoint header.
  * Ids 0/1/2 are unk/BOS/EOS as in llama2.c. */
@@ -35,6 +43,13 @@ int32_t sp_tokenizer_n_vocab(const sp_tokenizer *t);
 int32_t sp_tokenizer_bos(const sp_tokenizer *t);   /* -1 if none */
 int32_t sp_tokenizer_eos(const sp_tokenizer *t);   /* -1 if none */
 bool sp_tokenizer_add_bos(const sp_tokenizer *t);  /* metadata default */
+/* True for the padding entries converters add when a model's embedding
+ * matrix is larger than its tokenizer (Qwen pads to a multiple of 128): the
+ * piece of id i is exactly "[PAD<i>]". */
+bool sp_tokenizer_is_padding(const sp_tokenizer *t, int32_t id);
+/* n_vocab minus the trailing run of padding entries: ids at or above this
+ * are never real tokens. */
+int32_t sp_tokenizer_n_unpadded(const sp_tokenizer *t);
 /* True for end-of-generation tokens (EOS, and EOT-like control tokens). */
 bool sp_tokenizer_is_eog(const sp_tokenizer *t, int32_t id);
 

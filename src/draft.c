@@ -17,8 +17,10 @@ struct sp_drafter {
     sp_drafter_kind kind;
     sp_model *owned_model;   /* lowbit copy */
     sp_ctx *ctx;             /* NULL for ngram */
-    int32_t V;
+    int32_t V;               /* the target's vocabulary: rows of logits and q */
+    int32_t Vd;              /* the draft model's (differs only by padding) */
     float *logits;           /* [max_batch][V] */
+    float *dlogits;          /* [max_batch][Vd] when Vd != V, else NULL */
     float *row;              /* [V] scratch */
     int32_t *tok, *pos;      /* [max_batch] */
     uint8_t *mask;           /* tree level mask */
@@ -126,6 +128,7 @@ void sp_drafter_free(sp_drafter *d) {
     sp_ctx_free(d->ctx);
     sp_model_free(d->owned_model);
     free(d->logits);
+    free(d->dlogits);
     free(d->row);
     free(d->tok);
     free(d->pos);
@@ -143,24 +146,39 @@ sp_status sp_drafter_reset(sp_drafter *d, sp_error *err) {
 }
 const sp_draft_counters *sp_drafter_counters(const sp_drafter *d) { return &d->cnt; }
 
-/* Same vocabulary: same size and, when both have tokenizers, same pieces. */
+/* Same vocabulary: the same pieces on every id both models have, and the
+ * ids only one of them has are its padding ("[PAD<i>]"), which samplers
+ * never pick (sp_model_n_valid_vocab), so the draft proposes and the target
+ * accepts over the same real tokens. Without tokenizers: the same size. */
 static sp_status check_vocab(const sp_model *t, const sp_model *d, sp_error *err) {
     int32_t vt = sp_model_cfg(t)->n_vocab, vd = sp_model_cfg(d)->n_vocab;
-    if (vt != vd)
-        return sp_fail(err, SP_ERR_ARG,
-                       "drafter: the draft model's vocabulary (%d tokens) differs from the target's "
-                       "(%d tokens)",
-                       vd, vt);
     const sp_tokenizer *a = sp_model_tokenizer(t), *b = sp_model_tokenizer(d);
-    if (a && b) {
-        for (int32_t i = 0; i < vt; i++) {
-            sp_str x = sp_tokenizer_token_text(a, i), y = sp_tokenizer_token_text(b, i);
-            if (x.len != y.len || memcmp(x.ptr, y.ptr, x.len))
-                return sp_fail(err, SP_ERR_ARG,
-                               "drafter: the draft model's vocabulary differs from the target's at "
-                               "token %d", i);
-        }
+    if (!a || !b) {
+        if (vt != vd)
+            return sp_fail(err, SP_ERR_ARG,
+                           "drafter: the draft model's vocabulary (%d tokens) differs from the "
+                           "target's (%d tokens)",
+                           vd, vt);
+        return SP_OK;
     }
+    const int32_t common = vt < vd ? vt : vd;
+    for (int32_t i = 0; i < common; i++) {
+        sp_str x = sp_tokenizer_token_text(a, i), y = sp_tokenizer_token_text(b, i);
+        if (x.len != y.len || memcmp(x.ptr, y.ptr, x.len))
+            return sp_fail(err, SP_ERR_ARG,
+                           "drafter: the draft model's vocabulary differs from the target's at "
+                           "token %d ('%.*s' vs '%.*s')",
+                           i, (int)(y.len > 40 ? 40 : y.len), y.ptr, (int)(x.len > 40 ? 40 : x.len),
+                           x.ptr);
+    }
+    const sp_tokenizer *big = vt > vd ? a : b;
+    for (int32_t i = common; i < (vt > vd ? vt : vd); i++)
+        if (!sp_tokenizer_is_padding(big, i))
+            return sp_fail(err, SP_ERR_ARG,
+                           "drafter: the %s model's vocabulary has %d tokens, the %s's %d, and its "
+                           "token %d is not padding",
+                           vt > vd ? "target" : "draft", vt > vd ? vt : vd,
+                           vt > vd ? "draft" : "target", common, i);
     return SP_OK;
 }
 
@@ -227,17 +245,19 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
         cp.n_ctx = sp_ctx_n_ctx(target);
         cp.max_batch = d->max_batch;
         cp.pool = sp_ctx_pool(target);
+        d->Vd = sp_model_cfg(dm)->n_vocab;
         st = sp_ctx_init(dm, &cp, &d->ctx, err);
         if (!st && p->kind == SP_DRAFT_LAYERSKIP) st = sp_ctx_set_skip_layers(d->ctx, skip_buf, err);
     }
     if (!st) {
         size_t B = (size_t)d->max_batch;
         d->logits = malloc(B * (size_t)d->V * sizeof(float));
+        if (dm && d->Vd != d->V) d->dlogits = malloc(B * (size_t)d->Vd * sizeof(float));
         d->row = malloc((size_t)d->V * sizeof(float));
         d->tok = malloc(B * sizeof(int32_t));
         d->pos = malloc(B * sizeof(int32_t));
         d->mask = malloc(B * (B + SP_TREE_MAX_NODES) * sizeof(uint8_t));
-        if (!d->logits || !d->row || !d->tok || !d->pos || !d->mask)
+        if (!d->logits || !d->row || !d->tok || !d->pos || !d->mask || (dm && d->Vd != d->V && !d->dlogits))
             st = sp_fail(err, SP_ERR_NOMEM, "out of memory for drafter buffers");
     }
     if (st) {
@@ -248,9 +268,23 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
     return SP_OK;
 }
 
+/* Rows of the draft model's logits (Vd wide, in d->dlogits) into the
+ * target-wide rows of out. The ids one side lacks are padding, which the
+ * sampler never reads (its valid ids are the target's, all below both
+ * sizes): they are set to 0 only to keep the rows defined. */
+static void widen_rows(sp_drafter *d, int32_t rows, float *out) {
+    const int32_t c = d->Vd < d->V ? d->Vd : d->V;
+    for (int32_t r = 0; r < rows; r++) {
+        float *o = out + (int64_t)r * d->V;
+        memcpy(o, d->dlogits + (int64_t)r * d->Vd, (size_t)c * sizeof(float));
+        if (c < d->V) memset(o + c, 0, (size_t)(d->V - c) * sizeof(float));
+    }
+}
+
 static sp_status dforward(sp_drafter *d, const sp_batch *b, float *logits, sp_error *err) {
     double t0 = sp_now();
-    sp_status st = sp_forward(d->ctx, b, logits, err);
+    sp_status st = sp_forward(d->ctx, b, d->dlogits ? d->dlogits : logits, err);
+    if (!st && d->dlogits) widen_rows(d, b->logits_all ? b->n : 1, logits);
     d->cnt.seconds += sp_now() - t0;
     d->cnt.forwards++;
     return st;
@@ -292,7 +326,8 @@ sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_e
     if (!d->ctx || n <= 0) return SP_OK;
     d->off = 0;
     double t0 = sp_now();
-    sp_status st = sp_prefill(d->ctx, hist, n, d->logits, &d->cnt.forwards, err);
+    sp_status st = sp_prefill(d->ctx, hist, n, d->dlogits ? d->dlogits : d->logits, &d->cnt.forwards, err);
+    if (!st && d->dlogits) widen_rows(d, 1, d->logits);
     d->cnt.seconds += sp_now() - t0;
     return st;
 }

@@ -44,6 +44,10 @@ sp_status sp_generate(sp_ctx *ctx, const int32_t *prompt, int32_t n_prompt,
     sp_sampler *smp;
     sp_status st = sp_sampler_init(&p->sampling, V, &smp, err);
     if (st) return st;
+    if ((st = sp_sampler_set_n_valid(smp, sp_model_n_valid_vocab(m), err))) {
+        sp_sampler_free(smp);
+        return st;
+    }
     float *logits = malloc((size_t)V * sizeof(float));
     if (!logits) {
         sp_sampler_free(smp);

@@ -19,8 +19,23 @@ sp_mkmodel_params sp_mkmodel_default_params(void) {
     return p;
 }
 
-/* Copies the tokenizer.* keys of another model into w. */
-static sp_status copy_vocab(sp_gguf_writer *w, const char *path, int32_t *n_vocab, sp_error *err) {
+/* Padding entries as converters write them (Qwen's embedding matrices are
+ * larger than the tokenizer): ids [from, to) get the piece "[PAD<i>]",
+ * type unused (5) and score -1000. names holds to - from 24-byte slots. */
+static void fill_padding(sp_str *tok, float *score, int32_t *type, char (*names)[24], int32_t from,
+                         int32_t to) {
+    for (int32_t i = from; i < to; i++) {
+        int len = snprintf(names[i - from], sizeof names[i - from], "[PAD%d]", (int)i);
+        tok[i] = (sp_str){names[i - from], (size_t)len};
+        if (score) score[i] = -1000.0f;
+        if (type) type[i] = 5;
+    }
+}
+
+/* Copies the tokenizer.* keys of another model into w; pad_to > the copied
+ * size appends padding entries up to pad_to ids. */
+static sp_status copy_vocab(sp_gguf_writer *w, const char *path, int32_t pad_to, int32_t *n_vocab,
+                            sp_error *err) {
     sp_gguf *g;
     sp_status st = sp_gguf_open(path, &g, err);
     if (st) return st;
@@ -29,22 +44,53 @@ static sp_status copy_vocab(sp_gguf_writer *w, const char *path, int32_t *n_voca
         sp_gguf_close(g);
         return sp_fail(err, SP_ERR_FORMAT, "%s: no tokenizer.ggml.tokens to copy", path);
     }
-    *n_vocab = (int32_t)tk->arr_n;
+    const int32_t n = (int32_t)tk->arr_n;
+    *n_vocab = n;
     sp_gguf_writer_copy_kv(w, g, "tokenizer.");
+    if (pad_to > n) {
+        const sp_gguf_kv *ks = sp_gguf_find(g, "tokenizer.ggml.scores");
+        const sp_gguf_kv *kt = sp_gguf_find(g, "tokenizer.ggml.token_type");
+        if (ks && (ks->type != SP_GGUF_ARRAY || ks->arr_type != SP_GGUF_FLOAT32 || ks->arr_n != (uint64_t)n))
+            ks = NULL;
+        if (kt && (kt->type != SP_GGUF_ARRAY || kt->arr_type != SP_GGUF_INT32 || kt->arr_n != (uint64_t)n))
+            kt = NULL;
+        sp_str *tok = malloc((size_t)pad_to * sizeof *tok);
+        float *score = ks ? malloc((size_t)pad_to * sizeof *score) : NULL;
+        int32_t *type = kt ? malloc((size_t)pad_to * sizeof *type) : NULL;
+        char (*names)[24] = malloc((size_t)(pad_to - n) * sizeof *names);
+        if (!tok || (ks && !score) || (kt && !type) || !names) {
+            st = sp_fail(err, SP_ERR_NOMEM, "out of memory padding a vocabulary to %d", pad_to);
+        } else {
+            for (int32_t i = 0; i < n; i++) {
+                tok[i] = sp_gguf_arr_str(tk, (uint64_t)i);
+                if (score) score[i] = sp_gguf_arr_f32(ks, (uint64_t)i);
+                if (type) type[i] = (int32_t)sp_gguf_arr_int(kt, (uint64_t)i);
+            }
+            fill_padding(tok, score, type, names, n, pad_to);
+            sp_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tok, (uint64_t)pad_to);
+            if (score) sp_gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", score, (uint64_t)pad_to);
+            if (type) sp_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", type, (uint64_t)pad_to);
+            *n_vocab = pad_to;
+        }
+        free(tok), free(score), free(type), free(names);
+    }
     sp_gguf_close(g);
-    return SP_OK;
+    return st;
 }
 
 /* A made-up SPM vocabulary: <unk>, <s>, </s>, then printable characters
- * (space as U+2581), then two-letter pieces, scored so merges happen. */
-static sp_status synth_vocab(sp_gguf_writer *w, int32_t n, sp_error *err) {
-    sp_str *tok = calloc((size_t)n, sizeof *tok);
-    float *score = calloc((size_t)n, sizeof *score);
-    int32_t *type = calloc((size_t)n, sizeof *type);
+ * (space as U+2581), then two-letter pieces, scored so merges happen; then
+ * padding entries up to `total` ids. */
+static sp_status synth_vocab(sp_gguf_writer *w, int32_t n, int32_t total, sp_error *err) {
+    if (total < n) total = n;
+    sp_str *tok = calloc((size_t)total, sizeof *tok);
+    float *score = calloc((size_t)total, sizeof *score);
+    int32_t *type = calloc((size_t)total, sizeof *type);
     char (*buf)[8] = calloc((size_t)n, sizeof *buf);
-    if (!tok || !score || !type || !buf) {
-        free(tok), free(score), free(type), free(buf);
-        return sp_fail(err, SP_ERR_NOMEM, "out of memory making a vocabulary of %d tokens", n);
+    char (*names)[24] = calloc((size_t)(total - n + 1), sizeof *names);
+    if (!tok || !score || !type || !buf || !names) {
+        free(tok), free(score), free(type), free(buf), free(names);
+        return sp_fail(err, SP_ERR_NOMEM, "out of memory making a vocabulary of %d tokens", total);
     }
     const char *specials[3] = {"<unk>", "<s>", "</s>"};
     const char *chars = "\xe2\x96\x81" "etaoinshrdlucmfwypvbgkqjxz.,!?ETAOINSHRDLUCMFWYPVBGKQJXZ0123456789";
@@ -70,10 +116,11 @@ static sp_status synth_vocab(sp_gguf_writer *w, int32_t n, sp_error *err) {
         type[i] = 1;
         if (++b == 24) b = 4, a++;
     }
+    fill_padding(tok, score, type, names, n, total);
     sp_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
-    sp_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tok, (uint64_t)n);
-    sp_gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", score, (uint64_t)n);
-    sp_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", type, (uint64_t)n);
+    sp_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tok, (uint64_t)total);
+    sp_gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", score, (uint64_t)total);
+    sp_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", type, (uint64_t)total);
     sp_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
     sp_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
     sp_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
@@ -81,6 +128,7 @@ static sp_status synth_vocab(sp_gguf_writer *w, int32_t n, sp_error *err) {
     free(score);
     free(type);
     free(buf);
+    free(names);
     return SP_OK;
 }
 
@@ -137,6 +185,9 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     if (p->dim % blk || p->ffn_dim % blk)
         return sp_fail(err, SP_ERR_ARG, "dim %d and ffn %d must be multiples of %lld for %s",
                        p->dim, p->ffn_dim, (long long)blk, sp_ggml_type_name(p->type));
+    if (p->pad_vocab < 0 || p->pad_vocab > 1 << 20)
+        return sp_fail(err, SP_ERR_ARG, "vocabulary padding must be in [0, %d], got %d", 1 << 20,
+                       p->pad_vocab);
     if (!p->vocab_from && (p->n_vocab < 4 || p->n_vocab > 4096))
         return sp_fail(err, SP_ERR_ARG, "made-up vocabulary size must be in [4, 4096], got %d",
                        p->n_vocab);
@@ -145,9 +196,10 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     int32_t n_vocab = p->n_vocab;
     sp_status st = SP_OK;
     if (p->vocab_from)
-        st = copy_vocab(w, p->vocab_from, &n_vocab, err);
+        st = copy_vocab(w, p->vocab_from, p->pad_vocab, &n_vocab, err);
     else
-        st = synth_vocab(w, n_vocab, err);
+        st = synth_vocab(w, n_vocab, p->pad_vocab, err);
+    if (!p->vocab_from && p->pad_vocab > n_vocab) n_vocab = p->pad_vocab;
     const int32_t hd = p->dim / p->n_heads, kv_dim = p->n_kv_heads * hd;
     const char *arch = p->arch && *p->arch ? p->arch : "llama";
     const bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3"), phi3 = !strcmp(arch, "phi3");

@@ -44,6 +44,9 @@ void sp_model_free(sp_model *m) {
 const sp_model_config *sp_model_cfg(const sp_model *m) { return &m->cfg; }
 const sp_tokenizer *sp_model_tokenizer(const sp_model *m) { return m->tok; }
 const char *sp_model_desc(const sp_model *m) { return m->desc; }
+int32_t sp_model_n_valid_vocab(const sp_model *m) {
+    return m->tok ? sp_tokenizer_n_unpadded(m->tok) : m->cfg.n_vocab;
+}
 
 static uint64_t weight_bytes(const sp_weight *w) { return (uint64_t)w->rows * w->row_bytes; }
 
@@ -323,7 +326,7 @@ static sp_status bind_layers(sp_model *m, const char *path, const arch_info *ai,
     return SP_OK;
 }
 
-static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
+static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params *p, sp_error *err) {
     sp_status st = sp_gguf_open(path, &m->gguf, err);
     if (st) return st;
     const sp_gguf *g = m->gguf;
@@ -361,8 +364,12 @@ static sp_status load_gguf(sp_model *m, const char *path, sp_error *err) {
     if ((st = bind_layers(m, path, ai, err))) return st;
     c->wtype = m->layers[0].wq.type;
     set_desc(m, a);
-    if ((st = sp_tokenizer_load_gguf(g, &m->tok, err))) return st;
+    if ((st = sp_tokenizer_load_gguf_pre(g, p ? p->tokenizer_pre : NULL, &m->tok, err))) return st;
     m->owns_tok = true;
+    if (sp_tokenizer_n_vocab(m->tok) != c->n_vocab)
+        return sp_fail(err, SP_ERR_FORMAT,
+                       "%s: tokenizer.ggml.tokens has %d entries but token_embd.weight has %d rows",
+                       path, sp_tokenizer_n_vocab(m->tok), c->n_vocab);
     return SP_OK;
 }
 
@@ -467,7 +474,7 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
     if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     sp_status st;
     if (got == 4 && !memcmp(magic, "GGUF", 4))
-        st = load_gguf(m, path, err);
+        st = load_gguf(m, path, params, err);
     else
         st = load_llama2c(m, path, params, err);
     if (!st) {

@@ -18,6 +18,7 @@
 struct sp_sampler {
     sp_sampler_params p;
     int32_t n_vocab;
+    int32_t n_valid; /* ids >= n_valid get probability 0 (vocabulary padding) */
     float *val;   /* [n_vocab] unnormalised probabilities exp((l - max)/T) */
     int32_t *idx; /* [n_vocab] kept token ids; order is scratch */
     float *probs; /* [n_vocab] output scratch for sp_sampler_sample(probs_out = NULL) */
@@ -56,6 +57,7 @@ sp_status sp_sampler_init(const sp_sampler_params *p, int32_t n_vocab, sp_sample
     if (!s) return sp_fail(err, SP_ERR_NOMEM, "sampler: out of memory");
     s->p = *p;
     s->n_vocab = n_vocab;
+    s->n_valid = n_vocab;
     s->val = malloc((size_t)n_vocab * sizeof *s->val);
     s->idx = malloc((size_t)n_vocab * sizeof *s->idx);
     s->probs = malloc((size_t)n_vocab * sizeof *s->probs);
@@ -77,6 +79,14 @@ void sp_sampler_free(sp_sampler *s) {
 }
 
 const sp_sampler_params *sp_sampler_params_of(const sp_sampler *s) { return &s->p; }
+
+sp_status sp_sampler_set_n_valid(sp_sampler *s, int32_t n_valid, sp_error *err) {
+    if (n_valid < 1 || n_valid > s->n_vocab)
+        return sp_fail(err, SP_ERR_ARG, "sampler: valid ids must be 1..%d (got %d)", (int)s->n_vocab,
+                       (int)n_valid);
+    s->n_valid = n_valid;
+    return SP_OK;
+}
 
 int32_t sp_argmax(const float *x, int32_t n) {
     int32_t best = 0;
@@ -154,8 +164,17 @@ static void one_hot(float *probs, int32_t n, int32_t id) {
     probs[id] = 1.0f;
 }
 
+static void probs_valid(sp_sampler *s, const float *logits, float *probs);
+
 void sp_sampler_probs(sp_sampler *s, const float *logits, float *probs) {
-    const int32_t n = s->n_vocab;
+    probs_valid(s, logits, probs);
+    if (s->n_valid < s->n_vocab)
+        memset(probs + s->n_valid, 0, (size_t)(s->n_vocab - s->n_valid) * sizeof *probs);
+}
+
+/* The distribution over ids [0, n_valid): the rest of probs is not written. */
+static void probs_valid(sp_sampler *s, const float *logits, float *probs) {
+    const int32_t n = s->n_valid;
     const sp_sampler_params *p = &s->p;
     float *val = s->val;
     int32_t *idx = s->idx;

@@ -463,6 +463,10 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
                          : s->prm.verifier == SP_VERIFIER_NAIVE ? SP_MC_NAIVE
                                                                 : SP_MC_NOREPLACE};
     if ((rc = sp_sampler_init(&gp->sampling, s->V, &g.smp, err))) return rc;
+    if ((rc = sp_sampler_set_n_valid(g.smp, sp_model_n_valid_vocab(sp_ctx_model(s->target)), err))) {
+        sp_sampler_free(g.smp);
+        return rc;
+    }
     g.hist = malloc(((size_t)n_prompt + (size_t)gp->n_predict + 1) * sizeof *g.hist);
     if (!g.hist) {
         sp_sampler_free(g.smp);

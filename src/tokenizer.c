@@ -441,6 +441,20 @@ int32_t sp_tokenizer_bos(const sp_tokenizer *t) { return t->bos; }
 int32_t sp_tokenizer_eos(const sp_tokenizer *t) { return t->eos; }
 bool sp_tokenizer_add_bos(const sp_tokenizer *t) { return t->add_bos; }
 
+bool sp_tokenizer_is_padding(const sp_tokenizer *t, int32_t id) {
+    if (id < 0 || id >= t->n_vocab) return false;
+    char want[24];
+    int n = snprintf(want, sizeof want, "[PAD%d]", (int)id);
+    sp_str s = tok_text(t, id);
+    return s.len == (size_t)n && memcmp(s.ptr, want, (size_t)n) == 0;
+}
+
+int32_t sp_tokenizer_n_unpadded(const sp_tokenizer *t) {
+    int32_t n = t->n_vocab;
+    while (n > 1 && sp_tokenizer_is_padding(t, n - 1)) n--;
+    return n;
+}
+
 bool sp_tokenizer_is_eog(const sp_tokenizer *t, int32_t id) {
     for (int32_t i = 0; i < t->n_eog; i++)
         if (t->eog[i] == id) return true;

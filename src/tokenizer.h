@@ -21,14 +21,17 @@ enum {
 
 /* BPE pre-tokeniser flavour (tokenizer.ggml.pre). */
 typedef enum sp_tok_pre {
-    SP_PRE_GPT2 = 0,   /* GPT-2 regex; also the fallback for unknown names */
+    SP_PRE_GPT2 = 0,   /* GPT-2 regex ("gpt-2", "mpt", "olmo", ...) */
     SP_PRE_LLAMA3 = 1, /* "llama-bpe": Llama-3 regex, merges ignored for whole-token words */
     SP_PRE_QWEN2 = 2,  /* "qwen2": the Llama-3 regex with single digits (\p{N}), merges kept */
     SP_PRE_DIGITS = 3, /* "starcoder", "refact", "deepseek-coder": each \p{N} alone, then the GPT-2 regex */
     SP_PRE_NUMRUN = 4, /* "deepseek-llm": runs of \p{N} alone, then the GPT-2 regex (an
                         * approximation of its regex set: its letter and CJK classes are not
                         * modelled; llama.cpp's test vectors pass) */
-    SP_PRE_FALCON = 5  /* "falcon": punctuation runs, GPT-2 between them, then 3-digit groups */
+    SP_PRE_FALCON = 5, /* "falcon": punctuation runs, GPT-2 between them, then 3-digit groups */
+    SP_PRE_DEFAULT = 6 /* "default" or no tokenizer.ggml.pre (llama.cpp's default regex list):
+                        * runs of [\p{P}$+<=>^~|], GPT-2 between them, \p{N}+ split off, then
+                        * 3-digit groups */
 } sp_tok_pre;
 
 /* Everything a tokenizer is built from. Arrays are copied; ids are -1 when

@@ -165,24 +165,26 @@ static size_t next_digits(const char *s, size_t len, size_t pos, bool runs) {
 /* Falcon: runs of [\p{P}$+<=>^~|`] are words; between them the GPT-2
  * regex; then every 3 ASCII digits in a row ([0-9][0-9][0-9]) are split
  * off as words of their own (llama.cpp applies the three regexes in turn,
- * each splitting the pieces of the one before). */
-static bool falcon_punct(const char *s, size_t len, size_t pos, size_t *clen) {
+ * each splitting the pieces of the one before). llama.cpp's default list
+ * (no or "default" tokenizer.ggml.pre) is the same without the backtick
+ * and with \p{N}+ applied after GPT-2 (" 123" becomes " ", "123"). */
+static bool falcon_punct(const char *s, size_t len, size_t pos, bool deflt, size_t *clen) {
     uint32_t cp;
     *clen = sp_utf8_decode(s + pos, len - pos, &cp);
-    if (cp < 0x80 && strchr("$+<=>^~|`", (int)cp) && cp) return true;
+    if (cp < 0x80 && strchr(deflt ? "$+<=>^~|" : "$+<=>^~|`", (int)cp) && cp) return true;
     return cp < 0x110000 && sp_unicode_class(cp) == SP_UCL_PUNCT;
 }
 
-static size_t next_falcon(const char *s, size_t len, size_t pos) {
+static size_t next_falcon(const char *s, size_t len, size_t pos, bool deflt) {
     size_t l;
-    if (falcon_punct(s, len, pos, &l)) {
+    if (falcon_punct(s, len, pos, deflt, &l)) {
         size_t p = pos + l;
-        while (p < len && falcon_punct(s, len, p, &l)) p += l;
+        while (p < len && falcon_punct(s, len, p, deflt, &l)) p += l;
         return p;
     }
     size_t fe = pos; /* the fragment ends at the next punctuation run */
-    while (fe < len && !falcon_punct(s, len, fe, &l)) fe += l;
-    const size_t end = next_gpt2(s, fe, pos);
+    while (fe < len && !falcon_punct(s, len, fe, deflt, &l)) fe += l;
+    const size_t end = deflt ? next_digits(s, fe, pos, true) : next_gpt2(s, fe, pos);
     for (size_t p = pos; p + 3 <= end; p++)
         if (s[p] >= '0' && s[p] <= '9' && s[p + 1] >= '0' && s[p + 1] <= '9' && s[p + 2] >= '0' &&
             s[p + 2] <= '9')
@@ -196,7 +198,8 @@ size_t sp_tok_pretok_next(sp_tok_pre pre, const char *text, size_t len, size_t p
     case SP_PRE_QWEN2: return next_llama3(text, len, pos, 1);
     case SP_PRE_DIGITS: return next_digits(text, len, pos, false);
     case SP_PRE_NUMRUN: return next_digits(text, len, pos, true);
-    case SP_PRE_FALCON: return next_falcon(text, len, pos);
+    case SP_PRE_FALCON: return next_falcon(text, len, pos, false);
+    case SP_PRE_DEFAULT: return next_falcon(text, len, pos, true);
     default: return next_gpt2(text, len, pos);
     }
 }

@@ -68,7 +68,65 @@ static sp_status get_arr(const sp_gguf *g, const char *key, sp_gguf_type want, i
     return SP_OK;
 }
 
+/* tokenizer.ggml.pre values and the splitting rules Specula applies for
+ * them: the names llama.cpp maps to the same regex lists (llama-vocab.cpp).
+ * Names llama.cpp knows with rules Specula lacks are refused. */
+static const struct {
+    const char *name;
+    sp_tok_pre pre;
+} PRE_NAMES[] = {
+    {"default", SP_PRE_DEFAULT},     {"gpt-2", SP_PRE_GPT2},          {"phi-2", SP_PRE_GPT2},
+    {"jina-es", SP_PRE_GPT2},        {"jina-de", SP_PRE_GPT2},        {"jina-v1-en", SP_PRE_GPT2},
+    {"jina-v2-es", SP_PRE_GPT2},     {"jina-v2-de", SP_PRE_GPT2},     {"jina-v2-code", SP_PRE_GPT2},
+    {"gigachat", SP_PRE_GPT2},       {"roberta-bpe", SP_PRE_GPT2},    {"a.x-4.0", SP_PRE_GPT2},
+    {"mellum", SP_PRE_GPT2},         {"modern-bert", SP_PRE_GPT2},    {"mpt", SP_PRE_GPT2},
+    {"olmo", SP_PRE_GPT2},           {"jais", SP_PRE_GPT2},           {"trillion", SP_PRE_GPT2},
+    {"granite-docling", SP_PRE_GPT2}, {"llama-bpe", SP_PRE_LLAMA3},   {"llama3", SP_PRE_LLAMA3},
+    {"llama-v3", SP_PRE_LLAMA3},     {"falcon3", SP_PRE_LLAMA3},      {"qwen2", SP_PRE_QWEN2},
+    {"stablelm2", SP_PRE_QWEN2},     {"starcoder", SP_PRE_DIGITS},    {"refact", SP_PRE_DIGITS},
+    {"command-r", SP_PRE_DIGITS},    {"smollm", SP_PRE_DIGITS},       {"codeshell", SP_PRE_DIGITS},
+    {"exaone", SP_PRE_DIGITS},       {"minerva-7b", SP_PRE_DIGITS},   {"deepseek-coder", SP_PRE_DIGITS},
+    {"deepseek-llm", SP_PRE_NUMRUN}, {"falcon", SP_PRE_FALCON},
+};
+
+bool sp_tokenizer_pre_known(const char *name) {
+    for (size_t i = 0; name && i < sizeof PRE_NAMES / sizeof PRE_NAMES[0]; i++)
+        if (!strcmp(PRE_NAMES[i].name, name)) return true;
+    return false;
+}
+
+/* The pre-tokeniser: the override if given, else tokenizer.ggml.pre, else
+ * llama.cpp's "default". An unknown name is refused, never guessed. */
+static sp_status pick_pre(const sp_gguf *g, const char *override, sp_tok_pre *out, sp_error *err) {
+    sp_str name = {"default", 7};
+    const char *from = "tokenizer.ggml.pre";
+    if (override) {
+        name = (sp_str){override, strlen(override)};
+        from = "tokenizer_pre";
+    } else {
+        const sp_gguf_kv *kpre = sp_gguf_find(g, "tokenizer.ggml.pre");
+        if (kpre && kpre->type != SP_GGUF_STRING)
+            return sp_fail(err, SP_ERR_FORMAT, "gguf tokenizer: tokenizer.ggml.pre has the wrong type");
+        if (kpre) name = kpre->v.str;
+    }
+    for (size_t i = 0; i < sizeof PRE_NAMES / sizeof PRE_NAMES[0]; i++)
+        if (str_eq(name, PRE_NAMES[i].name)) {
+            *out = PRE_NAMES[i].pre;
+            return SP_OK;
+        }
+    return sp_fail(err, SP_ERR_UNSUPPORTED,
+                   "gguf tokenizer: pre-tokenizer \"%.*s\" (%s) is not supported; set tokenizer_pre "
+                   "to a supported one with the same rules (gpt-2, llama-bpe, qwen2, starcoder, "
+                   "deepseek-llm, falcon, default, ...)",
+                   (int)(name.len > 64 ? 64 : name.len), name.ptr, from);
+}
+
 sp_status sp_tokenizer_load_gguf(const sp_gguf *g, sp_tokenizer **out, sp_error *err) {
+    return sp_tokenizer_load_gguf_pre(g, NULL, out, err);
+}
+
+sp_status sp_tokenizer_load_gguf_pre(const sp_gguf *g, const char *pre_override, sp_tokenizer **out,
+                                     sp_error *err) {
     if (!g || !out) return sp_fail(err, SP_ERR_ARG, "gguf tokenizer: NULL argument");
     *out = NULL;
     sp_str model;
@@ -112,22 +170,8 @@ sp_status sp_tokenizer_load_gguf(const sp_gguf *g, sp_tokenizer **out, sp_error 
         (st = get_bool(g, "tokenizer.ggml.add_bos_token", &spec.add_bos, err)) != SP_OK ||
         (st = get_bool(g, "tokenizer.ggml.add_space_prefix", &spec.add_space_prefix, err)) != SP_OK)
         return st;
-    if (spec.kind == SP_TOK_BPE) {
-        const sp_gguf_kv *kpre = sp_gguf_find(g, "tokenizer.ggml.pre");
-        if (kpre && kpre->type == SP_GGUF_STRING) {
-            if (str_eq(kpre->v.str, "llama-bpe") || str_eq(kpre->v.str, "llama3") ||
-                str_eq(kpre->v.str, "llama-v3") || str_eq(kpre->v.str, "falcon3"))
-                spec.pre = SP_PRE_LLAMA3;
-            else if (str_eq(kpre->v.str, "qwen2")) spec.pre = SP_PRE_QWEN2;
-            else if (str_eq(kpre->v.str, "starcoder") || str_eq(kpre->v.str, "refact") ||
-                     str_eq(kpre->v.str, "deepseek-coder"))
-                spec.pre = SP_PRE_DIGITS;
-            else if (str_eq(kpre->v.str, "deepseek-llm"))
-                spec.pre = SP_PRE_NUMRUN;
-            else if (str_eq(kpre->v.str, "falcon"))
-                spec.pre = SP_PRE_FALCON;
-        }
-    }
+    if (spec.kind == SP_TOK_BPE && (st = pick_pre(g, pre_override, &spec.pre, err)) != SP_OK)
+        return st;
 
     sp_str *toks = malloc((size_t)nv * sizeof *toks);
     float *scores = kscore ? malloc((size_t)nv * sizeof *scores) : NULL;

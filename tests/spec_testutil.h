@@ -12,9 +12,11 @@
 #include "specula.h"
 #include "sp_spec_config.h"
 
-/* Writes a 3-layer random model (dim 32, vocabulary `vocab`) into scratch
- * slot `which` (0..3) and returns its path (unlink it when done). */
-static inline const char *tiny_model(int which, int32_t vocab, uint64_t seed, float scale) {
+/* Writes a 3-layer random model (dim 32, vocabulary `vocab`, padded with
+ * "[PAD<i>]" entries up to `pad` ids when pad > vocab) into scratch slot
+ * `which` (0..3) and returns its path (unlink it when done). */
+static inline const char *tiny_model_pad(int which, int32_t vocab, int32_t pad, uint64_t seed,
+                                         float scale) {
     static char paths[4][512];
     char *p = paths[which & 3];
     snprintf(p, sizeof paths[0], "%s/specula_spec_%d_%d.gguf", sp_tmpdir(), which, (int)getpid());
@@ -27,9 +29,14 @@ static inline const char *tiny_model(int which, int32_t vocab, uint64_t seed, fl
     mp.n_vocab = vocab;
     mp.seed = seed;
     mp.logit_scale = scale;
+    mp.pad_vocab = pad;
     sp_error err = {0};
     if (sp_mkmodel(&mp, p, &err)) fail_msg("mkmodel: %s", err.msg);
     return p;
+}
+
+static inline const char *tiny_model(int which, int32_t vocab, uint64_t seed, float scale) {
+    return tiny_model_pad(which, vocab, 0, seed, scale);
 }
 
 static inline sp_model *load(const char *path) {

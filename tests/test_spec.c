@@ -158,6 +158,7 @@ static void exact_dist(sp_model *m, const sp_sampler_params *sp, const int32_t *
     sp_sampler *s;
     sp_error err = {0};
     assert_int_equal(sp_sampler_init(sp, V, &s, &err), SP_OK);
+    assert_int_equal(sp_sampler_set_n_valid(s, sp_model_n_valid_vocab(m), &err), SP_OK);
     float *lg = malloc((size_t)V * 4), *p1 = malloc((size_t)V * 4), *p2 = malloc((size_t)V * 4),
           *p3 = malloc((size_t)V * 4);
     sp_batch b = {.tokens = prompt, .n = np};
@@ -237,6 +238,7 @@ static void distribution_case_p(sp_model *tm, sp_model *dm, sp_drafter_kind kind
     sp_vsim_chi2_test(cnt, dist, cells, &c2);
     const double chi2 = c2.chi2, pv = c2.p_value;
     const int dof = c2.dof;
+    assert_int_equal(c2.impossible, 0); /* no sample where the target has probability 0 */
     if (pv < 1e-4)
         fail_msg("%s/%s%s top_k %d top_p %.2f min_p %.2f T %.2f: chi2 %.1f dof %d p %.2g", sp_drafter_name(kind),
                  sp_verifier_name(ver), tree ? tree : "", smp->top_k, (double)smp->top_p,
@@ -288,6 +290,73 @@ static void test_distribution(void **state) {
     sp_model_free(dm);
     unlink(tp);
     unlink(dp);
+}
+
+/* Qwen-style padded vocabularies: a target of 8 real tokens padded to 11
+ * ids, drafts padded to 13 ids or not at all. The padding is never sampled
+ * (its random logits would often be the argmax), speculation keeps the
+ * target's exact distribution over the real tokens (chi-square as above, no
+ * sample on a padded id), greedy output equals plain decoding, and a draft
+ * whose extra ids are real tokens is refused naming the first such id. */
+static void test_padded_vocab(void **state) {
+    (void)state;
+    const char *tp = tiny_model_pad(0, 8, 11, 51, 2.0f), *d1 = tiny_model_pad(1, 8, 0, 52, 2.0f),
+               *d2 = tiny_model_pad(2, 8, 13, 53, 2.0f), *d3 = tiny_model_pad(3, 10, 0, 54, 2.0f);
+    sp_model *tm = load(tp), *dm1 = load(d1), *dm2 = load(d2), *dm3 = load(d3);
+    assert_int_equal(sp_model_cfg(tm)->n_vocab, 11);
+    assert_int_equal(sp_model_n_valid_vocab(tm), 8);
+    assert_int_equal(sp_model_n_valid_vocab(dm2), 8);
+    assert_int_equal(sp_model_n_valid_vocab(dm3), 10);
+    const long N = SP_SLOW ? 1500 : 6000;
+    sp_sampler_params plain = sp_sampler_default_params();
+    sp_sampler_params filt = plain;
+    filt.temperature = 0.8f;
+    filt.top_k = 6;
+    filt.min_p = 0.02f;
+    distribution_case(tm, dm1, SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, NULL, &plain, N);
+    distribution_case(tm, dm2, SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, NULL, &filt, N);
+    distribution_case(tm, dm2, SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, "2x2", &plain, N);
+    /* greedy: plain decoding never picks padding, speculation matches it */
+    sp_gen_params gp = sp_gen_default_params();
+    gp.n_predict = 40;
+    gp.sampling.temperature = 0;
+    gp.stop_at_eog = false;
+    const int32_t prompt[] = {1, 5, 6};
+    int32_t ref[40], out[40];
+    sp_error err = {0};
+    sp_ctx *c = mkctx(tm, 64);
+    assert_int_equal(sp_generate(c, prompt, 3, &gp, ref, 40, NULL, NULL, NULL, &err), SP_OK);
+    for (int i = 0; i < 40; i++) assert_true(ref[i] < 8);
+    sp_model *drafts[2] = {dm1, dm2};
+    for (int k = 0; k < 2; k++) {
+        sp_ctx *t = mkctx(tm, 64);
+        sp_spec_params sp = sp_spec_default_params();
+        sp.draft.kind = SP_DRAFT_MODEL;
+        sp.draft.draft_model = drafts[k];
+        sp.gamma = 4;
+        sp_spec *s = NULL;
+        if (sp_spec_init(t, &sp, &s, &err)) fail_msg("spec init: %s", err.msg);
+        if (sp_spec_generate(s, prompt, 3, &gp, out, 40, NULL, NULL, NULL, NULL, &err))
+            fail_msg("generate: %s", err.msg);
+        assert_memory_equal(out, ref, sizeof ref);
+        sp_spec_free(s);
+        sp_ctx_free(t);
+    }
+    /* ids 8 and 9 of the 10-token draft are real tokens where the target pads */
+    sp_spec_params sp = sp_spec_default_params();
+    sp.draft.kind = SP_DRAFT_MODEL;
+    sp.draft.draft_model = dm3;
+    sp_spec *s = NULL;
+    assert_int_equal(sp_spec_init(c, &sp, &s, &err), SP_ERR_ARG);
+    assert_non_null(strstr(err.msg, "at token 8 ("));
+    /* the same draft against the unpadded 8-token model: its extra ids are real */
+    sp_ctx *c1 = mkctx(dm1, 64);
+    assert_int_equal(sp_spec_init(c1, &sp, &s, &err), SP_ERR_ARG);
+    assert_non_null(strstr(err.msg, "token 8 is not padding"));
+    sp_ctx_free(c1);
+    sp_ctx_free(c);
+    sp_model_free(tm), sp_model_free(dm1), sp_model_free(dm2), sp_model_free(dm3);
+    unlink(tp), unlink(d1), unlink(d2), unlink(d3);
 }
 
 /* After generation with rejections, the target and draft caches hold exactly
@@ -424,6 +493,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_greedy_stories),
     cmocka_unit_test(test_greedy_random_models),
     cmocka_unit_test(test_distribution),
+    cmocka_unit_test(test_padded_vocab),
     cmocka_unit_test(test_kv_after_rejections),
     cmocka_unit_test(test_bad_configs),
 };

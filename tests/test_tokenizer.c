@@ -476,6 +476,10 @@ static void test_bpe_pretokenize(void **state) {
     const char *l[] = {"Hello", " WORLD", "'S", " ", "123", "45", " \n\n", " x", "!!\n",
                        "(a", " ...", "  ", " b"};
     expect_split(SP_PRE_LLAMA3, "Hello WORLD'S 12345 \n\n x!!\n(a ...   b", l, 13);
+    /* llama.cpp's default list: [\p{P}$+<=>^~|]+ (the backtick is a symbol,
+     * Sk), GPT-2, \p{N}+, [0-9]{3}, each splitting the previous pieces */
+    const char *d[] = {"a", " ", "123", "4", ",", " b", "`", "c", " ", "\xd9\xa3\xd9\xa4"};
+    expect_split(SP_PRE_DEFAULT, "a 1234, b`c \xd9\xa3\xd9\xa4", d, 10);
 }
 
 static void test_bpe_byte_roundtrip(void **state) {
@@ -552,14 +556,14 @@ static void test_spec_errors(void **state) {
 
 /* ---- gpt2 vocabulary through GGUF ---- */
 
-static sp_status write_bpe_gguf(const char *path, const char *model, bool with_merges,
-                                int32_t n_types, uint32_t eos, sp_error *e) {
+static sp_status write_bpe_gguf_pre(const char *path, const char *model, const char *pre,
+                                    bool with_merges, int32_t n_types, uint32_t eos, sp_error *e) {
     static bpe_vocab v;
     bpe_vocab_build(&v);
     sp_gguf_writer *w = sp_gguf_writer_init();
     sp_gguf_writer_set_str(w, "general.architecture", "llama");
     sp_gguf_writer_set_str(w, "tokenizer.ggml.model", model);
-    sp_gguf_writer_set_str(w, "tokenizer.ggml.pre", "llama-bpe");
+    if (pre) sp_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
     sp_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", v.toks, BPE_NV);
     sp_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", v.types, (uint64_t)n_types);
     if (with_merges) sp_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", v.merges, 10);
@@ -569,6 +573,11 @@ static sp_status write_bpe_gguf(const char *path, const char *model, bool with_m
     sp_status st = sp_gguf_writer_write(w, path, e);
     sp_gguf_writer_free(w);
     return st;
+}
+
+static sp_status write_bpe_gguf(const char *path, const char *model, bool with_merges,
+                                int32_t n_types, uint32_t eos, sp_error *e) {
+    return write_bpe_gguf_pre(path, model, "llama-bpe", with_merges, n_types, eos, e);
 }
 
 static sp_status load_from(const char *path, sp_tokenizer **t, sp_error *e) {
@@ -611,6 +620,24 @@ static void test_gguf_bpe(void **state) {
     assert_int_equal(load_from(path, &t, &e), SP_ERR_UNSUPPORTED);
     assert_non_null(strstr(e.msg, "t5"));
     assert_null(t);
+    /* an unknown pre-tokeniser is refused by name, never split as GPT-2; it
+     * loads when the caller forces known rules; no key means "default" */
+    assert_int_equal(write_bpe_gguf_pre(path, "gpt2", "xyz-unknown", true, BPE_NV, 256, &e), SP_OK);
+    assert_int_equal(load_from(path, &t, &e), SP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "\"xyz-unknown\""));
+    assert_non_null(strstr(e.msg, "tokenizer_pre"));
+    assert_null(t);
+    sp_gguf *g = NULL;
+    assert_int_equal(sp_gguf_open(path, &g, &e), SP_OK);
+    assert_int_equal(sp_tokenizer_load_gguf_pre(g, "nonsense", &t, &e), SP_ERR_UNSUPPORTED);
+    assert_int_equal(sp_tokenizer_load_gguf_pre(g, "gpt-2", &t, &e), SP_OK);
+    sp_tokenizer_free(t);
+    sp_gguf_close(g);
+    assert_true(sp_tokenizer_pre_known("qwen2") && sp_tokenizer_pre_known("default"));
+    assert_false(sp_tokenizer_pre_known("xyz-unknown") || sp_tokenizer_pre_known(NULL));
+    assert_int_equal(write_bpe_gguf_pre(path, "gpt2", NULL, true, BPE_NV, 256, &e), SP_OK);
+    assert_int_equal(load_from(path, &t, &e), SP_OK);
+    sp_tokenizer_free(t);
     remove(path);
 }
 

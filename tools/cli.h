@@ -48,11 +48,13 @@ int sp_cli_next(int argc, char **argv, const char *shortopts, const struct optio
                 const char *cmd, const char **flag);
 
 /* Flags shared by generate and bench: -m, -z, -md, -zd, -n, -s/--seed, -t,
- * -c, --temp, --top-k, --top-p, --min-p, --mlock, --no-prefault. */
+ * -c, --temp, --top-k, --top-p, --min-p, --mlock, --no-prefault,
+ * --tokenizer-pre. */
 typedef struct sp_cli_run_opts {
     const char *model, *tokenizer, *draft_model, *draft_tokenizer;
     long long n_predict, seed, threads, n_ctx;
     bool mlock, no_prefault; /* weight residency (sp_model_params) */
+    const char *tokenizer_pre; /* --tokenizer-pre: forced BPE pre-tokeniser, or NULL */
     sp_sampler_params sampling;
 } sp_cli_run_opts;
 void sp_cli_run_opts_default(sp_cli_run_opts *r);
@@ -71,7 +73,8 @@ void sp_cli_run_opts_default(sp_cli_run_opts *r);
         {"top-p", required_argument, NULL, SP_OPT_RUN + 4},                                    \
         {"min-p", required_argument, NULL, SP_OPT_RUN + 5},                                    \
         {"mlock", no_argument, NULL, SP_OPT_RUN + 6},                                          \
-        {"no-prefault", no_argument, NULL, SP_OPT_RUN + 7}
+        {"no-prefault", no_argument, NULL, SP_OPT_RUN + 7},                                    \
+        {"tokenizer-pre", required_argument, NULL, SP_OPT_RUN + 8}
 
 /* Applies option `opt` (an id from SP_CLI_RUN_OPTIONS) with value arg.
  * Returns 1 if it was one of them, 0 if not, -1 after printing what is

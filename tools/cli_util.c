@@ -90,7 +90,7 @@ int sp_cli_next(int argc, char **argv, const char *shortopts, const struct optio
 }
 
 void sp_cli_run_opts_default(sp_cli_run_opts *r) {
-    r->model = r->tokenizer = r->draft_model = r->draft_tokenizer = NULL;
+    r->model = r->tokenizer = r->draft_model = r->draft_tokenizer = r->tokenizer_pre = NULL;
     r->n_predict = 128;
     r->seed = 42;
     r->threads = 1;
@@ -128,6 +128,13 @@ int sp_cli_run_opt(int opt, const char *flag, const char *arg, sp_cli_run_opts *
         return 1;
     case SP_OPT_RUN + 6: r->mlock = true; return 1;
     case SP_OPT_RUN + 7: r->no_prefault = true; return 1;
+    case SP_OPT_RUN + 8:
+        if (!sp_tokenizer_pre_known(arg)) {
+            fprintf(stderr, "specula: %s: unknown pre-tokenizer '%s'\n", flag, arg);
+            return -1;
+        }
+        r->tokenizer_pre = arg;
+        return 1;
     default: return 0;
     }
 }
@@ -156,6 +163,7 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
     mp.tokenizer_path = r->tokenizer;
     mp.mlock = r->mlock;
     mp.no_prefault = r->no_prefault;
+    mp.tokenizer_pre = r->tokenizer_pre;
     if (sp_model_load(r->model, &mp, model, &err)) {
         fprintf(stderr, "specula: %s\n", err.msg);
         return 1;

@@ -14,10 +14,11 @@ static void mk_usage(FILE *f) {
     fprintf(f,
             "usage: specula mkmodel --out F.gguf [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3]\n"
             "         --dim D --layers L --heads H --kv-heads K\n"
-            "         --ffn F [--vocab-from MODEL.gguf | --vocab N] [--ctx N]\n"
+            "         --ffn F [--vocab-from MODEL.gguf | --vocab N] [--pad-vocab N] [--ctx N]\n"
             "         --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_K|q6_K --seed S\n"
             "  Without --vocab-from or --vocab, the vocabulary of\n"
-            "  $SPECULA_SHARED/models/stories260K.gguf (default ../shared) is copied.\n");
+            "  $SPECULA_SHARED/models/stories260K.gguf (default ../shared) is copied.\n"
+            "  --pad-vocab N appends \"[PAD<i>]\" entries up to N ids (Qwen-style padding).\n");
 }
 
 /* Weight type from its name (any case); -1 if not one Specula writes. */
@@ -79,6 +80,7 @@ int cmd_mkmodel(int argc, char **argv) {
         INTFLAG("--ffn", 1, 65536, ffn)
         INTFLAG("--vocab", 4, 4096, vocab)
         INTFLAG("--ctx", 1, 1 << 20, p.n_ctx)
+        INTFLAG("--pad-vocab", 0, 1 << 20, p.pad_vocab)
         INTFLAG("--seed", 0, INT64_MAX, seed)
         else {
             fprintf(stderr, "specula: unknown option '%s' for mkmodel\n", a);

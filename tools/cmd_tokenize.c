@@ -13,23 +13,24 @@
 static void tok_usage(FILE *f) {
     fprintf(f,
             "usage: specula tokenize -m MODEL.gguf [-z TOKENIZER.bin] (-p TEXT | -f FILE)\n"
-            "         [--special] [--no-bos] [--ids | --json]\n"
+            "         [--special] [--no-bos] [--ids | --json] [--tokenizer-pre NAME]\n"
             "  Prints one line per token, \"ID -> 'PIECE'\", or with --ids one list of ids.\n"
             "  MODEL may be a vocabulary-only GGUF. --special: control tokens written in\n"
             "  the text (e.g. <|im_start|>) become those tokens. BOS is added when the\n"
-            "  vocabulary asks for it, unless --no-bos.\n");
+            "  vocabulary asks for it, unless --no-bos. --tokenizer-pre forces the BPE\n"
+            "  pre-tokenizer (e.g. qwen2) when the file names one Specula does not know.\n");
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    enum { O_SPECIAL = SP_OPT_CMD, O_NO_BOS, O_IDS, O_JSON };
+    enum { O_SPECIAL = SP_OPT_CMD, O_NO_BOS, O_IDS, O_JSON, O_PRE };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, 'm'}, {"tokenizer", required_argument, NULL, 'z'},
         {"prompt", required_argument, NULL, 'p'}, {"file", required_argument, NULL, 'f'},
         {"special", no_argument, NULL, O_SPECIAL}, {"no-bos", no_argument, NULL, O_NO_BOS},
         {"ids", no_argument, NULL, O_IDS},        {"json", no_argument, NULL, O_JSON},
-        {"help", no_argument, NULL, 'h'},
+        {"tokenizer-pre", required_argument, NULL, O_PRE}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
-    const char *model = NULL, *tokz = NULL, *prompt = NULL, *file = NULL, *flag;
+    const char *model = NULL, *tokz = NULL, *prompt = NULL, *file = NULL, *flag, *pre = NULL;
     bool special = false, no_bos = false, ids_only = false, json = false;
     int opt;
     optind = 0;
@@ -43,6 +44,13 @@ int cmd_tokenize(int argc, char **argv) {
         case O_NO_BOS: no_bos = true; break;
         case O_IDS: ids_only = true; break;
         case O_JSON: json = true; break;
+        case O_PRE:
+            if (!sp_tokenizer_pre_known(optarg)) {
+                fprintf(stderr, "specula: %s: unknown pre-tokenizer '%s'\n", flag, optarg);
+                return 2;
+            }
+            pre = optarg;
+            break;
         case 'h': tok_usage(stdout); return 0;
         default: return 2;
         }
@@ -72,7 +80,7 @@ int cmd_tokenize(int argc, char **argv) {
     ssize_t got = size >= 4 ? pread(fd, magic, 4, 0) : 0;
     close(fd);
     if (got == 4 && !memcmp(magic, "GGUF", 4)) {
-        if (sp_gguf_open(model, &g, &err) || sp_tokenizer_load_gguf(g, &own, &err)) goto fail;
+        if (sp_gguf_open(model, &g, &err) || sp_tokenizer_load_gguf_pre(g, pre, &own, &err)) goto fail;
         t = own;
     } else {
         sp_model_params mp = sp_model_default_params();

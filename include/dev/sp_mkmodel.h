@@ -21,6 +21,8 @@ typedef struct sp_mkmodel_params {
     int32_t n_ctx;            /* context_length written to the file */
     int32_t n_vocab;          /* used when vocab_from is NULL (4..4096) */
     const char *vocab_from;   /* GGUF file whose tokenizer to copy, or NULL */
+    int32_t pad_vocab;        /* > the vocabulary's size: append "[PAD<i>]" entries up to this many ids, as
+                                 converters do for Qwen (0: none) */
     sp_ggml_type type;        /* matrices: any type sp_mkmodel_type_ok accepts */
     uint64_t seed;
     float logit_scale;        /* std of the output logits (default 1) */
