@@ -11,7 +11,8 @@ typedef enum sp_ucl {
     SP_UCL_NUMBER = 1, /* N* */
     SP_UCL_SPACE = 2,  /* White_Space */
     SP_UCL_PUNCT = 3,  /* P* */
-    SP_UCL_OTHER = 4   /* marks, symbols, controls, unassigned */
+    SP_UCL_MARK = 4,   /* M*: combining marks (the GPT-2-style regexes count them as "other") */
+    SP_UCL_OTHER = 5   /* symbols, controls, unassigned */
 } sp_ucl;
 
 typedef struct sp_ucl_range {

@@ -326,9 +326,10 @@ static void test_unicode_classes(void **state) {
         {0x3000, SP_UCL_SPACE},  /* ideographic space */
         {0xA0, SP_UCL_SPACE},    /* no-break space (White_Space) */
         {0x85, SP_UCL_SPACE},    /* next line, a control that is White_Space */
-        {0x301, SP_UCL_OTHER},   /* combining acute, Mn */
-        {0x93E, SP_UCL_OTHER},   /* Devanagari vowel sign AA, Mc */
-        {0x5BF, SP_UCL_OTHER},   /* Hebrew point rafe, Mn */
+        {0x301, SP_UCL_MARK},    /* combining acute, Mn */
+        {0x93E, SP_UCL_MARK},    /* Devanagari vowel sign AA, Mc */
+        {0x5BF, SP_UCL_MARK},    /* Hebrew point rafe, Mn */
+        {0x20DD, SP_UCL_MARK},   /* combining enclosing circle, Me */
         {0xE3F, SP_UCL_OTHER},   /* Thai baht, Sc */
         {0x3001, SP_UCL_PUNCT},  /* ideographic comma, Po */
         {0x21, SP_UCL_PUNCT},    /* exclamation mark, Po */
