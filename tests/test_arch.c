@@ -228,10 +228,72 @@ static void test_mkmodel_archs(void **state) {
     }
 }
 
+/* Every architecture file, f32 and q8_0: 40 tokens in two batches (17 +
+ * 23) give bit for bit the logits of 40 one-token forwards, and the nodes
+ * of a token tree after a 12-token prompt (past gemma3's 8-token window,
+ * so masked and out-of-window slots both get exactly zero weight) give bit
+ * for bit the logits of their root-to-node paths evaluated alone. */
+static void fwd(sp_ctx *c, const int32_t *t, const int32_t *pos, int n, const uint8_t *mask, bool all,
+                float *out) {
+    sp_error err = {0};
+    sp_batch b = {.tokens = t, .pos = pos, .n = n, .mask = mask, .logits_all = all};
+    if (sp_forward(c, &b, out, &err)) fail_msg("forward: %s", err.msg);
+}
+
+static void test_arch_batch_and_tree(void **state) {
+    (void)state;
+    for (size_t fi = 0; fi < sizeof MODELS / sizeof MODELS[0]; fi++)
+        for (int q = 0; q < 2; q++) {
+            char rel[160];
+            snprintf(rel, sizeof rel, "reference/arch/models/%s-%s.gguf", MODELS[fi], q ? "q8_0" : "f32");
+            sp_model *m = NULL;
+            sp_error err = {0};
+            if (sp_model_load(sp_shared(rel), NULL, &m, &err)) fail_msg("%s", err.msg);
+            const int32_t V = sp_model_cfg(m)->n_vocab, n = 40;
+            int32_t toks[40];
+            for (int i = 0; i < n; i++) toks[i] = (int32_t)((i * 131 + 7) % V);
+            float *la = malloc((size_t)n * V * sizeof(float)), *lb = malloc((size_t)n * V * sizeof(float));
+            sp_ctx *a = mkctx(m), *b = mkctx(m);
+            fwd(a, toks, NULL, 17, NULL, true, la);
+            fwd(a, toks + 17, NULL, n - 17, NULL, true, la + (int64_t)17 * V);
+            for (int i = 0; i < n; i++) fwd(b, toks + i, NULL, 1, NULL, false, lb + (int64_t)i * V);
+            if (memcmp(la, lb, (size_t)n * V * sizeof(float))) fail_msg("%s: batch != sequential", rel);
+            /* tree:  0   1      parents -1 -1 0 0 1 2
+             *       / \  |
+             *      2   3 4
+             *      |
+             *      5 */
+            const int32_t parent[6] = {-1, -1, 0, 0, 1, 2}, tok[6] = {432, 300, 383, 286, 261, 286};
+            int32_t pos[6], depth[6];
+            uint8_t mask[36] = {0};
+            for (int i = 0; i < 6; i++) {
+                depth[i] = parent[i] < 0 ? 0 : depth[parent[i]] + 1;
+                pos[i] = 12 + depth[i];
+                for (int x = i; x >= 0; x = parent[x]) mask[i * 6 + x] = 1;
+            }
+            sp_ctx_truncate(a, 12, &err);
+            fwd(a, tok, pos, 6, mask, true, la);
+            for (int i = 0; i < 6; i++) {
+                int32_t path[4], k = 0;
+                for (int x = i; x >= 0; x = parent[x]) path[k++] = tok[x];
+                sp_ctx_truncate(b, 12, &err);
+                for (int j = k - 1; j >= 0; j--) fwd(b, &path[j], NULL, 1, NULL, false, lb);
+                if (memcmp(la + (int64_t)i * V, lb, (size_t)V * sizeof(float)))
+                    fail_msg("%s: tree node %d != its path alone", rel, i);
+            }
+            free(la);
+            free(lb);
+            sp_ctx_free(a);
+            sp_ctx_free(b);
+            sp_model_free(m);
+        }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_mkmodel_archs),
     cmocka_unit_test(test_arch_logits),
     cmocka_unit_test(test_arch_speculative_greedy),
+    cmocka_unit_test(test_arch_batch_and_tree),
 };
 
 SP_TEST_MAIN(tests)
