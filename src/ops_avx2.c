@@ -242,8 +242,8 @@ static void kq_unpack_q4_K(const uint8_t *w, int64_t b, kq_block *kb) {
     kb->cm[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(mn2, 8));
     kb->ca[0] = kb->ca[1] = _mm256_setzero_si256();
     kb->off = 0;
-    kb->d = sp_fp16_to_fp32(x->d);
-    kb->dmin = sp_fp16_to_fp32(x->dmin);
+    kb->d = _cvtsh_ss(x->d);
+    kb->dmin = _cvtsh_ss(x->dmin);
     kb->has_min = kb->dmin != 0;
 }
 
@@ -274,7 +274,7 @@ static void kq_unpack_q6_K(const uint8_t *w, int64_t b, kq_block *kb) {
     kb->ca[1] = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8)), _mm256_set1_epi32(-32));
     kb->cm[0] = kb->cm[1] = _mm256_setzero_si256();
     kb->off = 32;
-    kb->d = sp_fp16_to_fp32(x->d);
+    kb->d = _cvtsh_ss(x->d);
     kb->dmin = 0;
     kb->has_min = false;
 }
@@ -298,8 +298,8 @@ static void kq_unpack_q5_K(const uint8_t *w, int64_t b, kq_block *kb) {
         kb->imn[2 * s8] = kb->imn[2 * s8 + 1] = mn;
     }
     kb->off = 0;
-    kb->d = sp_fp16_to_fp32(x->d);
-    kb->dmin = sp_fp16_to_fp32(x->dmin);
+    kb->d = _cvtsh_ss(x->d);
+    kb->dmin = _cvtsh_ss(x->dmin);
 }
 
 /* Q2_K / Q3_K: element 128h + 32j + l is bits 2j of qs[32h + l]; Q3_K adds
@@ -311,8 +311,8 @@ static void kq_unpack_q23_K(sp_ggml_type type, const uint8_t *w, int64_t b, kq_b
         const sp_block_q2_K *x = (const sp_block_q2_K *)w + b;
         qs = x->qs;
         for (int s = 0; s < 16; s++) kb->isc[s] = x->scales[s] & 0xF, kb->imn[s] = x->scales[s] >> 4;
-        kb->d = sp_fp16_to_fp32(x->d);
-        kb->dmin = sp_fp16_to_fp32(x->dmin);
+        kb->d = _cvtsh_ss(x->d);
+        kb->dmin = _cvtsh_ss(x->dmin);
         kb->off = 0;
         for (int h = 0; h < 2; h++) {
             __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
@@ -323,7 +323,7 @@ static void kq_unpack_q23_K(sp_ggml_type type, const uint8_t *w, int64_t b, kq_b
         int8_t sc[16];
         sp_q3k_scales(x->scales, sc);
         for (int s = 0; s < 16; s++) kb->isc[s] = sc[s], kb->imn[s] = 0;
-        kb->d = sp_fp16_to_fp32(x->d);
+        kb->d = _cvtsh_ss(x->d);
         kb->dmin = 0;
         kb->off = 4;
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x->hmask);
@@ -372,7 +372,7 @@ static void kq_unpack_iq4_xs(const uint8_t *w, int64_t b, kq_block *kb) {
     }
     kb->off = 0;
     kb->is_signed = true;
-    kb->d = sp_fp16_to_fp32(x->d);
+    kb->d = _cvtsh_ss(x->d);
     kb->dmin = 0;
 }
 
@@ -457,25 +457,25 @@ static void mm_q32(const sp_mm *m, int64_t r0, int64_t r1) {
             switch (m->wtype) {
             case SP_GGML_Q4_1: {
                 const sp_block_q4_1 *x = (const sp_block_q4_1 *)w + b;
-                v = nibbles32(x->qs), d = sp_fp16_to_fp32(x->d), mn = sp_fp16_to_fp32(x->m);
+                v = nibbles32(x->qs), d = _cvtsh_ss(x->d), mn = _cvtsh_ss(x->m);
                 break;
             }
             case SP_GGML_Q5_0: {
                 const sp_block_q5_0 *x = (const sp_block_q5_0 *)w + b;
                 v = _mm256_sub_epi8(_mm256_or_si256(nibbles32(x->qs), qh_bytes(x->qh)), _mm256_set1_epi8(16));
-                d = sp_fp16_to_fp32(x->d);
+                d = _cvtsh_ss(x->d);
                 break;
             }
             case SP_GGML_Q5_1: {
                 const sp_block_q5_1 *x = (const sp_block_q5_1 *)w + b;
                 v = _mm256_or_si256(nibbles32(x->qs), qh_bytes(x->qh));
-                d = sp_fp16_to_fp32(x->d), mn = sp_fp16_to_fp32(x->m);
+                d = _cvtsh_ss(x->d), mn = _cvtsh_ss(x->m);
                 break;
             }
             default: { /* IQ4_NL */
                 const sp_block_iq4_nl *x = (const sp_block_iq4_nl *)w + b;
                 v = _mm256_shuffle_epi8(iq4_table(), nibbles32(x->qs));
-                d = sp_fp16_to_fp32(x->d);
+                d = _cvtsh_ss(x->d);
                 break;
             }
             }

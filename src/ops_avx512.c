@@ -540,8 +540,8 @@ AI void kq512_q4_K(const sp_block_q4_K *x, kq512 *kb) {
         kb->sc[p] = _mm512_permutexvar_epi16(_mm512_add_epi16(half, _mm512_set1_epi16((short)(2 * p))), sc16);
     const __m128i mnb = _mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo);
     kb->cm = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(mnb, mnb)); /* each min for its two 16s */
-    kb->d = sp_fp16_to_fp32(x->d);
-    kb->dmin = sp_fp16_to_fp32(x->dmin);
+    kb->d = _cvtsh_ss(x->d);
+    kb->dmin = _cvtsh_ss(x->dmin);
 }
 
 /* Q5_K: Q4_K's nibbles plus bit s of qh[l] as the fifth bit of sub-block s. */
@@ -578,7 +578,7 @@ AI void kq512_q6_K(const sp_block_q6_K *x, kq512 *kb) {
     UNROLL for (int z = 0; z < 4; z++) /* 8 lanes per 16 elements: scales 4z .. 4z+3 */
         kb->sc[z] = _mm512_permutexvar_epi16(_mm512_add_epi16(eighth, _mm512_set1_epi16((short)(4 * z))), sc16);
     kb->ca = _mm512_mullo_epi32(_mm512_cvtepi8_epi32(s8), _mm512_set1_epi32(-32));
-    kb->d = sp_fp16_to_fp32(x->d);
+    kb->d = _cvtsh_ss(x->d);
     kb->dmin = 0;
 }
 
