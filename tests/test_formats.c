@@ -209,7 +209,7 @@ static void test_batch_and_split_invariance(void **state) {
     (void)state;
     for (size_t ti = 0; ti < N_NEW; ti++) {
         fixture f;
-        fx_make(&f, NEW_TYPES[ti], 12, 512, 5, 200 + ti);
+        fx_make(&f, NEW_TYPES[ti], 12, 512, 19, 200 + ti); /* 19: a group of 16 and a partial one */
         float *ya = malloc((size_t)(f.n * f.rows) * sizeof(float));
         float *yb = malloc((size_t)(f.n * f.rows) * sizeof(float));
         for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
@@ -236,7 +236,7 @@ static void test_simd_bit_identical(void **state) {
     (void)state;
     for (size_t ti = 0; ti < N_NEW; ti++) {
         fixture f;
-        fx_make(&f, NEW_TYPES[ti], 7, 1024, 4, 300 + ti);
+        fx_make(&f, NEW_TYPES[ti], 7, 1024, 19, 300 + ti);
         float *ya = malloc((size_t)(f.n * f.rows) * sizeof(float));
         float *yb = malloc((size_t)(f.n * f.rows) * sizeof(float));
         sp_mm m = fx_mm(&f, 0, f.n, ya);
