@@ -13,6 +13,8 @@ static const sp_cli_command COMMANDS[] = {
     {"mkmodel", "write a random-weight model (tests, benchmarks)", cmd_mkmodel},
     {"bench-forward", "time the forward pass (decode rate, k-token cost)", cmd_bench_forward},
     {"bench", "benchmark speculation configurations over prompts", cmd_bench},
+    {"train", "pre-train a small model on text (cross-entropy)", cmd_train},
+    {"distill", "distil a draft model from a target on text", cmd_distill},
     {"verify-sim", "simulate the verifiers on toy models", cmd_verify_sim},
     {"tokenize", "print the token ids of a text (any GGUF, vocabulary-only too)", cmd_tokenize},
     {"version", "print the version", cmd_version},
