@@ -29,5 +29,6 @@
 #include "sp_spec.h"
 #include "sp_spec_config.h"
 #include "sp_sysinfo.h"
+#include "sp_chat.h"
 
 #endif

@@ -132,5 +132,6 @@ int cmd_distill(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_bench_forward(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -90,6 +90,7 @@ int sp_cli_next(int argc, char **argv, const char *shortopts, const struct optio
 }
 
 void sp_cli_run_opts_default(sp_cli_run_opts *r) {
+    memset(r, 0, sizeof *r);
     r->model = r->tokenizer = r->draft_model = r->draft_tokenizer = r->tokenizer_pre = NULL;
     r->n_predict = 128;
     r->seed = 42;

@@ -1,0 +1,82 @@
+/* Chat templates: recognition from template texts of each family (excerpts
+ * of the Jinja templates the models ship) and the rendered prompt of a
+ * system + user + assistant + user conversation, written out by hand from
+ * each family's documented format. */
+#include "testutil.h"
+
+#include <stdlib.h>
+
+#include "sp_chat.h"
+
+static const sp_chat_msg CONV[] = {
+    {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Tell a story."}};
+
+static void expect(sp_chat_tmpl t, const sp_chat_msg *m, int n, const char *want) {
+    char *out = NULL;
+    sp_error e = {0};
+    if (sp_chat_render(t, m, n, &out, &e)) fail_msg("%s: %s", sp_chat_name(t), e.msg);
+    if (strcmp(out, want)) fail_msg("%s:\ngot  [%s]\nwant [%s]", sp_chat_name(t), out, want);
+    free(out);
+}
+
+static void test_render(void **state) {
+    (void)state;
+    expect(SP_CHAT_CHATML, CONV, 4,
+           "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+           "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nTell a story.<|im_end|>\n"
+           "<|im_start|>assistant\n");
+    expect(SP_CHAT_LLAMA3, CONV, 4,
+           "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+           "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+           "<|start_header_id|>user<|end_header_id|>\n\nTell a story.<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    expect(SP_CHAT_PHI3, CONV, 4,
+           "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello.<|end|>\n"
+           "<|user|>\nTell a story.<|end|>\n<|assistant|>\n");
+    expect(SP_CHAT_GEMMA, CONV, 4,
+           "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+           "<start_of_turn>user\nTell a story.<end_of_turn>\n<start_of_turn>model\n");
+    expect(SP_CHAT_LLAMA2, CONV, 4,
+           "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello.</s><s>[INST] Tell a story. [/INST]");
+    expect(SP_CHAT_MISTRAL, CONV, 4, "[INST] Be brief.\n\nHi [/INST] Hello.</s><s>[INST] Tell a story. [/INST]");
+    expect(SP_CHAT_MISTRAL, CONV + 1, 1, "[INST] Hi [/INST]");
+    expect(SP_CHAT_GEMMA, CONV, 1, "<start_of_turn>user\nBe brief.<end_of_turn>\n<start_of_turn>model\n");
+    assert_string_equal(sp_chat_end_of_turn(SP_CHAT_CHATML), "<|im_end|>");
+    assert_string_equal(sp_chat_end_of_turn(SP_CHAT_LLAMA3), "<|eot_id|>");
+}
+
+static void test_detect_and_errors(void **state) {
+    (void)state;
+    assert_int_equal(sp_chat_detect("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n'"),
+                     SP_CHAT_CHATML);
+    assert_int_equal(sp_chat_detect("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}"),
+                     SP_CHAT_LLAMA3);
+    assert_int_equal(sp_chat_detect("{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim }}"),
+                     SP_CHAT_GEMMA);
+    assert_int_equal(sp_chat_detect("{{'<|user|>' + '\\n' + message['content'] + '<|end|>'}}{{'<|assistant|>'}}"),
+                     SP_CHAT_PHI3);
+    assert_int_equal(sp_chat_detect("{{ bos_token + '[INST] ' + '<<SYS>>\\n' + system + '\\n<</SYS>>' }}"),
+                     SP_CHAT_LLAMA2);
+    assert_int_equal(sp_chat_detect("{{ '[INST] ' + message['content'] + ' [/INST]' }}"), SP_CHAT_MISTRAL);
+    assert_int_equal(sp_chat_detect("{{ message.content }}"), SP_CHAT_NONE);
+    assert_int_equal(sp_chat_detect(NULL), SP_CHAT_NONE);
+    assert_int_equal(sp_chat_by_name("llama3"), SP_CHAT_LLAMA3);
+    assert_int_equal(sp_chat_by_name("jinja"), SP_CHAT_NONE);
+    char *out = NULL;
+    sp_error e = {0};
+    const sp_chat_msg bad_role[] = {{"robot", "x"}};
+    assert_int_equal(sp_chat_render(SP_CHAT_CHATML, bad_role, 1, &out, &e), SP_ERR_ARG);
+    assert_non_null(strstr(e.msg, "role"));
+    const sp_chat_msg late_system[] = {{"user", "x"}, {"system", "y"}};
+    assert_int_equal(sp_chat_render(SP_CHAT_CHATML, late_system, 2, &out, &e), SP_ERR_ARG);
+    assert_int_equal(sp_chat_render(SP_CHAT_CHATML, CONV, 0, &out, &e), SP_ERR_ARG);
+    assert_int_equal(sp_chat_render(SP_CHAT_NONE, CONV, 1, &out, &e), SP_ERR_ARG);
+    assert_null(out);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_render),
+    cmocka_unit_test(test_detect_and_errors),
+};
+SP_TEST_MAIN(tests)

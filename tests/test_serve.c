@@ -1,0 +1,480 @@
+/* End-to-end tests of `specula serve` over real loopback sockets: the
+ * server binary is started on a free port (--port 0; the port is read from
+ * its first stderr line) and driven with raw HTTP/1.1: the OpenAI shapes of
+ * completions, chat completions and streams, greedy text equal to
+ * `specula generate`'s with and without speculation, stop strings, every
+ * malformed-request case (4xx with an OpenAI error object), the API key,
+ * concurrent requests on several slots, /metrics, and a clean exit 0 on
+ * SIGTERM. The official `openai` npm client is driven by tests/js/openai_client.mjs
+ * (installed by scripts/setup.sh); without node or the package that test
+ * fails and says how to install them. */
+#include "cli_testutil.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SP_SLOW 1
+#else
+#define SP_SLOW 0
+#endif
+
+static const char *stories(void) { return sp_shared("models/stories260K.gguf"); }
+
+typedef struct server {
+    pid_t pid;
+    int port;
+    int err_fd;
+} server;
+
+/* Starts `specula serve ARGV... --port 0` and waits for its port. */
+static server start(const char *const *extra) {
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    const char *argv[40] = {sp_cli_bin(), "serve", "-m", stories(), "--port", "0"};
+    int n = 6;
+    for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(p[1], 2);
+        close(p[0]);
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(p[1]);
+    char line[1024];
+    size_t len = 0;
+    while (len < sizeof line - 1) {
+        ssize_t k = read(p[0], line + len, 1);
+        if (k <= 0) break;
+        if (line[len++] == '\n') break;
+    }
+    line[len] = 0;
+    const char *at = strstr(line, "http://127.0.0.1:");
+    if (!at) fail_msg("server did not start: %s", line);
+    server s = {.pid = pid, .port = atoi(at + strlen("http://127.0.0.1:")), .err_fd = p[0]};
+    return s;
+}
+
+static int stop(server *s) {
+    kill(s->pid, SIGTERM);
+    int st;
+    waitpid(s->pid, &st, 0);
+    close(s->err_fd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+typedef struct resp {
+    int status;
+    char *body; /* malloc'd, NUL-terminated */
+} resp;
+
+/* One request on a new connection (Connection: close); reads to EOF.
+ * The body is sent as given (may be malformed); extra: more header lines. */
+static resp http(int port, const char *method, const char *path, const char *body, size_t blen,
+                 const char *extra) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    char head[1024];
+    int hn = snprintf(head, sizeof head,
+                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%sContent-Length: %zu\r\n\r\n",
+                      method, path, body ? "Content-Type: application/json\r\n" : "", extra ? extra : "",
+                      body ? blen : 0);
+    assert_true(write(fd, head, (size_t)hn) == hn);
+    for (size_t off = 0; body && off < blen;) {
+        ssize_t k = write(fd, body + off, blen - off);
+        if (k <= 0) break; /* the server may answer 413 and close early */
+        off += (size_t)k;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
+        ssize_t k = read(fd, buf + len, cap - len - 1);
+        if (k <= 0) break;
+        len += (size_t)k;
+    }
+    close(fd);
+    buf[len] = 0;
+    resp r = {0};
+    sscanf(buf, "HTTP/1.1 %d", &r.status);
+    char *b = strstr(buf, "\r\n\r\n");
+    r.body = strdup(b ? b + 4 : "");
+    /* chunked transfer (streams): remove the chunk size lines */
+    if (strstr(buf, "Transfer-Encoding: chunked") || strstr(buf, "transfer-encoding: chunked")) {
+        char *src = b + 4, *dst = r.body;
+        for (;;) {
+            long sz = strtol(src, &src, 16);
+            if (sz <= 0) break;
+            src = strstr(src, "\r\n") + 2;
+            memcpy(dst, src, (size_t)sz);
+            dst += sz, src += sz + 2;
+        }
+        *dst = 0;
+    }
+    free(buf);
+    return r;
+}
+
+static resp post(int port, const char *path, const char *body) {
+    return http(port, "POST", path, body, strlen(body), NULL);
+}
+
+static json_t *ok_json(resp r) {
+    if (r.status != 200) fail_msg("status %d: %s", r.status, r.body);
+    json_error_t e;
+    json_t *j = json_loads(r.body, 0, &e);
+    if (!j) fail_msg("not JSON (%s): %s", e.text, r.body);
+    free(r.body);
+    return j;
+}
+
+/* An OpenAI error object with this status; returns its message. */
+static void expect_error(resp r, int status, const char *needle) {
+    if (r.status != status) fail_msg("want %d, got %d: %s", status, r.status, r.body);
+    json_t *j = json_loads(r.body, 0, NULL);
+    if (!j) fail_msg("error body is not JSON: %s", r.body);
+    json_t *e = json_object_get(j, "error");
+    assert_true(json_is_object(e));
+    assert_true(json_is_string(json_object_get(e, "message")));
+    assert_true(json_is_string(json_object_get(e, "type")));
+    assert_non_null(json_object_get(e, "param"));
+    assert_non_null(json_object_get(e, "code"));
+    if (needle && !strstr(json_string_value(json_object_get(e, "message")), needle))
+        fail_msg("message '%s' lacks '%s'", json_string_value(json_object_get(e, "message")), needle);
+    json_decref(j);
+    free(r.body);
+}
+
+static const char *choice_text(json_t *j) {
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *t = json_object_get(c, "text");
+    if (!t) t = json_object_get(json_object_get(c, "message"), "content");
+    assert_true(json_is_string(t));
+    return json_string_value(t);
+}
+
+/* `specula generate` greedy text after the prompt. */
+static void generate_text(const char *prompt, int n, char *out, size_t cap) {
+    char args[2048], buf[8192];
+    snprintf(args, sizeof args, "generate -m '%s' -p '%s' -n %d --temp 0", stories(), prompt, n);
+    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+    assert_true(strncmp(buf, prompt, strlen(prompt)) == 0);
+    snprintf(out, cap, "%s", buf + strlen(prompt));
+    size_t len = strlen(out);
+    if (len && out[len - 1] == '\n') out[len - 1] = 0; /* generate ends its output with a newline */
+}
+
+static void test_completions_and_streams(void **state) {
+    (void)state;
+    server s = start(NULL);
+    json_t *j = ok_json(http(s.port, "GET", "/health", NULL, 0, NULL));
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "ok");
+    json_decref(j);
+    j = ok_json(http(s.port, "GET", "/v1/models", NULL, 0, NULL));
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "list");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id")),
+                        "stories260K.gguf");
+    json_decref(j);
+
+    char want[8192];
+    generate_text("Once upon a time", 24, want, sizeof want);
+    const char *specs[] = {"", ",\"speculative\":{\"drafter\":\"ngram\",\"n_max\":4}",
+                           ",\"speculative\":{\"drafter\":\"lowbit\",\"lowbit\":\"q8_0\",\"gamma\":3}",
+                           ",\"speculative\":{\"drafter\":\"layerskip\",\"skip_layers\":\"2\",\"adaptive\":true}",
+                           ",\"speculative\":{\"n_max\":0}"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"model\":\"x\",\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0%s}", specs[i]);
+        j = ok_json(post(s.port, "/v1/completions", body));
+        assert_string_equal(json_string_value(json_object_get(j, "object")), "text_completion");
+        assert_string_equal(choice_text(j), want);
+        json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+        assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "length");
+        json_t *u = json_object_get(j, "usage");
+        assert_int_equal(json_integer_value(json_object_get(u, "completion_tokens")), 24);
+        assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")), 5);
+        json_t *m = json_object_get(json_object_get(j, "metrics"), "speculative_decoding");
+        assert_true(json_is_object(m));
+        if (i > 0 && i < 4) assert_true(json_integer_value(json_object_get(m, "num_draft_tokens")) > 0);
+        if (i == 4) assert_int_equal(json_integer_value(json_object_get(m, "num_draft_tokens")), 0);
+        json_decref(j);
+    }
+
+    /* the stream: deltas concatenate to the same text, then usage, then [DONE] */
+    resp r = post(s.port, "/v1/completions",
+                  "{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0,\"stream\":true,"
+                  "\"stream_options\":{\"include_usage\":true},\"speculative\":{\"drafter\":\"ngram\"}}");
+    assert_int_equal(r.status, 200);
+    char got[8192] = "";
+    int chunks = 0, finished = 0, usage = 0;
+    char *line = r.body, *next;
+    for (; line && *line; line = next) {
+        next = strstr(line, "\n\n");
+        if (next) *next = 0, next += 2;
+        assert_true(strncmp(line, "data: ", 6) == 0);
+        if (!strcmp(line + 6, "[DONE]")) {
+            assert_true(next == NULL || *next == 0);
+            chunks = -chunks;
+            break;
+        }
+        json_t *cj = json_loads(line + 6, 0, NULL);
+        assert_non_null(cj);
+        json_t *c = json_array_get(json_object_get(cj, "choices"), 0);
+        if (c) {
+            strcat(got, json_string_value(json_object_get(c, "text")));
+            finished += json_is_string(json_object_get(c, "finish_reason"));
+        } else {
+            usage++;
+            assert_int_equal(json_integer_value(json_object_get(json_object_get(cj, "usage"), "completion_tokens")), 24);
+        }
+        chunks++;
+        json_decref(cj);
+    }
+    assert_true(chunks < -2); /* [DONE] seen after several chunks */
+    assert_int_equal(finished, 1);
+    assert_int_equal(usage, 1);
+    assert_string_equal(got, want);
+    free(r.body);
+
+    /* a stop string cuts the text before it, finish_reason "stop" */
+    j = ok_json(post(s.port, "/v1/completions",
+                     "{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0,\"stop\":[\"Lily\",\"zzz\"]}"));
+    const char *lily = strstr(want, "Lily");
+    assert_non_null(lily);
+    assert_int_equal(strlen(choice_text(j)), (size_t)(lily - want));
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "finish_reason")),
+                        "stop");
+    json_decref(j);
+    /* sampled requests with a seed repeat */
+    const char *sampled = "{\"prompt\":\"Once\",\"max_tokens\":16,\"temperature\":0.9,\"top_k\":40,\"top_p\":0.95,"
+                          "\"min_p\":0.05,\"seed\":7}";
+    json_t *a = ok_json(post(s.port, "/v1/completions", sampled)), *b = ok_json(post(s.port, "/v1/completions", sampled));
+    assert_string_equal(choice_text(a), choice_text(b));
+    json_decref(a);
+    json_decref(b);
+
+    /* metrics: the speculative counters under vLLM's names */
+    r = http(s.port, "GET", "/metrics", NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "specula:spec_decode_num_drafts "));
+    assert_non_null(strstr(r.body, "specula:spec_decode_num_draft_tokens "));
+    assert_non_null(strstr(r.body, "specula:spec_decode_num_accepted_tokens "));
+    assert_non_null(strstr(r.body, "specula:spec_decode_num_accepted_tokens_per_pos{position=\"0\"}"));
+    assert_non_null(strstr(r.body, "specula:requests_total{endpoint=\"/v1/completions\",status=\"200\"}"));
+    assert_non_null(strstr(r.body, "specula:time_to_first_token_seconds_bucket{le=\"+Inf\"}"));
+    free(r.body);
+    assert_int_equal(stop(&s), 0);
+}
+
+static void test_chat(void **state) {
+    (void)state;
+    /* stories260K has no chat template: refused until one is forced */
+    server s = start(NULL);
+    expect_error(post(s.port, "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}"), 400,
+                 "--chat-template");
+    assert_int_equal(stop(&s), 0);
+    const char *extra[] = {"--chat-template", "chatml", NULL};
+    s = start(extra);
+    json_t *j = ok_json(post(s.port, "/v1/chat/completions",
+                             "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Tell stories.\"},"
+                             "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Once\"}]}],"
+                             "\"max_completion_tokens\":12,\"temperature\":0}"));
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "chat.completion");
+    json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    assert_string_equal(json_string_value(json_object_get(msg, "role")), "assistant");
+    assert_true(json_is_string(json_object_get(msg, "content")));
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 12);
+    json_decref(j);
+    expect_error(post(s.port, "/v1/chat/completions", "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}"), 400,
+                 "role");
+    expect_error(post(s.port, "/v1/chat/completions", "{\"messages\":[]}"), 400, "messages");
+    assert_int_equal(stop(&s), 0);
+}
+
+static void test_bad_requests(void **state) {
+    (void)state;
+    server s = start(NULL);
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\": \"x\""), 400, "JSON");
+    expect_error(post(s.port, "/v1/completions", "[1,2]"), 400, "object");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":42}"), 400, "prompt");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"temperature\":\"hot\"}"), 400, "temperature");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"temperature\":-1}"), 400, "temperature");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"top_p\":0}"), 400, "top_p");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"n\":2}"), 400, "n:");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":1000000000}"), 400, "max_tokens");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":0}"), 400, "max_tokens");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"bogus_field\":1}"), 400, "bogus_field");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"stop\":[1]}"), 400, "stop");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"stream\":\"yes\"}"), 400, "stream");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"speculative\":{\"gamma\":1000}}"), 400, "gamma");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"speculative\":{\"verifier\":\"nope\"}}"), 400,
+                 "verifier");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"speculative\":{\"drafter\":\"model\"}}"), 400,
+                 "speculative");
+    expect_error(post(s.port, "/v1/completions",
+                      "{\"prompt\":\"x\",\"temperature\":1,\"speculative\":{\"drafter\":\"ngram\",\"verifier\":\"greedy\"}}"),
+                 400, "greedy");
+    /* a prompt longer than the context (2048 tokens) */
+    size_t n = 40000;
+    char *big = malloc(n + 64);
+    strcpy(big, "{\"prompt\":\"");
+    for (size_t i = strlen(big); i < n; i++) big[i] = 'a' + (char)(i % 26);
+    strcpy(big + n, "\"}");
+    resp r = post(s.port, "/v1/completions", big);
+    expect_error(r, 400, "context");
+    free(big);
+    /* a body over 1 MiB */
+    n = (1 << 20) + 100;
+    big = malloc(n);
+    memset(big, ' ', n);
+    expect_error(http(s.port, "POST", "/v1/completions", big, n, NULL), 413, NULL);
+    free(big);
+    expect_error(http(s.port, "GET", "/v1/nothing", NULL, 0, NULL), 404, NULL);
+    expect_error(http(s.port, "GET", "/v1/completions", NULL, 0, NULL), 405, NULL);
+    /* still serving */
+    json_t *j = ok_json(post(s.port, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":4}"));
+    json_decref(j);
+    assert_int_equal(stop(&s), 0);
+}
+
+static void test_api_key(void **state) {
+    (void)state;
+    const char *extra[] = {"--api-key", "sekrit-123", NULL};
+    server s = start(extra);
+    const char *body = "{\"prompt\":\"Once\",\"max_tokens\":2}";
+    expect_error(post(s.port, "/v1/completions", body), 401, "API key");
+    expect_error(http(s.port, "POST", "/v1/completions", body, strlen(body), "Authorization: Bearer sekrit-12\r\n"),
+                 401, NULL);
+    expect_error(http(s.port, "GET", "/v1/models", NULL, 0, "Authorization: Bearer sekrit-1234\r\n"), 401, NULL);
+    json_t *j = ok_json(http(s.port, "POST", "/v1/completions", body, strlen(body),
+                             "Authorization: Bearer sekrit-123\r\n"));
+    json_decref(j);
+    j = ok_json(http(s.port, "GET", "/health", NULL, 0, NULL)); /* health needs no key */
+    json_decref(j);
+    assert_int_equal(stop(&s), 0);
+}
+
+/* A bounded load test: 16 clients at once on 2 slots, 1,008 requests
+ * (126 under ASan), mixed streaming and not, greedy and sampled, with and
+ * without speculation: every response well-formed, every greedy answer
+ * equal to `specula generate`'s, and the server's resident memory flat
+ * between the end of the first 112 requests and the end (within 4 MiB). */
+typedef struct client {
+    int port, id, n, base;
+    const char *want;
+    int bad;
+} client;
+
+static void *client_main(void *arg) {
+    client *c = arg;
+    for (int i = c->base; i < c->base + c->n; i++) {
+        const bool stream = (c->id + i) % 2, sampled = i % 4 == 3;
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":%s,\"seed\":%d,\"stream\":%s%s}",
+                 sampled ? "0.8" : "0", i, stream ? "true" : "false",
+                 (i % 3) == 1 ? ",\"speculative\":{\"drafter\":\"ngram\"}"
+                 : (i % 3) == 2 ? ",\"speculative\":{\"drafter\":\"lowbit\",\"lowbit\":\"q8_0\",\"gamma\":2}" : "");
+        resp r = post(c->port, "/v1/completions", body);
+        if (r.status != 200) c->bad++;
+        else if (!stream) {
+            json_t *j = json_loads(r.body, 0, NULL);
+            const char *t = j ? json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text")) : NULL;
+            if (!t || (!sampled && strcmp(t, c->want))) c->bad++;
+            json_decref(j);
+        } else {
+            const char *done = strstr(r.body, "data: [DONE]\n\n");
+            if (!done || done[14] != 0) c->bad++;
+        }
+        free(r.body);
+    }
+    return NULL;
+}
+
+static long rss_kib(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kib = atol(line + 6);
+    if (f) fclose(f);
+    return kib;
+}
+
+static int run_clients(int port, const char *want, int per_client, int base) {
+    enum { NC = 16 };
+    client c[NC];
+    pthread_t th[NC];
+    for (int i = 0; i < NC; i++) {
+        c[i] = (client){.port = port, .id = i, .n = per_client, .base = base, .want = want};
+        pthread_create(&th[i], NULL, client_main, &c[i]);
+    }
+    int bad = 0;
+    for (int i = 0; i < NC; i++) pthread_join(th[i], NULL), bad += c[i].bad;
+    return bad;
+}
+
+static void test_load(void **state) {
+    (void)state;
+    char want[8192];
+    generate_text("Once upon a time", 24, want, sizeof want);
+    const char *extra[] = {"--parallel", "2", "-t", "2", NULL};
+    server s = start(extra);
+    assert_int_equal(run_clients(s.port, want, 7, 0), 0);
+    const long rss1 = rss_kib(s.pid);
+    assert_int_equal(run_clients(s.port, want, SP_SLOW ? 1 : 56, 7), 0);
+    const long rss2 = rss_kib(s.pid);
+    printf("load: %d requests, server RSS %ld KiB after 112, %ld KiB at the end\n", 16 * (SP_SLOW ? 8 : 63),
+           rss1, rss2);
+    assert_true(rss1 > 0 && rss2 - rss1 < 4096);
+    assert_int_equal(stop(&s), 0);
+}
+
+/* The official openai npm client (tests/js/openai_client.mjs). */
+static void test_openai_client(void **state) {
+    (void)state;
+    char script[1024], mod[1024], bin[1024];
+    snprintf(bin, sizeof bin, "%s", sp_cli_bin());
+    const char *dir = dirname(bin);
+    snprintf(script, sizeof script, "%s/../tests/js/openai_client.mjs", dir);
+    snprintf(mod, sizeof mod, "%s/../tests/js/node_modules/openai/package.json", dir);
+    if (system("node --version >/dev/null 2>&1") != 0)
+        fail_msg("node is not installed: run scripts/setup.sh (Debian nodejs, npm and the openai package)");
+    struct stat st;
+    if (stat(mod, &st) != 0)
+        fail_msg("the openai npm package is missing (%s): run scripts/setup.sh", mod);
+    const char *extra[] = {"--chat-template", "chatml", NULL};
+    server s = start(extra);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "SPECULA_URL=http://127.0.0.1:%d/v1 node '%s' 2>&1", s.port, script);
+    FILE *f = popen(cmd, "r");
+    char out[8192];
+    size_t len = fread(out, 1, sizeof out - 1, f);
+    out[len] = 0;
+    int rc = pclose(f);
+    printf("%s", out);
+    assert_int_equal(stop(&s), 0);
+    if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0) fail_msg("openai client failed:\n%s", out);
+    assert_non_null(strstr(out, "openai client: all checks passed"));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_completions_and_streams), cmocka_unit_test(test_chat),
+    cmocka_unit_test(test_bad_requests),            cmocka_unit_test(test_api_key),
+    cmocka_unit_test(test_load),              cmocka_unit_test(test_openai_client),
+};
+SP_TEST_MAIN(tests)

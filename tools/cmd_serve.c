@@ -1,0 +1,1072 @@
+/* cmd_serve: `specula serve`, an OpenAI-compatible HTTP server on
+ * libmicrohttpd (one thread per connection) with jansson for JSON.
+ *
+ * Endpoints: POST /v1/completions, POST /v1/chat/completions, GET
+ * /v1/models, GET /health, GET /metrics (Prometheus text). A request's
+ * "speculative" object goes through the speculation configuration layer
+ * (sp_spec_config_json over the server's defaults), so it is validated with
+ * the CLI's messages. Requests run on --parallel slots, each with its own
+ * KV cache and speculation state; beyond them requests wait in a queue of
+ * --queue places, then get 503. Slots run side by side, each with its own
+ * threads (continuous batching of several requests into one forward pass
+ * is not implemented). A streamed response is written by a generation
+ * thread into a pipe that the connection's reader drains; a client that
+ * disconnects closes the pipe, which cancels its generation. SIGINT and
+ * SIGTERM stop the daemon: in-flight generations are cancelled, every
+ * connection finishes, everything is freed, exit 0. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "sp_chat.h"
+#include "sp_clock.h"
+#include "specula.h"
+
+#define BODY_MAX (1 << 20)
+#define N_STOP_MAX 4
+#define STOP_LEN_MAX 256
+
+/* ---------------------------------------------------------------- state */
+
+typedef struct slot {
+    sp_ctx *ctx;
+    sp_spec *spec;        /* reused while the settings stay the same */
+    sp_spec_params sp;
+    bool busy;
+} slot;
+
+enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, EP_N };
+static const char *const EP_NAMES[EP_N] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
+                                           "/health", "/metrics", "other"};
+static const double TTFT_B[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+static const double TPOT_B[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
+#define NB 11
+
+static struct server {
+    sp_model *m, *dm;
+    const sp_tokenizer *tok;
+    char model_id[256];
+    sp_spec_params defaults;
+    sp_sampler_params sampling;
+    uint64_t seed;
+    sp_chat_tmpl tmpl;
+    const char *api_key;
+    int32_t n_ctx, parallel, queue_max, threads;
+    slot *slots;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int waiting;
+    atomic_bool stopping;
+    /* metrics (under mmu) */
+    pthread_mutex_t mmu;
+    uint64_t req[EP_N][600];
+    uint64_t tok_in, tok_out, drafts, draft_tokens, accepted, acc_pos[SP_SPEC_MAX_GAMMA + 2];
+    uint64_t ttft[NB + 1], tpot[NB + 1];
+    double ttft_sum, tpot_sum;
+    uint64_t ttft_n, tpot_n;
+} S;
+
+/* ------------------------------------------------------------- requests */
+
+typedef struct req {
+    int ep;
+    bool stream, include_usage;
+    int32_t max_tokens; /* -1: not given */
+    sp_sampler_params smp;
+    uint64_t seed;
+    int n_stop;
+    char stop[N_STOP_MAX][STOP_LEN_MAX + 1];
+    sp_spec_params spec;
+    char *text; /* the prompt text (rendered for chat) */
+    char model[256];
+} req;
+
+/* An OpenAI error: HTTP status, message, type, param (may be NULL), code. */
+typedef struct apierr {
+    unsigned status;
+    char msg[400];
+    char param[64]; /* copied: the request's JSON is freed before the reply */
+    bool has_param;
+    const char *type, *code; /* static strings */
+} apierr;
+
+static int bad(apierr *e, unsigned status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int bad(apierr *e, unsigned status, const char *param, const char *code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->status = status;
+    e->type = status == 401 ? "authentication_error" : status >= 500 ? "server_error" : "invalid_request_error";
+    e->has_param = param != NULL;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    e->code = code;
+    return -1;
+}
+
+static json_t *err_json(const apierr *e) {
+    json_t *o = json_object();
+    json_object_set_new(o, "message", json_string(e->msg));
+    json_object_set_new(o, "type", json_string(e->type));
+    json_object_set_new(o, "param", e->has_param ? json_string(e->param) : json_null());
+    json_object_set_new(o, "code", e->code ? json_string(e->code) : json_null());
+    json_t *r = json_object();
+    json_object_set_new(r, "error", o);
+    return r;
+}
+
+static bool num(const json_t *v, double *out) {
+    if (json_is_integer(v)) *out = (double)json_integer_value(v);
+    else if (json_is_real(v)) *out = json_real_value(v);
+    else return false;
+    return true;
+}
+
+/* Text of a chat message's content: a string, or an array of
+ * {"type": "text", "text": ...} parts (joined). NULL if neither. */
+static char *content_text(const json_t *c) {
+    if (json_is_string(c)) return strdup(json_string_value(c));
+    if (!json_is_array(c)) return NULL;
+    size_t n = 0, i;
+    json_t *p;
+    json_array_foreach(c, i, p) {
+        const json_t *t = json_object_get(p, "text");
+        if (!json_is_object(p) || !json_is_string(t)) return NULL;
+        n += json_string_length(t);
+    }
+    char *s = malloc(n + 1), *w = s;
+    if (!s) return NULL;
+    json_array_foreach(c, i, p) {
+        const json_t *t = json_object_get(p, "text");
+        memcpy(w, json_string_value(t), json_string_length(t));
+        w += json_string_length(t);
+    }
+    *w = 0;
+    return s;
+}
+
+static int parse_messages(const json_t *msgs, req *r, apierr *e) {
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return bad(e, 400, "messages", NULL, "messages: must be a non-empty array");
+    size_t n = json_array_size(msgs);
+    if (n > 4096) return bad(e, 400, "messages", NULL, "messages: at most 4096 messages");
+    sp_chat_msg *cm = calloc(n, sizeof *cm);
+    char **texts = calloc(n, sizeof *texts);
+    int rc = 0;
+    for (size_t i = 0; cm && texts && i < n && !rc; i++) {
+        const json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
+        if (!json_is_object(m) || !json_is_string(role)) {
+            rc = bad(e, 400, "messages", NULL, "messages[%zu]: needs a string role", i);
+            break;
+        }
+        cm[i].role = json_string_value(role);
+        if (!strcmp(cm[i].role, "developer")) cm[i].role = "system"; /* OpenAI's newer name */
+        if (!(texts[i] = content_text(json_object_get(m, "content"))))
+            rc = bad(e, 400, "messages", NULL, "messages[%zu].content: must be a string or text parts", i);
+        cm[i].content = texts[i];
+    }
+    if (!cm || !texts) rc = bad(e, 500, NULL, NULL, "out of memory");
+    if (!rc) {
+        sp_error se = {0};
+        if (sp_chat_render(S.tmpl, cm, (int)n, &r->text, &se)) rc = bad(e, 400, "messages", NULL, "%s", se.msg);
+    }
+    for (size_t i = 0; texts && i < n; i++) free(texts[i]);
+    free(texts);
+    free(cm);
+    return rc;
+}
+
+/* Fields every endpoint accepts besides its prompt. Unknown fields are
+ * refused (a misspelt parameter must not be silently ignored), except
+ * "user" and penalties/logprobs at their neutral values. */
+static int parse_common(const json_t *j, req *r, apierr *e) {
+    const char *key;
+    json_t *v;
+    double d;
+    json_object_foreach((json_t *)j, key, v) {
+        if (!strcmp(key, "model")) {
+            if (!json_is_string(v)) return bad(e, 400, key, NULL, "model: must be a string");
+            snprintf(r->model, sizeof r->model, "%s", json_string_value(v));
+        } else if (!strcmp(key, "prompt") || !strcmp(key, "messages") || !strcmp(key, "user")) {
+            continue; /* prompt/messages: per endpoint */
+        } else if (!strcmp(key, "max_tokens") || !strcmp(key, "max_completion_tokens")) {
+            if (json_is_null(v)) continue;
+            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > S.n_ctx)
+                return bad(e, 400, key, NULL, "%s: must be an integer in [1, %d] (the context size)", key,
+                           S.n_ctx);
+            r->max_tokens = (int32_t)json_integer_value(v);
+        } else if (!strcmp(key, "temperature")) {
+            if (json_is_null(v)) continue;
+            if (!num(v, &d) || !(d >= 0 && d <= 2))
+                return bad(e, 400, key, NULL, "temperature: must be a number in [0, 2]");
+            r->smp.temperature = (float)d;
+        } else if (!strcmp(key, "top_p")) {
+            if (json_is_null(v)) continue;
+            if (!num(v, &d) || !(d > 0 && d <= 1)) return bad(e, 400, key, NULL, "top_p: must be in (0, 1]");
+            r->smp.top_p = (float)d;
+        } else if (!strcmp(key, "min_p")) {
+            if (json_is_null(v)) continue;
+            if (!num(v, &d) || !(d >= 0 && d <= 1)) return bad(e, 400, key, NULL, "min_p: must be in [0, 1]");
+            r->smp.min_p = (float)d;
+        } else if (!strcmp(key, "top_k")) {
+            if (json_is_null(v)) continue;
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 24))
+                return bad(e, 400, key, NULL, "top_k: must be an integer >= 0");
+            r->smp.top_k = (int32_t)json_integer_value(v);
+        } else if (!strcmp(key, "seed")) {
+            if (json_is_null(v)) continue;
+            if (!json_is_integer(v)) return bad(e, 400, key, NULL, "seed: must be an integer");
+            r->seed = (uint64_t)json_integer_value(v);
+        } else if (!strcmp(key, "n")) {
+            if (!json_is_integer(v) || json_integer_value(v) != 1)
+                return bad(e, 400, key, NULL, "n: only 1 is supported");
+        } else if (!strcmp(key, "stream")) {
+            if (json_is_null(v)) continue;
+            if (!json_is_boolean(v)) return bad(e, 400, key, NULL, "stream: must be a boolean");
+            r->stream = json_is_true(v);
+        } else if (!strcmp(key, "stream_options")) {
+            if (json_is_null(v)) continue;
+            const json_t *u = json_object_get(v, "include_usage");
+            if (!json_is_object(v) || (u && !json_is_boolean(u)))
+                return bad(e, 400, key, NULL, "stream_options: must be an object with a boolean include_usage");
+            r->include_usage = json_is_true(u);
+        } else if (!strcmp(key, "stop")) {
+            if (json_is_null(v)) continue;
+            size_t i;
+            json_t *s;
+            if (json_is_string(v)) {
+                v = json_pack("[O]", v);
+                if (!v) return bad(e, 500, NULL, NULL, "out of memory");
+            } else {
+                json_incref(v);
+            }
+            int rc = 0;
+            if (!json_is_array(v) || json_array_size(v) > N_STOP_MAX)
+                rc = bad(e, 400, key, NULL, "stop: must be a string or a list of at most %d strings", N_STOP_MAX);
+            json_array_foreach(v, i, s) {
+                if (rc) break;
+                if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) > STOP_LEN_MAX)
+                    rc = bad(e, 400, key, NULL, "stop: each entry must be a string of 1 to %d bytes", STOP_LEN_MAX);
+                else
+                    memcpy(r->stop[r->n_stop++], json_string_value(s), json_string_length(s) + 1);
+            }
+            json_decref(v);
+            if (rc) return rc;
+        } else if (!strcmp(key, "speculative")) {
+            if (json_is_null(v)) continue;
+            sp_spec_config c;
+            sp_spec_config_init(&c, &S.defaults);
+            sp_error se = {0};
+            if (sp_spec_config_json(&c, v, &se) || sp_spec_config_finish(&c, S.dm != NULL, &se))
+                return bad(e, 400, "speculative", NULL, "speculative: %s", se.msg);
+            r->spec = c.params;
+            if (c.off_by_n_max) r->spec.draft.kind = SP_DRAFT_NONE;
+        } else if (!strcmp(key, "frequency_penalty") || !strcmp(key, "presence_penalty")) {
+            if (!json_is_null(v) && (!num(v, &d) || d != 0))
+                return bad(e, 400, key, NULL, "%s: not supported (only 0)", key);
+        } else if (!strcmp(key, "logprobs") || !strcmp(key, "echo")) {
+            if (!json_is_null(v) && !json_is_false(v))
+                return bad(e, 400, key, NULL, "%s: not supported", key);
+        } else {
+            return bad(e, 400, key, NULL, "unrecognized request argument: %s", key);
+        }
+    }
+    sp_error se = {0};
+    if (sp_sampler_params_check(&r->smp, &se) || sp_spec_config_check_sampling(&r->spec, &r->smp, &se))
+        return bad(e, 400, NULL, NULL, "%s", se.msg);
+    return 0;
+}
+
+static int parse_request(const char *body, size_t len, int ep, req *r, apierr *e) {
+    json_error_t je;
+    json_t *j = json_loadb(body, len, 0, &je);
+    if (!j) return bad(e, 400, NULL, NULL, "could not parse the JSON body: %s (line %d)", je.text, je.line);
+    int rc = 0;
+    if (!json_is_object(j)) rc = bad(e, 400, NULL, NULL, "the body must be a JSON object");
+    r->ep = ep;
+    r->max_tokens = -1;
+    r->smp = S.sampling;
+    r->seed = S.seed;
+    r->spec = S.defaults;
+    if (!rc) rc = parse_common(j, r, e);
+    if (!rc && ep == EP_CHAT) {
+        if (S.tmpl == SP_CHAT_NONE)
+            rc = bad(e, 400, "messages", NULL,
+                     "this model has no chat template Specula recognises; start the server with "
+                     "--chat-template NAME (%s)", sp_chat_names());
+        else
+            rc = parse_messages(json_object_get(j, "messages"), r, e);
+        /* the family's end-of-turn text also ends the answer, should the
+         * vocabulary not mark it as an end-of-generation token */
+        const char *eot = sp_chat_end_of_turn(S.tmpl);
+        if (!rc && r->n_stop < N_STOP_MAX && *eot) snprintf(r->stop[r->n_stop++], STOP_LEN_MAX + 1, "%s", eot);
+    } else if (!rc) {
+        const json_t *p = json_object_get(j, "prompt");
+        if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
+        if (!json_is_string(p))
+            rc = bad(e, 400, "prompt", NULL, "prompt: must be a string (or a list of one string)");
+        else if (!(r->text = strdup(json_string_value(p))))
+            rc = bad(e, 500, NULL, NULL, "out of memory");
+    }
+    json_decref(j);
+    return rc;
+}
+
+/* ----------------------------------------------------------- generation */
+
+typedef struct run {
+    req r;
+    slot *sl;
+    int32_t *prompt, n_prompt, *out;
+    char *text;             /* generated text after stop handling */
+    size_t len, cap, sent;  /* sent: bytes streamed so far */
+    int32_t prev, n_gen;
+    bool stop_hit, failed;
+    atomic_bool cancel;
+    int wfd, rfd;           /* streaming pipe (-1 when not streaming) */
+    pthread_t thread;
+    bool thread_started;
+    double t0, t_first, t_last;
+    sp_gen_stats gst;
+    sp_spec_stats sst;
+    char id[40];
+    long long created;
+    apierr err;
+} run;
+
+static bool write_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k, n -= (size_t)k;
+    }
+    return true;
+}
+
+/* Length of the longest prefix of text[0..n) that ends on a UTF-8
+ * character boundary (an incomplete trailing sequence is held back). */
+static size_t utf8_complete(const char *s, size_t n) {
+    size_t i = n, back = 0;
+    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, back++;
+    if (i == 0) return n;
+    unsigned char c = (unsigned char)s[i - 1];
+    size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return back + 1 >= need ? n : i - 1;
+}
+
+static json_t *text_json(const char *s, size_t n) {
+    size_t badn = 0;
+    return sp_cli_json_text(s, n, &badn);
+}
+
+static json_t *spec_metrics(const run *g) {
+    json_t *o = json_object(), *pos = json_array();
+    const sp_spec_stats *s = &g->sst;
+    /* accepted tokens per draft position: position i accepted when tau > i */
+    for (int i = 0; i < SP_SPEC_MAX_GAMMA; i++) {
+        int64_t c = 0;
+        for (int t = i + 1; t < SP_SPEC_MAX_GAMMA + 2; t++) c += s->accept_hist[t];
+        if (i >= 1 && c == 0) break;
+        json_array_append_new(pos, json_integer(c));
+    }
+    int64_t drafts = s->iterations - s->gamma_hist[0];
+    json_object_set_new(o, "drafter", json_string(s->drafter ? s->drafter : "none"));
+    json_object_set_new(o, "verifier", json_string(s->verifier ? s->verifier : "none"));
+    json_object_set_new(o, "num_drafts", json_integer(drafts));
+    json_object_set_new(o, "num_draft_tokens", json_integer(s->drafted));
+    json_object_set_new(o, "num_accepted_tokens", json_integer(s->accepted));
+    json_object_set_new(o, "acceptance_rate", json_real(sp_spec_acceptance_rate(s)));
+    json_object_set_new(o, "mean_acceptance_length", json_real(drafts ? (double)s->accepted / drafts : 0));
+    json_object_set_new(o, "num_accepted_tokens_per_pos", pos);
+    json_t *m = json_object();
+    json_object_set_new(m, "speculative_decoding", o);
+    return m;
+}
+
+static json_t *usage_json(const run *g) {
+    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", g->n_prompt, "completion_tokens", g->n_gen,
+                     "total_tokens", g->n_prompt + g->n_gen);
+}
+
+static const char *finish_reason(const run *g) {
+    return g->stop_hit || g->gst.hit_eog ? "stop" : "length";
+}
+
+/* One SSE chunk with text delta s[0..n) (n may be 0) and finish (NULL while running). */
+static bool send_chunk(run *g, const char *s, size_t n, const char *finish, bool usage_only) {
+    const bool chat = g->r.ep == EP_CHAT;
+    json_t *c = json_object(), *choices = json_array();
+    json_object_set_new(c, "id", json_string(g->id));
+    json_object_set_new(c, "object", json_string(chat ? "chat.completion.chunk" : "text_completion"));
+    json_object_set_new(c, "created", json_integer(g->created));
+    json_object_set_new(c, "model", json_string(S.model_id));
+    if (!usage_only) {
+        json_t *ch = json_object();
+        json_object_set_new(ch, "index", json_integer(0));
+        if (chat) {
+            json_t *delta = json_object();
+            if (g->sent == 0 && !finish) json_object_set_new(delta, "role", json_string("assistant"));
+            if (n) json_object_set_new(delta, "content", text_json(s, n));
+            json_object_set_new(ch, "delta", delta);
+        } else {
+            json_object_set_new(ch, "text", text_json(s, n));
+            json_object_set_new(ch, "logprobs", json_null());
+        }
+        json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
+        json_array_append_new(choices, ch);
+    }
+    json_object_set_new(c, "choices", choices);
+    if (usage_only) json_object_set_new(c, "usage", usage_json(g));
+    if (finish) json_object_set_new(c, "metrics", spec_metrics(g));
+    char *txt = json_dumps(c, JSON_COMPACT);
+    json_decref(c);
+    if (!txt) return false;
+    bool ok = write_all(g->wfd, "data: ", 6) && write_all(g->wfd, txt, strlen(txt)) && write_all(g->wfd, "\n\n", 2);
+    free(txt);
+    return ok;
+}
+
+/* Streams the text that can no longer be cut by a stop string. */
+static bool stream_ready(run *g, bool final) {
+    size_t hold = 0;
+    for (int i = 0; !final && i < g->r.n_stop; i++) {
+        size_t sl = strlen(g->r.stop[i]);
+        for (size_t k = sl - 1; k > hold; k--) /* longest text suffix that starts stop i */
+            if (k <= g->len && !memcmp(g->text + g->len - k, g->r.stop[i], k)) {
+                hold = k;
+                break;
+            }
+    }
+    size_t upto = utf8_complete(g->text, g->len - hold);
+    if (final) upto = g->len;
+    if (upto <= g->sent) return true;
+    bool ok = send_chunk(g, g->text + g->sent, upto - g->sent, NULL, false);
+    g->sent = upto;
+    return ok;
+}
+
+static bool on_tokens(void *ud, const int32_t *ids, int32_t n) {
+    run *g = ud;
+    const double now = sp_now();
+    for (int32_t i = 0; i < n; i++) {
+        if (g->n_gen == 0) g->t_first = now;
+        g->n_gen++;
+        char piece[256];
+        size_t k = sp_tokenizer_decode_token(S.tok, g->prev, ids[i], piece, sizeof piece);
+        g->prev = ids[i];
+        if (g->len + k + 1 > g->cap) {
+            size_t nc = (g->cap + k + 1) * 2;
+            char *t = realloc(g->text, nc);
+            if (!t) {
+                g->failed = true;
+                return false;
+            }
+            g->text = t, g->cap = nc;
+        }
+        memcpy(g->text + g->len, piece, k);
+        g->len += k;
+        g->text[g->len] = 0;
+        for (int s = 0; s < g->r.n_stop; s++) {
+            size_t sl = strlen(g->r.stop[s]);
+            size_t from = g->len >= k + sl ? g->len - k - sl : 0;
+            char *hit = strstr(g->text + from, g->r.stop[s]);
+            if (hit && (size_t)(hit - g->text) >= g->sent) {
+                g->len = (size_t)(hit - g->text);
+                g->text[g->len] = 0;
+                g->stop_hit = true;
+            }
+        }
+        if (g->stop_hit) break;
+    }
+    g->t_last = now;
+    if (g->wfd >= 0 && !g->stop_hit && !stream_ready(g, false)) return false; /* client gone */
+    return !g->stop_hit && !atomic_load(&g->cancel) && !atomic_load(&S.stopping);
+}
+
+static void record_metrics(const run *g) {
+    pthread_mutex_lock(&S.mmu);
+    S.tok_in += (uint64_t)g->n_prompt;
+    S.tok_out += (uint64_t)g->n_gen;
+    S.drafts += (uint64_t)(g->sst.iterations - g->sst.gamma_hist[0]);
+    S.draft_tokens += (uint64_t)g->sst.drafted;
+    S.accepted += (uint64_t)g->sst.accepted;
+    for (int i = 0; i < SP_SPEC_MAX_GAMMA; i++)
+        for (int t = i + 1; t < SP_SPEC_MAX_GAMMA + 2; t++) S.acc_pos[i] += (uint64_t)g->sst.accept_hist[t];
+    if (g->n_gen > 0) {
+        double ttft = g->t_first - g->t0;
+        int b = 0;
+        while (b < NB && ttft > TTFT_B[b]) b++;
+        S.ttft[b]++, S.ttft_sum += ttft, S.ttft_n++;
+    }
+    if (g->n_gen > 1) {
+        double tpot = (g->t_last - g->t_first) / (g->n_gen - 1);
+        int b = 0;
+        while (b < NB && tpot > TPOT_B[b]) b++;
+        S.tpot[b]++, S.tpot_sum += tpot, S.tpot_n++;
+    }
+    pthread_mutex_unlock(&S.mmu);
+}
+
+/* Runs the generation on the run's slot (prompt already tokenised). */
+static void generate(run *g) {
+    slot *sl = g->sl;
+    sp_error se = {0};
+    if (sl->spec && memcmp(&sl->sp, &g->r.spec, sizeof sl->sp)) {
+        sp_spec_free(sl->spec);
+        sl->spec = NULL;
+    }
+    sp_status st = SP_OK;
+    if (!sl->spec) {
+        sl->sp = g->r.spec;
+        st = sp_spec_init(sl->ctx, &sl->sp, &sl->spec, &se);
+    }
+    if (!st) st = sp_spec_reset(sl->spec, &se);
+    if (!st) st = sp_ctx_truncate(sl->ctx, 0, &se);
+    if (!st) {
+        sp_gen_params gp = sp_gen_default_params();
+        gp.n_predict = g->r.max_tokens;
+        gp.sampling = g->r.smp;
+        gp.seed = g->r.seed;
+        g->prev = g->prompt[g->n_prompt - 1];
+        st = sp_spec_generate(sl->spec, g->prompt, g->n_prompt, &gp, g->out, gp.n_predict, &g->gst, &g->sst,
+                              on_tokens, g, &se);
+    }
+    sp_ctx_truncate(sl->ctx, 0, NULL);
+    if (st) bad(&g->err, st == SP_ERR_ARG || st == SP_ERR_RANGE ? 400 : 500, NULL, NULL, "%s", se.msg);
+    else if (g->failed) bad(&g->err, 500, NULL, NULL, "out of memory keeping the generated text");
+    else record_metrics(g);
+}
+
+/* Takes a free slot, waiting in the queue; NULL (and 503) when it is full. */
+static slot *slot_acquire(apierr *e) {
+    pthread_mutex_lock(&S.mu);
+    slot *got = NULL;
+    for (;;) {
+        for (int i = 0; i < S.parallel && !got; i++)
+            if (!S.slots[i].busy) got = &S.slots[i];
+        if (got || atomic_load(&S.stopping)) break;
+        if (S.waiting >= S.queue_max) break;
+        S.waiting++;
+        pthread_cond_wait(&S.cv, &S.mu);
+        S.waiting--;
+    }
+    if (got) got->busy = true;
+    pthread_mutex_unlock(&S.mu);
+    if (!got) bad(e, 503, NULL, "server_busy", "the server is busy (%d requests running, %d waiting); retry later",
+                  S.parallel, S.queue_max);
+    return got;
+}
+
+static void slot_release(slot *s) {
+    pthread_mutex_lock(&S.mu);
+    s->busy = false;
+    pthread_cond_signal(&S.cv);
+    pthread_mutex_unlock(&S.mu);
+}
+
+static void run_free(run *g) {
+    free(g->r.text);
+    free(g->prompt);
+    free(g->out);
+    free(g->text);
+    free(g);
+}
+
+/* Tokenises the prompt and checks the budget against the context. */
+static int prepare(run *g) {
+    sp_error se = {0};
+    g->prompt = malloc((size_t)S.n_ctx * sizeof *g->prompt);
+    if (!g->prompt) return bad(&g->err, 500, NULL, NULL, "out of memory");
+    sp_tok_encode_params ep = {.add_bos = sp_tokenizer_add_bos(S.tok), .parse_special = g->r.ep == EP_CHAT};
+    sp_status st = sp_tokenizer_encode_ex(S.tok, g->r.text, strlen(g->r.text), &ep, g->prompt, S.n_ctx,
+                                          &g->n_prompt, &se);
+    if (st == SP_ERR_RANGE)
+        return bad(&g->err, 400, g->r.ep == EP_CHAT ? "messages" : "prompt", "context_length_exceeded",
+                   "the prompt is %d tokens, more than the context size %d", g->n_prompt, S.n_ctx);
+    if (st) return bad(&g->err, 400, NULL, NULL, "%s", se.msg);
+    if (g->n_prompt == 0) return bad(&g->err, 400, "prompt", NULL, "the prompt is empty and the model adds no BOS token");
+    const int32_t extra = sp_spec_config_extra_ctx(&g->r.spec);
+    const int32_t room = S.n_ctx - g->n_prompt - extra;
+    if (g->r.max_tokens < 0) g->r.max_tokens = g->r.ep == EP_CHAT ? room : (room < 16 ? room : 16);
+    if (room < 1 || g->r.max_tokens > room)
+        return bad(&g->err, 400, "max_tokens", "context_length_exceeded",
+                   "the prompt (%d tokens) plus max_tokens %d%s exceed the context size %d", g->n_prompt,
+                   g->r.max_tokens < 0 ? 1 : g->r.max_tokens, extra ? " plus the draft tree" : "", S.n_ctx);
+    g->out = malloc((size_t)g->r.max_tokens * sizeof *g->out);
+    if (!g->out) return bad(&g->err, 500, NULL, NULL, "out of memory");
+    return 0;
+}
+
+static json_t *final_json(run *g) {
+    const bool chat = g->r.ep == EP_CHAT;
+    json_t *o = json_object(), *choices = json_array(), *ch = json_object();
+    json_object_set_new(o, "id", json_string(g->id));
+    json_object_set_new(o, "object", json_string(chat ? "chat.completion" : "text_completion"));
+    json_object_set_new(o, "created", json_integer(g->created));
+    json_object_set_new(o, "model", json_string(S.model_id));
+    json_object_set_new(ch, "index", json_integer(0));
+    if (chat) {
+        json_t *msg = json_object();
+        json_object_set_new(msg, "role", json_string("assistant"));
+        json_object_set_new(msg, "content", text_json(g->text ? g->text : "", g->len));
+        json_object_set_new(ch, "message", msg);
+    } else {
+        json_object_set_new(ch, "text", text_json(g->text ? g->text : "", g->len));
+        json_object_set_new(ch, "logprobs", json_null());
+    }
+    json_object_set_new(ch, "finish_reason", json_string(finish_reason(g)));
+    json_array_append_new(choices, ch);
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", usage_json(g));
+    json_object_set_new(o, "metrics", spec_metrics(g));
+    return o;
+}
+
+static void *stream_thread(void *arg) {
+    run *g = arg;
+    generate(g);
+    if (g->err.status) {
+        json_t *e = err_json(&g->err);
+        char *t = json_dumps(e, JSON_COMPACT);
+        json_decref(e);
+        if (t) write_all(g->wfd, "data: ", 6), write_all(g->wfd, t, strlen(t)), write_all(g->wfd, "\n\n", 2);
+        free(t);
+    } else if (stream_ready(g, true) && send_chunk(g, "", 0, finish_reason(g), false) &&
+               (!g->r.include_usage || send_chunk(g, "", 0, NULL, true))) {
+    }
+    write_all(g->wfd, "data: [DONE]\n\n", 14);
+    close(g->wfd);
+    g->wfd = -1;
+    return NULL;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    run *g = cls;
+    for (;;) {
+        ssize_t k = read(g->rfd, buf, max);
+        if (k > 0) return k;
+        if (k == 0) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (errno != EINTR) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+/* Called by libmicrohttpd when the streamed response ends or the client
+ * goes away: cancel, wait for the generation, release the slot. */
+static void stream_free(void *cls) {
+    run *g = cls;
+    atomic_store(&g->cancel, true);
+    close(g->rfd); /* a blocked writer gets EPIPE and stops */
+    if (g->thread_started) pthread_join(g->thread, NULL);
+    if (g->wfd >= 0) close(g->wfd);
+    slot_release(g->sl);
+    run_free(g);
+}
+
+/* ------------------------------------------------------------------ HTTP */
+
+static void count(int ep, unsigned status) {
+    pthread_mutex_lock(&S.mmu);
+    S.req[ep][status < 600 ? status : 599]++;
+    pthread_mutex_unlock(&S.mmu);
+}
+
+static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, json_t *j, int ep) {
+    char *txt = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!txt) return MHD_NO;
+    size_t n = strlen(txt);
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, txt, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    count(ep, status);
+    return ret;
+}
+
+static enum MHD_Result reply_err(struct MHD_Connection *c, const apierr *e, int ep) {
+    return reply_json(c, e->status, err_json(e), ep);
+}
+
+static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, char *txt, const char *type, int ep) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", type);
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    count(ep, status);
+    return ret;
+}
+
+/* The Authorization header against the key, in time independent of where
+ * they differ. */
+static bool authorized(struct MHD_Connection *c) {
+    if (!S.api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    size_t a = strlen(h), b = strlen(S.api_key), n = a > b ? a : b;
+    unsigned diff = (unsigned)(a ^ b);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned)((i < a ? (unsigned char)h[i] : 0) ^ (i < b ? (unsigned char)S.api_key[i] : 0));
+    return diff == 0;
+}
+
+static char *metrics_text(void) {
+    size_t cap = 1 << 16, n = 0;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+#define OUT(...) (n += (size_t)snprintf(s + n, n < cap ? cap - n : 0, __VA_ARGS__))
+    pthread_mutex_lock(&S.mmu);
+    OUT("# HELP specula:requests_total HTTP requests by endpoint and status.\n# TYPE specula:requests_total counter\n");
+    for (int e = 0; e < EP_N; e++)
+        for (int st = 0; st < 600; st++)
+            if (S.req[e][st]) OUT("specula:requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", EP_NAMES[e], st,
+                                  (unsigned long long)S.req[e][st]);
+    OUT("# TYPE specula:prompt_tokens_total counter\nspecula:prompt_tokens_total %llu\n", (unsigned long long)S.tok_in);
+    OUT("# TYPE specula:generation_tokens_total counter\nspecula:generation_tokens_total %llu\n",
+        (unsigned long long)S.tok_out);
+    OUT("# TYPE specula:spec_decode_num_drafts counter\nspecula:spec_decode_num_drafts %llu\n",
+        (unsigned long long)S.drafts);
+    OUT("# TYPE specula:spec_decode_num_draft_tokens counter\nspecula:spec_decode_num_draft_tokens %llu\n",
+        (unsigned long long)S.draft_tokens);
+    OUT("# TYPE specula:spec_decode_num_accepted_tokens counter\nspecula:spec_decode_num_accepted_tokens %llu\n",
+        (unsigned long long)S.accepted);
+    OUT("# TYPE specula:spec_decode_num_accepted_tokens_per_pos counter\n");
+    for (int i = 0; i < SP_SPEC_MAX_GAMMA; i++)
+        if (S.acc_pos[i] || i == 0)
+            OUT("specula:spec_decode_num_accepted_tokens_per_pos{position=\"%d\"} %llu\n", i,
+                (unsigned long long)S.acc_pos[i]);
+    const char *hn[2] = {"specula:time_to_first_token_seconds", "specula:time_per_output_token_seconds"};
+    const double *hb[2] = {TTFT_B, TPOT_B};
+    const uint64_t *hc[2] = {S.ttft, S.tpot};
+    const double hs[2] = {S.ttft_sum, S.tpot_sum};
+    const uint64_t hnn[2] = {S.ttft_n, S.tpot_n};
+    for (int h = 0; h < 2; h++) {
+        OUT("# TYPE %s histogram\n", hn[h]);
+        uint64_t cum = 0;
+        for (int b = 0; b < NB; b++) {
+            cum += hc[h][b];
+            OUT("%s_bucket{le=\"%g\"} %llu\n", hn[h], hb[h][b], (unsigned long long)cum);
+        }
+        OUT("%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", hn[h], (unsigned long long)hnn[h], hn[h],
+            hs[h], hn[h], (unsigned long long)hnn[h]);
+    }
+    pthread_mutex_lock(&S.mu);
+    int busy = 0;
+    for (int i = 0; i < S.parallel; i++) busy += S.slots[i].busy;
+    OUT("# TYPE specula:num_requests_running gauge\nspecula:num_requests_running %d\n", busy);
+    OUT("# TYPE specula:num_requests_waiting gauge\nspecula:num_requests_waiting %d\n", S.waiting);
+    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_unlock(&S.mmu);
+#undef OUT
+    if (n >= cap) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+typedef struct conn {
+    char *body;
+    size_t len;
+    bool too_big;
+} conn;
+
+static void conn_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode t) {
+    (void)cls, (void)c, (void)t;
+    conn *k = *con_cls;
+    if (k) free(k->body), free(k);
+    *con_cls = NULL;
+}
+
+static enum MHD_Result handle_generate(struct MHD_Connection *c, conn *k, int ep) {
+    run *g = calloc(1, sizeof *g);
+    if (!g) return MHD_NO;
+    g->wfd = g->rfd = -1;
+    g->t0 = sp_now();
+    g->created = (long long)time(NULL);
+    static atomic_ullong next_id;
+    snprintf(g->id, sizeof g->id, "%s-%llu", ep == EP_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);
+    if (parse_request(k->body ? k->body : "", k->len, ep, &g->r, &g->err) || prepare(g) ||
+        !(g->sl = slot_acquire(&g->err))) {
+        enum MHD_Result ret = reply_err(c, &g->err, ep);
+        run_free(g);
+        return ret;
+    }
+    if (!g->r.stream) {
+        generate(g);
+        slot_release(g->sl);
+        enum MHD_Result ret = g->err.status ? reply_err(c, &g->err, ep) : reply_json(c, 200, final_json(g), ep);
+        run_free(g);
+        return ret;
+    }
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC)) {
+        slot_release(g->sl);
+        bad(&g->err, 500, NULL, NULL, "cannot create a pipe");
+        enum MHD_Result ret = reply_err(c, &g->err, ep);
+        run_free(g);
+        return ret;
+    }
+    g->rfd = fds[0], g->wfd = fds[1];
+    if (pthread_create(&g->thread, NULL, stream_thread, g) == 0) g->thread_started = true;
+    else close(g->wfd), g->wfd = -1;
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 << 10, stream_reader, g, stream_free);
+    if (!r) {
+        stream_free(g);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    count(ep, 200);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)cls, (void)version;
+    conn *k = *con_cls;
+    if (!k) {
+        if (!(k = calloc(1, sizeof *k))) return MHD_NO;
+        *con_cls = k;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!k->too_big && k->len + *upload_size <= BODY_MAX) {
+            char *b = realloc(k->body, k->len + *upload_size + 1);
+            if (b) {
+                memcpy(b + k->len, upload, *upload_size);
+                k->body = b, k->len += *upload_size, b[k->len] = 0;
+            } else {
+                k->too_big = true;
+            }
+        } else {
+            k->too_big = true;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    int ep = !strcmp(url, "/v1/completions")        ? EP_COMPLETIONS
+             : !strcmp(url, "/v1/chat/completions") ? EP_CHAT
+             : !strcmp(url, "/v1/models")           ? EP_MODELS
+             : !strcmp(url, "/health")              ? EP_HEALTH
+             : !strcmp(url, "/metrics")             ? EP_METRICS
+                                                    : EP_OTHER;
+    apierr e = {0};
+    const bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
+    if (ep == EP_OTHER) {
+        bad(&e, 404, NULL, "not_found", "no such endpoint: %s %s", method, url);
+        return reply_err(c, &e, ep);
+    }
+    if ((ep <= EP_CHAT && !post) || (ep > EP_CHAT && !get)) {
+        bad(&e, 405, NULL, "method_not_allowed", "%s needs %s", url, ep <= EP_CHAT ? "POST" : "GET");
+        return reply_err(c, &e, ep);
+    }
+    if (ep != EP_HEALTH && !authorized(c)) {
+        bad(&e, 401, NULL, "invalid_api_key", "a valid API key is needed (Authorization: Bearer KEY)");
+        return reply_err(c, &e, ep);
+    }
+    if (k->too_big) {
+        bad(&e, 413, NULL, "request_too_large", "the request body is larger than %d bytes", BODY_MAX);
+        return reply_err(c, &e, ep);
+    }
+    if (ep == EP_HEALTH) return reply_json(c, 200, json_pack("{s:s}", "status", "ok"), ep);
+    if (ep == EP_MODELS)
+        return reply_json(c, 200,
+                          json_pack("{s:s, s:[{s:s, s:s, s:i, s:s}]}", "object", "list", "data", "id", S.model_id,
+                                    "object", "model", "created", 0, "owned_by", "specula"),
+                          ep);
+    if (ep == EP_METRICS) {
+        char *t = metrics_text();
+        if (!t) return MHD_NO;
+        return reply_text(c, 200, t, "text/plain; version=0.0.4", ep);
+    }
+    if (atomic_load(&S.stopping)) {
+        bad(&e, 503, NULL, "shutting_down", "the server is shutting down");
+        return reply_err(c, &e, ep);
+    }
+    return handle_generate(c, k, ep);
+}
+
+/* ------------------------------------------------------------------ main */
+
+static void serve_usage(FILE *f) {
+    fprintf(f,
+            "usage: specula serve -m MODEL [-md DRAFT] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
+            "         [--queue N] [-c CTX] [-t THREADS] [--api-key KEY] [--chat-template NAME]\n"
+            "         [--alias NAME] [sampling and speculation defaults as for generate]\n"
+            "  OpenAI-compatible endpoints: POST /v1/completions, POST /v1/chat/completions,\n"
+            "  GET /v1/models, GET /health, GET /metrics. --port 0 picks a free port (printed).\n"
+            "  Chat templates: %s (default: recognised from the model's\n"
+            "  tokenizer.chat_template). A request's \"speculative\" object overrides the\n"
+            "  speculation defaults (n_max, n_min, p_min, drafter, verifier, gamma, tree, adaptive, ...).\n",
+            sp_chat_names());
+}
+
+static sp_chat_tmpl model_template(const char *path) {
+    sp_gguf *g = NULL;
+    sp_error e = {0};
+    sp_chat_tmpl t = SP_CHAT_NONE;
+    if (sp_gguf_open(path, &g, &e)) return t; /* llama2.c checkpoints have none */
+    sp_str s;
+    if (!sp_gguf_get_str(g, "tokenizer.chat_template", &s, &e)) {
+        char *z = strndup(s.ptr, s.len);
+        if (z) t = sp_chat_detect(z);
+        free(z);
+    }
+    sp_gguf_close(g);
+    return t;
+}
+
+int cmd_serve(int argc, char **argv) {
+    enum { O_HOST = SP_OPT_CMD, O_PORT, O_PAR, O_QUEUE, O_KEY, O_TMPL, O_ALIAS };
+    static const struct option LONGOPTS[] = {
+        SP_CLI_RUN_OPTIONS,
+        SP_CLI_SPEC_OPTIONS,
+        {"host", required_argument, NULL, O_HOST},
+        {"port", required_argument, NULL, O_PORT},
+        {"parallel", required_argument, NULL, O_PAR},
+        {"np", required_argument, NULL, O_PAR},
+        {"queue", required_argument, NULL, O_QUEUE},
+        {"api-key", required_argument, NULL, O_KEY},
+        {"chat-template", required_argument, NULL, O_TMPL},
+        {"alias", required_argument, NULL, O_ALIAS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    sp_cli_run_opts run;
+    sp_cli_run_opts_default(&run);
+    run.n_ctx = 2048;
+    sp_spec_config cfg;
+    sp_spec_config_init(&cfg, NULL);
+    const char *host = "127.0.0.1", *tmpl_name = NULL, *alias = NULL, *flag;
+    long long port = 8080, par = 1, queue = 64;
+    int c, r;
+    optind = 0;
+    while ((c = sp_cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "h", LONGOPTS, "serve", &flag)) != -1) {
+        if (c == '?') return 2;
+        if ((r = sp_cli_run_opt(c, flag, optarg, &run)) || (r = sp_cli_spec_opt(c, optarg, &cfg))) {
+            if (r < 0) return 2;
+            continue;
+        }
+        switch (c) {
+        case O_HOST: host = optarg; break;
+        case O_PORT: if (sp_cli_int(flag, optarg, 0, 65535, &port)) return 2; break;
+        case O_PAR: if (sp_cli_int(flag, optarg, 1, 64, &par)) return 2; break;
+        case O_QUEUE: if (sp_cli_int(flag, optarg, 0, 4096, &queue)) return 2; break;
+        case O_KEY: S.api_key = optarg; break;
+        case O_TMPL: tmpl_name = optarg; break;
+        case O_ALIAS: alias = optarg; break;
+        case 'h': serve_usage(stdout); return 0;
+        default: return 2;
+        }
+    }
+    if (!run.model) {
+        fprintf(stderr, "specula: serve needs a model (-m MODEL)\n");
+        return 2;
+    }
+    if (S.api_key && !*S.api_key) {
+        fprintf(stderr, "specula: --api-key must not be empty\n");
+        return 2;
+    }
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
+        fprintf(stderr, "specula: --host must be an IPv4 address, got '%s'\n", host);
+        return 2;
+    }
+    sp_error e = {0};
+    if (sp_spec_config_finish(&cfg, run.draft_model != NULL, &e) || sp_sampler_params_check(&run.sampling, &e)) {
+        fprintf(stderr, "specula: %s\n", e.msg);
+        return 2;
+    }
+    if (tmpl_name && sp_chat_by_name(tmpl_name) == SP_CHAT_NONE) {
+        fprintf(stderr, "specula: --chat-template must be one of %s, got '%s'\n", sp_chat_names(), tmpl_name);
+        return 2;
+    }
+    if (sp_cli_load_models(&run, &S.m, &S.dm)) return 1;
+    S.tok = sp_model_tokenizer(S.m);
+    S.defaults = cfg.params;
+    S.defaults.draft.draft_model = S.dm;
+    S.sampling = run.sampling;
+    S.seed = (uint64_t)run.seed;
+    S.tmpl = tmpl_name ? sp_chat_by_name(tmpl_name) : model_template(run.model);
+    const char *base = strrchr(run.model, '/');
+    snprintf(S.model_id, sizeof S.model_id, "%s", alias ? alias : base ? base + 1 : run.model);
+    S.parallel = (int32_t)par;
+    S.queue_max = (int32_t)queue;
+    S.threads = (int32_t)run.threads;
+    pthread_mutex_init(&S.mu, NULL);
+    pthread_mutex_init(&S.mmu, NULL);
+    pthread_cond_init(&S.cv, NULL);
+    S.slots = calloc((size_t)S.parallel, sizeof *S.slots);
+    int rc = S.slots ? 0 : 1;
+    for (int i = 0; !rc && i < S.parallel; i++) {
+        sp_ctx_params cp = sp_ctx_default_params();
+        cp.n_ctx = (int32_t)run.n_ctx;
+        cp.max_batch = 128;
+        cp.n_threads = S.threads / S.parallel > 0 ? S.threads / S.parallel : 1;
+        if (sp_ctx_init(S.m, &cp, &S.slots[i].ctx, &e)) {
+            fprintf(stderr, "specula: %s\n", e.msg);
+            rc = 1;
+        }
+    }
+    if (!rc) S.n_ctx = sp_ctx_n_ctx(S.slots[0].ctx);
+    /* SIGINT/SIGTERM are taken by sigwait below; every thread inherits the mask */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    struct MHD_Daemon *d = NULL;
+    if (!rc) {
+        d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
+                             0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                             MHD_OPTION_NOTIFY_COMPLETED, conn_done, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
+                             (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_END);
+        if (!d) {
+            fprintf(stderr, "specula: cannot listen on %s:%lld (in use, or not allowed)\n", host, port);
+            rc = 1;
+        }
+    }
+    if (!rc) {
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+        fprintf(stderr, "specula: serving %s (%s, chat template %s, %d slot%s, speculation %s) on http://%s:%u\n",
+                S.model_id, sp_model_desc(S.m), sp_chat_name(S.tmpl), S.parallel, S.parallel > 1 ? "s" : "",
+                S.defaults.draft.kind == SP_DRAFT_NONE ? "off" : sp_drafter_name(S.defaults.draft.kind), host,
+                di ? (unsigned)di->port : (unsigned)port);
+        int sig = 0;
+        sigwait(&set, &sig);
+        fprintf(stderr, "specula: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        atomic_store(&S.stopping, true);
+        pthread_mutex_lock(&S.mu);
+        pthread_cond_broadcast(&S.cv);
+        pthread_mutex_unlock(&S.mu);
+        MHD_stop_daemon(d);
+    }
+    for (int i = 0; S.slots && i < S.parallel; i++) {
+        sp_spec_free(S.slots[i].spec);
+        sp_ctx_free(S.slots[i].ctx);
+    }
+    free(S.slots);
+    sp_model_free(S.dm);
+    sp_model_free(S.m);
+    return rc;
+}
