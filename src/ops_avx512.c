@@ -716,6 +716,134 @@ static void mm_q4_K(const sp_mm *m, int64_t r0, int64_t r1) { mm_k512(m, r0, r1,
 static void mm_q5_K(const sp_mm *m, int64_t r0, int64_t r1) { mm_k512(m, r0, r1, 5); }
 static void mm_q6_K(const sp_mm *m, int64_t r0, int64_t r1) { mm_k512(m, r0, r1, 6); }
 
+/* ---- Q4_1, Q5_0, Q5_1, IQ4_NL against q8 activations (VNNI) ----
+ * Blocks go in groups of 16. A block's 32 weights are unpacked once per
+ * group into unsigned bytes u = q + off (Q4_1, Q5_1: the stored 4/5-bit
+ * values, off 0; Q5_0: value + 16; IQ4_NL: table value + 128), so for every
+ * token one dpbusd gives sum(u x) exactly in int32 lanes, and
+ * sumi = sum(q x) = sum(u x) - off * sum(x) (the activation block sums).
+ * The 16 blocks' sums are reduced together (reduce16), the per-block float
+ * value v = (d_w d_x) sumi (+ m_w s_x when m_w != 0) is formed on 16 lanes
+ * with the scalar reference's operations, and y += v runs block by block in
+ * order, so outputs are bit-identical to mm_q32_ref. */
+AI __m256i nib32(const uint8_t *qs) { /* elements 0-15: low nibbles, 16-31: high */
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m4)),
+                                   _mm_and_si128(_mm_srli_epi16(v, 4), m4), 1);
+}
+
+AI __m256i qh5(const uint8_t qh[4]) { /* bit j of qh as 0x10 in byte j */
+    uint32_t v;
+    memcpy(&v, qh, 4);
+    return _mm256_maskz_mov_epi8((__mmask32)v, _mm256_set1_epi8(0x10));
+}
+
+AI __m256i q32_unpack(sp_ggml_type t, const uint8_t *blk) {
+    switch (t) {
+    case SP_GGML_Q4_1: return nib32(((const sp_block_q4_1 *)blk)->qs);
+    case SP_GGML_Q5_0: {
+        const sp_block_q5_0 *x = (const sp_block_q5_0 *)blk;
+        return _mm256_or_si256(nib32(x->qs), qh5(x->qh));
+    }
+    case SP_GGML_Q5_1: {
+        const sp_block_q5_1 *x = (const sp_block_q5_1 *)blk;
+        return _mm256_or_si256(nib32(x->qs), qh5(x->qh));
+    }
+    default: { /* IQ4_NL: table lookup, then + 128 (flip the sign bit) */
+        const __m128i tab = _mm_loadu_si128((const __m128i *)sp_iq4nl_values);
+        const __m256i v = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(tab),
+                                              nib32(((const sp_block_iq4_nl *)blk)->qs));
+        return _mm256_xor_si256(v, _mm256_set1_epi8(-128));
+    }
+    }
+}
+
+/* out[b] = the sum of block b's 8 int32 lanes, for 16 blocks held two per
+ * vector (z[j]: lanes 0-7 block 2j, lanes 8-15 block 2j+1). */
+AI __m512i reduce_pairs8(const __m512i z[8]) {
+    __m512i w[4], u[2];
+    UNROLL for (int j = 0; j < 4; j++)
+        w[j] = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2 * j], z[2 * j + 1]),
+                                _mm512_unpackhi_epi32(z[2 * j], z[2 * j + 1]));
+    UNROLL for (int j = 0; j < 2; j++) /* 128-bit lane L of u[j]: lane sums of z[4j..4j+3] */
+        u[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(w[2 * j], w[2 * j + 1]),
+                                _mm512_unpackhi_epi64(w[2 * j], w[2 * j + 1]));
+    const __m512i r = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], 0x88), _mm512_shuffle_i32x4(u[0], u[1], 0xDD));
+    /* r = blocks 0 2 4 6 1 3 5 7 8 10 12 14 9 11 13 15 */
+    return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15), r);
+}
+
+/* Rows go four at a time so that four rows' in-order float sums (a chain
+ * of dependent adds per row) interleave; the rest of the work is per row. */
+#define Q32_RB 4
+static void mm_q32_512(const sp_mm *m, int64_t r0, int64_t r1) {
+    const sp_ggml_type t = m->wtype;
+    const int64_t k = m->k, nb = k / SP_QK;
+    const size_t bsz = sp_ggml_row_size(t, SP_QK);
+    const bool has_m = t == SP_GGML_Q4_1 || t == SP_GGML_Q5_1;
+    const int off_shift = t == SP_GGML_Q5_0 ? 4 : t == SP_GGML_IQ4_NL ? 7 : -1; /* off = 16 or 128 */
+    float yacc[Q32_RB][32];
+    for (int64_t r = r0; r < r1; r += Q32_RB) {
+        const int rb = r1 - r < Q32_RB ? (int)(r1 - r) : Q32_RB;
+        for (int32_t t0 = 0; t0 < m->n; t0 += 32) {
+            const int32_t nt = m->n - t0 < 32 ? m->n - t0 : 32;
+            for (int q = 0; q < rb; q++)
+                for (int32_t i = 0; i < nt; i++) yacc[q][i] = 0;
+            for (int64_t g = 0; g < nb; g += 16) {
+                const int ng = nb - g < 16 ? (int)(nb - g) : 16;
+                const __mmask16 live = (__mmask16)((1u << ng) - 1);
+                __m512i u[Q32_RB][8]; /* blocks 2j and 2j+1 in the halves of u[q][j] */
+                __m512 wd[Q32_RB], wm[Q32_RB];
+                __mmask16 mlive[Q32_RB];
+                for (int q = 0; q < rb; q++) {
+                    const uint8_t *blk = m->w + (r + q) * m->w_stride + g * bsz;
+                    for (int64_t o = 0; o < ng * (int64_t)bsz; o += 64) prefetch(blk + o + KQ_PF_BYTES);
+                    for (int j = 0; j < 8; j++) {
+                        const __m256i lo = 2 * j < ng ? q32_unpack(t, blk + 2 * j * bsz) : _mm256_setzero_si256();
+                        const __m256i hi = 2 * j + 1 < ng ? q32_unpack(t, blk + (2 * j + 1) * bsz) : _mm256_setzero_si256();
+                        u[q][j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                    }
+                    wd[q] = block_scales(blk, (int)bsz, ng);
+                    wm[q] = has_m ? block_scales(blk + 2, (int)bsz, ng) : _mm512_setzero_ps();
+                    mlive[q] = _mm512_cmp_ps_mask(wm[q], _mm512_setzero_ps(), _CMP_NEQ_UQ) & live;
+                }
+                for (int32_t i = 0; i < nt; i++) {
+                    const void *xr = (const uint8_t *)m->x + (t0 + i) * m->x_stride;
+                    const int8_t *xq = sp_act_qs(xr) + g * SP_QK;
+                    const __m512 xd = _mm512_maskz_loadu_ps(live, sp_act_d(xr, k) + g);
+                    const __m512i xoff = off_shift > 0
+                        ? _mm512_slli_epi32(_mm512_maskz_loadu_epi32(live, sp_act_sum(xr, k) + g), (unsigned)off_shift)
+                        : _mm512_setzero_si512();
+                    __m512i xv[8]; /* past the row's end: zero weights make the dots 0 */
+                    for (int j = 0; j < 8; j++)
+                        xv[j] = 2 * j < ng ? _mm512_maskz_loadu_epi64(2 * j + 1 < ng ? 0xFF : 0x0F, xq + 64 * j)
+                                           : _mm512_setzero_si512();
+                    float vs[Q32_RB][16];
+                    for (int q = 0; q < rb; q++) {
+                        __m512i v[8];
+                        UNROLL for (int j = 0; j < 8; j++) v[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[q][j], xv[j]);
+                        const __m512i sumi = _mm512_sub_epi32(reduce_pairs8(v), xoff);
+                        __m512 val = _mm512_mul_ps(_mm512_mul_ps(wd[q], xd), _mm512_cvtepi32_ps(sumi));
+                        if (has_m)
+                            val = _mm512_mask_add_ps(val, mlive[q], val,
+                                                     _mm512_mul_ps(wm[q], _mm512_maskz_loadu_ps(mlive[q], sp_act_s(xr, k) + g)));
+                        _mm512_storeu_ps(vs[q], val);
+                    }
+                    /* y += v block by block, the rows' chains side by side */
+                    float y[Q32_RB];
+                    for (int q = 0; q < Q32_RB; q++) y[q] = q < rb ? yacc[q][i] : 0;
+                    for (int b = 0; b < ng; b++)
+                        for (int q = 0; q < Q32_RB; q++) y[q] += q < rb ? vs[q][b] : 0;
+                    for (int q = 0; q < rb; q++) yacc[q][i] = y[q];
+                }
+            }
+            for (int q = 0; q < rb; q++)
+                for (int32_t i = 0; i < nt; i++) m->y[(t0 + i) * m->ld_y + r + q] = yacc[q][i];
+        }
+    }
+}
+
 void sp_ops_fill_avx512(sp_ops_table *t) {
     t->read_sum = read_sum;
     t->act_q8 = act_q8;
@@ -736,4 +864,5 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm[SP_GGML_Q4_K] = mm_q4_K;
     t->mm[SP_GGML_Q5_K] = mm_q5_K;
     t->mm[SP_GGML_Q6_K] = mm_q6_K;
+    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32_512;
 }

@@ -236,7 +236,7 @@ static void test_simd_bit_identical(void **state) {
     (void)state;
     for (size_t ti = 0; ti < N_NEW; ti++) {
         fixture f;
-        fx_make(&f, NEW_TYPES[ti], 7, 1024, 19, 300 + ti);
+        fx_make(&f, NEW_TYPES[ti], 7, 1280, 19, 300 + ti); /* 40 32-blocks: groups of 16, 16, 8 */
         float *ya = malloc((size_t)(f.n * f.rows) * sizeof(float));
         float *yb = malloc((size_t)(f.n * f.rows) * sizeof(float));
         sp_mm m = fx_mm(&f, 0, f.n, ya);
