@@ -39,10 +39,17 @@
 
 /* ---------------------------------------------------------------- state */
 
+/* A slot's speculation objects are kept for reuse (building one can mean
+ * re-quantising the whole model for a low-bit self-draft): the last
+ * SPEC_CACHE settings used, so plain and speculative requests alternating
+ * do not rebuild them. */
+#define SPEC_CACHE 2
 typedef struct slot {
     sp_ctx *ctx;
-    sp_spec *spec;        /* reused while the settings stay the same */
-    sp_spec_params sp;
+    sp_spec *spec[SPEC_CACHE];
+    sp_spec_params sp[SPEC_CACHE];
+    uint64_t used[SPEC_CACHE]; /* last use (request counter), for eviction */
+    uint64_t uses;
     bool busy;
 } slot;
 
@@ -524,16 +531,22 @@ static void record_metrics(const run *g) {
 static void generate(run *g) {
     slot *sl = g->sl;
     sp_error se = {0};
-    if (sl->spec && memcmp(&sl->sp, &g->r.spec, sizeof sl->sp)) {
-        sp_spec_free(sl->spec);
-        sl->spec = NULL;
-    }
+    int c = -1, lru = 0;
+    for (int i = 0; i < SPEC_CACHE && c < 0; i++)
+        if (sl->spec[i] && !memcmp(&sl->sp[i], &g->r.spec, sizeof sl->sp[i])) c = i;
+    for (int i = 1; i < SPEC_CACHE; i++)
+        if (!sl->spec[i] || (sl->spec[lru] && sl->used[i] < sl->used[lru])) lru = i;
     sp_status st = SP_OK;
-    if (!sl->spec) {
-        sl->sp = g->r.spec;
-        st = sp_spec_init(sl->ctx, &sl->sp, &sl->spec, &se);
+    if (c < 0) {
+        c = lru;
+        sp_spec_free(sl->spec[c]);
+        sl->spec[c] = NULL;
+        sl->sp[c] = g->r.spec;
+        st = sp_spec_init(sl->ctx, &sl->sp[c], &sl->spec[c], &se);
     }
-    if (!st) st = sp_spec_reset(sl->spec, &se);
+    sl->used[c] = ++sl->uses;
+    sp_spec *spec = sl->spec[c];
+    if (!st) st = sp_spec_reset(spec, &se);
     if (!st) st = sp_ctx_truncate(sl->ctx, 0, &se);
     if (!st) {
         sp_gen_params gp = sp_gen_default_params();
@@ -541,7 +554,7 @@ static void generate(run *g) {
         gp.sampling = g->r.smp;
         gp.seed = g->r.seed;
         g->prev = g->prompt[g->n_prompt - 1];
-        st = sp_spec_generate(sl->spec, g->prompt, g->n_prompt, &gp, g->out, gp.n_predict, &g->gst, &g->sst,
+        st = sp_spec_generate(spec, g->prompt, g->n_prompt, &gp, g->out, gp.n_predict, &g->gst, &g->sst,
                               on_tokens, g, &se);
     }
     sp_ctx_truncate(sl->ctx, 0, NULL);
@@ -1062,7 +1075,7 @@ int cmd_serve(int argc, char **argv) {
         MHD_stop_daemon(d);
     }
     for (int i = 0; S.slots && i < S.parallel; i++) {
-        sp_spec_free(S.slots[i].spec);
+        for (int j = 0; j < SPEC_CACHE; j++) sp_spec_free(S.slots[i].spec[j]);
         sp_ctx_free(S.slots[i].ctx);
     }
     free(S.slots);

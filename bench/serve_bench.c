@@ -1,0 +1,108 @@
+/* serve_bench: a load generator for `specula serve` on loopback.
+ *
+ *   serve_bench PORT CLIENTS REQUESTS MAX_TOKENS [SPECULATIVE_JSON]
+ *
+ * CLIENTS threads each send streamed completions ("Once upon a time", T=0,
+ * MAX_TOKENS tokens, the optional "speculative" object) one after another
+ * until REQUESTS have been sent in all. Prints requests/s, generated tokens/s,
+ * time to first token and per-token latency (p50 / p95 over requests), and
+ * the number of failed requests. */
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "sp_clock.h"
+
+static int port, max_tokens, total;
+static const char *spec = "";
+static atomic_int next, failed;
+static double *ttft, *tpot;
+
+static void one(int i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    char body[1024], req[2048];
+    int bn = snprintf(body, sizeof body,
+                      "{\"prompt\":\"Once upon a time\",\"max_tokens\":%d,\"temperature\":0,\"stream\":true%s%s}",
+                      max_tokens, *spec ? ",\"speculative\":" : "", spec);
+    int rn = snprintf(req, sizeof req,
+                      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+                      bn, body);
+    double t0 = sp_now(), t_first = 0;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) || write(fd, req, (size_t)rn) != rn) {
+        atomic_fetch_add(&failed, 1);
+        if (fd >= 0) close(fd);
+        return;
+    }
+    char buf[65536];
+    size_t len = 0;
+    for (;;) {
+        ssize_t k = read(fd, buf + len, sizeof buf - 1 - len);
+        if (k <= 0) break;
+        len += (size_t)k;
+        buf[len] = 0;
+        if (!t_first && strstr(buf, "\"text\"")) t_first = sp_now();
+        if (len > sizeof buf / 2) { /* keep the tail only */
+            memmove(buf, buf + len - 64, 64);
+            len = 64;
+        }
+    }
+    close(fd);
+    double t1 = sp_now();
+    if (!strstr(buf, "[DONE]") || !t_first) {
+        atomic_fetch_add(&failed, 1);
+        return;
+    }
+    ttft[i] = t_first - t0;
+    tpot[i] = max_tokens > 1 ? (t1 - t_first) / (max_tokens - 1) : 0;
+}
+
+static void *client(void *arg) {
+    (void)arg;
+    for (int i; (i = atomic_fetch_add(&next, 1)) < total;) one(i);
+    return NULL;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5) {
+        fprintf(stderr, "usage: serve_bench PORT CLIENTS REQUESTS MAX_TOKENS [SPECULATIVE_JSON]\n");
+        return 2;
+    }
+    port = atoi(argv[1]);
+    int clients = atoi(argv[2]);
+    total = atoi(argv[3]);
+    max_tokens = atoi(argv[4]);
+    if (argc > 5) spec = argv[5];
+    if (port <= 0 || clients < 1 || clients > 256 || total < 1 || max_tokens < 1) return 2;
+    ttft = calloc((size_t)total, sizeof *ttft);
+    tpot = calloc((size_t)total, sizeof *tpot);
+    pthread_t th[256];
+    double t0 = sp_now();
+    for (int i = 0; i < clients; i++) pthread_create(&th[i], NULL, client, NULL);
+    for (int i = 0; i < clients; i++) pthread_join(th[i], NULL);
+    double el = sp_now() - t0;
+    int ok = total - atomic_load(&failed);
+    qsort(ttft, (size_t)total, sizeof *ttft, cmp);
+    qsort(tpot, (size_t)total, sizeof *tpot, cmp);
+    const int off = total - ok; /* failed requests sort first (zeros) */
+#define PCT(a, p) (ok ? (a)[off + (int)((p) * (ok - 1))] * 1e3 : 0)
+    printf("clients %d requests %d failed %d: %.2f req/s, %.1f tok/s, TTFT p50 %.1f p95 %.1f ms, "
+           "per token p50 %.1f p95 %.1f ms\n",
+           clients, total, total - ok, ok / el, (double)ok * max_tokens / el, PCT(ttft, 0.5), PCT(ttft, 0.95),
+           PCT(tpot, 0.5), PCT(tpot, 0.95));
+    free(ttft);
+    free(tpot);
+    return total - ok ? 1 : 0;
+}
