@@ -129,4 +129,20 @@ typedef struct sp_batch {
  * token ids or positions, n > max_batch, cache full (SP_ERR_RANGE). */
 sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err);
 
+/* Several sequences in one forward (continuous batching): sequence i is
+ * batches[i] over context ctxs[i], which keeps its own KV cache. The rows of
+ * all sequences go through every matmul together, so the weights are read
+ * once for all of them; attention is per sequence over its own cache, under
+ * its own batch's mask. Each sequence's logits equal those of sp_forward
+ * over its context alone, bit for bit. logits: the rows that want logits
+ * (all of a sequence's when logits_all, else its last), sequence after
+ * sequence. The contexts are distinct, of one model, without skipped
+ * layers, and have at least as many threads as ctxs[0], whose pool and
+ * scratch do the work: the total of the batches' tokens is at most
+ * ctxs[0]'s max batch. Errors as sp_forward's, naming the sequence; on an
+ * error no cache has changed unless SP_ERR_NUMERIC. */
+#define SP_FORWARD_MAX_SEQS 256
+sp_status sp_forward_multi(sp_ctx *const *ctxs, const sp_batch *batches, int32_t n_seq,
+                           float *logits, sp_error *err);
+
 #endif

@@ -28,6 +28,8 @@ struct sp_ctx {
     float *q;             /* [B][q_dim] */
     float *hb, *hb2;      /* [B][ffn] */
     float *x2;            /* [B][dim] attention / FFN block outputs */
+    float *kb, *vb;       /* [B][kv_dim] new keys/values of a multi-sequence forward,
+                           * copied into each sequence's cache */
     uint8_t *act;         /* [3][B][act_stride] prepared activations, one slot per
                            * matmul of a job (a mixed file's wq/wk/wv may differ in type) */
     size_t act_stride;
@@ -79,6 +81,8 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->x);
     free(c->xb);
     free(c->q);
+    free(c->kb);
+    free(c->vb);
     free(c->hb);
     free(c->hb2);
     free(c->x2);
@@ -145,6 +149,8 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     c->hb = alloc64(B * (size_t)cfg->ffn_dim * 4);
     c->hb2 = alloc64(B * (size_t)cfg->ffn_dim * 4);
     c->x2 = alloc64(B * (size_t)cfg->dim * 4);
+    c->kb = alloc64(B * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim * 4);
+    c->vb = alloc64(B * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim * 4);
     c->act = alloc64(3 * B * c->act_stride);
     c->att = alloc64((size_t)nth * (size_t)n_ctx * 4);
     c->pos = malloc(B * sizeof(int32_t));
@@ -168,7 +174,7 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
             return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
         }
     }
-    if (!c->x || !c->xb || !c->q || !c->hb || !c->hb2 || !c->x2 || !c->act || !c->att || !c->pos ||
+    if (!c->x || !c->xb || !c->q || !c->kb || !c->vb || !c->hb || !c->hb2 || !c->x2 || !c->act || !c->att || !c->pos ||
         !c->inv_freq || !c->rope_cs) {
         sp_ctx_free(c);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
@@ -290,7 +296,9 @@ static void job_exec(sp_ctx *c, mm_job *j) {
 
 /* Attention of the n new tokens (queries in c->q) over the cache. */
 typedef struct att_job {
-    sp_ctx *c;
+    sp_ctx *c;          /* the sequence's context: its cache and score scratch */
+    const float *q;     /* [n][q_dim] queries of its new tokens */
+    const int32_t *pos; /* [n] their positions */
     int32_t layer, n, n_past;
     int32_t mask_base, mask_w; /* mask covers slots [mask_base, n_past + n) */
     const uint8_t *mask;
@@ -321,7 +329,7 @@ static void att_job_run(void *arg, int ith, int nth) {
     const sp_softmax_fn softmax = sp_ops_softmax();
     for (int64_t task = tasks * ith / nth; task < tasks * (ith + 1) / nth; task++) {
         int32_t t = (int32_t)(task / H), h = (int32_t)(task % H);
-        const float *q = c->q + t * q_dim + (int64_t)h * hd;
+        const float *q = a->q + t * q_dim + (int64_t)h * hd;
         const int64_t koff = (int64_t)(h / group) * hd;
         /* causal: slots after the token's own are never seen */
         const int32_t ns = a->mask ? end : a->n_past + t + 1;
@@ -334,10 +342,10 @@ static void att_job_run(void *arg, int ith, int nth) {
         if (a->window > 0) {
             /* slots below mask_base / n_past hold positions equal to their
              * index; newer slots the positions of this batch */
-            const int32_t lo = c->pos[t] - a->window + 1;
+            const int32_t lo = a->pos[t] - a->window + 1;
             for (int32_t s = 0; s < ns && s < a->n_past && s < lo; s++) att[s] = -INFINITY;
             for (int32_t s = a->n_past; s < ns; s++)
-                if (c->pos[s - a->n_past] < lo) att[s] = -INFINITY;
+                if (a->pos[s - a->n_past] < lo) att[s] = -INFINITY;
         }
         softmax(att, ns); /* masked slots get exactly 0 */
         float *o = a->out + t * a->out_stride + (int64_t)h * hd;
@@ -346,32 +354,45 @@ static void att_job_run(void *arg, int ith, int nth) {
     }
 }
 
-/* One layer's attention block for the n new tokens: norm, q/k/v (into the
- * KV cache at n_past), biases and per-head norms where the architecture has
- * them, RoPE, attention under the batch's mask and the sliding window, the
- * output projection, and the residual add. */
-static void attention_block(sp_ctx *c, const sp_batch *b, int32_t l, int32_t n, int32_t n_past,
-                            int32_t mask_base) {
+/* One sequence of a forward: its context (cache), batch and rows. */
+typedef struct seq_rows {
+    sp_ctx *c;
+    const sp_batch *b;
+    int32_t row0, n;       /* its rows in the lead context's scratch */
+    int32_t n_past, mask_base;
+} seq_rows;
+
+/* One layer's attention block for the new tokens of every sequence (rows
+ * of the lead context's scratch, sequence after sequence): norm, q/k/v
+ * (one matmul each over all rows; keys and values go straight into the
+ * cache for one sequence, else through kb/vb into each sequence's cache),
+ * biases and per-head norms where the architecture has them, RoPE,
+ * attention of each sequence over its own cache under its batch's mask and
+ * the sliding window, the output projection, and the residual add. */
+static void attention_block(sp_ctx *c, const seq_rows *sq, int n_seq, int32_t l, int32_t n) {
     const sp_model_config *cfg = &c->m->cfg;
     const sp_layer *L = &c->m->layers[l];
     const int64_t dim = cfg->dim, hd = cfg->head_dim, q_dim = (int64_t)cfg->n_heads * hd;
     const int64_t kv_dim = (int64_t)cfg->n_kv_heads * hd, wide = q_dim > dim ? q_dim : dim;
+    const bool one = n_seq == 1;
+    float *kd = one ? sp_kv_k(&sq[0].c->kv, l, sq[0].n_past) : c->kb;
+    float *vd = one ? sp_kv_v(&sq[0].c->kv, l, sq[0].n_past) : c->vb;
     for (int32_t t = 0; t < n; t++)
         sp_rmsnorm(c->xb + t * wide, c->x + t * dim, L->attn_norm, dim, cfg->norm_eps);
     mm_job j = {0};
     job_add(c, &j, &L->wq, c->xb, wide, n, c->q, q_dim);
-    job_add(c, &j, &L->wk, c->xb, wide, n, sp_kv_k(&c->kv, l, n_past), kv_dim);
-    job_add(c, &j, &L->wv, c->xb, wide, n, sp_kv_v(&c->kv, l, n_past), kv_dim);
+    job_add(c, &j, &L->wk, c->xb, wide, n, kd, kv_dim);
+    job_add(c, &j, &L->wv, c->xb, wide, n, vd, kv_dim);
     job_exec(c, &j);
     if (L->bq) /* qwen2: q/k/v biases */
         for (int32_t t = 0; t < n; t++) {
-            float *q = c->q + t * q_dim, *k = sp_kv_k(&c->kv, l, n_past + t), *v = sp_kv_v(&c->kv, l, n_past + t);
+            float *q = c->q + t * q_dim, *k = kd + t * kv_dim, *v = vd + t * kv_dim;
             for (int64_t i = 0; i < q_dim; i++) q[i] += L->bq[i];
             for (int64_t i = 0; i < kv_dim; i++) k[i] += L->bk[i], v[i] += L->bv[i];
         }
     if (L->q_norm) /* qwen3: RMSNorm of each query and key head before RoPE */
         for (int32_t t = 0; t < n; t++) {
-            float *q = c->q + t * q_dim, *k = sp_kv_k(&c->kv, l, n_past + t);
+            float *q = c->q + t * q_dim, *k = kd + t * kv_dim;
             for (int32_t h = 0; h < cfg->n_heads; h++)
                 sp_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, cfg->norm_eps);
             for (int32_t h = 0; h < cfg->n_kv_heads; h++)
@@ -381,19 +402,29 @@ static void attention_block(sp_ctx *c, const sp_batch *b, int32_t l, int32_t n, 
     for (int32_t t = 0; t < n; t++) {
         const float *cs = cs_table + (int64_t)t * cfg->rot_dim;
         sp_rope_apply(c->q + t * q_dim, cfg->n_heads, (int32_t)hd, cfg->rot_dim, cs, cfg->rope_neox);
-        sp_rope_apply(sp_kv_k(&c->kv, l, n_past + t), cfg->n_kv_heads, (int32_t)hd, cfg->rot_dim, cs,
-                      cfg->rope_neox);
+        sp_rope_apply(kd + t * kv_dim, cfg->n_kv_heads, (int32_t)hd, cfg->rot_dim, cs, cfg->rope_neox);
     }
-    att_job a = {.c = c, .layer = l, .n = n, .n_past = n_past, .mask_base = mask_base,
-                 .mask_w = n_past + n - mask_base, .mask = b->mask, .window = L->window,
-                 .softcap = c->m->attn_softcap, .out = c->xb, .out_stride = wide};
-    /* per (token, head, slot): a dot, an exp and an axpy of head_dim,
-     * several times a matmul's multiply-add per weight: split sooner */
-    uint64_t att_work = (uint64_t)n * (uint64_t)(n_past + n) * (uint64_t)q_dim;
-    if (att_work < PAR_MIN_WORK / 4 || sp_pool_n_threads(c->pool) == 1)
-        att_job_run(&a, 0, 1);
-    else
-        sp_pool_run(c->pool, att_job_run, &a);
+    if (!one)
+        for (int i = 0; i < n_seq; i++) {
+            const size_t bytes = (size_t)sq[i].n * (size_t)kv_dim * sizeof(float);
+            memcpy(sp_kv_k(&sq[i].c->kv, l, sq[i].n_past), kd + (int64_t)sq[i].row0 * kv_dim, bytes);
+            memcpy(sp_kv_v(&sq[i].c->kv, l, sq[i].n_past), vd + (int64_t)sq[i].row0 * kv_dim, bytes);
+        }
+    for (int i = 0; i < n_seq; i++) {
+        const int32_t ns = sq[i].n, np = sq[i].n_past;
+        att_job a = {.c = sq[i].c, .q = c->q + (int64_t)sq[i].row0 * q_dim, .pos = c->pos + sq[i].row0,
+                     .layer = l, .n = ns, .n_past = np, .mask_base = sq[i].mask_base,
+                     .mask_w = np + ns - sq[i].mask_base, .mask = sq[i].b->mask, .window = L->window,
+                     .softcap = c->m->attn_softcap, .out = c->xb + (int64_t)sq[i].row0 * wide,
+                     .out_stride = wide};
+        /* per (token, head, slot): a dot, an exp and an axpy of head_dim,
+         * several times a matmul's multiply-add per weight: split sooner */
+        uint64_t att_work = (uint64_t)ns * (uint64_t)(np + ns) * (uint64_t)q_dim;
+        if (att_work < PAR_MIN_WORK / 4 || sp_pool_n_threads(c->pool) == 1)
+            att_job_run(&a, 0, 1);
+        else
+            sp_pool_run(c->pool, att_job_run, &a);
+    }
     mm_job jo = {0};
     job_add(c, &jo, &L->wo, c->xb, wide, n, c->x2, dim);
     job_exec(c, &jo);
@@ -441,10 +472,12 @@ static void ffn_block(sp_ctx *c, int32_t l, int32_t n) {
 
 /* --------------------------------------------------------------- forward */
 
-sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err) {
-    const sp_model *m = c->m;
-    const sp_model_config *cfg = &m->cfg;
-    const int32_t n = b->n, n_past = c->kv.n;
+/* Checks one sequence's batch against its context (as sp_forward
+ * documents) and fills its rows' positions into the lead's scratch. */
+static sp_status check_seq(sp_ctx *lead, seq_rows *q, sp_error *err) {
+    sp_ctx *c = q->c;
+    const sp_batch *b = q->b;
+    const int32_t n = b->n, n_past = c->kv.n, V = c->m->cfg.n_vocab;
     if (n < 1 || n > c->max_batch)
         return sp_fail(err, SP_ERR_ARG, "batch of %d tokens (this context takes 1 to %d)", n,
                        c->max_batch);
@@ -453,12 +486,11 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
                        "context full: %d cached + %d new tokens exceed the context size %d",
                        n_past, n, c->kv.n_ctx);
     for (int32_t i = 0; i < n; i++) {
-        if (b->tokens[i] < 0 || b->tokens[i] >= cfg->n_vocab)
-            return sp_fail(err, SP_ERR_ARG, "token id %d out of range [0, %d)", b->tokens[i],
-                           cfg->n_vocab);
-        c->pos[i] = b->pos ? b->pos[i] : n_past + i;
-        if (c->pos[i] < 0 || c->pos[i] >= (1 << 24))
-            return sp_fail(err, SP_ERR_ARG, "position %d out of range", c->pos[i]);
+        if (b->tokens[i] < 0 || b->tokens[i] >= V)
+            return sp_fail(err, SP_ERR_ARG, "token id %d out of range [0, %d)", b->tokens[i], V);
+        const int32_t p = b->pos ? b->pos[i] : n_past + i;
+        if (p < 0 || p >= (1 << 24)) return sp_fail(err, SP_ERR_ARG, "position %d out of range", p);
+        lead->pos[q->row0 + i] = p;
     }
     const int32_t mask_base = b->mask && b->mask_from_past ? b->mask_base : n_past;
     if (mask_base < 0 || mask_base > n_past)
@@ -470,6 +502,19 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
             if (!b->mask[(int64_t)i * w + (n_past + i - mask_base)])
                 return sp_fail(err, SP_ERR_ARG, "mask row %d does not let token %d see itself", i, i);
     }
+    q->n = n;
+    q->n_past = n_past;
+    q->mask_base = mask_base;
+    return SP_OK;
+}
+
+/* The forward of sp_forward and sp_forward_multi: every sequence's rows in
+ * the lead context's scratch, the matmuls over all of them at once, the
+ * attention per sequence. */
+static sp_status forward_seqs(sp_ctx *c, seq_rows *sq, int n_seq, int32_t n, const bool *skip,
+                              float *logits, sp_error *err) {
+    const sp_model *m = c->m;
+    const sp_model_config *cfg = &m->cfg;
     const int64_t dim = cfg->dim, hd = cfg->head_dim, q_dim = (int64_t)cfg->n_heads * hd;
     const int64_t wide = q_dim > dim ? q_dim : dim;
 
@@ -478,28 +523,32 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
         if (c->rope_cs_local)
             sp_rope_cs(c->rope_cs_local + (int64_t)t * cfg->rot_dim, c->pos[t], c->inv_freq_local, cfg->rot_dim);
     }
-    for (int32_t t = 0; t < n; t++)
-        sp_dequantize_row(m->tok_embd.type, m->tok_embd.data + (size_t)b->tokens[t] * m->tok_embd.row_bytes,
-                          c->x + t * dim, dim);
+    for (int i = 0; i < n_seq; i++)
+        for (int32_t t = 0; t < sq[i].n; t++)
+            sp_dequantize_row(m->tok_embd.type,
+                              m->tok_embd.data + (size_t)sq[i].b->tokens[t] * m->tok_embd.row_bytes,
+                              c->x + (sq[i].row0 + t) * dim, dim);
     if (m->embed_scale > 0) /* gemma */
         for (int64_t i = 0; i < (int64_t)n * dim; i++) c->x[i] *= m->embed_scale;
 
     for (int32_t l = 0; l < cfg->n_layers; l++) {
-        if (c->skip && c->skip[l]) continue;
-        attention_block(c, b, l, n, n_past, mask_base);
+        if (skip && skip[l]) continue;
+        attention_block(c, sq, n_seq, l, n);
         ffn_block(c, l, n);
     }
 
-    const int32_t first = b->logits_all ? 0 : n - 1, rows = n - first;
-    for (int32_t t = first; t < n; t++)
-        sp_rmsnorm(c->xb + (t - first) * wide, c->x + t * dim, m->out_norm, dim, cfg->norm_eps);
+    /* the rows that want logits, packed: all of a sequence's or its last */
+    int32_t rows = 0;
+    for (int i = 0; i < n_seq; i++)
+        for (int32_t t = sq[i].b->logits_all ? 0 : sq[i].n - 1; t < sq[i].n; t++, rows++)
+            sp_rmsnorm(c->xb + rows * wide, c->x + (sq[i].row0 + t) * dim, m->out_norm, dim, cfg->norm_eps);
     mm_job jl = {0};
     job_add(c, &jl, &m->output, c->xb, wide, rows, logits, cfg->n_vocab);
     job_exec(c, &jl);
     if (m->final_softcap > 0) /* gemma2 */
         for (int64_t i = 0; i < (int64_t)rows * cfg->n_vocab; i++)
             logits[i] = tanhf(logits[i] * (1.0f / m->final_softcap)) * m->final_softcap;
-    c->kv.n = n_past + n;
+    for (int i = 0; i < n_seq; i++) sq[i].c->kv.n = sq[i].n_past + sq[i].n;
     /* NaN/inf weights or overflowing activations end here (the quantisers
      * turn them into NaN scales, never undefined conversions): refuse to
      * hand them to a sampler. The cache keeps the tokens; callers roll back. */
@@ -510,4 +559,44 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
                            "the model's weights or activations are not finite",
                            (long long)(i / cfg->n_vocab));
     return SP_OK;
+}
+
+sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err) {
+    seq_rows q = {.c = c, .b = b};
+    sp_status st = check_seq(c, &q, err);
+    if (st) return st;
+    return forward_seqs(c, &q, 1, b->n, c->skip, logits, err);
+}
+
+sp_status sp_forward_multi(sp_ctx *const *ctxs, const sp_batch *batches, int32_t n_seq,
+                           float *logits, sp_error *err) {
+    if (n_seq < 1 || n_seq > SP_FORWARD_MAX_SEQS)
+        return sp_fail(err, SP_ERR_ARG, "%d sequences in one forward (1 to %d)", n_seq,
+                       SP_FORWARD_MAX_SEQS);
+    if (n_seq == 1) return sp_forward(ctxs[0], &batches[0], logits, err);
+    sp_ctx *lead = ctxs[0];
+    const int nth = sp_pool_n_threads(lead->pool);
+    seq_rows sq[SP_FORWARD_MAX_SEQS];
+    int32_t n = 0;
+    for (int32_t i = 0; i < n_seq; i++) {
+        sp_ctx *c = ctxs[i];
+        if (c->m != lead->m)
+            return sp_fail(err, SP_ERR_ARG, "sequence %d: its context is of another model", i);
+        for (int32_t k = 0; k < i; k++)
+            if (ctxs[k] == c) return sp_fail(err, SP_ERR_ARG, "sequence %d: the same context twice", i);
+        if (c->skip) return sp_fail(err, SP_ERR_ARG, "sequence %d: layer skipping is set", i);
+        if (sp_pool_n_threads(c->pool) < nth)
+            return sp_fail(err, SP_ERR_ARG,
+                           "sequence %d: its context has %d threads, fewer than the first's %d", i,
+                           sp_pool_n_threads(c->pool), nth);
+        if (batches[i].n < 1 || (int64_t)n + batches[i].n > lead->max_batch)
+            return sp_fail(err, SP_ERR_ARG,
+                           "%s tokens in one forward (the first context takes 1 to %d)",
+                           batches[i].n < 1 ? "no" : "too many", lead->max_batch);
+        sq[i] = (seq_rows){.c = c, .b = &batches[i], .row0 = n};
+        sp_status st = check_seq(lead, &sq[i], err);
+        if (st) return st;
+        n += batches[i].n;
+    }
+    return forward_seqs(lead, sq, n_seq, n, NULL, logits, err);
 }
