@@ -444,6 +444,88 @@ static void test_load(void **state) {
     assert_int_equal(stop(&s), 0);
 }
 
+/* Continuous batching: concurrent plain requests (greedy and seeded
+ * sampled) on 4 slots share forward passes, and each one's text is exactly
+ * what `specula generate` prints for it alone. */
+typedef struct bclient {
+    int port;
+    char body[512];
+    resp r;
+} bclient;
+
+static void *bclient_main(void *arg) {
+    bclient *c = arg;
+    c->r = post(c->port, "/v1/completions", c->body);
+    return NULL;
+}
+
+static long metric_value(int port, const char *name) {
+    resp r = http(port, "GET", "/metrics", NULL, 0, NULL);
+    char key[256];
+    snprintf(key, sizeof key, "\n%s ", name); /* a sample line, not its # HELP */
+    const char *p = strstr(r.body, key);
+    long v = p ? atol(p + strlen(key)) : -1;
+    free(r.body);
+    return v;
+}
+
+static void test_batching(void **state) {
+    (void)state;
+    enum { NB = 8, NTOK = 120 };
+    const char *prompts[2] = {"Once upon a time", "The cat"};
+    char want[NB][8192];
+    for (int i = 0; i < NB; i++) {
+        char args[2048], buf[8192];
+        const char *pr = prompts[i % 2];
+        snprintf(args, sizeof args, "generate -m '%s' -p '%s' -n %d --temp %s --seed %d", stories(), pr, NTOK,
+                 i % 4 < 2 ? "0" : "0.8", 100 + i);
+        assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+        snprintf(want[i], sizeof want[i], "%s", buf + strlen(pr));
+        size_t len = strlen(want[i]);
+        if (len && want[i][len - 1] == '\n') want[i][len - 1] = 0;
+    }
+    const char *extra[] = {"--parallel", "4", NULL};
+    server s = start(extra);
+    bclient c[NB];
+    pthread_t th[NB];
+    for (int i = 0; i < NB; i++) {
+        c[i].port = s.port;
+        snprintf(c[i].body, sizeof c[i].body,
+                 "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":%s,\"seed\":%d,\"stream\":%s}", prompts[i % 2],
+                 NTOK, i % 4 < 2 ? "0" : "0.8", 100 + i, i % 3 == 0 ? "true" : "false");
+        pthread_create(&th[i], NULL, bclient_main, &c[i]);
+    }
+    for (int i = 0; i < NB; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(c[i].r.status, 200);
+        char got[8192] = {0};
+        if (i % 3 == 0) { /* join the stream's text pieces */
+            size_t n = 0;
+            for (char *line = strtok(c[i].r.body, "\n"); line; line = strtok(NULL, "\n")) {
+                if (strncmp(line, "data: {", 7)) continue;
+                json_t *j = json_loads(line + 6, 0, NULL);
+                assert_non_null(j);
+                json_t *t = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text");
+                if (json_is_string(t)) n += (size_t)snprintf(got + n, sizeof got - n, "%s", json_string_value(t));
+                json_decref(j);
+            }
+        } else {
+            json_t *j = ok_json(c[i].r);
+            c[i].r.body = NULL;
+            snprintf(got, sizeof got, "%s", choice_text(j));
+            json_decref(j);
+        }
+        free(c[i].r.body);
+        if (strcmp(got, want[i])) fail_msg("request %d (%s):\n%s\nwant:\n%s", i, c[i].body, got, want[i]);
+    }
+    const long steps = metric_value(s.port, "specula:batch_steps_total");
+    const long seqs = metric_value(s.port, "specula:batch_sequences_total");
+    printf("batching: %ld sequences in %ld forward passes (mean %.2f per pass)\n", seqs, steps,
+           steps > 0 ? (double)seqs / (double)steps : 0.0);
+    assert_true(steps > 0 && seqs > steps); /* some passes carried several requests */
+    assert_int_equal(stop(&s), 0);
+}
+
 /* The official openai npm client (tests/js/openai_client.mjs). */
 static void test_openai_client(void **state) {
     (void)state;
@@ -476,5 +558,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_completions_and_streams), cmocka_unit_test(test_chat),
     cmocka_unit_test(test_bad_requests),            cmocka_unit_test(test_api_key),
     cmocka_unit_test(test_load),              cmocka_unit_test(test_openai_client),
+    cmocka_unit_test(test_batching),
 };
 SP_TEST_MAIN(tests)

@@ -7,9 +7,10 @@
  * (sp_spec_config_json over the server's defaults), so it is validated with
  * the CLI's messages. Requests run on --parallel slots, each with its own
  * KV cache and speculation state; beyond them requests wait in a queue of
- * --queue places, then get 503. Slots run side by side, each with its own
- * threads (continuous batching of several requests into one forward pass
- * is not implemented). A streamed response is written by a generation
+ * --queue places, then get 503. With --parallel above 1, plain requests
+ * are batched continuously (see "batching" below: one forward pass per
+ * step for all of them); speculative requests run on their slots side by
+ * side, each with its own forward passes. A streamed response is written by a generation
  * thread into a pipe that the connection's reader drains; a client that
  * disconnects closes the pipe, which cancels its generation. SIGINT and
  * SIGTERM stop the daemon: in-flight generations are cancelled, every
@@ -75,6 +76,7 @@ static struct server {
     pthread_cond_t cv;
     int waiting;
     atomic_bool stopping;
+    bool batching;          /* plain requests share forward passes (the batcher) */
     /* metrics (under mmu) */
     pthread_mutex_t mmu;
     uint64_t req[EP_N][600];
@@ -527,6 +529,180 @@ static void record_metrics(const run *g) {
     pthread_mutex_unlock(&S.mmu);
 }
 
+/* ------------------------------------------------------------- batching */
+
+/* Continuous batching of plain (non-speculative) requests: every forward
+ * pass such a request needs (its prompt in chunks, then one token per
+ * step) is handed to one batcher thread, which evaluates all waiting ones
+ * together with sp_forward_multi: one pass over the weights for all of
+ * them, each sequence in its own slot's KV cache. Requests join (after
+ * their prompt's first chunk) and leave between steps. Logits equal those
+ * of a forward over each context alone, and the sampling loop below is
+ * sp_generate's, so the tokens are exactly `specula generate`'s for the
+ * same request, whatever else runs. Speculative requests run on their slot
+ * as before (sp_spec_generate), not in the shared pass. */
+typedef struct bjob {
+    sp_ctx *ctx;
+    const int32_t *tokens;
+    int32_t n;
+    float *logits;          /* out: n_vocab floats, the last token's */
+    sp_status st;
+    sp_error err;
+    bool done;
+    struct bjob *next;
+} bjob;
+
+#define PREFILL_CHUNK SP_CTX_DEFAULT_BATCH
+
+static struct batcher {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* work arrived / a request left */
+    pthread_cond_t done_cv; /* a step finished */
+    bjob *head, *tail;
+    int32_t n_pending, n_active; /* active: plain requests decoding now */
+    bool stop;
+    pthread_t th;
+    bool started;
+    int32_t max_rows;       /* tokens per pass (the contexts' max batch) */
+    float *logits;          /* [max_rows][n_vocab] */
+    uint64_t steps, rows;   /* passes run and the sequences they carried */
+} B;
+
+static void *batcher_main(void *arg) {
+    (void)arg;
+    const int32_t V = sp_model_cfg(S.m)->n_vocab;
+    sp_ctx *ctxs[SP_FORWARD_MAX_SEQS];
+    sp_batch batches[SP_FORWARD_MAX_SEQS];
+    bjob *jobs[SP_FORWARD_MAX_SEQS];
+    double last_pass = 0; /* seconds the last forward took */
+    pthread_mutex_lock(&B.mu);
+    for (;;) {
+        while (!B.stop && !B.head) pthread_cond_wait(&B.cv, &B.mu);
+        if (!B.head) break; /* stopping and nothing left */
+        /* let the other active requests hand in their next token: wait
+         * until every active one has, but not longer than half the last
+         * pass took (20 us to 1 ms): a straggler (a slow client reading its
+         * stream) must not stall the others for long */
+        long wait_ns = (long)(last_pass * 0.5e9);
+        wait_ns = wait_ns < 20000 ? 20000 : wait_ns > 1000000 ? 1000000 : wait_ns;
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += wait_ns;
+        if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+        while (!B.stop && B.n_pending < B.n_active)
+            if (pthread_cond_timedwait(&B.cv, &B.mu, &dl)) break;
+        /* take jobs in arrival order while their tokens fit one pass */
+        int32_t k = 0, rows = 0;
+        bjob **pp = &B.head, *prev = NULL;
+        while (*pp && k < SP_FORWARD_MAX_SEQS) {
+            bjob *j = *pp;
+            if (k > 0 && rows + j->n > B.max_rows) {
+                prev = j;
+                pp = &j->next;
+                continue;
+            }
+            *pp = j->next;
+            if (B.tail == j) B.tail = prev;
+            B.n_pending--;
+            jobs[k] = j;
+            ctxs[k] = j->ctx;
+            batches[k] = (sp_batch){.tokens = j->tokens, .n = j->n};
+            rows += j->n;
+            k++;
+        }
+        pthread_mutex_unlock(&B.mu);
+        sp_error err = {0};
+        const double t0 = sp_now();
+        sp_status st = sp_forward_multi(ctxs, batches, k, B.logits, &err);
+        last_pass = sp_now() - t0;
+        pthread_mutex_lock(&B.mu);
+        B.steps++;
+        B.rows += (uint64_t)k;
+        for (int32_t i = 0; i < k; i++) {
+            jobs[i]->st = st;
+            if (st) jobs[i]->err = err;
+            else memcpy(jobs[i]->logits, B.logits + (size_t)i * V, (size_t)V * sizeof(float));
+            jobs[i]->done = true;
+        }
+        pthread_cond_broadcast(&B.done_cv);
+    }
+    pthread_mutex_unlock(&B.mu);
+    return NULL;
+}
+
+/* One forward of n tokens on ctx through the batcher; the last token's
+ * logits into logits. */
+static sp_status batch_forward(sp_ctx *ctx, const int32_t *tokens, int32_t n, float *logits, sp_error *err) {
+    bjob j = {.ctx = ctx, .tokens = tokens, .n = n, .logits = logits};
+    pthread_mutex_lock(&B.mu);
+    if (B.stop) {
+        pthread_mutex_unlock(&B.mu);
+        return sp_fail(err, SP_ERR_STATE, "the server is shutting down");
+    }
+    if (B.tail) B.tail->next = &j;
+    else B.head = &j;
+    B.tail = &j;
+    B.n_pending++;
+    pthread_cond_signal(&B.cv);
+    while (!j.done) pthread_cond_wait(&B.done_cv, &B.mu);
+    pthread_mutex_unlock(&B.mu);
+    if (j.st && err) *err = j.err;
+    return j.st;
+}
+
+static void batch_active(int delta) {
+    pthread_mutex_lock(&B.mu);
+    B.n_active += delta;
+    pthread_cond_signal(&B.cv);
+    pthread_mutex_unlock(&B.mu);
+}
+
+
+/* sp_generate's loop (prefill, then sample, emit, stop at EOG or the
+ * budget, evaluate the token) with every forward through the batcher. */
+static sp_status generate_batched(run *g, sp_ctx *ctx, const sp_gen_params *p, sp_error *err) {
+    const int32_t V = sp_model_cfg(S.m)->n_vocab;
+    g->gst = (sp_gen_stats){.n_prompt = g->n_prompt};
+    sp_sampler *smp;
+    sp_status st = sp_sampler_init(&p->sampling, V, &smp, err);
+    if (st) return st;
+    float *logits = malloc((size_t)V * sizeof(float));
+    if (!logits) {
+        sp_sampler_free(smp);
+        return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    }
+    sp_rng rng;
+    sp_rng_seed(&rng, p->seed);
+    const double t0 = sp_now();
+    for (int32_t i = 0; !st && i < g->n_prompt; i += PREFILL_CHUNK) {
+        int32_t m = g->n_prompt - i < PREFILL_CHUNK ? g->n_prompt - i : PREFILL_CHUNK;
+        st = batch_forward(ctx, g->prompt + i, m, logits, err);
+        g->gst.target_forwards++;
+    }
+    const double t1 = sp_now();
+    g->gst.t_prefill = t1 - t0;
+    batch_active(+1);
+    int32_t n = 0;
+    while (!st && n < p->n_predict) {
+        int32_t id = sp_sampler_sample(smp, logits, &rng, NULL);
+        g->out[n++] = id;
+        bool go = on_tokens(g, &id, 1);
+        if (p->stop_at_eog && sp_tokenizer_is_eog(S.tok, id)) {
+            g->gst.hit_eog = true;
+            break;
+        }
+        if (!go || n == p->n_predict) break;
+        st = batch_forward(ctx, &id, 1, logits, err);
+        g->gst.target_forwards++;
+    }
+    batch_active(-1);
+    g->gst.t_generate = sp_now() - t1;
+    g->gst.n_generated = n;
+    free(logits);
+    sp_sampler_free(smp);
+    return st;
+}
+
 /* Runs the generation on the run's slot (prompt already tokenised). */
 static void generate(run *g) {
     slot *sl = g->sl;
@@ -537,18 +713,30 @@ static void generate(run *g) {
     for (int i = 1; i < SPEC_CACHE; i++)
         if (!sl->spec[i] || (sl->spec[lru] && sl->used[i] < sl->used[lru])) lru = i;
     sp_status st = SP_OK;
-    if (c < 0) {
-        c = lru;
-        sp_spec_free(sl->spec[c]);
-        sl->spec[c] = NULL;
-        sl->sp[c] = g->r.spec;
-        st = sp_spec_init(sl->ctx, &sl->sp[c], &sl->spec[c], &se);
+    const bool batched = S.batching && g->r.spec.draft.kind == SP_DRAFT_NONE;
+    sp_spec *spec = NULL;
+    if (!batched) {
+        if (c < 0) {
+            c = lru;
+            sp_spec_free(sl->spec[c]);
+            sl->spec[c] = NULL;
+            sl->sp[c] = g->r.spec;
+            st = sp_spec_init(sl->ctx, &sl->sp[c], &sl->spec[c], &se);
+        }
+        sl->used[c] = ++sl->uses;
+        spec = sl->spec[c];
+        if (!st) st = sp_spec_reset(spec, &se);
     }
-    sl->used[c] = ++sl->uses;
-    sp_spec *spec = sl->spec[c];
-    if (!st) st = sp_spec_reset(spec, &se);
     if (!st) st = sp_ctx_truncate(sl->ctx, 0, &se);
-    if (!st) {
+    if (!st && batched) {
+        sp_gen_params gp = sp_gen_default_params();
+        gp.n_predict = g->r.max_tokens;
+        gp.sampling = g->r.smp;
+        gp.seed = g->r.seed;
+        g->prev = g->prompt[g->n_prompt - 1];
+        g->sst = (sp_spec_stats){.drafter = "none", .verifier = "none"};
+        st = generate_batched(g, sl->ctx, &gp, &se);
+    } else if (!st) {
         sp_gen_params gp = sp_gen_default_params();
         gp.n_predict = g->r.max_tokens;
         gp.sampling = g->r.smp;
@@ -784,6 +972,13 @@ static char *metrics_text(void) {
     OUT("# TYPE specula:num_requests_running gauge\nspecula:num_requests_running %d\n", busy);
     OUT("# TYPE specula:num_requests_waiting gauge\nspecula:num_requests_waiting %d\n", S.waiting);
     pthread_mutex_unlock(&S.mu);
+    pthread_mutex_lock(&B.mu);
+    OUT("# HELP specula:batch_steps_total Forward passes run by the batcher (continuous batching).\n"
+        "# TYPE specula:batch_steps_total counter\nspecula:batch_steps_total %llu\n"
+        "# HELP specula:batch_sequences_total Sequences those passes carried (over steps: the mean batch).\n"
+        "# TYPE specula:batch_sequences_total counter\nspecula:batch_sequences_total %llu\n",
+        (unsigned long long)B.steps, (unsigned long long)B.rows);
+    pthread_mutex_unlock(&B.mu);
     pthread_mutex_unlock(&S.mmu);
 #undef OUT
     if (n >= cap) {
@@ -924,9 +1119,12 @@ static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: specula serve -m MODEL [-md DRAFT] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
             "         [--queue N] [-c CTX] [-t THREADS] [--api-key KEY] [--chat-template NAME]\n"
-            "         [--alias NAME] [sampling and speculation defaults as for generate]\n"
+            "         [--alias NAME] [--no-batching] [sampling and speculation defaults as for generate]\n"
             "  OpenAI-compatible endpoints: POST /v1/completions, POST /v1/chat/completions,\n"
             "  GET /v1/models, GET /health, GET /metrics. --port 0 picks a free port (printed).\n"
+            "  With --parallel above 1, plain requests share forward passes (continuous\n"
+            "  batching: one pass over the weights per step for all of them); --no-batching\n"
+            "  runs each slot on its own (speculative requests always do).\n"
             "  Chat templates: %s (default: recognised from the model's\n"
             "  tokenizer.chat_template). A request's \"speculative\" object overrides the\n"
             "  speculation defaults (n_max, n_min, p_min, drafter, verifier, gamma, tree, adaptive, ...).\n",
@@ -949,7 +1147,7 @@ static sp_chat_tmpl model_template(const char *path) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    enum { O_HOST = SP_OPT_CMD, O_PORT, O_PAR, O_QUEUE, O_KEY, O_TMPL, O_ALIAS };
+    enum { O_HOST = SP_OPT_CMD, O_PORT, O_PAR, O_QUEUE, O_KEY, O_TMPL, O_ALIAS, O_NOBATCH };
     static const struct option LONGOPTS[] = {
         SP_CLI_RUN_OPTIONS,
         SP_CLI_SPEC_OPTIONS,
@@ -961,6 +1159,7 @@ int cmd_serve(int argc, char **argv) {
         {"api-key", required_argument, NULL, O_KEY},
         {"chat-template", required_argument, NULL, O_TMPL},
         {"alias", required_argument, NULL, O_ALIAS},
+        {"no-batching", no_argument, NULL, O_NOBATCH},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -971,6 +1170,7 @@ int cmd_serve(int argc, char **argv) {
     sp_spec_config_init(&cfg, NULL);
     const char *host = "127.0.0.1", *tmpl_name = NULL, *alias = NULL, *flag;
     long long port = 8080, par = 1, queue = 64;
+    bool no_batching = false;
     int c, r;
     optind = 0;
     while ((c = sp_cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "h", LONGOPTS, "serve", &flag)) != -1) {
@@ -987,6 +1187,7 @@ int cmd_serve(int argc, char **argv) {
         case O_KEY: S.api_key = optarg; break;
         case O_TMPL: tmpl_name = optarg; break;
         case O_ALIAS: alias = optarg; break;
+        case O_NOBATCH: no_batching = true; break;
         case 'h': serve_usage(stdout); return 0;
         default: return 2;
         }
@@ -1025,6 +1226,7 @@ int cmd_serve(int argc, char **argv) {
     S.parallel = (int32_t)par;
     S.queue_max = (int32_t)queue;
     S.threads = (int32_t)run.threads;
+    S.batching = S.parallel > 1 && !no_batching;
     pthread_mutex_init(&S.mu, NULL);
     pthread_mutex_init(&S.mmu, NULL);
     pthread_cond_init(&S.cv, NULL);
@@ -1034,13 +1236,28 @@ int cmd_serve(int argc, char **argv) {
         sp_ctx_params cp = sp_ctx_default_params();
         cp.n_ctx = (int32_t)run.n_ctx;
         cp.max_batch = 128;
-        cp.n_threads = S.threads / S.parallel > 0 ? S.threads / S.parallel : 1;
+        /* batching: the shared pass runs on the first sequence's pool, so
+         * every slot gets all the threads (its workers sleep when idle) */
+        cp.n_threads = S.batching ? S.threads : S.threads / S.parallel > 0 ? S.threads / S.parallel : 1;
         if (sp_ctx_init(S.m, &cp, &S.slots[i].ctx, &e)) {
             fprintf(stderr, "specula: %s\n", e.msg);
             rc = 1;
         }
     }
     if (!rc) S.n_ctx = sp_ctx_n_ctx(S.slots[0].ctx);
+    pthread_mutex_init(&B.mu, NULL);
+    pthread_cond_init(&B.cv, NULL);
+    pthread_cond_init(&B.done_cv, NULL);
+    if (!rc && S.batching) {
+        B.max_rows = 128;
+        B.logits = malloc((size_t)B.max_rows * (size_t)sp_model_cfg(S.m)->n_vocab * sizeof(float));
+        if (!B.logits || pthread_create(&B.th, NULL, batcher_main, NULL)) {
+            fprintf(stderr, "specula: cannot start the batcher (out of memory)\n");
+            rc = 1;
+        } else {
+            B.started = true;
+        }
+    }
     /* SIGINT/SIGTERM are taken by sigwait below; every thread inherits the mask */
     sigset_t set;
     sigemptyset(&set);
@@ -1061,9 +1278,10 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!rc) {
         const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-        fprintf(stderr, "specula: serving %s (%s, chat template %s, %d slot%s, speculation %s) on http://%s:%u\n",
+        fprintf(stderr, "specula: serving %s (%s, chat template %s, %d slot%s, speculation %s%s) on http://%s:%u\n",
                 S.model_id, sp_model_desc(S.m), sp_chat_name(S.tmpl), S.parallel, S.parallel > 1 ? "s" : "",
-                S.defaults.draft.kind == SP_DRAFT_NONE ? "off" : sp_drafter_name(S.defaults.draft.kind), host,
+                S.defaults.draft.kind == SP_DRAFT_NONE ? "off" : sp_drafter_name(S.defaults.draft.kind),
+                S.batching ? ", continuous batching" : "", host,
                 di ? (unsigned)di->port : (unsigned)port);
         int sig = 0;
         sigwait(&set, &sig);
@@ -1074,6 +1292,14 @@ int cmd_serve(int argc, char **argv) {
         pthread_mutex_unlock(&S.mu);
         MHD_stop_daemon(d);
     }
+    if (B.started) { /* every connection is done: nothing can hand in work now */
+        pthread_mutex_lock(&B.mu);
+        B.stop = true;
+        pthread_cond_broadcast(&B.cv);
+        pthread_mutex_unlock(&B.mu);
+        pthread_join(B.th, NULL);
+    }
+    free(B.logits);
     for (int i = 0; S.slots && i < S.parallel; i++) {
         for (int j = 0; j < SPEC_CACHE; j++) sp_spec_free(S.slots[i].spec[j]);
         sp_ctx_free(S.slots[i].ctx);
