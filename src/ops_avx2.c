@@ -49,26 +49,43 @@ AI __m256 loadw_bf16(const uint8_t *w, int64_t i, int64_t k) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
 
-/* ---- F32 / F16 / BF16: weights widened to f32, FMA into 8 lanes ---- */
-#define DEFINE_FLOAT_ROW(NAME, LOADW)                                                        \
+/* Software prefetch this many bytes ahead of the weights being read (the
+ * hardware prefetcher alone left one thread at 4-8 GB/s on a 16 GB/s
+ * machine; see docs/RESULTS.md). */
+#ifndef PF_AHEAD
+#define PF_AHEAD 4096
+#endif
+AI void prefetch(const void *p) { _mm_prefetch((const char *)p, _MM_HINT_T0); }
+
+/* ---- F32 / F16 / BF16: weights widened to f32, FMA into 8 lanes ----
+ * Two accumulators per activation row (elements 16j..16j+7 and
+ * 16j+8..16j+15), added at the end: two FMA chains hide the FMA latency at
+ * batch 1. ESZ: weight element size in bytes. */
+#define DEFINE_FLOAT_ROW(NAME, LOADW, ESZ)                                                   \
     AI void NAME(const uint8_t *wrow, const sp_mm *m, int32_t t0, int nt, float *out) {      \
-        __m256 acc[4];                                                                       \
+        __m256 acc[4][2];                                                                    \
         const float *xs[4];                                                                  \
         for (int t = 0; t < nt; t++) {                                                       \
-            acc[t] = _mm256_setzero_ps();                                                    \
+            acc[t][0] = acc[t][1] = _mm256_setzero_ps();                                     \
             xs[t] = (const float *)((const uint8_t *)m->x + (t0 + t) * m->x_stride);         \
         }                                                                                    \
         const int64_t k = m->k;                                                              \
-        for (int64_t i = 0; i < k; i += 8) {                                                 \
-            __m256 w = LOADW(wrow, i, k);                                                    \
-            for (int t = 0; t < nt; t++) acc[t] = _mm256_fmadd_ps(w, load_x(xs[t], i, k), acc[t]); \
+        for (int64_t i = 0; i < k; i += 16) {                                                \
+            if ((i * ESZ) % 64 == 0) prefetch(wrow + i * ESZ + PF_AHEAD);                    \
+            if (ESZ == 4) prefetch(wrow + i * ESZ + 32 + PF_AHEAD);                          \
+            __m256 w0 = LOADW(wrow, i, k);                                                   \
+            __m256 w1 = i + 8 < k ? LOADW(wrow, i + 8, k) : _mm256_setzero_ps();             \
+            for (int t = 0; t < nt; t++) {                                                   \
+                acc[t][0] = _mm256_fmadd_ps(w0, load_x(xs[t], i, k), acc[t][0]);             \
+                if (i + 8 < k) acc[t][1] = _mm256_fmadd_ps(w1, load_x(xs[t], i + 8, k), acc[t][1]); \
+            }                                                                                \
         }                                                                                    \
-        for (int t = 0; t < nt; t++) out[t] = hsum8(acc[t]);                                 \
+        for (int t = 0; t < nt; t++) out[t] = hsum8(_mm256_add_ps(acc[t][0], acc[t][1]));    \
     }
 
-DEFINE_FLOAT_ROW(row_f32, loadw_f32)
-DEFINE_FLOAT_ROW(row_f16, loadw_f16)
-DEFINE_FLOAT_ROW(row_bf16, loadw_bf16)
+DEFINE_FLOAT_ROW(row_f32, loadw_f32, 4)
+DEFINE_FLOAT_ROW(row_f16, loadw_f16, 2)
+DEFINE_FLOAT_ROW(row_bf16, loadw_bf16, 2)
 
 /* ---- Q8_0 / Q4_0 against q8 activations, one 32-block per 256-bit op ---- */
 
@@ -87,6 +104,7 @@ AI void row_q8_0(const uint8_t *wrow, const sp_mm *m, int32_t t0, int nt, float 
         xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
     }
     for (int64_t b = 0; b < nb; b++) {
+        if (b % 2 == 0) prefetch((const uint8_t *)&w[b] + PF_AHEAD);
         __m256i wv = _mm256_loadu_si256((const __m256i *)w[b].qs);
         __m256i aw = _mm256_sign_epi8(wv, wv);
         const float wd = _cvtsh_ss(w[b].d);
@@ -121,6 +139,7 @@ AI void row_q4_0(const uint8_t *wrow, const sp_mm *m, int32_t t0, int nt, float 
         xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
     }
     for (int64_t b = 0; b < nb; b++) {
+        if (b % 4 == 0) prefetch((const uint8_t *)&w[b] + PF_AHEAD);
         __m256i wv = q4_nibbles(&w[b]);
         const float wd = _cvtsh_ss(w[b].d);
         for (int t = 0; t < nt; t++) {
