@@ -78,4 +78,13 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
  * object can serve a new prompt from scratch. */
 sp_status sp_spec_reset(sp_spec *s, sp_error *err);
 
+/* Called after each chain iteration (plain steps included) with the
+ * target's adjusted distributions of the tokens it committed: row j (of
+ * `rows`, V floats each) is the distribution of hist[first + j] given
+ * hist[0 .. first + j). The online learner (sp_online.h) takes these. Tree
+ * iterations are not reported. fn NULL removes the observer. */
+typedef void (*sp_spec_observer)(void *ud, const int32_t *hist, int32_t first, const float *p,
+                                 int32_t rows, int32_t V);
+void sp_spec_set_observer(sp_spec *s, sp_spec_observer fn, void *ud);
+
 #endif

@@ -30,5 +30,6 @@
 #include "sp_spec_config.h"
 #include "sp_sysinfo.h"
 #include "sp_chat.h"
+#include "sp_online.h"
 
 #endif

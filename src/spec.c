@@ -41,7 +41,14 @@ struct sp_spec {
     int32_t plain_run;       /* iterations decoded plainly since speculation last ran */
     int32_t probe_every;     /* ... after which speculation is probed again */
     int64_t iters;           /* chain iterations since the last reset */
+    sp_spec_observer observer; /* sees the target rows of verified positions */
+    void *observer_ud;
 };
+
+void sp_spec_set_observer(sp_spec *s, sp_spec_observer fn, void *ud) {
+    s->observer = fn;
+    s->observer_ud = ud;
+}
 
 sp_spec_params sp_spec_default_params(void) {
     sp_spec_params p = {.draft = sp_drafter_default_params(), .verifier = SP_VERIFIER_BLOCK,
@@ -497,7 +504,15 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
         stats->iterations++;
         stats->accepted += g.tau;
         stats->accept_hist[g.tau < SP_SPEC_MAX_GAMMA + 1 ? g.tau : SP_SPEC_MAX_GAMMA + 1]++;
+        const int32_t n_before = g.n;
         stats->emitted += emit(&e, g.hist, &g.n, g.emitted, g.n_emit);
+        /* chain steps: target rows 0..tau are the distributions of the
+         * tokens just committed at positions n_before.. (tree rows follow
+         * the tree's node order and are not passed on) */
+        if (s->observer && !s->is_tree && g.n > n_before) {
+            const int32_t rows = g.tau + 1 < g.n - n_before ? g.tau + 1 : g.n - n_before;
+            s->observer(s->observer_ud, g.hist, n_before, s->p, rows, s->V);
+        }
     }
     gstats->t_generate = sp_now() - t1;
     gstats->n_generated = e.n;

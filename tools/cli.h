@@ -133,5 +133,6 @@ int cmd_mkmodel(int argc, char **argv);
 int cmd_bench_forward(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_online(int argc, char **argv);
 
 #endif

@@ -18,6 +18,7 @@ static const sp_cli_command COMMANDS[] = {
     {"verify-sim", "simulate the verifiers on toy models", cmd_verify_sim},
     {"tokenize", "print the token ids of a text (any GGUF, vocabulary-only too)", cmd_tokenize},
     {"serve", "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)", cmd_serve},
+    {"online", "online speculative decoding: the draft learns from verification while generating", cmd_online},
     {"version", "print the version", cmd_version},
 };
 
