@@ -626,7 +626,7 @@ AI void mm_k512(const sp_mm *m, int64_t r0, int64_t r1, const int kind) {
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *w = m->w + r * m->w_stride;
         for (int32_t t0 = 0; t0 < m->n; t0 += nv > 0 ? 128 : 4) {
-            const int32_t nt = nv > 0 ? (m->n - t0 < 128 ? m->n - t0 : 128) : m->n - t0;
+            const int32_t nt = nv > 0 ? (m->n - t0 < 128 ? m->n - t0 : 128) : (m->n - t0 < 4 ? m->n - t0 : 4);
             const int32_t ngc = nv > 0 ? (nt + 15) / 16 : 0;
             for (int g = 0; g < ngc; g++) yv[g] = _mm512_setzero_ps();
             for (int32_t t = 0; t < 4; t++) ys[t] = 0;
