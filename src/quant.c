@@ -99,7 +99,8 @@ void sp_q3k_scales(const uint8_t packed[12], int8_t out[16]) {
 int sp_quant_supported(sp_ggml_type t) {
     switch (t) {
     case SP_GGML_F32: case SP_GGML_F16: case SP_GGML_BF16: case SP_GGML_Q8_0: case SP_GGML_Q4_0:
-    case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1: case SP_GGML_Q4_K: case SP_GGML_Q6_K:
+    case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1: case SP_GGML_Q4_K: case SP_GGML_Q5_K:
+    case SP_GGML_Q6_K: case SP_GGML_IQ4_NL:
         return 1;
     default:
         return 0;
@@ -165,50 +166,114 @@ static void quantize_q5_1(const float *x, sp_block_q5_1 *y, int64_t nb) {
 static int nearest(float v) { return (int)nearbyintf(v); }
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* Specula's own Q4_K quantiser (not llama-quantize's iterative search): per
- * sub-block of 32 the range [min(0, x), max(0, x)] in 15 steps; the 8
- * scales and 8 offsets are stored as 6-bit multiples of the super-block's
- * d and dmin; then every value is rounded against the stored (dequantised)
- * scale and offset, so the rounding sees what the reader will. */
+/* Specula's own Q4_K / Q5_K quantiser (not llama-quantize's iterative
+ * search): per sub-block of 32 the range [min(0, x), max(0, x)] in nmax
+ * steps (15 or 31); the 8 scales and 8 offsets are stored as 6-bit multiples
+ * of the super-block's d and dmin; then every value is rounded against the
+ * stored (dequantised) scale and offset, so the rounding sees what the reader
+ * will. Q5_K puts the fifth bit of sub-block s's value l in bit s of qh[l].
+ * The two blocks share d, dmin, scales[12] and qs[128]; q5 is NULL for Q4_K. */
+static void quantize_k45(const float *x, sp_block_q4_K *y4, sp_block_q5_K *y5) {
+    const int nmax = y5 ? 31 : 15;
+    uint16_t *pd = y5 ? &y5->d : &y4->d, *pdmin = y5 ? &y5->dmin : &y4->dmin;
+    uint8_t *scales = y5 ? y5->scales : y4->scales, *qs = y5 ? y5->qs : y4->qs;
+    float sc[8], mn[8], max_sc = 0, max_mn = 0;
+    for (int s = 0; s < 8; s++) {
+        float lo = 0, hi = 0;
+        for (int l = 0; l < 32; l++) lo = fminf(lo, x[32 * s + l]), hi = fmaxf(hi, x[32 * s + l]);
+        sc[s] = (hi - lo) / (float)nmax;
+        mn[s] = -lo;
+        max_sc = fmaxf(max_sc, sc[s]), max_mn = fmaxf(max_mn, mn[s]);
+    }
+    const float d = max_sc / 63.0f, dmin = max_mn / 63.0f;
+    *pd = sp_fp32_to_fp16(d);
+    *pdmin = sp_fp32_to_fp16(dmin);
+    const float dq = sp_fp16_to_fp32(*pd), dmq = sp_fp16_to_fp32(*pdmin);
+    uint8_t isc[8], imn[8];
+    for (int s = 0; s < 8; s++) {
+        isc[s] = (uint8_t)clampi(dq > 0 ? nearest(sc[s] / dq) : 0, 0, 63);
+        imn[s] = (uint8_t)clampi(dmq > 0 ? nearest(mn[s] / dmq) : 0, 0, 63);
+    }
+    /* the packing sp_q4k_scale_min reads */
+    memset(scales, 0, 12);
+    for (int s = 0; s < 8; s++) {
+        if (s < 4) {
+            scales[s] = isc[s];
+            scales[s + 4] = imn[s];
+        } else {
+            scales[s + 4] = (uint8_t)((isc[s] & 0xF) | (imn[s] & 0xF) << 4);
+            scales[s - 4] |= (uint8_t)((isc[s] >> 4) << 6);
+            scales[s] |= (uint8_t)((imn[s] >> 4) << 6);
+        }
+    }
+    if (y5) memset(y5->qh, 0, sizeof y5->qh);
+    for (int s = 0; s < 8; s++) {
+        const float ds = dq * (float)isc[s], ms = dmq * (float)imn[s];
+        for (int l = 0; l < 32; l++) {
+            int q = ds > 0 ? clampi(nearest((x[32 * s + l] + ms) / ds), 0, nmax) : 0;
+            uint8_t *b = &qs[32 * (s / 2) + l];
+            *b = (s & 1) ? (uint8_t)((*b & 0x0F) | (q & 0xF) << 4) : (uint8_t)((*b & 0xF0) | (q & 0xF));
+            if (y5 && (q & 0x10)) y5->qh[l] |= (uint8_t)(1u << s);
+        }
+    }
+}
+
 static void quantize_q4_K(const float *x, sp_block_q4_K *y, int64_t nb) {
-    for (int64_t i = 0; i < nb; i++, x += SP_QK_K) {
-        float sc[8], mn[8], max_sc = 0, max_mn = 0;
-        for (int s = 0; s < 8; s++) {
-            float lo = 0, hi = 0;
-            for (int l = 0; l < 32; l++) lo = fminf(lo, x[32 * s + l]), hi = fmaxf(hi, x[32 * s + l]);
-            sc[s] = (hi - lo) / 15.0f;
-            mn[s] = -lo;
-            max_sc = fmaxf(max_sc, sc[s]), max_mn = fmaxf(max_mn, mn[s]);
+    for (int64_t i = 0; i < nb; i++) quantize_k45(x + i * SP_QK_K, &y[i], NULL);
+}
+
+static void quantize_q5_K(const float *x, sp_block_q5_K *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) quantize_k45(x + i * SP_QK_K, NULL, &y[i]);
+}
+
+/* Specula's own IQ4_NL quantiser (llama-quantize searches more scales): per
+ * block of 32 the value of largest magnitude maps to the table's entry of
+ * largest magnitude (-127; the scale takes the sign), each value to its
+ * nearest table entry for that scale; then the scale is refitted by least
+ * squares against the chosen entries and the entries chosen again, and the
+ * better of the two (squared error) is kept. */
+static int iq4_nearest(float v) {
+    int best = 0;
+    float be = fabsf(v - (float)sp_iq4nl_values[0]);
+    for (int j = 1; j < 16; j++) {
+        float e = fabsf(v - (float)sp_iq4nl_values[j]);
+        if (e < be) be = e, best = j;
+    }
+    return best;
+}
+
+static float iq4_fit(const float *x, float d, uint8_t idx[32]) {
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    float err = 0;
+    for (int j = 0; j < 32; j++) {
+        idx[j] = (uint8_t)iq4_nearest(x[j] * id);
+        float r = x[j] - d * (float)sp_iq4nl_values[idx[j]];
+        err += r * r;
+    }
+    return err;
+}
+
+static void quantize_iq4_nl(const float *x, sp_block_iq4_nl *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += SP_QK) {
+        float amax = 0, max = 0;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
+        uint8_t idx[32], idx2[32];
+        float d = max / (float)sp_iq4nl_values[0]; /* the most negative entry, -127 */
+        d = sp_fp16_to_fp32(sp_fp32_to_fp16(d));
+        float err = iq4_fit(x, d, idx);
+        double sxq = 0, sqq = 0;
+        for (int j = 0; j < 32; j++) {
+            const double q = sp_iq4nl_values[idx[j]];
+            sxq += x[j] * q, sqq += q * q;
         }
-        const float d = max_sc / 63.0f, dmin = max_mn / 63.0f;
+        if (sqq > 0) {
+            float d2 = sp_fp16_to_fp32(sp_fp32_to_fp16((float)(sxq / sqq)));
+            float err2 = iq4_fit(x, d2, idx2);
+            if (err2 < err) d = d2, memcpy(idx, idx2, sizeof idx);
+        }
         y[i].d = sp_fp32_to_fp16(d);
-        y[i].dmin = sp_fp32_to_fp16(dmin);
-        const float dq = sp_fp16_to_fp32(y[i].d), dmq = sp_fp16_to_fp32(y[i].dmin);
-        uint8_t isc[8], imn[8];
-        for (int s = 0; s < 8; s++) {
-            isc[s] = (uint8_t)clampi(dq > 0 ? nearest(sc[s] / dq) : 0, 0, 63);
-            imn[s] = (uint8_t)clampi(dmq > 0 ? nearest(mn[s] / dmq) : 0, 0, 63);
-        }
-        /* the packing sp_q4k_scale_min reads */
-        memset(y[i].scales, 0, 12);
-        for (int s = 0; s < 8; s++) {
-            if (s < 4) {
-                y[i].scales[s] = isc[s];
-                y[i].scales[s + 4] = imn[s];
-            } else {
-                y[i].scales[s + 4] = (uint8_t)((isc[s] & 0xF) | (imn[s] & 0xF) << 4);
-                y[i].scales[s - 4] |= (uint8_t)((isc[s] >> 4) << 6);
-                y[i].scales[s] |= (uint8_t)((imn[s] >> 4) << 6);
-            }
-        }
-        for (int s = 0; s < 8; s++) {
-            const float ds = dq * (float)isc[s], ms = dmq * (float)imn[s];
-            for (int l = 0; l < 32; l++) {
-                int q = ds > 0 ? clampi(nearest((x[32 * s + l] + ms) / ds), 0, 15) : 0;
-                uint8_t *b = &y[i].qs[32 * (s / 2) + l];
-                *b = (s & 1) ? (uint8_t)((*b & 0x0F) | q << 4) : (uint8_t)((*b & 0xF0) | q);
-            }
-        }
+        for (int j = 0; j < 16; j++) y[i].qs[j] = (uint8_t)(idx[j] | idx[j + 16] << 4);
     }
 }
 
@@ -311,6 +376,8 @@ void sp_quantize_row(sp_ggml_type type, const float *src, void *dst, int64_t n) 
     case SP_GGML_Q5_0: quantize_q5_0(src, dst, n / SP_QK); break;
     case SP_GGML_Q5_1: quantize_q5_1(src, dst, n / SP_QK); break;
     case SP_GGML_Q4_K: quantize_q4_K(src, dst, n / SP_QK_K); break;
+    case SP_GGML_Q5_K: quantize_q5_K(src, dst, n / SP_QK_K); break;
+    case SP_GGML_IQ4_NL: quantize_iq4_nl(src, dst, n / SP_QK); break;
     case SP_GGML_Q6_K: quantize_q6_K(src, dst, n / SP_QK_K); break;
     default: SP_ASSERT(0 && "unsupported type");
     }

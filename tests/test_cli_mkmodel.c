@@ -105,7 +105,7 @@ static void test_mkmodel_bad_flags(void **state) {
         {"mkmodel --dim 64", "needs --out"},
         {"mkmodel --out /nonexistent/x.gguf --dim 6x4", "--dim must be an integer"},
         {"mkmodel --out x.gguf --dim", "--dim needs a value"},
-        {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type q5_k --seed 1",
+        {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type q3_k --seed 1",
          "--type must be"},
         {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 3 --kv-heads 1 --ffn 64 --type f32 --seed 1 --vocab 32",
          "bad model shape"},

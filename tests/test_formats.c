@@ -262,7 +262,8 @@ static void test_quantisers_against_llama_quantize(void **state) {
     static const struct { sp_ggml_type t; const char *file; bool exact; } cases[] = {
         {SP_GGML_Q4_1, "pure-Q4_1", true},      {SP_GGML_Q5_0, "pure-Q5_0", true},
         {SP_GGML_Q5_1, "pure-Q5_1", true},      {SP_GGML_Q4_K, "pure-Q4_K_M", false},
-        {SP_GGML_Q6_K, "pure-Q6_K", false},
+        {SP_GGML_Q6_K, "pure-Q6_K", false},     {SP_GGML_Q5_K, "pure-Q5_K_M", false},
+        {SP_GGML_IQ4_NL, "pure-IQ4_NL", false},
     };
     sp_gguf *base = NULL;
     sp_error err = {0};
@@ -318,7 +319,8 @@ static void test_quantisers_against_llama_quantize(void **state) {
 static void test_requantize_new_types(void **state) {
     (void)state;
     static const struct { sp_ggml_type t; double tol; } cases[] = {
-        {SP_GGML_Q4_K, 0.15}, {SP_GGML_Q6_K, 0.05}, {SP_GGML_Q5_0, 0.07}, {SP_GGML_Q5_1, 0.07}, {SP_GGML_Q4_1, 0.15}};
+        {SP_GGML_Q4_K, 0.15}, {SP_GGML_Q6_K, 0.05}, {SP_GGML_Q5_0, 0.07}, {SP_GGML_Q5_1, 0.07}, {SP_GGML_Q4_1, 0.15},
+        {SP_GGML_Q5_K, 0.07}, {SP_GGML_IQ4_NL, 0.15}};
     sp_model *m = NULL;
     sp_error err = {0};
     sp_model_params mp = sp_model_default_params();

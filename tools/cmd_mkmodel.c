@@ -15,7 +15,7 @@ static void mk_usage(FILE *f) {
             "usage: specula mkmodel --out F.gguf [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3]\n"
             "         --dim D --layers L --heads H --kv-heads K\n"
             "         --ffn F [--vocab-from MODEL.gguf | --vocab N] [--pad-vocab N] [--ctx N]\n"
-            "         --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_K|q6_K --seed S\n"
+            "         --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q4_K|q5_K|q6_K --seed S\n"
             "  Without --vocab-from or --vocab, the vocabulary of\n"
             "  $SPECULA_SHARED/models/stories260K.gguf (default ../shared) is copied.\n"
             "  --pad-vocab N appends \"[PAD<i>]\" entries up to N ids (Qwen-style padding).\n");
@@ -68,7 +68,7 @@ int cmd_mkmodel(int argc, char **argv) {
         } else if (!strcmp(a, "--type")) {
             if (!val) goto missing;
             if ((type = parse_type(val)) < 0) {
-                fprintf(stderr, "specula: --type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K or q6_K, got '%s'\n", val);
+                fprintf(stderr, "specula: --type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_K, q5_K or q6_K, got '%s'\n", val);
                 return 2;
             }
             i++;
