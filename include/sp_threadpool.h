@@ -1,6 +1,7 @@
 /* sp_threadpool: a set of worker threads contexts compute on (give several
  * contexts one pool through sp_ctx_params.pool). Internally (src/threadpool.h)
- * it runs one parallel job at a time. Dispatch is a spin-then-sleep handshake on an atomic generation
+ * it runs one parallel job at a time; contexts used from several threads
+ * may share a pool, their jobs then take turns (a mutex per job). Dispatch is a spin-then-sleep handshake on an atomic generation
  * counter, so a job costs a few microseconds, not a condition-variable
  * round trip (decode of a small model issues thousands of jobs a second). */
 #ifndef SP_THREADPOOL_H

@@ -33,6 +33,7 @@ struct sp_pool {
     atomic_bool stop;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_mutex_t run_mu; /* one job at a time: callers on several threads take turns */
 };
 
 static void *worker_main(void *arg) {
@@ -71,6 +72,7 @@ sp_status sp_pool_init(int n_threads, sp_pool **out, sp_error *err) {
     p->n_threads = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_mutex_init(&p->run_mu, NULL);
     p->workers = calloc((size_t)n_threads, sizeof *p->workers);
     if (!p->workers) {
         sp_pool_free(p);
@@ -98,6 +100,7 @@ void sp_pool_free(sp_pool *p) {
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->workers[i].thread, NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->run_mu);
     free(p->workers);
     free(p);
 }
@@ -109,6 +112,7 @@ void sp_pool_run(sp_pool *p, sp_pool_fn fn, void *ctx) {
         fn(ctx, 0, 1);
         return;
     }
+    pthread_mutex_lock(&p->run_mu);
     p->fn = fn;
     p->ctx = ctx;
     atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
@@ -122,4 +126,5 @@ void sp_pool_run(sp_pool *p, sp_pool_fn fn, void *ctx) {
     }
     fn(ctx, 0, p->n_threads);
     while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) SP_PAUSE();
+    pthread_mutex_unlock(&p->run_mu);
 }

@@ -77,6 +77,7 @@ static struct server {
     int waiting;
     atomic_bool stopping;
     bool batching;          /* plain requests share forward passes (the batcher) */
+    sp_pool *pool;          /* batching: the one pool every slot computes on */
     /* metrics (under mmu) */
     pthread_mutex_t mmu;
     uint64_t req[EP_N][600];
@@ -1232,13 +1233,19 @@ int cmd_serve(int argc, char **argv) {
     pthread_cond_init(&S.cv, NULL);
     S.slots = calloc((size_t)S.parallel, sizeof *S.slots);
     int rc = S.slots ? 0 : 1;
+    if (!rc && S.batching && sp_pool_init(S.threads, &S.pool, &e)) {
+        fprintf(stderr, "specula: %s\n", e.msg);
+        rc = 1;
+    }
     for (int i = 0; !rc && i < S.parallel; i++) {
         sp_ctx_params cp = sp_ctx_default_params();
         cp.n_ctx = (int32_t)run.n_ctx;
         cp.max_batch = 128;
-        /* batching: the shared pass runs on the first sequence's pool, so
-         * every slot gets all the threads (its workers sleep when idle) */
-        cp.n_threads = S.batching ? S.threads : S.threads / S.parallel > 0 ? S.threads / S.parallel : 1;
+        /* batching: every slot computes on one pool of all the threads (the
+         * shared pass and speculative slots take turns per job); else the
+         * threads are split between the slots */
+        cp.n_threads = S.threads / S.parallel > 0 ? S.threads / S.parallel : 1;
+        cp.pool = S.pool;
         if (sp_ctx_init(S.m, &cp, &S.slots[i].ctx, &e)) {
             fprintf(stderr, "specula: %s\n", e.msg);
             rc = 1;
@@ -1305,6 +1312,7 @@ int cmd_serve(int argc, char **argv) {
         sp_ctx_free(S.slots[i].ctx);
     }
     free(S.slots);
+    sp_pool_free(S.pool);
     sp_model_free(S.dm);
     sp_model_free(S.m);
     return rc;
