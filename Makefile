@@ -1,6 +1,10 @@
 # Specula build. `make` builds the library, the CLI and the tests;
 # `make check` runs the suite; `make check SAN=1` runs it under ASan+UBSan.
-# Sources are globbed: a new src/*.c, tools/*.c or tests/test_*.c needs no edit here.
+# Sources are globbed: a new src/LAYER/*.c, tools/*.c or tests/test_*.c needs no edit here.
+# src/ is split by layer: base (status, files, clock, threads), engine (GGUF,
+# kernels, the forward pass, samplers), text (tokenizers, Unicode, chat
+# templates), spec (verifiers, drafters, the speculative loop), train (losses,
+# trainer, distillation, online learning). Internal headers are found by name.
 
 CC      ?= cc
 SAN     ?= 0
@@ -14,7 +18,9 @@ BUILD   ?= build
 OPT     := -O2 -g
 endif
 
-CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -Wall -Wextra -Werror -pthread -Iinclude -Isrc -Itools $(EXTRA_CFLAGS)
+SRC_DIRS := base engine text spec train
+SRC_INC  := $(SRC_DIRS:%=-Isrc/%)
+CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -Wall -Wextra -Werror -pthread -Iinclude $(SRC_INC) -Itools $(EXTRA_CFLAGS)
 LDFLAGS := $(OPT) -pthread
 # The library reads JSON (speculation settings); everything linking it links jansson.
 LDLIBS  := $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson) -lm
@@ -28,7 +34,7 @@ TEST_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512dq -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c
 
-LIB_SRC  := $(wildcard src/*.c)
+LIB_SRC  := $(wildcard src/*/*.c)
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
 CLI_SRC  := $(wildcard tools/*.c)
 CLI_OBJ  := $(CLI_SRC:tools/%.c=$(BUILD)/obj/tools/%.o)
@@ -92,7 +98,7 @@ fuzz:
 	  EXTRA_CFLAGS="-O1 -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined"
 	$(MAKE) $(FUZZ_BIN)
 build-fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_util.h build-fuzz/libspecula.a
-	clang -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Iinclude -Isrc \
+	clang -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Iinclude $(SRC_INC) \
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $< build-fuzz/libspecula.a \
 	  -o $@ $(LDLIBS) -pthread
 fuzz-run: fuzz
@@ -101,4 +107,4 @@ fuzz-run: fuzz
 clean:
 	rm -rf build build-san build-clang build-fuzz
 
--include $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/tools/*.d $(BUILD)/tests/*.d)
+-include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/tests/*.d)

@@ -1,5 +1,5 @@
 /* sp_threadpool: a set of worker threads contexts compute on (give several
- * contexts one pool through sp_ctx_params.pool). Internally (src/threadpool.h)
+ * contexts one pool through sp_ctx_params.pool). Internally (src/base/threadpool.h)
  * it runs one parallel job at a time; contexts used from several threads
  * may share a pool, their jobs then take turns (a mutex per job). Dispatch is a spin-then-sleep handshake on an atomic generation
  * counter, so a job costs a few microseconds, not a condition-variable

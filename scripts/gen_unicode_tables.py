@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Generates src/unicode_tables.c: the character classes the BPE
+"""Generates src/text/unicode_tables.c: the character classes the BPE
 pre-tokenisers use (\\p{L}, \\p{N}, whitespace, everything else), for every
 code point, from the Unicode Character Database that Debian's unicode-data
 package installs (/usr/share/unicode). Run from the repository root:
 
-    python3 scripts/gen_unicode_tables.py [/usr/share/unicode] > src/unicode_tables.c
+    python3 scripts/gen_unicode_tables.py [/usr/share/unicode] > src/text/unicode_tables.c
 
 Classes: LETTER = general categories L* (Lu Ll Lt Lm Lo); NUMBER = N* (Nd Nl
 No); SPACE = the White_Space property (PropList.txt); PUNCT = P* (Pc Pd Ps

@@ -1,5 +1,5 @@
 /* unicode.h: character classes of code points for the BPE pre-tokenisers,
- * from the generated table src/unicode_tables.c (Unicode Character
+ * from the generated table src/text/unicode_tables.c (Unicode Character
  * Database; scripts/gen_unicode_tables.py says how it was made). */
 #ifndef SP_UNICODE_H
 #define SP_UNICODE_H
