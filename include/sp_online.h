@@ -14,6 +14,7 @@
 #ifndef SP_ONLINE_H
 #define SP_ONLINE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "sp_loss.h"
@@ -56,5 +57,49 @@ sp_status sp_online_update(sp_online *o, int32_t steps, double *mean_loss, sp_er
 
 /* Writes the current draft (F32) as GGUF to path. */
 sp_status sp_online_export(sp_online *o, const char *path, sp_error *err);
+
+/* ---- Serving: learning while a speculation object generates.
+ *
+ * sp_online_serve makes the learner the spec's observer: it keeps the
+ * target's rows of every committed position, and after every `every` new
+ * positions it runs `steps` optimizer steps on the buffer (on a background
+ * thread unless background is false), snapshots the weights as an F32
+ * sp_model and swaps it into the spec between two speculative iterations
+ * (sp_spec_set_draft_model: the draft cache is rebuilt with the new
+ * weights). Generation never waits for training in background mode; a
+ * round starts only when the previous one has finished. Without the thread
+ * the rounds run inline in the observer and the whole run is deterministic
+ * given the seeds. The output stays exactly the target's distribution.
+ *
+ * `like` is the draft model first served (same shape as the learner's
+ * weights; snapshots borrow its tokenizer and settings). Free the spec
+ * before the learner: the spec may be serving the learner's snapshot. */
+typedef struct sp_online_schedule {
+    int32_t every;    /* positions observed between training rounds (default 256) */
+    int32_t steps;    /* optimizer steps per round (default 32) */
+    bool background;  /* train on a thread (default true) */
+} sp_online_schedule;
+
+sp_online_schedule sp_online_default_schedule(void);
+
+typedef struct sp_spec sp_spec;
+typedef struct sp_model sp_model;
+sp_status sp_online_serve(sp_online *o, sp_spec *s, const sp_model *like,
+                          const sp_online_schedule *sch, sp_error *err);
+
+/* Waits for a running round to finish and serves its snapshot now (a
+ * checkpoint between requests, or the end of a stream). */
+void sp_online_wait(sp_online *o);
+
+typedef struct sp_online_stats {
+    int64_t observed, buffered; /* positions seen, positions in the buffer */
+    int64_t rounds, steps;      /* training rounds and optimizer steps done */
+    int64_t swaps;              /* snapshots served */
+    int64_t errors;             /* rounds or swaps that failed (last message in last_err) */
+    double last_loss;           /* mean loss of the last round */
+    double t_train;             /* seconds spent training (all threads' wall time) */
+} sp_online_stats;
+
+sp_online_stats sp_online_get_stats(sp_online *o, sp_error *last_err);
 
 #endif

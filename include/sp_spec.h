@@ -87,4 +87,14 @@ typedef void (*sp_spec_observer)(void *ud, const int32_t *hist, int32_t first, c
                                  int32_t rows, int32_t V);
 void sp_spec_set_observer(sp_spec *s, sp_spec_observer fn, void *ud);
 
+/* Serve a new draft model (a draft-model drafter only; same vocabulary
+ * rules as at init). Allowed between generations and from inside the
+ * observer (the loop drafts with the new model from its next iteration).
+ * The new draft's cache starts empty and is filled from the committed text
+ * with the new weights, so nothing computed by the old weights survives.
+ * m must stay alive while served; the old model may be freed once this
+ * returns SP_OK. On failure the old draft stays. Output stays lossless:
+ * verification always sees the q that produced each draft. */
+sp_status sp_spec_set_draft_model(sp_spec *s, const sp_model *m, sp_error *err);
+
 #endif

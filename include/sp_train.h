@@ -24,6 +24,7 @@
 
 #include "sp_gguf.h"
 #include "sp_loss.h"
+#include "sp_model.h"
 #include "sp_status.h"
 #include "sp_threadpool.h"
 
@@ -102,6 +103,13 @@ sp_status sp_tmodel_save(const sp_tmodel *m, const char *path, sp_ggml_type type
 
 /* A copy of the weights (gradients and optimizer state zero/fresh): the
  * online learner trains a copy while the served draft stays fixed. */
+/* An inference model (sp_model.h) holding a copy of the current weights as
+ * F32, for serving without a file round trip. `like` is the model the
+ * weights came from (or one of the same shape): the snapshot borrows its
+ * tokenizer and settings, so `like` must outlive it. SP_ERR_ARG when the
+ * shapes differ. Free with sp_model_free. */
+sp_status sp_tmodel_to_model(const sp_tmodel *t, const sp_model *like, sp_model **out,
+                             sp_error *err);
 sp_status sp_tmodel_clone(const sp_tmodel *m, sp_tmodel **out, sp_error *err);
 /* Copies the weights (and optimizer state) of src into dst of the same shape. */
 void sp_tmodel_copy_weights(sp_tmodel *dst, const sp_tmodel *src);

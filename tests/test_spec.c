@@ -192,6 +192,9 @@ static void exact_dist(sp_model *m, const sp_sampler_params *sp, const int32_t *
 /* When set, distribution cases run with the adaptive draft length (which
  * also decodes plainly: its first iteration, and whenever drafting loses). */
 static bool g_adaptive;
+/* When set (the draft model's file), an online learner trains that draft on
+ * a background thread while the case runs and swaps its snapshots in. */
+static const char *g_online_draft;
 
 static void distribution_case_p(sp_model *tm, sp_model *dm, sp_drafter_kind kind, sp_verifier ver,
                                 const char *tree, const sp_sampler_params *smp, long n_runs,
@@ -216,6 +219,15 @@ static void distribution_case_p(sp_model *tm, sp_model *dm, sp_drafter_kind kind
     sp_error err = {0};
     sp_spec *s = NULL;
     if (sp_spec_init(t, &sp, &s, &err)) fail_msg("spec init: %s", err.msg);
+    sp_online *on = NULL;
+    if (g_online_draft) {
+        sp_online_params op = sp_online_default_params();
+        op.window = 4, op.batch = 4, op.lr = 1e-2f;
+        sp_online_schedule sch = sp_online_default_schedule();
+        sch.every = 8, sch.steps = 2;
+        if (sp_online_init(g_online_draft, &op, &on, &err) || sp_online_serve(on, s, dm, &sch, &err))
+            fail_msg("online: %s", err.msg);
+    }
     sp_gen_params gp = sp_gen_default_params();
     gp.n_predict = K;
     gp.sampling = *smp;
@@ -248,6 +260,14 @@ static void distribution_case_p(sp_model *tm, sp_model *dm, sp_drafter_kind kind
     assert_true(tot.accepted < tot.drafted);
     if (p_min > 0 && n_min == 0) assert_true(empty_drafts > 0); /* p_min stopped some drafts at 0 */
     sp_spec_free(s);
+    if (on) { /* the draft really changed under the verifier, many times */
+        sp_online_stats os = sp_online_get_stats(on, NULL);
+        printf("online: %lld rounds, %lld swaps, %lld errors\n", (long long)os.rounds,
+               (long long)os.swaps, (long long)os.errors);
+        assert_int_equal(os.errors, 0);
+        assert_true(os.swaps >= 20);
+        sp_online_free(on);
+    }
     sp_ctx_free(t);
     free(dist);
     free(cnt);
@@ -286,6 +306,11 @@ static void test_distribution(void **state) {
     distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, NULL, &filt, N);
     distribution_case(tm, dm, SP_DRAFT_NGRAM, SP_VERIFIER_TOKEN, NULL, &plain, N);
     g_adaptive = false;
+    /* online learning: the draft is trained and replaced while sampling */
+    g_online_draft = dp;
+    distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, NULL, &filt, N);
+    distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, NULL, &plain, N);
+    g_online_draft = NULL;
     sp_model_free(tm);
     sp_model_free(dm);
     unlink(tp);

@@ -43,7 +43,35 @@ struct sp_spec {
     int64_t iters;           /* chain iterations since the last reset */
     sp_spec_observer observer; /* sees the target rows of verified positions */
     void *observer_ud;
+    int64_t draft_fwd_carry; /* draft forwards of drafters replaced by sp_spec_set_draft_model */
+    bool draft_stale;        /* a new draft model was swapped in: prefill it before drafting */
 };
+
+/* Total draft forwards of this object's drafters (the current one's
+ * counter restarts when a new draft model is swapped in). */
+static int64_t draft_forwards(const sp_spec *s) {
+    return s->draft_fwd_carry + sp_drafter_counters(s->drafter)->forwards;
+}
+
+sp_status sp_spec_set_draft_model(sp_spec *s, const sp_model *m, sp_error *err) {
+    if (!s->drafter || s->prm.draft.kind != SP_DRAFT_MODEL)
+        return sp_fail(err, SP_ERR_ARG, "drafter: only a draft-model drafter can take a new draft model");
+    sp_drafter_params dp = s->prm.draft;
+    dp.draft_model = m;
+    int32_t level = s->is_tree ? sp_tree_shape_max_level(&s->shape) : 1;
+    dp.max_batch = level > SP_CTX_DEFAULT_BATCH ? level : SP_CTX_DEFAULT_BATCH;
+    sp_drafter *d = NULL;
+    sp_status st = sp_drafter_init(&dp, s->target, &d, err);
+    if (st) return st;
+    /* the new drafter's cache is empty: its next draft evaluates the
+     * committed text with the new weights (catch-up) */
+    s->draft_fwd_carry += sp_drafter_counters(s->drafter)->forwards;
+    sp_drafter_free(s->drafter);
+    s->drafter = d;
+    s->prm.draft.draft_model = m;
+    s->draft_stale = true;
+    return SP_OK;
+}
 
 void sp_spec_set_observer(sp_spec *s, sp_spec_observer fn, void *ud) {
     s->observer = fn;
@@ -485,11 +513,12 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
     emit_state e = {.out = out, .cap = cap, .budget = gp->n_predict,
                     .tok = sp_model_tokenizer(sp_ctx_model(s->target)),
                     .stop_at_eog = gp->stop_at_eog, .cb = cb, .ud = ud};
-    const int64_t dc_f0 = sp_drafter_counters(s->drafter)->forwards;
+    const int64_t dc_f0 = draft_forwards(s);
 
     /* Prefill everything but the last prompt token (the first iteration
      * evaluates it together with the first draft). */
     double t0 = sp_now();
+    s->draft_stale = false;
     if (g.n > 1) {
         rc = sp_prefill(s->target, g.hist, g.n - 1, s->logits, &stats->prefill_forwards, err);
         if (!rc) rc = sp_drafter_prefill(s->drafter, g.hist, g.n - 1, err);
@@ -499,6 +528,13 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
     double t1 = sp_now();
     while (!rc && !e.stop) {
         const int32_t remaining = e.budget - e.n;
+        if (s->draft_stale) { /* swapped in by the observer: the whole text, new weights */
+            s->draft_stale = false;
+            double td = sp_now();
+            rc = sp_drafter_prefill(s->drafter, g.hist, g.n - 1, err);
+            stats->t_draft += sp_now() - td;
+            if (rc) break;
+        }
         rc = s->is_tree ? step_tree(&g, remaining, err) : step_chain(&g, remaining, err);
         if (rc) break;
         stats->iterations++;
@@ -518,7 +554,7 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
     gstats->n_generated = e.n;
     gstats->hit_eog = e.hit_eog;
     gstats->target_forwards = stats->target_forwards;
-    stats->draft_forwards = sp_drafter_counters(s->drafter)->forwards - dc_f0;
+    stats->draft_forwards = draft_forwards(s) - dc_f0;
     free(g.hist);
     sp_sampler_free(g.smp);
     return rc;

@@ -4,10 +4,13 @@
  * row as top-k ids/probabilities plus the remaining mass. */
 #include "sp_online.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sp_clock.h"
 #include "sp_rng.h"
+#include "sp_spec.h"
 #include "sp_train.h"
 
 struct sp_online {
@@ -25,7 +28,22 @@ struct sp_online {
     int32_t *btok;           /* [batch][window] */
     sp_loss_target *targets; /* [batch][window] */
     int32_t *sel;            /* [V] scratch for top-k */
+    int32_t *bids;           /* [batch][topk] target rows of the batch (copied under the lock) */
+    float *bprobs;           /* [batch][topk] */
     int64_t steps_done;
+    /* serving (sp_online_serve) */
+    pthread_mutex_t mu;      /* the buffer, the pending snapshot, the counters below */
+    pthread_cond_t cv;
+    bool serving, background, thread_up, stop, busy, want_round;
+    sp_online_schedule sch;
+    sp_spec *spec;
+    const sp_model *like;
+    sp_model *pending;       /* a snapshot not yet served */
+    sp_model *served;        /* the snapshot the spec drafts with (owned) */
+    int64_t since_round;     /* positions observed since the last round started */
+    sp_online_stats st;
+    pthread_t thread;
+    sp_error terr;           /* the trainer thread's last error */
 };
 
 sp_online_params sp_online_default_params(void) {
@@ -34,8 +52,24 @@ sp_online_params sp_online_default_params(void) {
     return p;
 }
 
+static void stop_thread(sp_online *o) {
+    if (!o->thread_up) return;
+    pthread_mutex_lock(&o->mu);
+    o->stop = true;
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+    pthread_join(o->thread, NULL);
+    o->thread_up = false;
+}
+
 void sp_online_free(sp_online *o) {
     if (!o) return;
+    stop_thread(o);
+    sp_model_free(o->pending);
+    sp_model_free(o->served);
+    pthread_mutex_destroy(&o->mu);
+    pthread_cond_destroy(&o->cv);
+    free(o->bids), free(o->bprobs);
     sp_tmodel_free(o->m);
     free(o->vocab_from);
     free(o->tok), free(o->ids), free(o->probs), free(o->rest);
@@ -69,7 +103,12 @@ sp_status sp_online_init(const char *draft_path, const sp_online_params *p, sp_o
     o->btok = malloc((size_t)p->batch * W * sizeof *o->btok);
     o->targets = malloc((size_t)p->batch * W * sizeof *o->targets);
     o->sel = malloc((size_t)o->V * sizeof *o->sel);
-    if (!o->vocab_from || !o->tok || !o->ids || !o->probs || !o->rest || !o->btok || !o->targets || !o->sel) {
+    o->bids = malloc((size_t)p->batch * K * sizeof *o->bids);
+    o->bprobs = malloc((size_t)p->batch * K * sizeof *o->bprobs);
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_cond_init(&o->cv, NULL);
+    if (!o->vocab_from || !o->tok || !o->ids || !o->probs || !o->rest || !o->btok || !o->targets ||
+        !o->sel || !o->bids || !o->bprobs) {
         sp_online_free(o);
         return sp_fail(err, SP_ERR_NOMEM, "online: out of memory for a buffer of %d positions", p->buffer);
     }
@@ -81,11 +120,14 @@ sp_status sp_online_init(const char *draft_path, const sp_online_params *p, sp_o
 int64_t sp_online_buffered(const sp_online *o) { return o->count; }
 int64_t sp_online_observed(const sp_online *o) { return o->observed; }
 
-void sp_online_observe(void *online, const int32_t *hist, int32_t first, const float *p, int32_t rows,
-                       int32_t V) {
-    sp_online *o = online;
-    if (V != o->V || first < 1) return; /* a vocabulary the draft does not have: nothing to learn */
-    const int32_t W = o->p.window, K = o->p.topk;
+sp_online_schedule sp_online_default_schedule(void) {
+    return (sp_online_schedule){.every = 256, .steps = 32, .background = true};
+}
+
+/* Adds rows to the ring; the caller holds o->mu when serving. */
+static void observe_rows(sp_online *o, const int32_t *hist, int32_t first, const float *p,
+                         int32_t rows) {
+    const int32_t W = o->p.window, K = o->p.topk, V = o->V;
     for (int32_t j = 0; j < rows; j++) {
         const int32_t pos = first + j; /* predicts hist[pos] from hist[0..pos) */
         const float *row = p + (int64_t)j * V;
@@ -119,29 +161,47 @@ void sp_online_observe(void *online, const int32_t *hist, int32_t first, const f
     }
 }
 
+void sp_online_observe(void *online, const int32_t *hist, int32_t first, const float *p, int32_t rows,
+                       int32_t V) {
+    sp_online *o = online;
+    if (V != o->V || first < 1) return; /* a vocabulary the draft does not have: nothing to learn */
+    pthread_mutex_lock(&o->mu);
+    observe_rows(o, hist, first, p, rows);
+    pthread_mutex_unlock(&o->mu);
+}
+
 sp_status sp_online_update(sp_online *o, int32_t steps, double *mean_loss, sp_error *err) {
     if (mean_loss) *mean_loss = 0;
-    if (o->count == 0 || steps <= 0) return SP_OK;
+    pthread_mutex_lock(&o->mu);
+    const int64_t count = o->count;
+    pthread_mutex_unlock(&o->mu);
+    if (count == 0 || steps <= 0) return SP_OK;
     const int32_t W = o->p.window, K = o->p.topk, B = o->p.batch;
     sp_adamw_params ap = sp_adamw_default_params();
     ap.lr = o->p.lr;
     ap.weight_decay = 0;
     double total = 0;
     for (int32_t s = 0; s < steps; s++) {
+        /* the batch is copied out of the ring under the lock: the serving
+         * thread may be adding rows meanwhile */
+        pthread_mutex_lock(&o->mu);
         for (int32_t b = 0; b < B; b++) {
             const int64_t e = (int64_t)sp_rng_below(&o->rng, (uint64_t)o->count);
             memcpy(o->btok + (int64_t)b * W, o->tok + e * W, (size_t)W * sizeof *o->btok);
+            memcpy(o->bids + (int64_t)b * K, o->ids + e * K, (size_t)K * sizeof *o->bids);
+            memcpy(o->bprobs + (int64_t)b * K, o->probs + e * K, (size_t)K * sizeof *o->bprobs);
             for (int32_t i = 0; i < W; i++) {
                 sp_loss_target *tg = &o->targets[(int64_t)b * W + i];
                 *tg = (sp_loss_target){.token = -1};
                 if (i == W - 1) {
                     tg->k = K;
-                    tg->ids = o->ids + e * K;
-                    tg->probs = o->probs + e * K;
+                    tg->ids = o->bids + (int64_t)b * K;
+                    tg->probs = o->bprobs + (int64_t)b * K;
                     tg->rest = o->rest[e];
                 }
             }
         }
+        pthread_mutex_unlock(&o->mu);
         sp_status st = sp_tmodel_forward(o->m, o->btok, B, W, err);
         if (st) return st;
         int64_t used = 0;
@@ -158,4 +218,145 @@ sp_status sp_online_update(sp_online *o, int32_t steps, double *mean_loss, sp_er
 
 sp_status sp_online_export(sp_online *o, const char *path, sp_error *err) {
     return sp_tmodel_save(o->m, path, SP_GGML_F32, o->vocab_from, err);
+}
+
+/* ---------------------------------------------------------------- serving */
+
+/* One training round and a snapshot of the result; called by the trainer
+ * thread, or inline by the observer without a thread. */
+static sp_status train_round(sp_online *o, sp_model **snap, sp_error *err) {
+    double t0 = sp_now(), loss = 0;
+    sp_status st = sp_online_update(o, o->sch.steps, &loss, err);
+    if (!st) st = sp_tmodel_to_model(o->m, o->like, snap, err);
+    pthread_mutex_lock(&o->mu);
+    o->st.rounds++;
+    o->st.steps += o->sch.steps;
+    o->st.last_loss = loss;
+    o->st.t_train += sp_now() - t0;
+    pthread_mutex_unlock(&o->mu);
+    return st;
+}
+
+static void *trainer_main(void *arg) {
+    sp_online *o = arg;
+    pthread_mutex_lock(&o->mu);
+    for (;;) {
+        while (!o->stop && !o->want_round) pthread_cond_wait(&o->cv, &o->mu);
+        if (o->stop) break;
+        o->want_round = false;
+        o->busy = true;
+        pthread_mutex_unlock(&o->mu);
+        sp_model *snap = NULL;
+        sp_error e = {0};
+        sp_status st = train_round(o, &snap, &e);
+        pthread_mutex_lock(&o->mu);
+        if (st) {
+            o->st.errors++;
+            o->terr = e;
+        } else {
+            sp_model_free(o->pending); /* an older snapshot never served */
+            o->pending = snap;
+        }
+        o->busy = false;
+        pthread_cond_broadcast(&o->cv);
+    }
+    pthread_mutex_unlock(&o->mu);
+    return NULL;
+}
+
+/* Serves snap (owned): the spec drafts with it from its next iteration; the
+ * snapshot it replaces is freed. Runs on the serving thread. */
+static void swap_in(sp_online *o, sp_model *snap) {
+    sp_error e = {0};
+    if (sp_spec_set_draft_model(o->spec, snap, &e)) {
+        sp_model_free(snap);
+        pthread_mutex_lock(&o->mu);
+        o->st.errors++;
+        o->terr = e;
+        pthread_mutex_unlock(&o->mu);
+        return;
+    }
+    sp_model_free(o->served);
+    o->served = snap;
+    pthread_mutex_lock(&o->mu);
+    o->st.swaps++;
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* The spec observer while serving: keep the rows, start a round every
+ * `every` positions, serve a finished snapshot. */
+static void serve_observe(void *ud, const int32_t *hist, int32_t first, const float *p,
+                          int32_t rows, int32_t V) {
+    sp_online *o = ud;
+    if (V != o->V || first < 1) return;
+    pthread_mutex_lock(&o->mu);
+    observe_rows(o, hist, first, p, rows);
+    o->since_round += rows;
+    bool round = o->since_round >= o->sch.every && !o->busy && !o->want_round;
+    if (round) o->since_round = 0;
+    sp_model *snap = o->pending;
+    o->pending = NULL;
+    if (round && o->background) {
+        o->want_round = true;
+        pthread_cond_signal(&o->cv);
+    }
+    pthread_mutex_unlock(&o->mu);
+    if (round && !o->background) {
+        sp_model_free(snap);
+        snap = NULL;
+        sp_error e = {0};
+        if (train_round(o, &snap, &e)) {
+            pthread_mutex_lock(&o->mu);
+            o->st.errors++;
+            o->terr = e;
+            pthread_mutex_unlock(&o->mu);
+            snap = NULL;
+        }
+    }
+    if (snap) swap_in(o, snap);
+}
+
+sp_status sp_online_serve(sp_online *o, sp_spec *s, const sp_model *like,
+                          const sp_online_schedule *sch, sp_error *err) {
+    if (o->serving) return sp_fail(err, SP_ERR_ARG, "online: the learner already serves a speculation object");
+    if (sch->every < 1 || sch->steps < 1)
+        return sp_fail(err, SP_ERR_ARG, "online: every and steps must be at least 1 (got %d, %d)",
+                       sch->every, sch->steps);
+    /* the learner's weights must fit the served draft: a snapshot proves it */
+    sp_model *probe = NULL;
+    sp_status st = sp_tmodel_to_model(o->m, like, &probe, err);
+    if (st) return st;
+    sp_model_free(probe);
+    o->spec = s;
+    o->like = like;
+    o->sch = *sch;
+    o->background = sch->background;
+    if (o->background) {
+        if (pthread_create(&o->thread, NULL, trainer_main, o))
+            return sp_fail(err, SP_ERR_IO, "online: cannot start the trainer thread");
+        o->thread_up = true;
+    }
+    o->serving = true;
+    sp_spec_set_observer(s, serve_observe, o);
+    return SP_OK;
+}
+
+void sp_online_wait(sp_online *o) {
+    pthread_mutex_lock(&o->mu);
+    while (o->busy || o->want_round) pthread_cond_wait(&o->cv, &o->mu);
+    sp_model *snap = o->pending;
+    o->pending = NULL;
+    pthread_mutex_unlock(&o->mu);
+    if (snap && o->serving) swap_in(o, snap);
+    else sp_model_free(snap);
+}
+
+sp_online_stats sp_online_get_stats(sp_online *o, sp_error *last_err) {
+    pthread_mutex_lock(&o->mu);
+    sp_online_stats st = o->st;
+    st.observed = o->observed;
+    st.buffered = o->count;
+    if (last_err) *last_err = o->terr;
+    pthread_mutex_unlock(&o->mu);
+    return st;
 }

@@ -846,3 +846,71 @@ void sp_tmodel_copy_weights(sp_tmodel *dst, const sp_tmodel *src) {
     memcpy(dst->m2, src->m2, (size_t)src->n_params * sizeof(float));
     dst->t_step = src->t_step;
 }
+
+/* ------------------------------------------------------- serving snapshot */
+
+static sp_weight f32_weight(sp_model *m, const float *src, int64_t rows, int64_t cols) {
+    sp_weight w = {.type = SP_GGML_F32, .rows = rows, .cols = cols,
+                   .row_bytes = (size_t)cols * sizeof(float)};
+    float *buf = sp_model_alloc(m, (size_t)(rows * cols) * sizeof(float));
+    if (buf) memcpy(buf, src, (size_t)(rows * cols) * sizeof(float));
+    w.data = (const uint8_t *)buf;
+    return w;
+}
+
+static const float *f32_vector(sp_model *m, const float *src, int64_t n) {
+    float *buf = sp_model_alloc(m, (size_t)n * sizeof(float));
+    if (buf) memcpy(buf, src, (size_t)n * sizeof(float));
+    return buf;
+}
+
+sp_status sp_tmodel_to_model(const sp_tmodel *t, const sp_model *like, sp_model **out,
+                             sp_error *err) {
+    *out = NULL;
+    const sp_model_config *c = &like->cfg;
+    const sp_train_shape *s = &t->s;
+    if (c->dim != s->dim || c->n_layers != s->n_layers || c->n_heads != s->n_heads ||
+        c->n_kv_heads != s->n_kv_heads || c->ffn_dim != s->ffn_dim || c->n_vocab != s->n_vocab ||
+        c->head_dim != t->hd || c->rope_neox || c->rope_theta != s->rope_theta ||
+        c->norm_eps != s->norm_eps)
+        return sp_fail(err, SP_ERR_ARG,
+                       "draft snapshot: the trained shape (dim %d, layers %d, vocabulary %d) does "
+                       "not match the served draft's (dim %d, layers %d, vocabulary %d)",
+                       s->dim, s->n_layers, s->n_vocab, c->dim, c->n_layers, c->n_vocab);
+    sp_model *m = calloc(1, sizeof *m);
+    if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    m->cfg = *c;
+    m->cfg.wtype = SP_GGML_F32;
+    m->tok = like->tok;
+    m->owns_tok = false;
+    m->rope_factors = like->rope_factors;
+    snprintf(m->desc, sizeof m->desc, "online draft (step %lld)", (long long)t->t_step);
+    const int64_t C = s->dim, F = s->ffn_dim, KVD = t->kvd, V = s->n_vocab;
+    bool ok = (m->layers = calloc((size_t)s->n_layers, sizeof *m->layers)) != NULL;
+    if (ok) {
+        m->tok_embd = f32_weight(m, t->p[T_EMB], V, C);
+        m->output = f32_weight(m, t->p[T_OUTPUT], V, C);
+        m->out_norm = f32_vector(m, t->p[T_OUT_NORM], C);
+        ok = m->tok_embd.data && m->output.data && m->out_norm;
+    }
+    for (int32_t l = 0; ok && l < s->n_layers; l++) {
+        sp_layer *L = &m->layers[l];
+        L->attn_norm = f32_vector(m, t->p[T_ATTN_NORM] + l * C, C);
+        L->ffn_norm = f32_vector(m, t->p[T_FFN_NORM] + l * C, C);
+        L->wq = f32_weight(m, t->p[T_WQ] + l * C * C, C, C);
+        L->wk = f32_weight(m, t->p[T_WK] + l * KVD * C, KVD, C);
+        L->wv = f32_weight(m, t->p[T_WV] + l * KVD * C, KVD, C);
+        L->wo = f32_weight(m, t->p[T_WO] + l * C * C, C, C);
+        L->w1 = f32_weight(m, t->p[T_W1] + l * F * C, F, C);
+        L->w2 = f32_weight(m, t->p[T_W2] + l * C * F, C, F);
+        L->w3 = f32_weight(m, t->p[T_W3] + l * F * C, F, C);
+        ok = L->attn_norm && L->ffn_norm && L->wq.data && L->wk.data && L->wv.data &&
+             L->wo.data && L->w1.data && L->w2.data && L->w3.data;
+    }
+    if (!ok) {
+        sp_model_free(m);
+        return sp_fail(err, SP_ERR_NOMEM, "out of memory for a draft snapshot");
+    }
+    *out = m;
+    return SP_OK;
+}
