@@ -1,5 +1,6 @@
 /* matmul_bench: one thread, every matmul kernel this CPU runs (each ISA
- * tier up to the best), per weight type, in llm.c's dev/ style:
+ * tier up to the best; "-pk": over packed Q8_0/Q4_0 weights, see ops.h), per
+ * weight type, in llm.c's dev/ style:
  *
  *   matmul_bench [stream_mb] [k]      (defaults 1024 MB, k = 4096)
  *
@@ -49,7 +50,7 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < NMAX * k; i++) x[i] = (float)sp_rng_normal(&rng);
     for (int64_t i = 0; i < k; i++) row[i] = (float)sp_rng_normal(&rng) * 0.05f;
     printf("k %lld, hot matrix 1 MiB, stream matrix %.0f MB, one thread\n", (long long)k, stream_mb);
-    printf("%-6s %-7s %10s %10s %10s %12s\n", "type", "isa", "n=1 GMAC/s", "n=8", "n=16", "stream GB/s");
+    printf("%-6s %-10s %10s %10s %10s %12s\n", "type", "isa", "n=1 GMAC/s", "n=8", "n=16", "stream GB/s");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const sp_ggml_type t = types[ti];
         const size_t rb = sp_ggml_row_size(t, k);
@@ -70,30 +71,45 @@ int main(int argc, char **argv) {
             if (q8) sp_ops_act_prepare(t, x + n * k, k, act + n * as);
             else memcpy(act + n * as, x + n * k, (size_t)k * sizeof(float));
         }
-        for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
-            sp_mm_kernel kern = sp_ops_mm_isa(t, (sp_isa)isa);
+        /* Q8_0/Q4_0 also in the packed layout (ops.h), stream rows included */
+        const int64_t all_rows = st_rows > hot_rows ? st_rows : hot_rows;
+        uint8_t *pk = NULL;
+        if (sp_ops_packable(t)) {
+            pk = aligned_alloc(64, sp_ops_pack_bytes(t, all_rows, k));
+            if (!pk) return 1;
+            sp_ops_pack(t, w, rb, all_rows, k, pk);
+        }
+        for (int v = 0; v < 2 * ((int)sp_ops_best_isa() + 1); v++) {
+            const int isa = v / 2, packed = v % 2;
+            sp_mm_kernel kern = packed ? (pk ? sp_ops_mm_packed_isa(t, (sp_isa)isa) : NULL)
+                                       : sp_ops_mm_isa(t, (sp_isa)isa);
             if (!kern) continue;
+            const uint8_t *wm = packed ? pk : w;
+            const size_t ws = packed ? sp_ops_pack_stride(t, k) : rb;
             double gmac[3];
             long reps;
             for (int j = 0; j < 3; j++) {
-                sp_mm m = {.wtype = t, .w = w, .w_stride = rb, .k = k, .x = act, .x_stride = as,
+                sp_mm m = {.wtype = t, .w = wm, .w_stride = ws, .k = k, .x = act, .x_stride = as,
                            .n = ns[j], .y = y, .ld_y = hot_rows};
                 double s = run(kern, &m, hot_rows, isa == 0 ? 0.05 : 0.2, &reps);
                 gmac[j] = (double)hot_rows * (double)k * ns[j] / s / 1e9;
             }
             char buf[32] = "-"; /* the scalar tier skips the long pass */
             if (isa) {
-                sp_mm m = {.wtype = t, .w = w, .w_stride = rb, .k = k, .x = act, .x_stride = as, .n = 1,
+                sp_mm m = {.wtype = t, .w = wm, .w_stride = ws, .k = k, .x = act, .x_stride = as, .n = 1,
                            .y = y, .ld_y = st_rows};
                 kern(&m, 0, st_rows); /* pages in */
                 double s = run(kern, &m, st_rows, 0.0, &reps);
                 snprintf(buf, sizeof buf, "%.1f", (double)st_rows * (double)rb / s / 1e9);
             }
-            printf("%-6s %-7s %10.1f %10.1f %10.1f %12s\n", sp_ggml_type_name(t), sp_ops_isa_name((sp_isa)isa),
-                   gmac[0], gmac[1], gmac[2], buf);
+            char name[24];
+            snprintf(name, sizeof name, "%s%s", sp_ops_isa_name((sp_isa)isa), packed ? "-pk" : "");
+            printf("%-6s %-10s %10.1f %10.1f %10.1f %12s\n", sp_ggml_type_name(t), name, gmac[0], gmac[1],
+                   gmac[2], buf);
             fflush(stdout);
         }
         free(w);
+        free(pk);
         free(y);
         free(act);
     }

@@ -201,6 +201,67 @@ static void test_batch_split_invariance_long_rows(void **state) {
     }
 }
 
+/* Packed Q8_0/Q4_0 weights (ops.h): every ISA's kernel over the packed
+ * layout gives the scalar reference's bits on the original rows, for row
+ * counts that leave a partial group of 16 (and a single row), row ranges
+ * cut inside groups, odd and even block counts (k = 32 .. 1312), and 1..19
+ * tokens (tiles of 16, 8, 4, 2, 1), at once and one token at a time. */
+static void test_packed_bit_identical(void **state) {
+    (void)state;
+    const sp_ggml_type types[] = {SP_GGML_Q8_0, SP_GGML_Q4_0};
+    const int64_t ks[] = {32, 96, 256, 1312};
+    const int64_t rowss[] = {1, 19, 37};
+    int checked = 0;
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+            for (size_t ri = 0; ri < sizeof rowss / sizeof rowss[0]; ri++) {
+                const sp_ggml_type type = types[ti];
+                fixture f;
+                fx_make(&f, type, rowss[ri], ks[ki], 19, 4000 + 100 * ti + 10 * ki + ri);
+                const size_t pb = sp_ops_pack_bytes(type, f.rows, f.k);
+                assert_int_equal(pb % 64, 0);
+                assert_true(pb >= f.w_stride * (size_t)f.rows);
+                uint8_t *pk = aligned_alloc(64, pb);
+                sp_ops_pack(type, f.w, f.w_stride, f.rows, f.k, pk);
+                const size_t bytes = (size_t)(f.n * f.rows) * sizeof(float);
+                float *yr = malloc(bytes), *ya = malloc(bytes), *yb = malloc(bytes);
+                sp_mm m = fx_mm(&f, 0, f.n, yr);
+                sp_ops_mm_isa(type, SP_ISA_SCALAR)(&m, 0, f.rows);
+                for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
+                    sp_mm_kernel kern = sp_ops_mm_packed_isa(type, (sp_isa)isa);
+                    if (!kern) continue;
+                    for (int32_t n = 1; n <= f.n; n += n < 4 ? 1 : 5) { /* 1 2 3 4 9 14 19 */
+                        memset(ya, 0xFF, bytes);
+                        sp_mm p = fx_mm(&f, 0, n, ya);
+                        p.w = pk;
+                        p.w_stride = sp_ops_pack_stride(type, f.k);
+                        /* rows in pieces that start and end inside groups */
+                        for (int64_t r = 0; r < f.rows; r += 7) kern(&p, r, r + 7 < f.rows ? r + 7 : f.rows);
+                        for (int64_t i = 0; i < n * f.rows; i++)
+                            if (memcmp(&ya[i], &yr[i], sizeof(float)))
+                                fail_msg("%s packed %s k=%lld rows=%lld n=%d: y[%lld] = %.9g, reference %.9g",
+                                         sp_ops_isa_name((sp_isa)isa), sp_ggml_type_name(type), (long long)f.k,
+                                         (long long)f.rows, n, (long long)i, ya[i], yr[i]);
+                        checked++;
+                    }
+                    for (int32_t t = 0; t < f.n; t++) { /* one token at a time, all rows */
+                        sp_mm one = fx_mm(&f, t, 1, yb + t * f.rows);
+                        one.w = pk;
+                        one.w_stride = sp_ops_pack_stride(type, f.k);
+                        kern(&one, 0, f.rows);
+                    }
+                    assert_memory_equal(yb, yr, bytes);
+                }
+                free(pk);
+                free(yr);
+                free(ya);
+                free(yb);
+                fx_free(&f);
+            }
+    /* the scalar twin always, the AVX-512 kernel where the CPU has it */
+    assert_true(checked >= 2 * 4 * 3 * 7);
+}
+
 static void test_act_prepare(void **state) {
     (void)state;
     float x[64];
@@ -454,6 +515,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_reference_accuracy),
     cmocka_unit_test(test_batch_and_split_invariance),
     cmocka_unit_test(test_batch_split_invariance_long_rows),
+    cmocka_unit_test(test_packed_bit_identical),
     cmocka_unit_test(test_act_prepare),
     cmocka_unit_test(test_act_prepare_g4),
     cmocka_unit_test(test_act_prepare_isa_identical),

@@ -207,6 +207,8 @@ typedef struct mm_job {
     sp_mm_kernel fn[3];
     const float *src[3];   /* unprepared input of each matmul */
     int64_t rows[3];
+    size_t row_bytes[3];   /* bytes of one weight row */
+    int64_t row_align[3];  /* chunks start at multiples of this (16: packed groups) */
     int64_t chunk_rows[3]; /* rows per chunk */
     int64_t chunk_end[3];  /* cumulative chunk counts */
     int n_mm;
@@ -264,9 +266,15 @@ static void job_add(sp_ctx *c, mm_job *j, const sp_weight *w, const float *x, in
         a = activations(c, i, w->type, x, x_stride, w->cols, n, &stride);
     }
     j->src[i] = x;
-    j->mm[i] = (sp_mm){.wtype = w->type, .w = w->data, .w_stride = w->row_bytes, .k = w->cols,
+    /* the packed copy where the ISA in use has a kernel for it (the same
+     * kernel whatever n, so a token's logits do not depend on the batch) */
+    sp_mm_kernel pk = w->packed ? sp_ops_mm_packed(w->type) : NULL;
+    j->mm[i] = (sp_mm){.wtype = w->type, .w = pk ? w->packed : w->data,
+                       .w_stride = pk ? w->packed_stride : w->row_bytes, .k = w->cols,
                        .x = a, .x_stride = stride, .n = n, .y = y, .ld_y = ld_y};
-    j->fn[i] = sp_ops_mm(w->type);
+    j->fn[i] = pk ? pk : sp_ops_mm(w->type);
+    j->row_bytes[i] = w->row_bytes;
+    j->row_align[i] = pk ? SP_PACK_ROWS : 4;
     j->rows[i] = w->rows;
     SP_ASSERT(j->fn[i] != NULL);
 }
@@ -282,10 +290,11 @@ static void job_exec(sp_ctx *c, mm_job *j) {
     int64_t end = 0;
     for (int i = 0; i < j->n_mm; i++) {
         /* about CHUNK_BYTES per chunk, but at least MIN_CHUNKS_PER_THREAD per thread */
-        int64_t cr = (int64_t)(CHUNK_BYTES / (j->mm[i].w_stride ? j->mm[i].w_stride : 1));
+        int64_t cr = (int64_t)(CHUNK_BYTES / (j->row_bytes[i] ? j->row_bytes[i] : 1));
         int64_t cap = j->rows[i] / (MIN_CHUNKS_PER_THREAD * nth);
+        const int64_t al = j->row_align[i];
         if (cr > cap) cr = cap;
-        cr = cr < 4 ? 4 : cr & ~(int64_t)3;
+        cr = cr < al ? al : cr / al * al;
         j->chunk_rows[i] = cr;
         end += (j->rows[i] + cr - 1) / cr;
         j->chunk_end[i] = end;

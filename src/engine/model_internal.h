@@ -6,12 +6,17 @@
 #include "sp_gguf.h"
 #include "sp_model.h"
 
-/* A matrix of `rows` rows of `cols` elements; row r starts at data + r*row_bytes. */
+/* A matrix of `rows` rows of `cols` elements; row r starts at data + r*row_bytes.
+ * packed: the same matrix in the packed layout of ops.h (groups of 16 rows
+ * packed_stride bytes apart), made at load when the kernels in use compute
+ * faster from it; NULL otherwise. Matmuls read it, everything else data. */
 typedef struct sp_weight {
     sp_ggml_type type;
     int64_t rows, cols;
     size_t row_bytes;
     const uint8_t *data;
+    const uint8_t *packed;
+    size_t packed_stride;
 } sp_weight;
 
 typedef struct sp_layer {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "model_internal.h"
+#include "ops.h"
 #include "sp_file.h"
 #include "quant.h"
 
@@ -459,6 +460,30 @@ static sp_status load_llama2c(sp_model *m, const char *path, const sp_model_para
     return SP_OK;
 }
 
+/* The packed copy of a matmul weight (model_internal.h), when the kernels
+ * in use want one. Costs an extra buffer of the matrix's size; the file's
+ * pages of the matrix are not read again by the forward pass. */
+static sp_status pack_weight(sp_model *m, sp_weight *w, sp_error *err) {
+    w->packed = NULL;
+    if (!w->data || !sp_ops_packs(w->type)) return SP_OK;
+    uint8_t *buf = sp_model_alloc(m, sp_ops_pack_bytes(w->type, w->rows, w->cols));
+    if (!buf) return sp_fail(err, SP_ERR_NOMEM, "out of memory packing weights");
+    sp_ops_pack(w->type, w->data, w->row_bytes, w->rows, w->cols, buf);
+    w->packed = buf;
+    w->packed_stride = sp_ops_pack_stride(w->type, w->cols);
+    return SP_OK;
+}
+
+static sp_status pack_weights(sp_model *m, sp_error *err) {
+    sp_status st = pack_weight(m, &m->output, err);
+    for (int l = 0; !st && l < m->cfg.n_layers; l++) {
+        sp_layer *L = &m->layers[l];
+        sp_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
+        for (size_t i = 0; !st && i < sizeof ws / sizeof ws[0]; i++) st = pack_weight(m, ws[i], err);
+    }
+    return st;
+}
+
 sp_status sp_model_load(const char *path, const sp_model_params *params, sp_model **out,
                         sp_error *err) {
     *out = NULL;
@@ -482,6 +507,7 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
         sp_file_map fm = m->gguf ? sp_gguf_mapping(m->gguf) : (sp_file_map){m->map, m->map_len};
         st = sp_file_map_resident(&fm, prefault, lock, "model", err);
     }
+    if (!st) st = pack_weights(m, err);
     if (st) {
         sp_model_free(m);
         return st;
@@ -499,6 +525,7 @@ static sp_status requant_matrix(sp_model *dst, const sp_weight *src, sp_ggml_typ
                                 sp_weight *out, float *row, sp_error *err) {
     if (sp_ggml_blck_size(type) > 1 && src->cols % sp_ggml_blck_size(type)) type = SP_GGML_F16;
     *out = *src;
+    out->packed = NULL;
     out->type = type;
     out->row_bytes = sp_ggml_row_size(type, src->cols);
     uint8_t *buf = sp_model_alloc(dst, out->row_bytes * (size_t)src->rows);
@@ -552,6 +579,7 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
     }
     if (!st) st = requant_matrix(m, &src->output, type, &m->output, row, err);
     free(row);
+    if (!st) st = pack_weights(m, err);
     if (st) {
         sp_model_free(m);
         return st;

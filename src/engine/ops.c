@@ -73,6 +73,79 @@ static inline int32_t block_dot_q4_0(const sp_block_q4_0 *w, const int8_t *xq) {
 DEFINE_BLOCK_REF(mm_q8_0_ref, sp_block_q8_0, block_dot_q8_0)
 DEFINE_BLOCK_REF(mm_q4_0_ref, sp_block_q4_0, block_dot_q4_0)
 
+/* Bytes of one block's quants for 16 rows in the packed layout (ops.h). */
+static size_t pack_qb(sp_ggml_type t) { return t == SP_GGML_Q4_0 ? 256 : 512; }
+
+/* The reference over packed Q8_0/Q4_0 weights (ops.h): the same integer
+ * dot and float expression per block as mm_q8_0_ref / mm_q4_0_ref, read
+ * from the interleaved bytes, so the outputs are the same bits. */
+static void mm_packed_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    const bool q4 = m->wtype == SP_GGML_Q4_0;
+    const int64_t nb = m->k / SP_QK;
+    const size_t qb = pack_qb(m->wtype), us = 2 * qb + 64;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *grp = m->w + (r / SP_PACK_ROWS) * m->w_stride;
+        const int i = (int)(r % SP_PACK_ROWS);
+        for (int32_t t = 0; t < m->n; t++) {
+            const void *xr = (const uint8_t *)m->x + t * m->x_stride;
+            const int8_t *xq = sp_act_qs(xr);
+            const float *xd = sp_act_d(xr, m->k);
+            float acc = 0;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *unit = grp + (size_t)(b / 2) * us;
+                const uint8_t *q = unit + (size_t)(b % 2) * qb;
+                const int8_t *xb = xq + b * SP_QK;
+                int32_t dot = 0;
+                for (int j = 0; j < (q4 ? 4 : 8); j++)
+                    for (int e = 0; e < 4; e++) {
+                        const uint8_t v = q[64 * j + 4 * i + e];
+                        if (q4) {
+                            dot += ((v & 0x0F) - 8) * xb[4 * j + e];
+                            dot += ((v >> 4) - 8) * xb[16 + 4 * j + e];
+                        } else {
+                            dot += (int32_t)(int8_t)(v ^ 0x80) * xb[4 * j + e];
+                        }
+                    }
+                uint16_t d;
+                memcpy(&d, unit + 2 * qb + 32 * (size_t)(b % 2) + 2 * (size_t)i, 2);
+                acc += (float)dot * (sp_fp16_to_fp32(d) * xd[b]);
+            }
+            m->y[t * m->ld_y + r] = acc;
+        }
+    }
+}
+
+bool sp_ops_packable(sp_ggml_type wtype) { return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0; }
+
+size_t sp_ops_pack_stride(sp_ggml_type wtype, int64_t k) {
+    return (size_t)((k / SP_QK + 1) / 2) * (2 * pack_qb(wtype) + 64);
+}
+
+size_t sp_ops_pack_bytes(sp_ggml_type wtype, int64_t rows, int64_t k) {
+    return (size_t)((rows + SP_PACK_ROWS - 1) / SP_PACK_ROWS) * sp_ops_pack_stride(wtype, k);
+}
+
+void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t rows, int64_t k,
+                 uint8_t *dst) {
+    const bool q4 = wtype == SP_GGML_Q4_0;
+    const int64_t nb = k / SP_QK;
+    const size_t qb = pack_qb(wtype), us = 2 * qb + 64, gs = sp_ops_pack_stride(wtype, k);
+    const size_t bsz = q4 ? sizeof(sp_block_q4_0) : sizeof(sp_block_q8_0);
+    memset(dst, 0, sp_ops_pack_bytes(wtype, rows, k));
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *grp = dst + (size_t)(r / SP_PACK_ROWS) * gs;
+        const size_t i = (size_t)(r % SP_PACK_ROWS);
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = w + (size_t)r * w_stride + (size_t)b * bsz; /* d, then qs */
+            uint8_t *unit = grp + (size_t)(b / 2) * us, *q = unit + (size_t)(b % 2) * qb;
+            for (int j = 0; j < (q4 ? 4 : 8); j++)
+                for (int e = 0; e < 4; e++)
+                    q[64 * j + 4 * i + (size_t)e] = (uint8_t)(blk[2 + 4 * j + e] ^ (q4 ? 0 : 0x80));
+            memcpy(unit + 2 * qb + 32 * (size_t)(b % 2) + 2 * i, blk, 2);
+        }
+    }
+}
+
 /* The other 32-block formats (Q4_1, Q5_0, Q5_1, IQ4_NL) against q8
  * activations: a block's weights are unpacked once to integers and applied
  * to every token; per block y += (d_w d_x) * sum(q_w q_x) + m_w * s_x, the
@@ -173,6 +246,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm[SP_GGML_BF16] = mm_bf16_ref;
     t->mm[SP_GGML_Q8_0] = mm_q8_0_ref;
     t->mm[SP_GGML_Q4_0] = mm_q4_0_ref;
+    t->mm_packed[SP_GGML_Q8_0] = t->mm_packed[SP_GGML_Q4_0] = mm_packed_ref;
     t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32_ref;
     t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
         t->mm[SP_GGML_Q6_K] = t->mm[SP_GGML_IQ4_XS] = mm_k_ref;
@@ -210,7 +284,7 @@ size_t sp_ops_act_bytes(sp_ggml_type wtype, int64_t k) {
     default: b = 4 * (size_t)k; break;
     }
     b = (b + 63) & ~(size_t)63;
-    if (has_g4(wtype)) b += sp_act_g4_bytes(k);
+    if (has_g4(wtype)) b += (size_t)(sp_act_g4_bytes(k) + sp_act_corr_bytes(k));
     return b;
 }
 
@@ -303,8 +377,9 @@ static void act_g4_fill(int64_t k, int32_t corr, void *dst) {
     const int32_t *sum = sp_act_sum(dst, k);
     int8_t *gq = sp_act_g4_qs(dst, k);
     float *gd = sp_act_g4_d(dst, k);
-    int32_t *gc = sp_act_g4_corr(dst, k);
-    memset(gq, 0, (size_t)sp_act_g4_bytes(k));
+    int32_t *gc = sp_act_g4_corr(dst, k), *cw = sp_act_corr(dst, k);
+    memset(gq, 0, (size_t)(sp_act_g4_bytes(k) + sp_act_corr_bytes(k)));
+    for (int64_t b = 0; b < nb; b++) cw[b] = 4 * corr * sum[b];
     for (int64_t g = 0; g < ng; g++)
         for (int c = 0; c < 4 && 4 * g + c < nb; c++) {
             const int64_t b = 4 * g + c;
@@ -520,6 +595,18 @@ sp_mm_kernel sp_ops_mm_isa(sp_ggml_type wtype, sp_isa isa) {
 }
 
 sp_mm_kernel sp_ops_mm(sp_ggml_type wtype) { return sp_ops_mm_isa(wtype, sp_ops_isa()); }
+
+sp_mm_kernel sp_ops_mm_packed_isa(sp_ggml_type wtype, sp_isa isa) {
+    pthread_once(&g_once, ops_init_once);
+    if ((unsigned)wtype >= SP_GGML_TYPE_COUNT || isa > g_best) return NULL;
+    return g_tables[isa].mm_packed[wtype];
+}
+
+sp_mm_kernel sp_ops_mm_packed(sp_ggml_type wtype) { return sp_ops_mm_packed_isa(wtype, sp_ops_isa()); }
+
+bool sp_ops_packs(sp_ggml_type wtype) {
+    return sp_ops_isa() != SP_ISA_SCALAR && sp_ops_mm_packed(wtype) != NULL;
+}
 
 sp_att_scores_fn sp_ops_att_scores(void) { return g_tables[sp_ops_isa()].att_scores; }
 sp_att_mix_fn sp_ops_att_mix(void) { return g_tables[sp_ops_isa()].att_mix; }

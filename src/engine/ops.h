@@ -34,8 +34,32 @@
  * nibbles in), float d[g][16] with d[g][4c+i] = d of block b, and int32
  * corr[g][16] with corr[g][4c+i] = -2 sum (Q4_0: the -8 nibble offset spread
  * over 4 lanes) or -32 sum (Q8_0: the +128 sign flip) of block b; blocks
- * past the row end are zero. The kernels that
- * do not use it ignore it. */
+ * past the row end are zero. After it (from sp_act_g4_off + sp_act_g4_bytes,
+ * sp_act_corr below) comes int32 corr[k/32], the whole correction of block
+ * b: -8 sum (Q4_0) or -128 sum (Q8_0), padded to 64 bytes. The kernels that
+ * do not use these ignore them.
+ *
+ * Packed weights. Q8_0 and Q4_0 matrices can also be held row-interleaved
+ * (made once at load, see sp_ops_pack), so that one 512-bit dpbusd computes
+ * 16 rows' partial dot products against one broadcast 4-byte group of an
+ * activation block, and the per-block float step (scale product, multiply,
+ * add) runs once per block for 16 rows, one row per lane. Layout: groups of
+ * SP_PACK_ROWS = 16 rows (row 16g + i is lane i of group g; rows past the
+ * matrix end are zero), sp_ops_pack_stride bytes apart. A group is a run of
+ * units, one per pair of blocks b = 2u, 2u+1 (a block past the row end is
+ * zero): QB bytes of quants of block 2u, QB of block 2u+1, then the 16 rows'
+ * f16 scales d of block 2u (32 bytes) and of block 2u+1 (32 bytes); QB = 512
+ * (Q8_0) or 256 (Q4_0), so units are 1088 or 576 bytes, 64-byte multiples.
+ * The quants of a block are chunks j of 64 bytes (8 for Q8_0, 4 for Q4_0)
+ * whose bytes 4i..4i+3 are row i's stored bytes qs[4j..4j+3]; Q8_0 bytes
+ * are stored plus 128 (sign bit flipped: unsigned). So a Q8_0 chunk j pairs
+ * with activation bytes 4j..4j+3; a Q4_0 chunk's low nibbles with 4j..4j+3
+ * and its high nibbles with 16+4j..16+4j+3. The packed copy has the size of
+ * the original matrix (rounded up to 16 rows and an even block count).
+ * Kernels over it take sp_mm.w = the packed data, w_stride = the group
+ * stride, and rows r0..r1 as usual; they form each output with the scalar
+ * reference's integer sums and float expression in block order, so they
+ * are bit-identical to it (and to each other) whatever n or the rows. */
 #ifndef SP_OPS_H
 #define SP_OPS_H
 
@@ -80,6 +104,23 @@ sp_status sp_ops_set_isa(sp_isa isa, sp_error *err);
  * when the type is not supported or the CPU lacks the ISA). */
 sp_mm_kernel sp_ops_mm(sp_ggml_type wtype);
 sp_mm_kernel sp_ops_mm_isa(sp_ggml_type wtype, sp_isa isa);
+
+/* Packed weights (see the top). sp_ops_packs: the active ISA computes wtype
+ * faster from the packed layout (so the loader makes a packed copy). The
+ * kernels over the packed layout: NULL when the ISA has none (its ordinary
+ * kernel on the original rows is used then; the scalar tier has the
+ * reference twin). */
+#define SP_PACK_ROWS 16
+bool sp_ops_packs(sp_ggml_type wtype);
+bool sp_ops_packable(sp_ggml_type wtype);
+size_t sp_ops_pack_stride(sp_ggml_type wtype, int64_t k);
+size_t sp_ops_pack_bytes(sp_ggml_type wtype, int64_t rows, int64_t k);
+/* Write `rows` rows of k elements (w_stride bytes apart) packed into dst
+ * (sp_ops_pack_bytes bytes, 64-byte aligned). */
+void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t rows, int64_t k,
+                 uint8_t *dst);
+sp_mm_kernel sp_ops_mm_packed(sp_ggml_type wtype);
+sp_mm_kernel sp_ops_mm_packed_isa(sp_ggml_type wtype, sp_isa isa);
 
 /* Activation layout for a weight type (see the top). */
 typedef enum sp_act_kind { SP_ACT_F32, SP_ACT_Q8, SP_ACT_Q8_K } sp_act_kind;
@@ -127,6 +168,7 @@ sp_softmax_fn sp_ops_softmax(void);
 /* ---- Per-ISA kernel tables (filled by ops_*.c). ---- */
 typedef struct sp_ops_table {
     sp_mm_kernel mm[SP_GGML_TYPE_COUNT];
+    sp_mm_kernel mm_packed[SP_GGML_TYPE_COUNT]; /* over packed weights; NULL: none */
     sp_att_scores_fn att_scores; /* NULL: the scalar one */
     sp_att_mix_fn att_mix;
     sp_softmax_fn softmax;       /* NULL: sp_softmax */
@@ -179,6 +221,11 @@ static inline float *sp_act_g4_d(const void *row, int64_t k) {
 }
 static inline int32_t *sp_act_g4_corr(const void *row, int64_t k) {
     return (int32_t *)((uintptr_t)row + (uintptr_t)(sp_act_g4_off(k) + 192 * ((k / 32 + 3) / 4)));
+}
+/* Whole per-block corrections of Q4_0/Q8_0 rows (after the g4 extension). */
+static inline int64_t sp_act_corr_bytes(int64_t k) { return (4 * (k / 32) + 63) & ~(int64_t)63; }
+static inline int32_t *sp_act_corr(const void *row, int64_t k) {
+    return (int32_t *)((uintptr_t)row + (uintptr_t)(sp_act_g4_off(k) + sp_act_g4_bytes(k)));
 }
 
 #endif

@@ -354,6 +354,87 @@ DEFINE_MM_F(mm_bf16, tile_bf16)
 DEFINE_MM_Q(mm_q4_0, tile_q4_0)
 DEFINE_MM_Q(mm_q8_0, tile_q8_0)
 
+/* ---- Q8_0 / Q4_0 over packed weights (ops.h): lanes = 16 rows ----
+ *
+ * Per block, the 16 rows' quants are 8 vectors of 16 x 4 bytes (Q4_0: 4
+ * vectors, each giving a low- and a high-nibble vector), unpacked once per
+ * block and token tile; per token, 8 dpbusd against broadcast 4-byte groups
+ * of the activation block, started from its whole correction (-128 or -8
+ * times its sum, so the block dot is exact), then the scalar reference's
+ * float step on 16 lanes: acc += float(dot) * (d_w * d_x). No reduction
+ * across lanes, and blocks are added in order, so every output is
+ * bit-identical to mm_q8_0_ref / mm_q4_0_ref. Tokens go in tiles of up to
+ * 16 (one accumulator register each); the weights stream once per group
+ * for the first tile (software prefetch PK_PF_BYTES ahead in the one linear
+ * stream a row range is) and come from L1/L2 for the others. */
+#ifndef PK_PF_BYTES
+#define PK_PF_BYTES 2048
+#endif
+
+AI void pk_unpack(const uint8_t *q, const bool q4, __m512i w[8]) {
+    if (q4) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        UNROLL for (int j = 0; j < 4; j++) {
+            const __m512i v = _mm512_load_si512(q + 64 * j);
+            w[j] = _mm512_and_si512(v, m4);                           /* elements 4j.. */
+            w[4 + j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4); /* elements 16+4j.. */
+        }
+    } else {
+        UNROLL for (int j = 0; j < 8; j++) w[j] = _mm512_load_si512(q + 64 * j);
+    }
+}
+
+AI void pk_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, const bool q4, bool pf,
+                __mmask16 live) {
+    const int64_t k = m->k, nb = k / SP_QK;
+    const size_t qb = q4 ? 256 : 512, us = 2 * qb + 64;
+    const uint8_t *grp = m->w + g * m->w_stride;
+    __m512 acc[16];
+    const uint8_t *xs[16];
+    UNROLL for (int t = 0; t < NT; t++) {
+        xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
+        acc[t] = _mm512_setzero_ps();
+    }
+    const float *xd0 = sp_act_d(xs[0], k);
+    const int32_t *xc0 = sp_act_corr(xs[0], k);
+    const int64_t dd = (const uint8_t *)xd0 - xs[0], dc = (const uint8_t *)xc0 - xs[0];
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *unit = grp + (size_t)(b >> 1) * us;
+        if (pf && !(b & 1))
+            for (size_t o = 0; o < us; o += 64) prefetch(unit + PK_PF_BYTES + o);
+        __m512i w[8];
+        pk_unpack(unit + (size_t)(b & 1) * qb, q4, w);
+        const __m512 wd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + 2 * qb + 32 * (b & 1))));
+        UNROLL for (int t = 0; t < NT; t++) {
+            const uint8_t *xr = xs[t];
+            const int32_t *xq = (const int32_t *)(xr + 32 * b);
+            __m512i dot = _mm512_set1_epi32(((const int32_t *)(xr + dc))[b]);
+            UNROLL for (int j = 0; j < 8; j++) dot = _mm512_dpbusd_epi32(dot, w[j], _mm512_set1_epi32(xq[j]));
+            const __m512 s = _mm512_mul_ps(wd, _mm512_set1_ps(((const float *)(xr + dd))[b]));
+            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(dot), s));
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++)
+        _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, acc[t]);
+}
+
+AI void mm_pk(const sp_mm *m, int64_t r0, int64_t r1, const bool q4) {
+    for (int64_t g = r0 / SP_PACK_ROWS; g * SP_PACK_ROWS < r1; g++) {
+        const int64_t lo = r0 > g * SP_PACK_ROWS ? r0 - g * SP_PACK_ROWS : 0;
+        const int64_t hi = r1 < (g + 1) * SP_PACK_ROWS ? r1 - g * SP_PACK_ROWS : SP_PACK_ROWS;
+        const __mmask16 live = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+        int32_t t = 0;
+        for (; t + 16 <= m->n; t += 16) pk_tile(m, g, t, 16, q4, t == 0, live);
+        for (; t + 8 <= m->n; t += 8) pk_tile(m, g, t, 8, q4, t == 0, live);
+        for (; t + 4 <= m->n; t += 4) pk_tile(m, g, t, 4, q4, t == 0, live);
+        for (; t + 2 <= m->n; t += 2) pk_tile(m, g, t, 2, q4, t == 0, live);
+        for (; t < m->n; t++) pk_tile(m, g, t, 1, q4, t == 0, live);
+    }
+}
+
+static void mm_q8_0_pk(const sp_mm *m, int64_t r0, int64_t r1) { mm_pk(m, r0, r1, false); }
+static void mm_q4_0_pk(const sp_mm *m, int64_t r0, int64_t r1) { mm_pk(m, r0, r1, true); }
+
 /* ---- attention (see ops.h) ---- */
 
 AI __mmask16 lanes(int32_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
@@ -855,6 +936,8 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm[SP_GGML_BF16] = mm_bf16;
     t->mm[SP_GGML_Q8_0] = mm_q8_0;
     t->mm[SP_GGML_Q4_0] = mm_q4_0;
+    t->mm_packed[SP_GGML_Q8_0] = mm_q8_0_pk;
+    t->mm_packed[SP_GGML_Q4_0] = mm_q4_0_pk;
     /* K-quants and the other new formats: the AVX2 kernels (every AVX-512 CPU
      * has AVX2). A VNNI K-quant kernel (4 vpdpbusd + 4 vpmulld by the per-16
      * scales per super-block and token) was measured slower here: 29% of the
