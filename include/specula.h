@@ -31,5 +31,6 @@
 #include "sp_sysinfo.h"
 #include "sp_chat.h"
 #include "sp_online.h"
+#include "sp_router.h"
 
 #endif

@@ -88,6 +88,47 @@ static void test_speculative_json(void **state) {
     }
 }
 
+/* forward decl: defined below */
+static void expect_error(const char *args, int code, const char *needle);
+
+/* --online: the draft (here stories260K itself) is retrained and swapped in
+ * every 16 positions, both with the background trainer and inline; the
+ * greedy text stays the reference, the JSON carries the learner's figures,
+ * --online-out writes a draft that loads; misuse is one line. */
+static void test_online_json(void **state) {
+    (void)state;
+    const char *m = sp_shared("models/stories260K.gguf");
+    char out[1024], args[4096];
+    snprintf(out, sizeof out, "%s/online-out-%d.gguf", sp_tmpdir(), (int)getpid());
+    const char *modes[] = {"", "--online-sync"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args,
+                 "-m '%s' -md '%s' -p 'Once upon a time' -n 64 --temp 0 --gamma 3 --online "
+                 "--online-every 16 --online-steps 2 %s --online-out '%s'",
+                 m, m, modes[k], out);
+        json_t *j = gen_json(args);
+        check_reference(j);
+        json_t *o = json_object_get(j, "online");
+        if (!o) fail_msg("no online object");
+        assert_true(sp_json_num(o, "observed") >= 64);
+        assert_true(sp_json_num(o, "rounds") >= 1);
+        assert_int_equal((int)sp_json_num(o, "errors"), 0);
+        if (k == 1) assert_int_equal((int)sp_json_num(o, "rounds"), (int)sp_json_num(o, "swaps"));
+        json_decref(j);
+        snprintf(args, sizeof args, "-m '%s' -md '%s' -p 'Once upon a time' -n 64 --temp 0", m, out);
+        j = gen_json(args);
+        check_reference(j);
+        json_decref(j);
+    }
+    unlink(out);
+    snprintf(args, sizeof args, "generate -m '%s' -p hi --online", m);
+    expect_error(args, 2, "--online");
+    snprintf(args, sizeof args, "generate -m '%s' -md '%s' -p hi --online-every 0", m, m);
+    expect_error(args, 2, "--online-every");
+    snprintf(args, sizeof args, "generate -m '%s' -md '%s' -p hi --online --tree 2x2", m, m);
+    expect_error(args, 2, "--online");
+}
+
 /* Every bad input: exit code `code`, exactly one line on stderr containing
  * `needle`. */
 static void expect_error(const char *args, int code, const char *needle) {
@@ -296,6 +337,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_isa_forced),
     cmocka_unit_test(test_reference_through_cli),
     cmocka_unit_test(test_speculative_json),
+    cmocka_unit_test(test_online_json),
     cmocka_unit_test(test_bad_input),
     cmocka_unit_test(test_plain_small_context),
     cmocka_unit_test(test_json_invalid_utf8),

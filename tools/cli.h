@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "sp_online.h"
 #include "sp_spec.h"
 #include "sp_spec_config.h"
 
@@ -36,7 +37,8 @@ int sp_cli_float(const char *flag, const char *s, double lo, double hi, double *
 enum {
     SP_OPT_RUN = 0x100,  /* sp_cli_run_opts flags */
     SP_OPT_SPEC = 0x200, /* speculation settings (SP_CLI_SPEC_OPTIONS) */
-    SP_OPT_CMD = 0x300   /* a command's own long-only options */
+    SP_OPT_CMD = 0x300,  /* a command's own long-only options */
+    SP_OPT_ONLINE = 0x400 /* online learning (SP_CLI_ONLINE_OPTIONS) */
 };
 
 /* The next option of argv, like getopt_long_only (call with optind = 0
@@ -102,6 +104,47 @@ int sp_cli_run_opt(int opt, const char *flag, const char *arg, sp_cli_run_opts *
 /* Applies a speculation flag to the configuration layer c. Returns 1 if
  * opt was one, 0 if not, -1 after printing the setting's message. */
 int sp_cli_spec_opt(int opt, const char *arg, sp_spec_config *c);
+
+/* Online learning of the draft model while generating (sp_online.h). */
+typedef struct sp_cli_online_opts {
+    bool on;
+    sp_online_params p;
+    sp_online_schedule sch;
+    const char *out; /* write the learned draft here at the end, or NULL */
+} sp_cli_online_opts;
+void sp_cli_online_opts_default(sp_cli_online_opts *o);
+
+#define SP_CLI_ONLINE_OPTIONS                                                \
+    {"online", no_argument, NULL, SP_OPT_ONLINE + 0},                        \
+        {"online-every", required_argument, NULL, SP_OPT_ONLINE + 1},        \
+        {"online-steps", required_argument, NULL, SP_OPT_ONLINE + 2},        \
+        {"online-lr", required_argument, NULL, SP_OPT_ONLINE + 3},           \
+        {"online-topk", required_argument, NULL, SP_OPT_ONLINE + 4},         \
+        {"online-sync", no_argument, NULL, SP_OPT_ONLINE + 5},               \
+        {"online-out", required_argument, NULL, SP_OPT_ONLINE + 6},          \
+        {"online-buffer", required_argument, NULL, SP_OPT_ONLINE + 7}
+
+#define SP_CLI_ONLINE_USAGE                                                                     \
+    "  online learning (draft model only): --online [--online-every POSITIONS (256)]\n"         \
+    "    [--online-steps STEPS (32)] [--online-lr LR (0.001)] [--online-topk K (16)]\n"         \
+    "    [--online-buffer POSITIONS (4096)] [--online-sync] [--online-out DRAFT.gguf]\n"        \
+    "    the draft trains on the target's distributions of the text it verifies (on a\n"       \
+    "    background thread; --online-sync: inline, reproducible) and is swapped in as it\n"    \
+    "    learns; the output stays exactly the target's.\n"
+
+/* Applies an online option. Returns 1 if opt was one, 0 if not, -1 after
+ * printing what is wrong with the value. Any of them turns learning on. */
+int sp_cli_online_opt(int opt, const char *flag, const char *arg, sp_cli_online_opts *o);
+
+/* Starts a learner for the draft file draft_path serving spec (whose draft
+ * model dm was loaded from that file). Prints one line and returns 1 on
+ * failure. */
+int sp_cli_online_start(const sp_cli_online_opts *o, const char *draft_path, sp_spec *spec,
+                        const sp_model *dm, sp_online **out);
+
+/* The learner's figures as a JSON object / one line of text. */
+json_t *sp_cli_online_json(sp_online *on);
+void sp_cli_online_print(FILE *f, sp_online *on);
 
 /* Loads r->model (which must come with a tokenizer) and, if given,
  * r->draft_model. Prints one line and returns 1 on failure (nothing is left

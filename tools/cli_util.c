@@ -226,3 +226,81 @@ int cmd_version(int argc, char **argv) {
     printf("specula 0.1.0\n");
     return 0;
 }
+
+/* ---- online learning ---- */
+
+void sp_cli_online_opts_default(sp_cli_online_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->p = sp_online_default_params();
+    o->sch = sp_online_default_schedule();
+}
+
+int sp_cli_online_opt(int opt, const char *flag, const char *arg, sp_cli_online_opts *o) {
+    long long ll;
+    double d;
+    switch (opt) {
+    case SP_OPT_ONLINE + 0: break;
+    case SP_OPT_ONLINE + 1:
+        if (sp_cli_int(flag, arg, 1, 1 << 24, &ll)) return -1;
+        o->sch.every = (int32_t)ll;
+        break;
+    case SP_OPT_ONLINE + 2:
+        if (sp_cli_int(flag, arg, 1, 1 << 20, &ll)) return -1;
+        o->sch.steps = (int32_t)ll;
+        break;
+    case SP_OPT_ONLINE + 3:
+        if (sp_cli_float(flag, arg, 1e-7, 0.5, &d)) return -1;
+        o->p.lr = (float)d;
+        break;
+    case SP_OPT_ONLINE + 4:
+        if (sp_cli_int(flag, arg, 1, 256, &ll)) return -1;
+        o->p.topk = (int32_t)ll;
+        break;
+    case SP_OPT_ONLINE + 5: o->sch.background = false; break;
+    case SP_OPT_ONLINE + 6: o->out = arg; break;
+    case SP_OPT_ONLINE + 7:
+        if (sp_cli_int(flag, arg, 1, 1 << 22, &ll)) return -1;
+        o->p.buffer = (int32_t)ll;
+        break;
+    default: return 0;
+    }
+    o->on = true;
+    return 1;
+}
+
+int sp_cli_online_start(const sp_cli_online_opts *o, const char *draft_path, sp_spec *spec,
+                        const sp_model *dm, sp_online **out) {
+    sp_error e = {0};
+    *out = NULL;
+    if (sp_online_init(draft_path, &o->p, out, &e) || sp_online_serve(*out, spec, dm, &o->sch, &e)) {
+        fprintf(stderr, "specula: online learning: %s\n", e.msg);
+        sp_online_free(*out);
+        *out = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+json_t *sp_cli_online_json(sp_online *on) {
+    sp_online_stats s = sp_online_get_stats(on, NULL);
+    json_t *o = json_object();
+    if (!o) return NULL;
+    json_object_set_new(o, "observed", json_integer(s.observed));
+    json_object_set_new(o, "rounds", json_integer(s.rounds));
+    json_object_set_new(o, "steps", json_integer(s.steps));
+    json_object_set_new(o, "swaps", json_integer(s.swaps));
+    json_object_set_new(o, "errors", json_integer(s.errors));
+    json_object_set_new(o, "last_loss", json_real(s.last_loss));
+    json_object_set_new(o, "train_seconds", json_real(s.t_train));
+    return o;
+}
+
+void sp_cli_online_print(FILE *f, sp_online *on) {
+    sp_error le = {0};
+    sp_online_stats s = sp_online_get_stats(on, &le);
+    fprintf(f, "online: %lld positions observed, %lld rounds (%lld steps, %.2f s), %lld drafts swapped in, "
+               "last loss %.3f\n",
+            (long long)s.observed, (long long)s.rounds, (long long)s.steps, s.t_train,
+            (long long)s.swaps, s.last_loss);
+    if (s.errors) fprintf(f, "online: %lld rounds failed: %s\n", (long long)s.errors, le.msg);
+}

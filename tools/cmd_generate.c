@@ -23,6 +23,7 @@ static void gen_usage(FILE *f) {
             "  MODEL is a GGUF file or a llama2.c checkpoint (then -z tokenizer.bin).\n"
             "  Defaults: plain decoding; with -md, the draft model and block verification;\n"
             "  with --tree, mc-norep verification. --draft-max 0 turns speculation off.\n"
+            SP_CLI_ONLINE_USAGE
             "  Long options also work with one dash (-md, -zd, -temp).\n");
 }
 
@@ -30,12 +31,14 @@ void sp_gen_opts_init(sp_gen_opts *o, const sp_spec_params *base) {
     memset(o, 0, sizeof *o);
     sp_cli_run_opts_default(&o->run);
     sp_spec_config_init(&o->cfg, base);
+    sp_cli_online_opts_default(&o->online);
 }
 
 int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool need_model) {
     static const struct option LONGOPTS[] = {
         SP_CLI_RUN_OPTIONS,
         SP_CLI_SPEC_OPTIONS,
+        SP_CLI_ONLINE_OPTIONS,
         {"prompt", required_argument, NULL, 'p'},
         {"file", required_argument, NULL, 'f'},
         {"json", no_argument, NULL, SP_OPT_CMD + 0},
@@ -47,7 +50,8 @@ int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool ne
     optind = 0;
     while ((c = sp_cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "p:f:h", LONGOPTS, cmd, &flag)) != -1) {
         if (c == '?') return 2;
-        if ((r = sp_cli_run_opt(c, flag, optarg, &o->run)) || (r = sp_cli_spec_opt(c, optarg, &o->cfg))) {
+        if ((r = sp_cli_run_opt(c, flag, optarg, &o->run)) || (r = sp_cli_spec_opt(c, optarg, &o->cfg)) ||
+            (r = sp_cli_online_opt(c, flag, optarg, &o->online))) {
             if (r < 0) return 2;
             continue;
         }
@@ -76,6 +80,10 @@ int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool ne
     o->spec = o->cfg.params;
     if (o->run.draft_model && o->spec.draft.kind != SP_DRAFT_MODEL) {
         fprintf(stderr, "specula: -md is only used with the model drafter (--draft model)\n");
+        return 2;
+    }
+    if (o->online.on && (o->spec.draft.kind != SP_DRAFT_MODEL || o->spec.tree.depth > 0)) {
+        fprintf(stderr, "specula: --online trains a draft model: it needs -md DRAFT and a chain (no --tree)\n");
         return 2;
     }
     return 0;
@@ -126,6 +134,7 @@ typedef struct gen_run {
     sp_model *model, *dmodel;
     sp_ctx *ctx;
     sp_spec *spec;
+    sp_online *online;
     char *file_text;
     const char *text; /* the prompt text */
     size_t text_len;
@@ -140,7 +149,8 @@ static void gen_free(gen_run *g) {
     free(g->out);
     free(g->prompt);
     free(g->file_text);
-    sp_spec_free(g->spec);
+    sp_spec_free(g->spec); /* before the learner whose snapshot it may serve */
+    sp_online_free(g->online);
     sp_ctx_free(g->ctx);
     sp_model_free(g->dmodel);
     sp_model_free(g->model);
@@ -167,6 +177,8 @@ static int gen_setup(const sp_gen_opts *o, gen_run *g) {
     cp.max_batch = sp_spec_config_batch(&sp);
     if (sp_ctx_init(g->model, &cp, &g->ctx, &err) || sp_spec_init(g->ctx, &sp, &g->spec, &err))
         goto fail;
+    if (o->online.on && sp_cli_online_start(&o->online, o->run.draft_model, g->spec, g->dmodel, &g->online))
+        return 1;
     return 0;
 fail:
     fprintf(stderr, "specula: %s\n", err.msg);
@@ -229,6 +241,13 @@ static int gen_decode(const sp_gen_opts *o, gen_run *g) {
         fprintf(stderr, "specula: out of memory keeping the generated text\n");
         return 1;
     }
+    if (g->online) {
+        sp_online_wait(g->online); /* the round under way, for the figures and --online-out */
+        if (o->online.out && sp_online_export(g->online, o->online.out, &err)) {
+            fprintf(stderr, "specula: %s\n", err.msg);
+            return 1;
+        }
+    }
     return 0;
 }
 
@@ -257,6 +276,7 @@ static int gen_print_json(const sp_gen_opts *o, const gen_run *g, double tps) {
     rc |= json_object_set_new(j, "model", json_string(sp_model_desc(g->model)));
     if (o->spec.draft.kind != SP_DRAFT_NONE)
         rc |= json_object_set_new(j, "spec", sp_cli_spec_json(&g->sst));
+    if (g->online) rc |= json_object_set_new(j, "online", sp_cli_online_json(g->online));
     char *s = rc ? NULL : json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(j);
     if (!s) {
@@ -285,6 +305,7 @@ int sp_gen_main(const sp_gen_opts *o, sp_gen_result *res) {
                     sp_model_desc(g.model), g.n_prompt, g.gs.t_prefill * 1e3, g.gs.n_generated, secs,
                     tps);
             if (o->spec.draft.kind != SP_DRAFT_NONE) sp_cli_spec_print(stderr, &g.sst);
+            if (g.online) sp_cli_online_print(stderr, g.online);
         }
     }
     gen_free(&g);

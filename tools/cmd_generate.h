@@ -12,6 +12,7 @@ typedef struct sp_gen_opts {
     sp_cli_run_opts run;
     sp_spec_config cfg;  /* the speculation flags as given */
     sp_spec_params spec; /* the finished configuration (after sp_gen_parse) */
+    sp_cli_online_opts online;
     bool json;
     bool quiet;          /* no text or statistics output (run's plain baseline) */
 } sp_gen_opts;
