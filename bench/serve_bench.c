@@ -6,7 +6,8 @@
  * MAX_TOKENS tokens, the optional "speculative" object) one after another
  * until REQUESTS have been sent in all. Prints requests/s, generated tokens/s,
  * time to first token and per-token latency (p50 / p95 over requests), and
- * the number of failed requests. */
+ * the number of failed requests; then, from the server's /metrics, the
+ * batcher's passes and mean batch (when it ran) and the drafts' acceptance. */
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -70,6 +71,24 @@ static void *client(void *arg) {
     return NULL;
 }
 
+/* The value of sample line `name` in the server's /metrics (-1 if absent). */
+static double metric(const char *name) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    static char buf[1 << 17];
+    size_t len = 0;
+    if (fd >= 0 && !connect(fd, (struct sockaddr *)&a, sizeof a) && write(fd, req, sizeof req - 1) == sizeof req - 1)
+        for (ssize_t k; len < sizeof buf - 1 && (k = read(fd, buf + len, sizeof buf - 1 - len)) > 0;) len += (size_t)k;
+    if (fd >= 0) close(fd);
+    buf[len] = 0;
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(buf, key);
+    return p ? atof(p + strlen(key)) : -1;
+}
+
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -102,6 +121,12 @@ int main(int argc, char **argv) {
            "per token p50 %.1f p95 %.1f ms\n",
            clients, total, total - ok, ok / el, (double)ok * max_tokens / el, PCT(ttft, 0.5), PCT(ttft, 0.95),
            PCT(tpot, 0.5), PCT(tpot, 0.95));
+    const double steps = metric("specula:batch_steps_total"), seqs = metric("specula:batch_sequences_total");
+    const double toks = metric("specula:batch_tokens_total");
+    if (steps > 0)
+        printf("  batcher: %.0f passes, %.2f sequences and %.2f tokens per pass; accepted %.0f of %.0f drafted\n",
+               steps, seqs / steps, toks / steps, metric("specula:spec_decode_num_accepted_tokens"),
+               metric("specula:spec_decode_num_draft_tokens"));
     free(ttft);
     free(tpot);
     return total - ok ? 1 : 0;

@@ -1,19 +1,26 @@
 #!/bin/sh
 # Runs bench/serve_bench against `specula serve` for --parallel 1, 2, 4, 8:
 # plain requests with continuous batching, plain without (--no-batching),
-# and speculative requests (SPEC, default a Q4_0 self-draft), one server per
-# configuration on a free loopback port. Prints one line per configuration.
+# speculative requests (SPEC, default a Q4_0 self-draft) in the shared pass
+# and, for the A/B, speculative requests on their own slots
+# (--no-spec-batching), one server per configuration on a free loopback
+# port, interleaved per --parallel value. Prints one line per configuration.
 # usage: bench/serve_bench.sh MODEL [CLIENTS REQUESTS MAX_TOKENS THREADS SPEC]
+# environment: PARALLEL (default "1 2 4 8"), SERVE_FLAGS (more server flags,
+# e.g. "-md DRAFT.gguf"), ONLY_SPEC=1 (the two speculative rows only)
 # (build first: make build/specula build/bench/serve_bench)
 set -eu
 M=$1
 C=${2:-8}; R=${3:-32}; N=${4:-32}; T=${5:-2}
 SPEC=${6:-'{"drafter":"lowbit","lowbit":"q4_0"}'}
+PARALLEL=${PARALLEL:-"1 2 4 8"}
+SERVE_FLAGS=${SERVE_FLAGS:-}
+ONLY_SPEC=${ONLY_SPEC:-0}
 B=$(dirname "$0")/../build
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 one() { # PARALLEL LABEL SERVER-FLAGS SPECULATIVE
-  "$B/specula" serve -m "$M" --port 0 -t "$T" -c 1024 --parallel "$1" $3 2>"$log" &
+  "$B/specula" serve -m "$M" --port 0 -t "$T" -c 1024 --parallel "$1" $SERVE_FLAGS $3 2>"$log" &
   pid=$!
   port=""
   while [ -z "$port" ]; do
@@ -26,8 +33,11 @@ one() { # PARALLEL LABEL SERVER-FLAGS SPECULATIVE
   kill -TERM $pid
   wait $pid
 }
-for p in 1 2 4 8; do
-  one $p "plain, batching" "" ""
-  [ $p -gt 1 ] && one $p "plain, no batching" "--no-batching" ""
-  one $p "speculative" "" "$SPEC"
+for p in $PARALLEL; do
+  if [ "$ONLY_SPEC" != 1 ]; then
+    one $p "plain, batching" "" ""
+    [ $p -gt 1 ] && one $p "plain, no batching" "--no-batching" ""
+  fi
+  one $p "speculative, shared" "" "$SPEC"
+  [ $p -gt 1 ] && one $p "speculative, own slot" "--no-spec-batching" "$SPEC"
 done

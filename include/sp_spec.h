@@ -78,6 +78,29 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
  * object can serve a new prompt from scratch. */
 sp_status sp_spec_reset(sp_spec *s, sp_error *err);
 
+/* A target forward in place of sp_forward, so that a server can evaluate
+ * the speculative loop's target passes (prefill chunks, every verification
+ * pass over a drafted chain or tree, plain steps) together with other
+ * sequences' in one shared pass (continuous batching, sp_forward_multi).
+ * Contract: exactly sp_forward(c, b, logits, err): c is the spec object's
+ * target context; evaluate the batch under its positions and mask,
+ * appending its n tokens to c's cache, and write its logits (n_vocab floats
+ * per row: all n rows when b->logits_all, else the last), bit for bit
+ * sp_forward's (greedy output equals plain decoding's only then); errors as
+ * sp_forward's, leaving the cache unchanged. b and its arrays are valid
+ * only during the call.
+ * cost: seconds to charge this forward in the adaptive draft-length
+ * controller's cost model (ALGORITHMS.md section 6), which otherwise takes
+ * the call's wall time. A shared pass should charge this sequence its share
+ * of the pass (its part of the fixed cost of reading the weights plus the
+ * marginal cost of its rows), so that longer drafts are judged by what they
+ * add to the pass. Leave it negative (as it is on entry) for the wall time.
+ * Plain decoding (drafter none) runs sp_generate and does not use it. */
+typedef sp_status (*sp_spec_forward_fn)(void *ud, sp_ctx *c, const sp_batch *b, float *logits,
+                                        double *cost, sp_error *err);
+/* fn NULL restores sp_forward. */
+void sp_spec_set_forward(sp_spec *s, sp_spec_forward_fn fn, void *ud);
+
 /* Called after each chain iteration (plain steps included) with the
  * target's adjusted distributions of the tokens it committed: row j (of
  * `rows`, V floats each) is the distribution of hist[first + j] given

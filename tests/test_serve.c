@@ -444,9 +444,10 @@ static void test_load(void **state) {
     assert_int_equal(stop(&s), 0);
 }
 
-/* Continuous batching: concurrent plain requests (greedy and seeded
- * sampled) on 4 slots share forward passes, and each one's text is exactly
- * what `specula generate` prints for it alone. */
+/* Continuous batching: concurrent plain and speculative requests (greedy
+ * and seeded sampled; every drafter, a chain with a fixed or adaptive
+ * length and a tree) on 4 slots share the target's forward passes, and each
+ * one's text is exactly what `specula generate` prints for it alone. */
 typedef struct bclient {
     int port;
     char body[512];
@@ -469,16 +470,36 @@ static long metric_value(int port, const char *name) {
     return v;
 }
 
+/* A request's speculation object and the `specula generate` flags that mean
+ * the same; sampled: also run at temperature 0.8 with a seed (the adaptive
+ * length follows timings, so its sampled tokens are not reproducible). */
+static const struct {
+    const char *json, *flags;
+    bool sampled;
+} BATCH_SPECS[] = {
+    {"", "", true},
+    {",\"speculative\":{\"drafter\":\"ngram\",\"gamma\":4}", "--draft ngram --gamma 4", true},
+    {",\"speculative\":{\"drafter\":\"lowbit\",\"lowbit\":\"q8_0\",\"gamma\":3}", "--draft lowbit --lowbit q8_0 --gamma 3",
+     true},
+    {",\"speculative\":{\"drafter\":\"layerskip\",\"skip_layers\":\"2\",\"adaptive\":true}",
+     "--draft layerskip --skip-layers 2 --adaptive", false},
+    {",\"speculative\":{\"drafter\":\"layerskip\",\"skip_layers\":\"2\",\"tree\":\"2x2\"}",
+     "--draft layerskip --skip-layers 2 --tree 2x2", true},
+    {",\"speculative\":{\"drafter\":\"lowbit\",\"adaptive\":true}", "--draft lowbit --adaptive", false},
+};
+
 static void test_batching(void **state) {
     (void)state;
-    enum { NB = 8, NTOK = 120 };
+    enum { NS = sizeof BATCH_SPECS / sizeof BATCH_SPECS[0], NB = 2 * NS, NTOK = 120 };
     const char *prompts[2] = {"Once upon a time", "The cat"};
-    char want[NB][8192];
+    char want[NB][8192], temp[NB][8];
     for (int i = 0; i < NB; i++) {
         char args[2048], buf[8192];
         const char *pr = prompts[i % 2];
-        snprintf(args, sizeof args, "generate -m '%s' -p '%s' -n %d --temp %s --seed %d", stories(), pr, NTOK,
-                 i % 4 < 2 ? "0" : "0.8", 100 + i);
+        const int k = i % NS;
+        snprintf(temp[i], sizeof temp[i], "%s", i >= NS && BATCH_SPECS[k].sampled ? "0.8" : "0");
+        snprintf(args, sizeof args, "generate -m '%s' -p '%s' -n %d --temp %s --seed %d %s", stories(), pr, NTOK,
+                 temp[i], 100 + i, BATCH_SPECS[k].flags);
         assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
         snprintf(want[i], sizeof want[i], "%s", buf + strlen(pr));
         size_t len = strlen(want[i]);
@@ -491,8 +512,8 @@ static void test_batching(void **state) {
     for (int i = 0; i < NB; i++) {
         c[i].port = s.port;
         snprintf(c[i].body, sizeof c[i].body,
-                 "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":%s,\"seed\":%d,\"stream\":%s}", prompts[i % 2],
-                 NTOK, i % 4 < 2 ? "0" : "0.8", 100 + i, i % 3 == 0 ? "true" : "false");
+                 "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":%s,\"seed\":%d,\"stream\":%s%s}",
+                 prompts[i % 2], NTOK, temp[i], 100 + i, i % 3 == 0 ? "true" : "false", BATCH_SPECS[i % NS].json);
         pthread_create(&th[i], NULL, bclient_main, &c[i]);
     }
     for (int i = 0; i < NB; i++) {
@@ -520,9 +541,13 @@ static void test_batching(void **state) {
     }
     const long steps = metric_value(s.port, "specula:batch_steps_total");
     const long seqs = metric_value(s.port, "specula:batch_sequences_total");
-    printf("batching: %ld sequences in %ld forward passes (mean %.2f per pass)\n", seqs, steps,
-           steps > 0 ? (double)seqs / (double)steps : 0.0);
+    const long spec = metric_value(s.port, "specula:batch_spec_sequences_total");
+    const long shared = metric_value(s.port, "specula:batch_spec_shared_total");
+    printf("batching: %ld sequences in %ld forward passes (mean %.2f per pass); %ld speculative, %ld of them "
+           "sharing their pass\n",
+           seqs, steps, steps > 0 ? (double)seqs / (double)steps : 0.0, spec, shared);
     assert_true(steps > 0 && seqs > steps); /* some passes carried several requests */
+    assert_true(spec > 0 && shared > 0);    /* speculative requests' passes joined the others */
     assert_int_equal(stop(&s), 0);
 }
 

@@ -28,12 +28,17 @@ static sp_ctx *mkctx(const sp_model *m, int32_t n_ctx) {
     return c;
 }
 
+/* When set, run_spec sends every target forward through this hook. */
+static sp_spec_forward_fn g_forward;
+static void *g_forward_ud;
+
 /* Generates with the given speculation settings; returns tokens in out. */
 static int32_t run_spec(sp_ctx *t, const sp_spec_params *sp, const int32_t *prompt, int32_t np,
                         const sp_gen_params *gp, int32_t *out, sp_spec_stats *stats) {
     sp_error err = {0};
     sp_spec *s = NULL;
     if (sp_spec_init(t, sp, &s, &err)) fail_msg("spec init: %s", err.msg);
+    sp_spec_set_forward(s, g_forward, g_forward_ud);
     sp_gen_stats gs;
     if (sp_spec_generate(s, prompt, np, gp, out, gp->n_predict, &gs, stats, NULL, NULL, &err))
         fail_msg("spec generate (%s): %s", sp_drafter_name(sp->draft.kind), err.msg);
@@ -144,6 +149,162 @@ static void test_greedy_random_models(void **state) {
     greedy_equal(t, d, prompt, 6, SP_SLOW ? 40 : 120);
     unlink(t);
     unlink(d);
+}
+
+/* ---- target forwards through a hook: a shared pass ---- */
+
+/* A forward hook in the way a batching server uses it: each target forward
+ * is evaluated in one sp_forward_multi pass together with a companion
+ * sequence decoding on its own context (the lead: its scratch does the
+ * work). cost_mode 1 charges a flat 10 ms per forward whatever its size,
+ * 2 charges 10 ms per row (drafting is far cheaper, even under
+ * sanitizers); 0 leaves the wall time. */
+typedef struct shared_pass {
+    sp_ctx *companion;
+    int32_t tok;
+    float *logits;  /* [1 + 64][V] */
+    int32_t V, cost_mode;
+    int64_t calls;
+} shared_pass;
+
+static sp_status shared_forward(void *ud, sp_ctx *c, const sp_batch *b, float *logits, double *cost,
+                                sp_error *err) {
+    sp_status st0;
+    shared_pass *sh = ud;
+    if (sp_ctx_model(sh->companion) != sp_ctx_model(c)) { /* one model per pass */
+        sp_ctx_params p = sp_ctx_default_params();
+        p.n_ctx = 96;
+        p.max_batch = 65;
+        sp_ctx_free(sh->companion);
+        sh->companion = NULL;
+        if ((st0 = sp_ctx_init(sp_ctx_model(c), &p, &sh->companion, err))) return st0;
+    }
+    if (sp_ctx_n_past(sh->companion) >= sp_ctx_n_ctx(sh->companion))
+        assert_int_equal(sp_ctx_truncate(sh->companion, 0, err), SP_OK);
+    sh->tok = (sh->tok * 31 + 7) % sh->V;
+    sp_ctx *ctxs[2] = {sh->companion, c};
+    sp_batch bs[2] = {{.tokens = &sh->tok, .n = 1}, *b};
+    sp_status st = sp_forward_multi(ctxs, bs, 2, sh->logits, err);
+    if (st) return st;
+    const int32_t rows = b->logits_all ? b->n : 1;
+    memcpy(logits, sh->logits + sh->V, (size_t)rows * (size_t)sh->V * sizeof(float));
+    sh->calls++;
+    if (sh->cost_mode == 1) *cost = 1e-2;
+    if (sh->cost_mode == 2) *cost = 1e-2 * b->n;
+    return SP_OK;
+}
+
+static shared_pass shared_init(const sp_model *m) {
+    sp_ctx_params p = sp_ctx_default_params();
+    p.n_ctx = 96;
+    p.max_batch = 65;
+    shared_pass sh = {.V = sp_model_cfg(m)->n_vocab, .tok = 1};
+    sp_error err = {0};
+    if (sp_ctx_init(m, &p, &sh.companion, &err)) fail_msg("ctx: %s", err.msg);
+    sh.logits = malloc((size_t)65 * (size_t)sh.V * sizeof(float));
+    return sh;
+}
+
+static void shared_free(shared_pass *sh) {
+    sp_ctx_free(sh->companion);
+    free(sh->logits);
+}
+
+/* Every configuration, its target forwards shared with another sequence,
+ * still emits plain greedy decoding's tokens (sp_forward_multi's logits are
+ * sp_forward's bit for bit). */
+static void test_greedy_shared_pass(void **state) {
+    (void)state;
+    const char *path = sp_shared("models/stories260K.gguf");
+    sp_model *m = load(path);
+    shared_pass sh = shared_init(m);
+    g_forward = shared_forward;
+    g_forward_ud = &sh;
+    greedy_equal(path, path, PROMPT, 5, SP_SLOW ? 32 : 96);
+    g_forward = NULL;
+    g_forward_ud = NULL;
+    assert_true(sh.calls > 0);
+    shared_free(&sh);
+    sp_model_free(m);
+}
+
+/* Sampled speculation through the hook draws the same tokens as without it
+ * for the same seed (fixed draft length: the adaptive one follows timings). */
+static void test_sampled_shared_pass(void **state) {
+    (void)state;
+    const char *path = sp_shared("models/stories260K.gguf");
+    sp_model *m = load(path);
+    sp_ctx *t = mkctx(m, 512);
+    shared_pass sh = shared_init(m);
+    const char *cfgs[] = {"draft=model,gamma=3", "draft=ngram,gamma=4", "draft=layerskip,skip=2,gamma=2",
+                          "draft=model,tree=2x2"};
+    sp_gen_params gp = sp_gen_default_params();
+    gp.n_predict = SP_SLOW ? 24 : 64;
+    gp.sampling.temperature = 0.9f;
+    gp.sampling.top_k = 40;
+    gp.stop_at_eog = false;
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        sp_spec_params sp = parse_ok(cfgs[i], true);
+        sp.draft.draft_model = m;
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            int32_t a[64], b[64];
+            gp.seed = seed;
+            sp_error err = {0};
+            g_forward = NULL;
+            int32_t na = run_spec(t, &sp, PROMPT, 5, &gp, a, NULL);
+            assert_int_equal(sp_ctx_truncate(t, 0, &err), SP_OK);
+            g_forward = shared_forward;
+            g_forward_ud = &sh;
+            int32_t nb = run_spec(t, &sp, PROMPT, 5, &gp, b, NULL);
+            g_forward = NULL;
+            assert_int_equal(sp_ctx_truncate(t, 0, &err), SP_OK);
+            assert_int_equal(na, nb);
+            if (memcmp(a, b, (size_t)na * sizeof *a)) fail_msg("%s seed %d: the shared pass changed the tokens", cfgs[i], (int)seed);
+        }
+    }
+    shared_free(&sh);
+    sp_ctx_free(t);
+    sp_model_free(m);
+}
+
+/* The adaptive controller prices drafts with the hook's cost: charged a
+ * flat cost per forward (a shared pass whose extra rows are free), it
+ * drafts long; charged per row (extra rows cost as much as a plain step),
+ * it mostly decodes plainly, the layer-skipping draft being often wrong. */
+static void test_adaptive_uses_cost(void **state) {
+    (void)state;
+    const char *path = sp_shared("models/stories260K.gguf");
+    sp_model *m = load(path);
+    sp_ctx *t = mkctx(m, 512);
+    shared_pass sh = shared_init(m);
+    g_forward = shared_forward;
+    g_forward_ud = &sh;
+    sp_spec_params sp = parse_ok("draft=layerskip,skip=2,adaptive", false);
+    sp_gen_params gp = sp_gen_default_params();
+    gp.n_predict = 200;
+    gp.sampling.temperature = 0;
+    gp.stop_at_eog = false;
+    double mean_gamma[3];
+    for (int mode = 1; mode <= 2; mode++) {
+        sh.cost_mode = mode;
+        int32_t out[200];
+        sp_spec_stats st;
+        sp_error err = {0};
+        run_spec(t, &sp, PROMPT, 5, &gp, out, &st);
+        assert_int_equal(sp_ctx_truncate(t, 0, &err), SP_OK);
+        int64_t it = 0, sum = 0;
+        for (int g = 0; g <= SP_SPEC_MAX_GAMMA + 1; g++) it += st.gamma_hist[g], sum += g * st.gamma_hist[g];
+        mean_gamma[mode] = it ? (double)sum / (double)it : 0;
+        printf("adaptive, cost mode %d: acceptance %.2f, mean draft length %.2f over %lld iterations, plain %lld\n",
+               mode, sp_spec_acceptance_rate(&st), mean_gamma[mode], (long long)it, (long long)st.gamma_hist[0]);
+        if (mode == 2) assert_true(st.gamma_hist[0] * 2 > it);
+    }
+    assert_true(mean_gamma[1] > 2 * mean_gamma[2] && mean_gamma[1] > 3);
+    g_forward = NULL;
+    g_forward_ud = NULL;
+    shared_free(&sh);
+    sp_ctx_free(t);
+    sp_model_free(m);
 }
 
 /* ---- distribution of the first K tokens vs the exact target ---- */
@@ -517,6 +678,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ngram_propose),
     cmocka_unit_test(test_greedy_stories),
     cmocka_unit_test(test_greedy_random_models),
+    cmocka_unit_test(test_greedy_shared_pass),
+    cmocka_unit_test(test_sampled_shared_pass),
+    cmocka_unit_test(test_adaptive_uses_cost),
     cmocka_unit_test(test_distribution),
     cmocka_unit_test(test_padded_vocab),
     cmocka_unit_test(test_kv_after_rejections),

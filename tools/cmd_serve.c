@@ -7,10 +7,10 @@
  * (sp_spec_config_json over the server's defaults), so it is validated with
  * the CLI's messages. Requests run on --parallel slots, each with its own
  * KV cache and speculation state; beyond them requests wait in a queue of
- * --queue places, then get 503. With --parallel above 1, plain requests
- * are batched continuously (see "batching" below: one forward pass per
- * step for all of them); speculative requests run on their slots side by
- * side, each with its own forward passes. A streamed response is written by a generation
+ * --queue places, then get 503. With --parallel above 1, requests are
+ * batched continuously (see "batching" below: one forward pass of the
+ * target per step for all of them, speculative requests' verification
+ * passes included; their drafts run on their slots). A streamed response is written by a generation
  * thread into a pipe that the connection's reader drains; a client that
  * disconnects closes the pipe, which cancels its generation. SIGINT and
  * SIGTERM stop the daemon: in-flight generations are cancelled, every
@@ -77,6 +77,7 @@ static struct server {
     int waiting;
     atomic_bool stopping;
     bool batching;          /* plain requests share forward passes (the batcher) */
+    bool spec_batching;     /* ... and speculative requests' target forwards too */
     sp_pool *pool;          /* batching: the one pool every slot computes on */
     /* metrics (under mmu) */
     pthread_mutex_t mmu;
@@ -532,21 +533,38 @@ static void record_metrics(const run *g) {
 
 /* ------------------------------------------------------------- batching */
 
-/* Continuous batching of plain (non-speculative) requests: every forward
- * pass such a request needs (its prompt in chunks, then one token per
- * step) is handed to one batcher thread, which evaluates all waiting ones
- * together with sp_forward_multi: one pass over the weights for all of
- * them, each sequence in its own slot's KV cache. Requests join (after
- * their prompt's first chunk) and leave between steps. Logits equal those
- * of a forward over each context alone, and the sampling loop below is
- * sp_generate's, so the tokens are exactly `specula generate`'s for the
- * same request, whatever else runs. Speculative requests run on their slot
- * as before (sp_spec_generate), not in the shared pass. */
+/* Continuous batching: every forward pass a request's target needs (a
+ * plain request's prompt in chunks, then one token per step; a speculative
+ * request's prompt chunks, its verification passes over drafted chains or
+ * trees under their masks, and its plain steps) is handed to one batcher
+ * thread, which evaluates all waiting ones together with sp_forward_multi:
+ * one pass over the weights for all of them, each sequence in its own
+ * slot's KV cache under its own positions and mask. Requests join and
+ * leave between steps. Each sequence's logits equal those of sp_forward
+ * over its context alone, bit for bit, the plain sampling loop below is
+ * sp_generate's and the speculative one is sp_spec_generate's (its target
+ * forwards hooked here, sp_spec_set_forward), so every request's tokens
+ * are exactly `specula generate`'s for the same request, whatever else
+ * runs. Draft models' forwards stay on their slots (small, and of other
+ * weights).
+ *
+ * Cost attribution for the adaptive draft length: a pass of R rows for N
+ * sequences is modelled as T(R) = a + b R (a: reading the weights and the
+ * fixed overheads; b: the arithmetic per row), b fitted over recent passes
+ * by least squares (exponentially weighted). A sequence of n rows is
+ * charged (T - b R) / N + b n of the measured pass time T: an equal share
+ * of the fixed part plus its own rows' marginal cost; the charges add up
+ * to T. Alone in a pass (N = 1) a sequence pays all of T, as unbatched; in
+ * a full pass extra draft tokens cost only b each, so the controller
+ * drafts longer exactly when the pass is shared. Before the fit has two
+ * distinct batch sizes, b = T / R (a proportional split, the cautious
+ * choice). */
 typedef struct bjob {
     sp_ctx *ctx;
-    const int32_t *tokens;
-    int32_t n;
-    float *logits;          /* out: n_vocab floats, the last token's */
+    sp_batch b;             /* its arrays belong to the waiting caller */
+    float *logits;          /* out: (b.logits_all ? b.n : 1) rows of n_vocab floats */
+    double cost;            /* out: seconds of the pass charged to it */
+    bool spec;              /* a speculative request's (for the metrics) */
     sp_status st;
     sp_error err;
     bool done;
@@ -554,20 +572,46 @@ typedef struct bjob {
 } bjob;
 
 #define PREFILL_CHUNK SP_CTX_DEFAULT_BATCH
+#define FIT_DECAY 0.99 /* weight of the past in the pass-time fit, per pass */
 
 static struct batcher {
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* work arrived / a request left */
     pthread_cond_t done_cv; /* a step finished */
     bjob *head, *tail;
-    int32_t n_pending, n_active; /* active: plain requests decoding now */
+    int32_t n_pending, n_active; /* active: requests decoding now (plain and speculative) */
     bool stop;
     pthread_t th;
     bool started;
     int32_t max_rows;       /* tokens per pass (the contexts' max batch) */
     float *logits;          /* [max_rows][n_vocab] */
-    uint64_t steps, rows;   /* passes run and the sequences they carried */
+    /* metrics: passes run, the sequences and tokens they carried, of which
+     * speculative requests' */
+    uint64_t steps, rows, tokens, spec_seqs, spec_tokens, spec_shared;
+    double fw, fx, fy, fxx, fxy; /* decayed sums of 1, R, T, R^2, R T over passes */
+    double fit_a, fit_b;    /* the current fit T = a + b R (seconds; 0 before one exists) */
 } B;
+
+/* Updates the pass-time fit with a pass of R rows that took T seconds and
+ * returns the per-row cost b to charge this pass with (see above). Under B.mu. */
+static double fit_pass(int32_t R, double T) {
+    B.fw = FIT_DECAY * B.fw + 1;
+    B.fx = FIT_DECAY * B.fx + R;
+    B.fy = FIT_DECAY * B.fy + T;
+    B.fxx = FIT_DECAY * B.fxx + (double)R * R;
+    B.fxy = FIT_DECAY * B.fxy + R * T;
+    const double mx = B.fx / B.fw, var = B.fxx / B.fw - mx * mx;
+    double b = T / R;
+    if (var > 0.25) { /* batch sizes spread by at least about one row */
+        B.fit_b = (B.fxy / B.fw - mx * (B.fy / B.fw)) / var;
+        B.fit_a = B.fy / B.fw - B.fit_b * mx;
+        b = B.fit_b < 0 ? 0 : B.fit_b < T / R ? B.fit_b : T / R;
+    }
+    return b;
+}
+
+/* Rows of logits a batch returns. */
+static int32_t out_rows(const sp_batch *b) { return b->logits_all ? b->n : 1; }
 
 static void *batcher_main(void *arg) {
     (void)arg;
@@ -580,10 +624,10 @@ static void *batcher_main(void *arg) {
     for (;;) {
         while (!B.stop && !B.head) pthread_cond_wait(&B.cv, &B.mu);
         if (!B.head) break; /* stopping and nothing left */
-        /* let the other active requests hand in their next token: wait
+        /* let the other active requests hand in their next forward: wait
          * until every active one has, but not longer than half the last
          * pass took (20 us to 1 ms): a straggler (a slow client reading its
-         * stream) must not stall the others for long */
+         * stream, a request still drafting) must not stall the others */
         long wait_ns = (long)(last_pass * 0.5e9);
         wait_ns = wait_ns < 20000 ? 20000 : wait_ns > 1000000 ? 1000000 : wait_ns;
         struct timespec dl;
@@ -597,7 +641,7 @@ static void *batcher_main(void *arg) {
         bjob **pp = &B.head, *prev = NULL;
         while (*pp && k < SP_FORWARD_MAX_SEQS) {
             bjob *j = *pp;
-            if (k > 0 && rows + j->n > B.max_rows) {
+            if (k > 0 && rows + j->b.n > B.max_rows) {
                 prev = j;
                 pp = &j->next;
                 continue;
@@ -607,8 +651,8 @@ static void *batcher_main(void *arg) {
             B.n_pending--;
             jobs[k] = j;
             ctxs[k] = j->ctx;
-            batches[k] = (sp_batch){.tokens = j->tokens, .n = j->n};
-            rows += j->n;
+            batches[k] = j->b;
+            rows += j->b.n;
             k++;
         }
         pthread_mutex_unlock(&B.mu);
@@ -616,13 +660,27 @@ static void *batcher_main(void *arg) {
         const double t0 = sp_now();
         sp_status st = sp_forward_multi(ctxs, batches, k, B.logits, &err);
         last_pass = sp_now() - t0;
-        pthread_mutex_lock(&B.mu);
-        B.steps++;
-        B.rows += (uint64_t)k;
-        for (int32_t i = 0; i < k; i++) {
+        const bool alone = st && st != SP_ERR_NUMERIC && k > 1;
+        for (int32_t i = 0, off = 0; i < k; off += out_rows(&batches[i]), i++) {
+            if (alone) { /* one sequence's bad batch failed the pass before any
+                          * cache changed: run each alone, so only it fails */
+                jobs[i]->st = sp_forward(ctxs[i], &batches[i], jobs[i]->logits, &jobs[i]->err);
+                continue;
+            }
             jobs[i]->st = st;
             if (st) jobs[i]->err = err;
-            else memcpy(jobs[i]->logits, B.logits + (size_t)i * V, (size_t)V * sizeof(float));
+            else memcpy(jobs[i]->logits, B.logits + (size_t)off * V,
+                        (size_t)out_rows(&batches[i]) * (size_t)V * sizeof(float));
+        }
+        pthread_mutex_lock(&B.mu);
+        const double b = st ? 0 : fit_pass(rows, last_pass);
+        for (int32_t i = 0; i < k; i++)
+            jobs[i]->cost = alone ? -1 : (last_pass - b * rows) / k + b * batches[i].n;
+        B.steps++;
+        B.rows += (uint64_t)k;
+        B.tokens += (uint64_t)rows;
+        for (int32_t i = 0; i < k; i++) {
+            if (jobs[i]->spec) B.spec_seqs++, B.spec_tokens += (uint64_t)batches[i].n, B.spec_shared += k > 1;
             jobs[i]->done = true;
         }
         pthread_cond_broadcast(&B.done_cv);
@@ -631,10 +689,12 @@ static void *batcher_main(void *arg) {
     return NULL;
 }
 
-/* One forward of n tokens on ctx through the batcher; the last token's
- * logits into logits. */
-static sp_status batch_forward(sp_ctx *ctx, const int32_t *tokens, int32_t n, float *logits, sp_error *err) {
-    bjob j = {.ctx = ctx, .tokens = tokens, .n = n, .logits = logits};
+/* One forward of batch b on ctx through the batcher, as sp_forward (logits
+ * of the rows b asks for); *cost (may be NULL): the seconds charged to it
+ * (negative: none, the caller's wall time stands). */
+static sp_status batch_forward(sp_ctx *ctx, const sp_batch *b, bool spec, float *logits, double *cost,
+                               sp_error *err) {
+    bjob j = {.ctx = ctx, .b = *b, .logits = logits, .spec = spec};
     pthread_mutex_lock(&B.mu);
     if (B.stop) {
         pthread_mutex_unlock(&B.mu);
@@ -648,7 +708,14 @@ static sp_status batch_forward(sp_ctx *ctx, const int32_t *tokens, int32_t n, fl
     while (!j.done) pthread_cond_wait(&B.done_cv, &B.mu);
     pthread_mutex_unlock(&B.mu);
     if (j.st && err) *err = j.err;
+    if (cost) *cost = j.cost;
     return j.st;
+}
+
+/* sp_spec's target-forward hook (sp_spec_set_forward): the batcher. */
+static sp_status spec_forward(void *ud, sp_ctx *c, const sp_batch *b, float *logits, double *cost, sp_error *err) {
+    (void)ud;
+    return batch_forward(c, b, true, logits, cost, err);
 }
 
 static void batch_active(int delta) {
@@ -657,7 +724,6 @@ static void batch_active(int delta) {
     pthread_cond_signal(&B.cv);
     pthread_mutex_unlock(&B.mu);
 }
-
 
 /* sp_generate's loop (prefill, then sample, emit, stop at EOG or the
  * budget, evaluate the token) with every forward through the batcher. */
@@ -677,7 +743,8 @@ static sp_status generate_batched(run *g, sp_ctx *ctx, const sp_gen_params *p, s
     const double t0 = sp_now();
     for (int32_t i = 0; !st && i < g->n_prompt; i += PREFILL_CHUNK) {
         int32_t m = g->n_prompt - i < PREFILL_CHUNK ? g->n_prompt - i : PREFILL_CHUNK;
-        st = batch_forward(ctx, g->prompt + i, m, logits, err);
+        const sp_batch b = {.tokens = g->prompt + i, .n = m};
+        st = batch_forward(ctx, &b, false, logits, NULL, err);
         g->gst.target_forwards++;
     }
     const double t1 = sp_now();
@@ -693,7 +760,8 @@ static sp_status generate_batched(run *g, sp_ctx *ctx, const sp_gen_params *p, s
             break;
         }
         if (!go || n == p->n_predict) break;
-        st = batch_forward(ctx, &id, 1, logits, err);
+        const sp_batch b = {.tokens = &id, .n = 1};
+        st = batch_forward(ctx, &b, false, logits, NULL, err);
         g->gst.target_forwards++;
     }
     batch_active(-1);
@@ -743,8 +811,13 @@ static void generate(run *g) {
         gp.sampling = g->r.smp;
         gp.seed = g->r.seed;
         g->prev = g->prompt[g->n_prompt - 1];
+        /* speculative: the target's forwards join the shared pass */
+        const bool shared = S.batching && S.spec_batching;
+        sp_spec_set_forward(spec, shared ? spec_forward : NULL, NULL);
+        if (shared) batch_active(+1);
         st = sp_spec_generate(spec, g->prompt, g->n_prompt, &gp, g->out, gp.n_predict, &g->gst, &g->sst,
                               on_tokens, g, &se);
+        if (shared) batch_active(-1);
     }
     sp_ctx_truncate(sl->ctx, 0, NULL);
     if (st) bad(&g->err, st == SP_ERR_ARG || st == SP_ERR_RANGE ? 400 : 500, NULL, NULL, "%s", se.msg);
@@ -977,8 +1050,22 @@ static char *metrics_text(void) {
     OUT("# HELP specula:batch_steps_total Forward passes run by the batcher (continuous batching).\n"
         "# TYPE specula:batch_steps_total counter\nspecula:batch_steps_total %llu\n"
         "# HELP specula:batch_sequences_total Sequences those passes carried (over steps: the mean batch).\n"
-        "# TYPE specula:batch_sequences_total counter\nspecula:batch_sequences_total %llu\n",
-        (unsigned long long)B.steps, (unsigned long long)B.rows);
+        "# TYPE specula:batch_sequences_total counter\nspecula:batch_sequences_total %llu\n"
+        "# HELP specula:batch_tokens_total Tokens (rows) those passes evaluated.\n"
+        "# TYPE specula:batch_tokens_total counter\nspecula:batch_tokens_total %llu\n"
+        "# HELP specula:batch_spec_sequences_total Of the sequences, speculative requests' target forwards.\n"
+        "# TYPE specula:batch_spec_sequences_total counter\nspecula:batch_spec_sequences_total %llu\n"
+        "# HELP specula:batch_spec_shared_total Of those, the ones that shared their pass with another sequence.\n"
+        "# TYPE specula:batch_spec_shared_total counter\nspecula:batch_spec_shared_total %llu\n"
+        "# HELP specula:batch_spec_tokens_total Of the tokens, speculative requests' (drafted tokens verified included).\n"
+        "# TYPE specula:batch_spec_tokens_total counter\nspecula:batch_spec_tokens_total %llu\n"
+        "# HELP specula:batch_pass_fixed_seconds Fitted pass time a + b R: the fixed part a (0 before a fit).\n"
+        "# TYPE specula:batch_pass_fixed_seconds gauge\nspecula:batch_pass_fixed_seconds %.6g\n"
+        "# HELP specula:batch_pass_row_seconds Fitted pass time a + b R: the per-row part b, the marginal cost of a drafted token.\n"
+        "# TYPE specula:batch_pass_row_seconds gauge\nspecula:batch_pass_row_seconds %.6g\n",
+        (unsigned long long)B.steps, (unsigned long long)B.rows, (unsigned long long)B.tokens,
+        (unsigned long long)B.spec_seqs, (unsigned long long)B.spec_shared, (unsigned long long)B.spec_tokens,
+        B.fit_a, B.fit_b);
     pthread_mutex_unlock(&B.mu);
     pthread_mutex_unlock(&S.mmu);
 #undef OUT
@@ -1120,12 +1207,14 @@ static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: specula serve -m MODEL [-md DRAFT] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
             "         [--queue N] [-c CTX] [-t THREADS] [--api-key KEY] [--chat-template NAME]\n"
-            "         [--alias NAME] [--no-batching] [sampling and speculation defaults as for generate]\n"
+            "         [--alias NAME] [--no-batching] [--no-spec-batching]\n"
+            "         [sampling and speculation defaults as for generate]\n"
             "  OpenAI-compatible endpoints: POST /v1/completions, POST /v1/chat/completions,\n"
             "  GET /v1/models, GET /health, GET /metrics. --port 0 picks a free port (printed).\n"
-            "  With --parallel above 1, plain requests share forward passes (continuous\n"
-            "  batching: one pass over the weights per step for all of them); --no-batching\n"
-            "  runs each slot on its own (speculative requests always do).\n"
+            "  With --parallel above 1, requests share forward passes (continuous batching:\n"
+            "  one pass over the target's weights per step for all of them, speculative\n"
+            "  requests' verification passes included); --no-batching runs each slot on its\n"
+            "  own, --no-spec-batching only the speculative requests.\n"
             "  Chat templates: %s (default: recognised from the model's\n"
             "  tokenizer.chat_template). A request's \"speculative\" object overrides the\n"
             "  speculation defaults (n_max, n_min, p_min, drafter, verifier, gamma, tree, adaptive, ...).\n",
@@ -1148,7 +1237,7 @@ static sp_chat_tmpl model_template(const char *path) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    enum { O_HOST = SP_OPT_CMD, O_PORT, O_PAR, O_QUEUE, O_KEY, O_TMPL, O_ALIAS, O_NOBATCH };
+    enum { O_HOST = SP_OPT_CMD, O_PORT, O_PAR, O_QUEUE, O_KEY, O_TMPL, O_ALIAS, O_NOBATCH, O_NOSPECBATCH };
     static const struct option LONGOPTS[] = {
         SP_CLI_RUN_OPTIONS,
         SP_CLI_SPEC_OPTIONS,
@@ -1161,6 +1250,7 @@ int cmd_serve(int argc, char **argv) {
         {"chat-template", required_argument, NULL, O_TMPL},
         {"alias", required_argument, NULL, O_ALIAS},
         {"no-batching", no_argument, NULL, O_NOBATCH},
+        {"no-spec-batching", no_argument, NULL, O_NOSPECBATCH},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1171,7 +1261,7 @@ int cmd_serve(int argc, char **argv) {
     sp_spec_config_init(&cfg, NULL);
     const char *host = "127.0.0.1", *tmpl_name = NULL, *alias = NULL, *flag;
     long long port = 8080, par = 1, queue = 64;
-    bool no_batching = false;
+    bool no_batching = false, no_spec_batching = false;
     int c, r;
     optind = 0;
     while ((c = sp_cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "h", LONGOPTS, "serve", &flag)) != -1) {
@@ -1189,6 +1279,7 @@ int cmd_serve(int argc, char **argv) {
         case O_TMPL: tmpl_name = optarg; break;
         case O_ALIAS: alias = optarg; break;
         case O_NOBATCH: no_batching = true; break;
+        case O_NOSPECBATCH: no_spec_batching = true; break;
         case 'h': serve_usage(stdout); return 0;
         default: return 2;
         }
@@ -1228,6 +1319,7 @@ int cmd_serve(int argc, char **argv) {
     S.queue_max = (int32_t)queue;
     S.threads = (int32_t)run.threads;
     S.batching = S.parallel > 1 && !no_batching;
+    S.spec_batching = !no_spec_batching;
     pthread_mutex_init(&S.mu, NULL);
     pthread_mutex_init(&S.mmu, NULL);
     pthread_cond_init(&S.cv, NULL);

@@ -45,6 +45,8 @@ struct sp_spec {
     void *observer_ud;
     int64_t draft_fwd_carry; /* draft forwards of drafters replaced by sp_spec_set_draft_model */
     bool draft_stale;        /* a new draft model was swapped in: prefill it before drafting */
+    sp_spec_forward_fn forward; /* target forwards; NULL = sp_forward */
+    void *forward_ud;
 };
 
 /* Total draft forwards of this object's drafters (the current one's
@@ -71,6 +73,24 @@ sp_status sp_spec_set_draft_model(sp_spec *s, const sp_model *m, sp_error *err) 
     s->prm.draft.draft_model = m;
     s->draft_stale = true;
     return SP_OK;
+}
+
+void sp_spec_set_forward(sp_spec *s, sp_spec_forward_fn fn, void *ud) {
+    s->forward = fn;
+    s->forward_ud = ud;
+}
+
+/* One target forward through the hook (sp_spec_set_forward) or sp_forward;
+ * *cost: the seconds the adaptive controller charges for it (the hook's
+ * figure, else the wall time). */
+static sp_status target_forward(sp_spec *s, const sp_batch *b, float *logits, double *cost,
+                                sp_error *err) {
+    const double t0 = sp_now();
+    *cost = -1;
+    sp_status rc = s->forward ? s->forward(s->forward_ud, s->target, b, logits, cost, err)
+                              : sp_forward(s->target, b, logits, err);
+    if (*cost < 0) *cost = sp_now() - t0;
+    return rc;
 }
 
 void sp_spec_set_observer(sp_spec *s, sp_spec_observer fn, void *ud) {
@@ -326,12 +346,12 @@ static sp_status target_pass(sp_spec *s, const int32_t *hist, int32_t n, const i
     }
     sp_batch b = {.tokens = s->batch_tok, .pos = s->batch_pos, .n = B, .mask = mask,
                   .logits_all = true};
-    double t0 = sp_now();
-    sp_status rc = sp_forward(s->target, &b, s->logits, err);
+    double t0 = sp_now(), cost;
+    sp_status rc = target_forward(s, &b, s->logits, &cost, err);
     double t1 = sp_now();
     st->t_target += t1 - t0;
     st->target_forwards++;
-    if (B <= SP_SPEC_MAX_GAMMA + 1) ema(&s->t_target[B], t1 - t0);
+    if (B <= SP_SPEC_MAX_GAMMA + 1) ema(&s->t_target[B], cost);
     if (rc) return rc;
     for (int32_t j = 0; j <= n_nodes; j++)
         sp_sampler_probs(smp, s->logits + (int64_t)(tail - 1 + j) * V, s->p + (int64_t)j * V);
@@ -520,7 +540,14 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
     double t0 = sp_now();
     s->draft_stale = false;
     if (g.n > 1) {
-        rc = sp_prefill(s->target, g.hist, g.n - 1, s->logits, &stats->prefill_forwards, err);
+        /* sp_prefill's chunks, each through the forward hook */
+        const int32_t mb = sp_ctx_max_batch(s->target);
+        for (int32_t i = 0; !rc && i < g.n - 1; i += mb) {
+            sp_batch b = {.tokens = g.hist + i, .n = g.n - 1 - i < mb ? g.n - 1 - i : mb};
+            double cost;
+            rc = target_forward(s, &b, s->logits, &cost, err);
+            if (!rc) stats->prefill_forwards++;
+        }
         if (!rc) rc = sp_drafter_prefill(s->drafter, g.hist, g.n - 1, err);
     }
     stats->target_forwards = stats->prefill_forwards;
