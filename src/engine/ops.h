@@ -59,7 +59,16 @@
  * Kernels over it take sp_mm.w = the packed data, w_stride = the group
  * stride, and rows r0..r1 as usual; they form each output with the scalar
  * reference's integer sums and float expression in block order, so they
- * are bit-identical to it (and to each other) whatever n or the rows. */
+ * are bit-identical to it (and to each other) whatever n or the rows.
+ * Q4_K packs the same way with one unit of 2368 bytes per super-block b:
+ * 2048 bytes of quants, chunk 8p + j (p < 4 pairs of sub-blocks, j < 8)
+ * holding row i's qs[32p + 4j..+3] at bytes 4i.. (low nibbles: sub-block 2p
+ * elements 4j..; high: sub-block 2p+1), then the 6-bit scales as bytes
+ * [s][i] (128), the mins as bytes [p][i][s & 1] for s = 2p, 2p+1 (128), the
+ * rows' f16 d (32) and dmin (32). Its activation rows carry, after the q8_K
+ * layout (sp_actk_pairs), int32 pairs[k/256][4]: int16 halves (lo, hi) =
+ * the sums over sub-blocks 2p and 2p+1 of 32 elements each, padded to 64
+ * bytes. */
 #ifndef SP_OPS_H
 #define SP_OPS_H
 
@@ -209,6 +218,14 @@ static inline const int32_t *sp_actk_bsum(const void *row, int64_t k) {
     return (const int32_t *)((const uint8_t *)row + k + 4 * (k / 256));
 }
 
+
+/* Q4_K's 32-element pair sums (see the top), after the q8_K layout. */
+static inline int64_t sp_actk_base_bytes(int64_t k) {
+    return (k + 4 * (k / 256) + 4 * (k / 16) + 63) & ~(int64_t)63;
+}
+static inline int32_t *sp_actk_pairs(const void *row, int64_t k) {
+    return (int32_t *)((uintptr_t)row + (uintptr_t)sp_actk_base_bytes(k));
+}
 
 /* Q4_0/Q8_0 group-of-4 extension of the q8 activation row (see the top). */
 static inline int64_t sp_act_g4_off(int64_t k) { return ((k + 12 * (k / 32)) + 63) & ~(int64_t)63; }

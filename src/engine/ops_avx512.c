@@ -435,6 +435,83 @@ AI void mm_pk(const sp_mm *m, int64_t r0, int64_t r1, const bool q4) {
 static void mm_q8_0_pk(const sp_mm *m, int64_t r0, int64_t r1) { mm_pk(m, r0, r1, false); }
 static void mm_q4_0_pk(const sp_mm *m, int64_t r0, int64_t r1) { mm_pk(m, r0, r1, true); }
 
+/* Q4_K over packed weights (ops.h): per super-block and token tile, the 8
+ * sub-blocks of 32 go one at a time: 8 weight vectors (one nibble half of
+ * 8 chunks), the 16 rows' scales widened to int32; per token 8 dpbusd give
+ * the sub-block dots of 16 rows, times the scales into sumi (vpmulld, exact);
+ * the mins enter through 4 dpwssd of the rows' (min, min) int16 pairs with
+ * the activation's pair sums. Then mm_k_ref's float expression on 16 lanes:
+ * y += (d_x d) sumi - (d_x dmin) summ, super-blocks in order: bit-identical
+ * to the scalar reference. */
+#define PK4K_UNIT 2368
+
+AI void pk4k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, __mmask16 live) {
+    const int64_t k = m->k, nb = k / SP_QK_K;
+    const uint8_t *grp = m->w + g * m->w_stride;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const uint8_t *xs[16];
+    __m512 y[16];
+    UNROLL for (int t = 0; t < NT; t++) {
+        xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
+        y[t] = _mm512_setzero_ps();
+    }
+    const int64_t dd = (const uint8_t *)sp_actk_d(xs[0], k) - xs[0];
+    const int64_t dp = (const uint8_t *)sp_actk_pairs(xs[0], k) - xs[0];
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *unit = grp + (size_t)b * PK4K_UNIT;
+        if (pf)
+            for (int o = 0; o < PK4K_UNIT; o += 64) prefetch(unit + PK_PF_BYTES + o);
+        __m512i sumi[16];
+        UNROLL for (int t = 0; t < NT; t++) sumi[t] = _mm512_setzero_si512();
+        for (int s8 = 0; s8 < 8; s8++) {
+            const uint8_t *q = unit + 512 * (s8 >> 1);
+            __m512i w[8];
+            if (s8 & 1) {
+                UNROLL for (int j = 0; j < 8; j++) w[j] = _mm512_and_si512(_mm512_srli_epi16(_mm512_load_si512(q + 64 * j), 4), m4);
+            } else {
+                UNROLL for (int j = 0; j < 8; j++) w[j] = _mm512_and_si512(_mm512_load_si512(q + 64 * j), m4);
+            }
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(unit + 2048 + 16 * s8)));
+            UNROLL for (int t = 0; t < NT; t++) {
+                const int32_t *xq = (const int32_t *)(xs[t] + 256 * b + 32 * s8);
+                __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(xq[0]));
+                UNROLL for (int j = 1; j < 8; j++) dot = _mm512_dpbusd_epi32(dot, w[j], _mm512_set1_epi32(xq[j]));
+                sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(dot, sc));
+            }
+        }
+        __m512i mn[4];
+        UNROLL for (int p = 0; p < 4; p++)
+            mn[p] = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(unit + 2176 + 32 * p)));
+        const __m512 wd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + 2304)));
+        const __m512 wm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + 2336)));
+        UNROLL for (int t = 0; t < NT; t++) {
+            const int32_t *pr = (const int32_t *)(xs[t] + dp) + 4 * b;
+            __m512i summ = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mn[0], _mm512_set1_epi32(pr[0]));
+            UNROLL for (int p = 1; p < 4; p++) summ = _mm512_dpwssd_epi32(summ, mn[p], _mm512_set1_epi32(pr[p]));
+            const __m512 xd = _mm512_set1_ps(((const float *)(xs[t] + dd))[b]);
+            const __m512 a = _mm512_mul_ps(_mm512_mul_ps(xd, wd), _mm512_cvtepi32_ps(sumi[t]));
+            const __m512 c = _mm512_mul_ps(_mm512_mul_ps(xd, wm), _mm512_cvtepi32_ps(summ));
+            y[t] = _mm512_add_ps(y[t], _mm512_sub_ps(a, c));
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++)
+        _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, y[t]);
+}
+
+static void mm_q4_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
+    for (int64_t g = r0 / SP_PACK_ROWS; g * SP_PACK_ROWS < r1; g++) {
+        const int64_t lo = r0 > g * SP_PACK_ROWS ? r0 - g * SP_PACK_ROWS : 0;
+        const int64_t hi = r1 < (g + 1) * SP_PACK_ROWS ? r1 - g * SP_PACK_ROWS : SP_PACK_ROWS;
+        const __mmask16 live = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+        int32_t t = 0;
+        for (; t + 16 <= m->n; t += 16) pk4k_tile(m, g, t, 16, t == 0, live);
+        for (; t + 8 <= m->n; t += 8) pk4k_tile(m, g, t, 8, t == 0, live);
+        for (; t + 4 <= m->n; t += 4) pk4k_tile(m, g, t, 4, t == 0, live);
+        for (; t + 2 <= m->n; t += 2) pk4k_tile(m, g, t, 2, t == 0, live);
+        for (; t < m->n; t++) pk4k_tile(m, g, t, 1, t == 0, live);
+    }
+}
+
 /* ---- attention (see ops.h) ---- */
 
 AI __mmask16 lanes(int32_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
@@ -938,6 +1015,7 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm[SP_GGML_Q4_0] = mm_q4_0;
     t->mm_packed[SP_GGML_Q8_0] = mm_q8_0_pk;
     t->mm_packed[SP_GGML_Q4_0] = mm_q4_0_pk;
+    t->mm_packed[SP_GGML_Q4_K] = mm_q4_K_pk;
     /* K-quants and the other new formats: the AVX2 kernels (every AVX-512 CPU
      * has AVX2). A VNNI K-quant kernel (4 vpdpbusd + 4 vpmulld by the per-16
      * scales per super-block and token) was measured slower here: 29% of the
