@@ -277,8 +277,101 @@ static void test_bad_input(void **state) {
     assert_non_null(strstr(err, ":2:"));
 }
 
+/* A prompt stream with domain labels, two drafts (stories260K itself, which
+ * the greedy target always accepts, and a fresh random draft), online
+ * learning and routing: stream.csv has a row per run, stream.png is drawn,
+ * the router sends the late prompts to the good draft, online runs report
+ * their wait, and misuse is one line. */
+static void test_stream(void **state) {
+    (void)state;
+    const char *dir = scratch();
+    const char *model = sp_shared("models/stories260K.gguf");
+    char prompts[1200], out[1200], fresh[1200], args[7000], err[8192], path[1400];
+    snprintf(prompts, sizeof prompts, "%s/stream.jsonl", dir);
+    snprintf(out, sizeof out, "%s/stream-out", dir);
+    snprintf(fresh, sizeof fresh, "%s/fresh.gguf", dir);
+    snprintf(args, sizeof args,
+             "mkmodel --out '%s' --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --vocab-from '%s' "
+             "--type f32 --seed 3",
+             fresh, model);
+    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, err, sizeof err), 0);
+    FILE *f = fopen(prompts, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 24; i++)
+        fprintf(f, "{\"prompt\": \"%s %d\", \"domain\": \"%s\"}\n",
+                i < 12 ? "Once upon a time there was a dog" : "Tom and Sue went to the park", i,
+                i < 12 ? "a" : "b");
+    fclose(f);
+    snprintf(args, sizeof args,
+             "-m '%s' -md '%s' -md '%s' --prompts '%s' -n 24 --temp 0 --out '%s' --block 6 "
+             "--configs 'gamma=3;gamma=3,online=1,route=1;gamma=3,route=auto' --online-every 32 "
+             "--online-steps 4 --online-sync --json",
+             model, model, fresh, prompts, out);
+    char cmd[8300];
+    static char buf[1 << 20];
+    snprintf(cmd, sizeof cmd, "bench %s", args);
+    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+    json_error_t je;
+    json_t *j = json_loads(buf, 0, &je);
+    assert_non_null(j);
+    json_t *runs = json_object_get(j, "runs");
+    assert_int_equal(json_array_size(runs), 24 * 4);
+    int routed_good = 0, routed_late = 0, online_runs = 0;
+    for (size_t i = 0; i < json_array_size(runs); i++) {
+        json_t *r = json_array_get(runs, i);
+        const char *c = json_string_value(json_object_get(r, "config"));
+        const int prompt = (int)json_integer_value(json_object_get(r, "prompt"));
+        if (!strcmp(c, "gamma=3,route=auto") && prompt >= 12 && !json_object_get(r, "explored")) {
+            routed_late++;
+            routed_good += json_integer_value(json_object_get(r, "draft")) == 0;
+        }
+        if (!strcmp(c, "gamma=3,online=1,route=1")) {
+            online_runs++;
+            assert_int_equal(json_integer_value(json_object_get(r, "draft")), 1);
+            assert_true(json_real_value(json_object_get(r, "learn_wait_seconds")) >= 0);
+        }
+        if (!strcmp(c, "plain")) assert_null(json_object_get(r, "draft"));
+    }
+    printf("router: %d of %d late unexplored prompts to the good draft\n", routed_good, routed_late);
+    assert_true(routed_late >= 6 && routed_good == routed_late);
+    assert_int_equal(online_runs, 24);
+    json_decref(j);
+    snprintf(path, sizeof path, "%s/stream.csv", out);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    int lines = 0;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) lines++;
+    fclose(f);
+    assert_int_equal(lines, 1 + 24 * 4);
+    if (has_png(out, "tokens_per_second.png")) assert_true(has_png(out, "stream.png")); /* gnuplot present */
+    /* misuse */
+    snprintf(path, sizeof path, "%s/bad-domain.jsonl", dir);
+    write_file(path, "{\"prompt\": \"hi\", \"domain\": 3}\n");
+    const char *bad[] = {"-md '%s' --configs 'gamma=3,route=2'", "-md '%s' --configs 'draft=ngram,online=1'",
+                         "-md '%s' --configs 'gamma=3,online=maybe'", "-md '%s' --configs 'gamma=3,route=x'",
+                         "-md '%s' --configs 'tree=2x2,online=1'", "-md '%s' --explore 2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char extra[2048];
+        snprintf(extra, sizeof extra, bad[i], model);
+        snprintf(args, sizeof args, "-m '%s' --prompts '%s' -n 8 --out '%s/bad-out' %s", model, prompts, dir, extra);
+        int rc = run_bench(args, err, sizeof err);
+        if (rc != 2 || sp_count_lines(err) != 1) fprintf(stderr, "'%s': rc %d stderr '%s'\n", extra, rc, err);
+        assert_int_equal(rc, 2);
+        assert_int_equal(sp_count_lines(err), 1);
+    }
+    snprintf(args, sizeof args, "-m '%s' -md '%s' --prompts '%s' -n 8 --out '%s/bad-out'", model, model, path, dir);
+    assert_int_equal(run_bench(args, err, sizeof err), 2);
+    assert_non_null(strstr(err, "domain"));
+    /* several drafts are for bench only */
+    snprintf(args, sizeof args, "generate -m '%s' -md '%s' -md '%s' -p hi -n 4", model, model, model);
+    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, err, sizeof err), 1);
+    assert_int_equal(sp_count_lines(err), 1);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_run),
+    cmocka_unit_test(test_stream),
     cmocka_unit_test(test_json_stdout),
     cmocka_unit_test(test_bad_input),
 };

@@ -23,13 +23,22 @@
  * Keys that the chosen drafter/verifier would ignore are errors, so a typo
  * cannot silently measure the wrong thing. The display name is the string
  * as given, trimmed. */
+/* Two keys are bench's own, for draft models: online=1 (the draft learns
+ * while the prompts are processed in order, sp_online.h) and route=K (use
+ * the K-th -md, default 0) or route=auto (a router, sp_router.h, picks a
+ * draft per prompt among all -md; each draft learns only from its own
+ * prompts when online). */
+#define SP_BENCH_ROUTE_AUTO (-1)
 typedef struct sp_bench_config {
     char *name;          /* owned */
     bool plain;          /* plain decoding (drafter NONE) */
+    bool online;
+    int route;           /* draft index, or SP_BENCH_ROUTE_AUTO */
     sp_spec_params spec; /* draft.draft_model is set by the caller */
 } sp_bench_config;
 
-/* Parse one configuration string. has_draft_model: -md was given. On error
+/* Parse one configuration string. has_draft_model: -md was given (n_drafts
+ * of them; route=K needs K < n_drafts, checked by the caller). On error
  * returns -1 with a one-line message (naming the config and key) in msg. */
 int sp_bench_config_parse(const char *text, bool has_draft_model, sp_bench_config *out,
                           char *msg, size_t msg_cap);
@@ -50,6 +59,9 @@ const char *sp_bench_default_configs(bool has_draft_model);
 /* One generation: configuration `config` on prompt `prompt` in repeat `repeat`. */
 typedef struct sp_bench_run {
     int config, prompt, repeat;
+    int draft;                    /* the draft model used (-md index), -1 for none */
+    bool explored;                /* route=auto chose it at random */
+    double t_learn_wait;          /* online: seconds waiting for the round under way after the run */
     uint64_t seed;
     int32_t n_prompt, n_generated;
     double t_prefill, t_generate; /* seconds */
@@ -96,5 +108,15 @@ int sp_bench_write_csv(const char *path, const sp_bench_config *cfg, int n_cfg,
  * msg). */
 int sp_bench_plot(const char *dir, const sp_bench_config *cfg, int n_cfg, const sp_bench_agg *agg,
                   char *msg, size_t msg_cap);
+
+/* The stream report (prompts in order, online learning, routing):
+ * stream.csv (one row per run), stream_blocks.dat and stream.gp ->
+ * stream.png (acceptance per block of `block` prompts per speculative
+ * configuration, dashed lines where the domain label changes), and, when
+ * table is not NULL, acceptance by domain and per block printed to it.
+ * domains[n_prompts] may hold NULLs. Returns as sp_bench_plot. */
+int sp_bench_write_stream(const char *dir, const sp_bench_config *cfg, int n_cfg, const sp_bench_run *runs,
+                          size_t n_runs, char *const *domains, int n_prompts, int n_repeats, int block,
+                          FILE *table, char *msg, size_t msg_cap);
 
 #endif

@@ -53,11 +53,56 @@ int sp_bench_config_parse(const char *text, bool has_draft_model, sp_bench_confi
     out->name = dup_range(name, strlen(name));
     free(buf);
     if (!out->name) return failf(msg, msg_cap, "out of memory");
+    /* bench's own keys out; the rest is the speculation settings' text
+     * (whose values may hold commas: "skip=1,3" splits into pieces that are
+     * put back together unchanged) */
+    char *spec_text = malloc(strlen(out->name) + 1), *work = dup_range(out->name, strlen(out->name));
+    if (!spec_text || !work) {
+        free(spec_text), free(work);
+        sp_bench_config_free(out);
+        return failf(msg, msg_cap, "out of memory");
+    }
+    spec_text[0] = 0;
+    bool route_given = false, first = true;
+    int bad = 0;
+    /* split at every comma, empty pieces kept (they are the settings
+     * parser's to refuse) */
+    for (char *tok = work, *next; tok && !bad; tok = next) {
+        char *comma = strchr(tok, ',');
+        next = comma ? comma + 1 : NULL;
+        if (comma) *comma = 0;
+        char *t = trim(tok);
+        if (!strncmp(t, "online=", 7)) {
+            const char *v = trim(t + 7);
+            if (!strcmp(v, "1") || !strcmp(v, "on") || !strcmp(v, "true")) out->online = true;
+            else if (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "false")) out->online = false;
+            else bad = failf(msg, msg_cap, "config '%s': online must be 1 or 0, got '%s'", out->name, v);
+        } else if (!strncmp(t, "route=", 6)) {
+            const char *v = trim(t + 6);
+            char *end;
+            long k = strtol(v, &end, 10);
+            route_given = true;
+            if (!strcmp(v, "auto")) out->route = SP_BENCH_ROUTE_AUTO;
+            else if (*v && !*end && k >= 0 && k < 64) out->route = (int)k;
+            else bad = failf(msg, msg_cap, "config '%s': route must be auto or a draft index, got '%s'", out->name, v);
+        } else {
+            if (!first) strcat(spec_text, ",");
+            strcat(spec_text, t);
+            first = false;
+        }
+    }
+    free(work);
     sp_spec_config c;
     sp_spec_config_init(&c, NULL);
     sp_error e = {0};
-    if (sp_spec_config_parse(&c, out->name, &e) || sp_spec_config_finish(&c, has_draft_model, &e)) {
-        failf(msg, msg_cap, "config '%s': %s", out->name, e.msg);
+    if (!bad && (sp_spec_config_parse(&c, spec_text, &e) || sp_spec_config_finish(&c, has_draft_model, &e)))
+        bad = failf(msg, msg_cap, "config '%s': %s", out->name, e.msg);
+    free(spec_text);
+    if (!bad && (out->online || route_given) &&
+        (c.params.draft.kind != SP_DRAFT_MODEL || c.params.tree.depth > 0))
+        bad = failf(msg, msg_cap, "config '%s': online and route need the model drafter with a chain (no tree)",
+                    out->name);
+    if (bad) {
         sp_bench_config_free(out);
         return -1;
     }

@@ -74,6 +74,9 @@ json_t *sp_bench_results_json(json_t *meta, const sp_bench_config *cfg, int n_cf
         json_object_set_new(o, "tokens_per_second",
                             json_real(r->t_generate > 0 ? r->n_generated / r->t_generate : 0));
         json_object_set_new(o, "stopped_at_eos", json_boolean(r->hit_eog));
+        if (r->draft >= 0) json_object_set_new(o, "draft", json_integer(r->draft));
+        if (r->explored) json_object_set_new(o, "explored", json_true());
+        if (cfg[r->config].online) json_object_set_new(o, "learn_wait_seconds", json_real(r->t_learn_wait));
         if (!cfg[r->config].plain) json_object_set_new(o, "spec", sp_cli_spec_json(&r->spec));
         json_array_append_new(rs, o);
     }
@@ -258,6 +261,42 @@ static const char GP_NO_HIST[] =
     "unset ytics\n"
     "plot -1 notitle\n";
 
+/* Runs `gnuplot script` in dir without a shell, its output to gnuplot.log.
+ * 0, 1 when gnuplot is not installed, -1 with a message. */
+static int run_gnuplot(const char *dir, const char *script, char *msg, size_t msg_cap) {
+    if (!gnuplot_installed()) return 1;
+    /* run gnuplot in dir without a shell, its output to gnuplot.log */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(msg, msg_cap, "cannot start gnuplot: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        if (chdir(dir)) _exit(126);
+        int fd = open("gnuplot.log", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execlp("gnuplot", "gnuplot", script, (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) {
+            snprintf(msg, msg_cap, "waiting for gnuplot: %s", strerror(errno));
+            return -1;
+        }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        snprintf(msg, msg_cap, "gnuplot failed (exit %d); see %s/gnuplot.log",
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1, dir);
+        return -1;
+    }
+    return 0;
+}
+
 int sp_bench_plot(const char *dir, const sp_bench_config *cfg, int n_cfg, const sp_bench_agg *agg,
                   char *msg, size_t msg_cap) {
     int max_tau, n_spec;
@@ -277,35 +316,139 @@ int sp_bench_plot(const char *dir, const sp_bench_config *cfg, int n_cfg, const 
         snprintf(msg, msg_cap, "cannot write %s/plots.gp: %s", dir, strerror(errno));
         return -1;
     }
-    if (!gnuplot_installed()) return 1;
-    /* run gnuplot in dir without a shell, its output to gnuplot.log */
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(msg, msg_cap, "cannot start gnuplot: %s", strerror(errno));
+    return run_gnuplot(dir, "plots.gp", msg, msg_cap);
+}
+
+/* ------------------------------------------------------------------ streams */
+
+/* Runs of config c in stream order (repeat-major, then prompt). */
+static int stream_index(const sp_bench_run *r, int n_prompts) { return r->repeat * n_prompts + r->prompt; }
+
+int sp_bench_write_stream(const char *dir, const sp_bench_config *cfg, int n_cfg, const sp_bench_run *runs,
+                          size_t n_runs, char *const *domains, int n_prompts, int n_repeats, int block,
+                          FILE *table, char *msg, size_t msg_cap) {
+    const int n_stream = n_prompts * n_repeats, n_blocks = (n_stream + block - 1) / block;
+    /* per (config, block): drafted and accepted */
+    int64_t *dr = calloc((size_t)n_cfg * (size_t)n_blocks, sizeof *dr);
+    int64_t *ac = calloc((size_t)n_cfg * (size_t)n_blocks, sizeof *ac);
+    if (!dr || !ac) {
+        free(dr), free(ac);
+        snprintf(msg, msg_cap, "out of memory");
         return -1;
     }
-    if (pid == 0) {
-        if (chdir(dir)) _exit(126);
-        int fd = open("gnuplot.log", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execlp("gnuplot", "gnuplot", "plots.gp", (char *)NULL);
-        _exit(127);
+    FILE *f = open_in(dir, "stream.csv");
+    if (!f) goto io;
+    fprintf(f, "config,stream_index,repeat,prompt,domain,draft,explored,drafted,accepted,acceptance,"
+               "n_generated,seconds,learn_wait_seconds\n");
+    for (size_t i = 0; i < n_runs; i++) {
+        const sp_bench_run *r = &runs[i];
+        const int si = stream_index(r, n_prompts);
+        dr[(size_t)r->config * (size_t)n_blocks + (size_t)(si / block)] += r->spec.drafted;
+        ac[(size_t)r->config * (size_t)n_blocks + (size_t)(si / block)] += r->spec.accepted;
+        csv_field(f, cfg[r->config].name);
+        fprintf(f, ",%d,%d,%d,", si, r->repeat, r->prompt);
+        csv_field(f, domains[r->prompt] ? domains[r->prompt] : "");
+        fprintf(f, ",%d,%d,%lld,%lld,%.6g,%d,%.6g,%.6g\n", r->draft, r->explored ? 1 : 0,
+                (long long)r->spec.drafted, (long long)r->spec.accepted,
+                r->spec.drafted ? (double)r->spec.accepted / (double)r->spec.drafted : 0.0, r->n_generated,
+                r->t_generate, r->t_learn_wait);
     }
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) {
-            snprintf(msg, msg_cap, "waiting for gnuplot: %s", strerror(errno));
-            return -1;
-        }
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        snprintf(msg, msg_cap, "gnuplot failed (exit %d); see %s/gnuplot.log",
-                 WIFEXITED(st) ? WEXITSTATUS(st) : -1, dir);
-        return -1;
+    if (fclose(f)) goto io;
+    f = open_in(dir, "stream_blocks.dat");
+    if (!f) goto io;
+    fprintf(f, "first_prompt");
+    for (int c = 1; c < n_cfg; c++) {
+        fputc(' ', f);
+        gp_string(f, cfg[c].name);
     }
-    return 0;
+    fputc('\n', f);
+    for (int k = 0; k < n_blocks; k++) {
+        fprintf(f, "%d", k * block);
+        for (int c = 1; c < n_cfg; c++) {
+            const size_t at = (size_t)c * (size_t)n_blocks + (size_t)k;
+            if (dr[at]) fprintf(f, " %.6g", (double)ac[at] / (double)dr[at]);
+            else fprintf(f, " NaN");
+        }
+        fputc('\n', f);
+    }
+    if (fclose(f)) goto io;
+    /* the plot: one line per speculative configuration, a vertical line
+     * where the domain label changes */
+    f = open_in(dir, "stream.gp");
+    if (!f) goto io;
+    fprintf(f, "# `specula bench` stream plot; run in this directory: gnuplot stream.gp\n"
+               "set terminal pngcairo size 900,480 noenhanced\n"
+               "set output 'stream.png'\n"
+               "set title 'Acceptance rate over the prompt stream (blocks of %d prompts)'\n"
+               "set xlabel 'prompt (stream order)'\n"
+               "set ylabel 'acceptance rate'\n"
+               "set yrange [0:*]\n"
+               "set grid\n"
+               "set key below\n",
+            block);
+    for (int si = 1; si < n_stream; si++) {
+        const char *a = domains[(si - 1) % n_prompts], *b = domains[si % n_prompts];
+        if ((a || b) && (!a || !b || strcmp(a, b)))
+            fprintf(f, "set arrow from %d, graph 0 to %d, graph 1 nohead dt 2 lc rgb 'gray'\n", si, si);
+    }
+    fprintf(f, "plot for [i=2:%d] 'stream_blocks.dat' using ($1+%g):i with linespoints title columnheader(i)\n",
+            n_cfg, block / 2.0);
+    if (fclose(f)) goto io;
+    /* the table: acceptance per domain, then per block */
+    if (table) {
+        int n_dom = 0;
+        const char *dom[64];
+        for (int i = 0; i < n_prompts && n_dom < 64; i++) {
+            const char *d = domains[i] ? domains[i] : "(none)";
+            bool seen = false;
+            for (int k = 0; k < n_dom && !seen; k++) seen = !strcmp(dom[k], d);
+            if (!seen) dom[n_dom++] = d;
+        }
+        int wn = 13;
+        for (int c = 1; c < n_cfg; c++) wn = (int)strlen(cfg[c].name) > wn ? (int)strlen(cfg[c].name) : wn;
+        fprintf(table, "stream: acceptance by domain\n%-*s", wn, "configuration");
+        for (int k = 0; k < n_dom; k++) fprintf(table, "  %12.12s", dom[k]);
+        fputc('\n', table);
+        for (int c = 1; c < n_cfg; c++) {
+            fprintf(table, "%-*s", wn, cfg[c].name);
+            for (int k = 0; k < n_dom; k++) {
+                int64_t d = 0, a = 0;
+                for (size_t i = 0; i < n_runs; i++) {
+                    const sp_bench_run *r = &runs[i];
+                    const char *rd = domains[r->prompt] ? domains[r->prompt] : "(none)";
+                    if (r->config == c && !strcmp(rd, dom[k])) d += r->spec.drafted, a += r->spec.accepted;
+                }
+                if (d) fprintf(table, "  %12.3f", (double)a / (double)d);
+                else fprintf(table, "  %12s", "-");
+            }
+            fputc('\n', table);
+        }
+        fprintf(table, "stream: acceptance per block of %d prompts\n%-10s", block, "prompts");
+        int w[256];
+        for (int c = 1; c < n_cfg && c < 256; c++) {
+            w[c] = (int)strlen(cfg[c].name);
+            if (w[c] < 10) w[c] = 10;
+            fprintf(table, "  %*s", w[c], cfg[c].name);
+        }
+        fputc('\n', table);
+        for (int k = 0; k < n_blocks; k++) {
+            char lab[32];
+            snprintf(lab, sizeof lab, "%d-%d", k * block, (k + 1) * block > n_stream ? n_stream - 1 : (k + 1) * block - 1);
+            fprintf(table, "%-10s", lab);
+            for (int c = 1; c < n_cfg; c++) {
+                const size_t at = (size_t)c * (size_t)n_blocks + (size_t)k;
+                const int cw = c < 256 ? w[c] : 10;
+                if (dr[at]) fprintf(table, "  %*.3f", cw, (double)ac[at] / (double)dr[at]);
+                else fprintf(table, "  %*s", cw, "-");
+            }
+            const char *d0 = domains[(k * block) % n_prompts];
+            fprintf(table, "  %s\n", d0 ? d0 : "");
+        }
+    }
+    free(dr), free(ac);
+    return run_gnuplot(dir, "stream.gp", msg, msg_cap);
+io:
+    snprintf(msg, msg_cap, "cannot write the stream report in %s: %s", dir, strerror(errno));
+    free(dr), free(ac);
+    return -1;
 }

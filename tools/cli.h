@@ -52,8 +52,14 @@ int sp_cli_next(int argc, char **argv, const char *shortopts, const struct optio
 /* Flags shared by generate and bench: -m, -z, -md, -zd, -n, -s/--seed, -t,
  * -c, --temp, --top-k, --top-p, --min-p, --mlock, --no-prefault,
  * --tokenizer-pre. */
+#define SP_CLI_MAX_DRAFTS 8
 typedef struct sp_cli_run_opts {
     const char *model, *tokenizer, *draft_model, *draft_tokenizer;
+    /* every -md given, in order (draft_model is the first); only commands
+     * that set multi_draft take more than one */
+    const char *draft_models[SP_CLI_MAX_DRAFTS];
+    int n_draft_models;
+    bool multi_draft;
     long long n_predict, seed, threads, n_ctx;
     bool mlock, no_prefault; /* weight residency (sp_model_params) */
     const char *tokenizer_pre; /* --tokenizer-pre: forced BPE pre-tokeniser, or NULL */
@@ -114,9 +120,11 @@ typedef struct sp_cli_online_opts {
 } sp_cli_online_opts;
 void sp_cli_online_opts_default(sp_cli_online_opts *o);
 
-#define SP_CLI_ONLINE_OPTIONS                                                \
-    {"online", no_argument, NULL, SP_OPT_ONLINE + 0},                        \
-        {"online-every", required_argument, NULL, SP_OPT_ONLINE + 1},        \
+#define SP_CLI_ONLINE_OPTIONS {"online", no_argument, NULL, SP_OPT_ONLINE + 0}, SP_CLI_ONLINE_TUNING
+/* the settings of the learner without the switch (bench turns learning on
+ * per configuration) */
+#define SP_CLI_ONLINE_TUNING                                                 \
+    {"online-every", required_argument, NULL, SP_OPT_ONLINE + 1},            \
         {"online-steps", required_argument, NULL, SP_OPT_ONLINE + 2},        \
         {"online-lr", required_argument, NULL, SP_OPT_ONLINE + 3},           \
         {"online-topk", required_argument, NULL, SP_OPT_ONLINE + 4},         \
@@ -147,7 +155,7 @@ json_t *sp_cli_online_json(sp_online *on);
 void sp_cli_online_print(FILE *f, sp_online *on);
 
 /* Loads r->model (which must come with a tokenizer) and, if given,
- * r->draft_model. Prints one line and returns 1 on failure (nothing is left
+ * r->draft_model (several -md are refused unless r->multi_draft). Prints one line and returns 1 on failure (nothing is left
  * loaded then); 0 on success. */
 int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel);
 

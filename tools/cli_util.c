@@ -105,7 +105,14 @@ int sp_cli_run_opt(int opt, const char *flag, const char *arg, sp_cli_run_opts *
     switch (opt) {
     case 'm': r->model = arg; return 1;
     case 'z': r->tokenizer = arg; return 1;
-    case SP_OPT_RUN + 0: r->draft_model = arg; return 1;
+    case SP_OPT_RUN + 0:
+        if (r->n_draft_models == SP_CLI_MAX_DRAFTS) {
+            fprintf(stderr, "specula: at most %d draft models (%s)\n", SP_CLI_MAX_DRAFTS, flag);
+            return -1;
+        }
+        r->draft_models[r->n_draft_models++] = arg;
+        r->draft_model = r->draft_models[0];
+        return 1;
     case SP_OPT_RUN + 1: r->draft_tokenizer = arg; return 1;
     case 'n': return sp_cli_int(flag, arg, 1, 1 << 20, &r->n_predict) ? -1 : 1;
     case 's': return sp_cli_int(flag, arg, 0, INT64_MAX, &r->seed) ? -1 : 1;
@@ -171,6 +178,12 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
     }
     if (!sp_model_tokenizer(*model)) {
         fprintf(stderr, "specula: %s has no tokenizer; give one with -z tokenizer.bin\n", r->model);
+        sp_model_free(*model);
+        *model = NULL;
+        return 1;
+    }
+    if (r->n_draft_models > 1 && !r->multi_draft) {
+        fprintf(stderr, "specula: only one draft model (-md) here; several are for bench (route=auto)\n");
         sp_model_free(*model);
         *model = NULL;
         return 1;

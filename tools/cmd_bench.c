@@ -22,7 +22,9 @@
 typedef struct bench_opts {
     const char *prompts, *configs, *out_dir;
     sp_cli_run_opts run;
-    long long repeat;
+    sp_cli_online_opts online; /* the learner's settings for online=1 configurations */
+    long long repeat, block;
+    double explore;            /* route=auto: exploration probability */
     bool json;
 } bench_opts;
 
@@ -40,7 +42,17 @@ static void bench_usage(FILE *f) {
             "    p_min, tree, adaptive, ngram_min, ngram_max, skip_layers (or skip), lowbit,\n"
             "    lenience; e.g. \"draft=model,gamma=4;draft=layerskip,skip=1,3,gamma=4\".\n"
             "  Plain decoding is always run first. Writes results.json, results.csv and\n"
-            "  PNG plots into DIR (default bench-out); --json prints results.json to stdout.\n",
+            "  PNG plots into DIR (default bench-out); --json prints results.json to stdout.\n"
+            "  Streams (online speculative decoding): prompts are processed in file order;\n"
+            "  a prompt line may carry a \"domain\" label. Bench's own config keys:\n"
+            "    online=1   the draft learns from the target while the stream runs\n"
+            "    route=K    use the K-th -md (default 0); route=auto: a router picks a draft\n"
+            "               per prompt among all -md (each learns only from its own prompts)\n"
+            "  e.g. -md A.gguf -md B.gguf --configs \"gamma=4;gamma=4,online=1;gamma=4,online=1,route=auto\"\n"
+            "  The acceptance per block of --block N prompts (default 10) and per domain goes\n"
+            "  to stream.csv and stream.png. [--explore E (0.1)] and the learner's settings:\n"
+            "    [--online-every N] [--online-steps S] [--online-lr LR] [--online-topk K]\n"
+            "    [--online-buffer N] [--online-sync]\n",
             DEFAULT_PROMPTS);
 }
 
@@ -53,23 +65,37 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         {"out", required_argument, NULL, SP_OPT_CMD + 2},
         {"repeat", required_argument, NULL, SP_OPT_CMD + 3},
         {"json", no_argument, NULL, SP_OPT_CMD + 4},
+        {"block", required_argument, NULL, SP_OPT_CMD + 5},
+        {"explore", required_argument, NULL, SP_OPT_CMD + 6},
+        SP_CLI_ONLINE_TUNING,
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     sp_cli_run_opts_default(&o->run);
+    o->run.multi_draft = true;
+    sp_cli_online_opts_default(&o->online);
     o->repeat = 1;
+    o->block = 10;
+    o->explore = 0.1;
     o->out_dir = "bench-out";
     const char *flag;
     int c, r;
     optind = 0;
     while ((c = sp_cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "h", LONGOPTS, "bench", &flag)) != -1) {
         if (c == '?') return 2;
-        if ((r = sp_cli_run_opt(c, flag, optarg, &o->run))) {
+        if ((r = sp_cli_run_opt(c, flag, optarg, &o->run)) ||
+            (r = sp_cli_online_opt(c, flag, optarg, &o->online))) {
             if (r < 0) return 2;
             continue;
         }
         switch (c) {
         case SP_OPT_CMD + 0: o->prompts = optarg; break;
+        case SP_OPT_CMD + 5:
+            if (sp_cli_int(flag, optarg, 1, 1000000, &o->block)) return 2;
+            break;
+        case SP_OPT_CMD + 6:
+            if (sp_cli_float(flag, optarg, 0, 1, &o->explore)) return 2;
+            break;
         case SP_OPT_CMD + 1: o->configs = optarg; break;
         case SP_OPT_CMD + 2:
             if (!*optarg) {
@@ -97,12 +123,14 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
 
 typedef struct prompt_set {
     char **text;
+    char **domain; /* [n]: the line's "domain" label, or NULL */
     int n;
 } prompt_set;
 
 static void prompts_free(prompt_set *p) {
-    for (int i = 0; i < p->n; i++) free(p->text[i]);
+    for (int i = 0; i < p->n; i++) free(p->text[i]), free(p->domain[i]);
     free(p->text);
+    free(p->domain);
 }
 
 /* The default prompt file: relative to the working directory, else to the
@@ -153,6 +181,13 @@ static int load_prompts(const char *path, prompt_set *out) {
         json_error_t je;
         json_t *j = json_loadb(line + s, k - s, 0, &je);
         json_t *p = j && json_is_object(j) ? json_object_get(j, "prompt") : NULL;
+        json_t *dom = j && json_is_object(j) ? json_object_get(j, "domain") : NULL;
+        if (dom && !json_is_string(dom)) {
+            fprintf(stderr, "specula: %s:%d: \"domain\" must be a string\n", path, lineno);
+            json_decref(j);
+            rc = 2;
+            break;
+        }
         if (!j || !json_is_object(j) || !json_is_string(p) || !json_string_length(p)) {
             if (!j)
                 fprintf(stderr, "specula: %s:%d: not valid JSON (%s)\n", path, lineno, je.text);
@@ -172,18 +207,22 @@ static int load_prompts(const char *path, prompt_set *out) {
         if (out->n == cap_p) {
             int nc = cap_p ? cap_p * 2 : 16;
             char **nt = realloc(out->text, (size_t)nc * sizeof *nt);
-            if (!nt) {
+            if (nt) out->text = nt;
+            char **nd = nt ? realloc(out->domain, (size_t)nc * sizeof *nd) : NULL;
+            if (nd) out->domain = nd;
+            if (!nt || !nd) {
                 json_decref(j);
                 fprintf(stderr, "specula: out of memory reading %s\n", path);
                 rc = 1;
                 break;
             }
-            out->text = nt;
             cap_p = nc;
         }
         out->text[out->n] = strdup(json_string_value(p));
+        out->domain[out->n] = dom ? strdup(json_string_value(dom)) : NULL;
         json_decref(j);
-        if (!out->text[out->n]) {
+        if (!out->text[out->n] || (dom && !out->domain[out->n])) {
+            free(out->text[out->n]), free(out->domain[out->n]);
             fprintf(stderr, "specula: out of memory reading %s\n", path);
             rc = 1;
             break;
@@ -232,15 +271,27 @@ static void progress_repeat_done(progress *pg, int repeat, int n_repeat) {
 }
 
 /* Everything one bench run holds; released by bench_free. */
+/* What one configuration runs on: one speculation object per draft it uses
+ * (all on the one target context), their learners, its router. */
+typedef struct cfg_state {
+    int n;                               /* drafts used */
+    int draft[SP_CLI_MAX_DRAFTS];        /* -md index of each */
+    sp_spec *spec[SP_CLI_MAX_DRAFTS];
+    sp_online *on[SP_CLI_MAX_DRAFTS];    /* online=1 */
+    sp_router *router;                   /* route=auto */
+} cfg_state;
+
 typedef struct bench_state {
     const char *prompts_path;
     char pbuf[4096];
     prompt_set ps;
     sp_bench_config *cfg;
     int n_cfg;
-    sp_model *model, *dmodel;
+    sp_model *model, *dmodel;            /* dmodel: the first draft */
+    sp_model *dmodels[SP_CLI_MAX_DRAFTS];
+    int n_dm;
     sp_ctx *ctx;
-    sp_spec **specs;       /* [n_cfg]: one drafter per configuration, one shared target */
+    cfg_state *cs;         /* [n_cfg] */
     int32_t **ptok, *np;   /* [ps.n] tokenised prompts */
     int32_t *out;          /* [n_predict] */
     sp_bench_run *runs;
@@ -259,11 +310,17 @@ static void bench_free(bench_state *b) {
     for (int i = 0; b->ptok && i < b->ps.n; i++) free(b->ptok[i]);
     free(b->ptok);
     free(b->np);
-    for (int c = 0; b->specs && c < b->n_cfg; c++) sp_spec_free(b->specs[c]);
-    free(b->specs);
+    for (int c = 0; b->cs && c < b->n_cfg; c++) {
+        for (int k = 0; k < b->cs[c].n; k++) {
+            sp_spec_free(b->cs[c].spec[k]); /* before its learner: it may serve a snapshot */
+            sp_online_free(b->cs[c].on[k]);
+        }
+        sp_router_free(b->cs[c].router);
+    }
+    free(b->cs);
     sp_bench_configs_free(b->cfg, b->n_cfg);
     sp_ctx_free(b->ctx);
-    sp_model_free(b->dmodel);
+    for (int d = 0; d < b->n_dm; d++) sp_model_free(b->dmodels[d]);
     sp_model_free(b->model);
     prompts_free(&b->ps);
 }
@@ -309,6 +366,14 @@ static int bench_inputs(const bench_opts *o, bench_state *b) {
         fprintf(stderr, "specula: -md given but no configuration uses draft=model\n");
         return 2;
     }
+    for (int c = 0; c < b->n_cfg; c++) {
+        const sp_bench_config *k = &b->cfg[c];
+        if (k->route >= o->run.n_draft_models && k->route != 0) {
+            fprintf(stderr, "specula: config '%s': route=%d but only %d draft models (-md) were given\n",
+                    k->name, k->route, o->run.n_draft_models);
+            return 2;
+        }
+    }
     if (sp_cli_make_dirs(o->out_dir)) {
         fprintf(stderr, "specula: cannot create output directory %s: %s\n", o->out_dir,
                 strerror(errno));
@@ -322,6 +387,19 @@ static int bench_inputs(const bench_opts *o, bench_state *b) {
 static int bench_setup(const bench_opts *o, bench_state *b) {
     sp_error err = {0};
     if (sp_cli_load_models(&o->run, &b->model, &b->dmodel)) return 2;
+    b->dmodels[0] = b->dmodel;
+    b->n_dm = b->dmodel ? 1 : 0;
+    for (int d = 1; d < o->run.n_draft_models; d++) {
+        sp_model_params mp = sp_model_default_params();
+        mp.tokenizer_path = o->run.draft_tokenizer ? o->run.draft_tokenizer : o->run.tokenizer;
+        mp.mlock = o->run.mlock;
+        mp.no_prefault = o->run.no_prefault;
+        if (sp_model_load(o->run.draft_models[d], &mp, &b->dmodels[d], &err)) {
+            fprintf(stderr, "specula: %s\n", err.msg);
+            return 2;
+        }
+        b->n_dm++;
+    }
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = (int32_t)o->run.n_ctx;
     cp.n_threads = (int32_t)o->run.threads;
@@ -333,12 +411,46 @@ static int bench_setup(const bench_opts *o, bench_state *b) {
         fprintf(stderr, "specula: %s\n", err.msg);
         return err.code == SP_ERR_NOMEM ? 1 : 2;
     }
-    if (!(b->specs = calloc((size_t)b->n_cfg, sizeof *b->specs))) return oom();
+    if (!(b->cs = calloc((size_t)b->n_cfg, sizeof *b->cs))) return oom();
     for (int c = 0; c < b->n_cfg; c++) {
-        b->cfg[c].spec.draft.draft_model = b->dmodel;
-        if (sp_spec_init(b->ctx, &b->cfg[c].spec, &b->specs[c], &err)) {
-            fprintf(stderr, "specula: config '%s': %s\n", b->cfg[c].name, err.msg);
-            return err.code == SP_ERR_NOMEM || err.code == SP_ERR_IO ? 1 : 2;
+        cfg_state *cs = &b->cs[c];
+        const sp_bench_config *k = &b->cfg[c];
+        const bool model = k->spec.draft.kind == SP_DRAFT_MODEL;
+        cs->n = model && k->route == SP_BENCH_ROUTE_AUTO ? b->n_dm : 1;
+        for (int j = 0; j < cs->n; j++) {
+            cs->draft[j] = !model ? -1 : k->route == SP_BENCH_ROUTE_AUTO ? j : k->route;
+            sp_spec_params sp = k->spec;
+            sp.draft.draft_model = cs->draft[j] >= 0 ? b->dmodels[cs->draft[j]] : b->dmodel;
+            if (sp_spec_init(b->ctx, &sp, &cs->spec[j], &err)) {
+                fprintf(stderr, "specula: config '%s': %s\n", k->name, err.msg);
+                return err.code == SP_ERR_NOMEM || err.code == SP_ERR_IO ? 1 : 2;
+            }
+        }
+        if (model && k->route == SP_BENCH_ROUTE_AUTO) {
+            sp_router_params rp = sp_router_default_params(cs->n);
+            rp.explore = o->explore;
+            rp.seed = (uint64_t)o->run.seed;
+            if (sp_router_init(&rp, &cs->router, &err)) {
+                fprintf(stderr, "specula: config '%s': %s\n", k->name, err.msg);
+                return 2;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Learners for the online=1 configurations, one per draft they use, seeded
+ * alike; started after the warm-up so they learn from the stream only. */
+static int bench_start_learners(const bench_opts *o, bench_state *b) {
+    for (int c = 0; c < b->n_cfg; c++) {
+        if (!b->cfg[c].online) continue;
+        cfg_state *cs = &b->cs[c];
+        for (int j = 0; j < cs->n; j++) {
+            sp_cli_online_opts oo = o->online;
+            oo.p.seed = (uint64_t)o->run.seed + (uint64_t)j;
+            if (sp_cli_online_start(&oo, o->run.draft_models[cs->draft[j]], cs->spec[j],
+                                    b->dmodels[cs->draft[j]], &cs->on[j]))
+                return 2;
         }
     }
     return 0;
@@ -382,14 +494,32 @@ static int bench_encode(const bench_opts *o, bench_state *b) {
     return 0;
 }
 
-/* One generation of configuration c on prompt i (the caches reset first). */
+/* One generation of configuration c on prompt i (the caches reset first).
+ * run (NULL for the warm-up) gets the draft used; the router learns from
+ * the acceptance reached, and an online learner's round under way is
+ * waited for after the run (timed apart from the generation). */
 static sp_status bench_generate(bench_state *b, int c, int i, const sp_gen_params *gp,
-                                sp_gen_stats *gs, sp_spec_stats *st, sp_error *err) {
-    sp_status rc = sp_spec_reset(b->specs[c], err);
+                                sp_gen_stats *gs, sp_spec_stats *st, sp_bench_run *run, sp_error *err) {
+    cfg_state *cs = &b->cs[c];
+    sp_spec_stats local;
+    if (!st) st = &local;
+    bool explored = false;
+    const int j = run && cs->router ? sp_router_choose(cs->router, b->ptok[i], b->np[i], &explored) : 0;
+    sp_status rc = sp_spec_reset(cs->spec[j], err);
     if (!rc)
-        rc = sp_spec_generate(b->specs[c], b->ptok[i], b->np[i], gp, b->out, gp->n_predict, gs, st,
+        rc = sp_spec_generate(cs->spec[j], b->ptok[i], b->np[i], gp, b->out, gp->n_predict, gs, st,
                               NULL, NULL, err);
-    return rc;
+    if (rc || !run) return rc;
+    run->draft = cs->draft[j];
+    run->explored = explored;
+    if (cs->router && st->drafted > 0)
+        sp_router_update(cs->router, b->ptok[i], b->np[i], j, sp_spec_acceptance_rate(st));
+    if (cs->on[j]) {
+        const double t0 = sp_now();
+        sp_online_wait(cs->on[j]);
+        run->t_learn_wait = sp_now() - t0;
+    }
+    return SP_OK;
 }
 
 /* A short warm-up per configuration (not recorded, so the first one timed
@@ -407,10 +537,12 @@ static int bench_measure(const bench_opts *o, bench_state *b) {
     gp.n_predict = o->run.n_predict < 16 ? (int32_t)o->run.n_predict : 16;
     gp.seed = (uint64_t)o->run.seed;
     for (int c = 0; c < b->n_cfg; c++)
-        if (bench_generate(b, c, 0, &gp, NULL, NULL, &err)) {
+        if (bench_generate(b, c, 0, &gp, NULL, NULL, NULL, &err)) {
             fprintf(stderr, "specula: config '%s' (warm-up): %s\n", b->cfg[c].name, err.msg);
             return 1;
         }
+    int rc = bench_start_learners(o, b);
+    if (rc) return rc;
     gp.n_predict = (int32_t)o->run.n_predict;
     progress pg = {.tty = isatty(2), .total = (int64_t)total, .t0 = sp_now()};
     pg.t_repeat = b->t0 = pg.t0;
@@ -422,7 +554,7 @@ static int bench_measure(const bench_opts *o, bench_state *b) {
                 sp_gen_stats gs;
                 *run = (sp_bench_run){.config = c, .prompt = i, .repeat = r, .seed = gp.seed,
                                       .n_prompt = b->np[i]};
-                if (bench_generate(b, c, i, &gp, &gs, &run->spec, &err)) {
+                if (bench_generate(b, c, i, &gp, &gs, &run->spec, run, &err)) {
                     if (pg.tty) fprintf(stderr, "\n");
                     fprintf(stderr, "specula: config '%s', prompt %d: %s\n", b->cfg[c].name, i + 1,
                             err.msg);
@@ -494,6 +626,23 @@ static int bench_report(const bench_opts *o, bench_state *b) {
                 o->out_dir, o->out_dir);
     else if (pr < 0)
         fprintf(stderr, "specula: %s\n", msg); /* the table still prints; exit 1 below */
+    /* a stream: online learning, routing or domain labels */
+    bool stream = false;
+    for (int c = 0; c < b->n_cfg; c++) stream |= b->cfg[c].online || b->cs[c].router;
+    for (int i = 0; i < b->ps.n; i++) stream |= b->ps.domain[i] != NULL;
+    int sr = 0;
+    if (stream) {
+        sr = sp_bench_write_stream(o->out_dir, b->cfg, b->n_cfg, b->runs, b->n_runs, b->ps.domain, b->ps.n,
+                                   (int)o->repeat, (int)o->block, o->json ? NULL : stdout, msg, sizeof msg);
+        if (sr < 0) fprintf(stderr, "specula: %s\n", msg);
+        if (!o->json)
+            for (int c = 0; c < b->n_cfg; c++)
+                for (int j = 0; j < b->cs[c].n; j++)
+                    if (b->cs[c].on[j]) {
+                        printf("%s, draft %d: ", b->cfg[c].name, b->cs[c].draft[j]);
+                        sp_cli_online_print(stdout, b->cs[c].on[j]);
+                    }
+    }
     if (o->json) {
         char *s = json_dumps(b->results, JSON_COMPACT | JSON_ENSURE_ASCII);
         if (!s) return oom();
@@ -505,7 +654,9 @@ static int bench_report(const bench_opts *o, bench_state *b) {
                pr == 0 ? ", plots: tokens_per_second.png, block_efficiency.png, accept_hist.png"
                        : "");
     }
-    return pr < 0 ? 1 : 0;
+    if (stream && !o->json)
+        printf("stream: %s/stream.csv%s\n", o->out_dir, sr == 0 ? ", stream.png" : "");
+    return pr < 0 || sr < 0 ? 1 : 0;
 }
 
 int cmd_bench(int argc, char **argv) {
