@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "model_internal.h"
@@ -460,10 +461,25 @@ static sp_status load_llama2c(sp_model *m, const char *path, const sp_model_para
     return SP_OK;
 }
 
+/* Once the forward pass reads the packed copies, the file pages of those
+ * matrices (the whole pages inside each) leave this process's resident set
+ * (MADV_DONTNEED on the read-only private mapping): the copy replaces them
+ * rather than doubling the model's memory. They stay in the page cache and
+ * fault back in if read (e.g. to make a requantised draft). Not done for
+ * locked mappings, nor for tied embeddings (the token lookup reads them). */
+static void release_pages(const sp_model *m, const sp_file_map *fm, const sp_weight *w) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)fm->data,
+                    hi = lo + (uintptr_t)fm->size;
+    const uintptr_t a = (uintptr_t)w->data, e = a + (uintptr_t)w->rows * w->row_bytes;
+    if (!w->packed || a < lo || e > hi || w->data == m->tok_embd.data) return;
+    const uintptr_t pa = (a + page - 1) / page * page, pe = e / page * page;
+    if (pe > pa) (void)madvise((void *)pa, pe - pa, MADV_DONTNEED);
+}
+
 /* The packed copy of a matmul weight (model_internal.h), when the kernels
- * in use want one. Costs an extra buffer of the matrix's size; the file's
- * pages of the matrix are not read again by the forward pass. */
-static sp_status pack_weight(sp_model *m, sp_weight *w, sp_error *err) {
+ * in use want one: a buffer of the matrix's size, whose file pages are then
+ * released when fm (the mapping) is given (see above). */
+static sp_status pack_weight(sp_model *m, sp_weight *w, const sp_file_map *fm, sp_error *err) {
     w->packed = NULL;
     if (!w->data || !sp_ops_packs(w->type)) return SP_OK;
     uint8_t *buf = sp_model_alloc(m, sp_ops_pack_bytes(w->type, w->rows, w->cols));
@@ -471,15 +487,17 @@ static sp_status pack_weight(sp_model *m, sp_weight *w, sp_error *err) {
     sp_ops_pack(w->type, w->data, w->row_bytes, w->rows, w->cols, buf);
     w->packed = buf;
     w->packed_stride = sp_ops_pack_stride(w->type, w->cols);
+    if (fm) release_pages(m, fm, w);
     return SP_OK;
 }
 
-static sp_status pack_weights(sp_model *m, sp_error *err) {
-    sp_status st = pack_weight(m, &m->output, err);
+/* fm: the file mapping whose pages packed matrices release, or NULL. */
+static sp_status pack_weights(sp_model *m, const sp_file_map *fm, sp_error *err) {
+    sp_status st = pack_weight(m, &m->output, fm, err);
     for (int l = 0; !st && l < m->cfg.n_layers; l++) {
         sp_layer *L = &m->layers[l];
         sp_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
-        for (size_t i = 0; !st && i < sizeof ws / sizeof ws[0]; i++) st = pack_weight(m, ws[i], err);
+        for (size_t i = 0; !st && i < sizeof ws / sizeof ws[0]; i++) st = pack_weight(m, ws[i], fm, err);
     }
     return st;
 }
@@ -507,7 +525,10 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
         sp_file_map fm = m->gguf ? sp_gguf_mapping(m->gguf) : (sp_file_map){m->map, m->map_len};
         st = sp_file_map_resident(&fm, prefault, lock, "model", err);
     }
-    if (!st) st = pack_weights(m, err);
+    if (!st) {
+        const sp_file_map fm = m->gguf ? sp_gguf_mapping(m->gguf) : (sp_file_map){0};
+        st = pack_weights(m, m->gguf && !(params && params->mlock) ? &fm : NULL, err);
+    }
     if (st) {
         sp_model_free(m);
         return st;
@@ -579,7 +600,7 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
     }
     if (!st) st = requant_matrix(m, &src->output, type, &m->output, row, err);
     free(row);
-    if (!st) st = pack_weights(m, err);
+    if (!st) st = pack_weights(m, NULL, err);
     if (st) {
         sp_model_free(m);
         return st;
