@@ -201,19 +201,19 @@ static void test_batch_split_invariance_long_rows(void **state) {
     }
 }
 
-/* Packed Q8_0/Q4_0/Q4_K weights (ops.h): every ISA's kernel over the packed
+/* Packed Q8_0/Q4_0/Q4_K/Q6_K weights (ops.h): every ISA's kernel over the packed
  * layout gives the scalar reference's bits on the original rows, for row
  * counts that leave a partial group of 16 (and a single row), row ranges
- * cut inside groups, odd and even block counts (k = 32 .. 1312; Q4_K 256
- * and 768), and 1..19 tokens (tiles of 16, 8, 4, 2, 1), at once and one
+ * cut inside groups, odd and even block counts (k = 32 .. 1312; K-quants
+ * 256 and 768), and 1..19 tokens (tiles of 16, 8, 4, 2, 1), at once and one
  * token at a time. */
 static void test_packed_bit_identical(void **state) {
     (void)state;
-    const sp_ggml_type types[] = {SP_GGML_Q8_0, SP_GGML_Q4_0, SP_GGML_Q4_K};
+    const sp_ggml_type types[] = {SP_GGML_Q8_0, SP_GGML_Q4_0, SP_GGML_Q4_K, SP_GGML_Q6_K};
     const int64_t ks[] = {32, 96, 256, 1312, 768};
     const int64_t rowss[] = {1, 19, 37};
     int checked = 0;
-    for (size_t ti = 0; ti < 3; ti++)
+    for (size_t ti = 0; ti < 4; ti++)
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
             for (size_t ri = 0; ri < sizeof rowss / sizeof rowss[0]; ri++) {
                 const sp_ggml_type type = types[ti];
@@ -261,7 +261,7 @@ static void test_packed_bit_identical(void **state) {
                 fx_free(&f);
             }
     /* the scalar twin always, the AVX-512 kernel where the CPU has it */
-    assert_true(checked >= (2 * 5 + 2) * 3 * 7);
+    assert_true(checked >= (2 * 5 + 2 + 2) * 3 * 7);
 }
 
 static void test_act_prepare(void **state) {

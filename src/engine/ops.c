@@ -177,12 +177,82 @@ static void pack_q4k(const uint8_t *w, size_t w_stride, int64_t rows, int64_t k,
     }
 }
 
+/* Packed Q6_K (ops.h): one unit per super-block. */
+enum { PK6K_UNIT = 3456, PK6K_QH = 2048, PK6K_SC = 3072, PK6K_NC = 3328, PK6K_D = 3392 };
+
+/* Value of element e (< 256) of row i in a packed Q6_K unit: the low four
+ * bits from an ql chunk, the high two from a qh chunk, minus 32. */
+static int pk6k_value(const uint8_t *unit, int i, int e) {
+    const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+    const uint8_t lo = unit[64 * (16 * h + 8 * (j & 1) + l / 4) + 4 * i + l % 4];
+    const uint8_t hi = unit[PK6K_QH + 64 * (8 * h + l / 4) + 4 * i + l % 4];
+    return (((j >= 2 ? lo >> 4 : lo & 0x0F) | ((hi >> (2 * j)) & 3) << 4)) - 32;
+}
+
+/* The reference over packed Q6_K: mm_k_ref's sums and float expression
+ * (Q6_K has no mins: dmin = 0, summ = 0). */
+static void mm_packed_q6k_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t k = m->k, nb = k / SP_QK_K;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *grp = m->w + (r / SP_PACK_ROWS) * m->w_stride;
+        const int i = (int)(r % SP_PACK_ROWS);
+        for (int32_t t = 0; t < m->n; t++) {
+            const void *xr = (const uint8_t *)m->x + t * m->x_stride;
+            float acc = 0;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *unit = grp + (size_t)b * PK6K_UNIT;
+                const int8_t *xq = sp_act_qs(xr) + b * SP_QK_K;
+                int32_t sumi = 0;
+                const int32_t summ = 0;
+                for (int s16 = 0; s16 < 16; s16++) {
+                    int32_t dot = 0;
+                    for (int l = 0; l < 16; l++) dot += pk6k_value(unit, i, 16 * s16 + l) * xq[16 * s16 + l];
+                    sumi += (int8_t)unit[PK6K_SC + 16 * s16 + i] * dot;
+                }
+                uint16_t hd;
+                memcpy(&hd, unit + PK6K_D + 2 * i, 2);
+                const float xd = sp_actk_d(xr, k)[b], dmin = 0.0f;
+                acc += (xd * sp_fp16_to_fp32(hd)) * (float)sumi - (xd * dmin) * (float)summ;
+            }
+            m->y[t * m->ld_y + r] = acc;
+        }
+    }
+}
+
+static void pack_q6k(const uint8_t *w, size_t w_stride, int64_t rows, int64_t k, uint8_t *dst) {
+    const int64_t nb = k / SP_QK_K;
+    const size_t gs = (size_t)nb * PK6K_UNIT;
+    int32_t q[SP_QK_K], isc[16], imn[16];
+    float d, dmin;
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *grp = dst + (size_t)(r / SP_PACK_ROWS) * gs;
+        const size_t i = (size_t)(r % SP_PACK_ROWS);
+        for (int64_t b = 0; b < nb; b++) {
+            const sp_block_q6_K *x = (const sp_block_q6_K *)(w + (size_t)r * w_stride) + b;
+            uint8_t *unit = grp + (size_t)b * PK6K_UNIT;
+            for (int c = 0; c < 32; c++) memcpy(unit + 64 * c + 4 * i, x->ql + 4 * c, 4);
+            for (int c = 0; c < 16; c++) memcpy(unit + PK6K_QH + 64 * c + 4 * i, x->qh + 4 * c, 4);
+            sp_quant_k_values(SP_GGML_Q6_K, w + (size_t)r * w_stride, b, q, isc, imn, &d, &dmin);
+            int32_t nc = 0;
+            for (int s16 = 0; s16 < 16; s16++) {
+                int32_t ws = 0;
+                for (int l = 0; l < 16; l++) ws += q[16 * s16 + l];
+                nc -= 128 * isc[s16] * ws; /* |.| <= 128 * 16 * 128 * 512: fits */
+                unit[PK6K_SC + 16 * s16 + i] = (uint8_t)x->scales[s16];
+            }
+            memcpy(unit + PK6K_NC + 4 * i, &nc, 4);
+            memcpy(unit + PK6K_D + 2 * i, &x->d, 2);
+        }
+    }
+}
+
 bool sp_ops_packable(sp_ggml_type wtype) {
-    return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0 || wtype == SP_GGML_Q4_K;
+    return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0 || wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q6_K;
 }
 
 size_t sp_ops_pack_stride(sp_ggml_type wtype, int64_t k) {
     if (wtype == SP_GGML_Q4_K) return (size_t)(k / SP_QK_K) * PK4K_UNIT;
+    if (wtype == SP_GGML_Q6_K) return (size_t)(k / SP_QK_K) * PK6K_UNIT;
     return (size_t)((k / SP_QK + 1) / 2) * (2 * pack_qb(wtype) + 64);
 }
 
@@ -197,8 +267,8 @@ void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t 
     const size_t qb = pack_qb(wtype), us = 2 * qb + 64, gs = sp_ops_pack_stride(wtype, k);
     const size_t bsz = q4 ? sizeof(sp_block_q4_0) : sizeof(sp_block_q8_0);
     memset(dst, 0, sp_ops_pack_bytes(wtype, rows, k));
-    if (wtype == SP_GGML_Q4_K) {
-        pack_q4k(w, w_stride, rows, k, dst);
+    if (wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q6_K) {
+        (wtype == SP_GGML_Q4_K ? pack_q4k : pack_q6k)(w, w_stride, rows, k, dst);
         return;
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -317,6 +387,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm[SP_GGML_Q4_0] = mm_q4_0_ref;
     t->mm_packed[SP_GGML_Q8_0] = t->mm_packed[SP_GGML_Q4_0] = mm_packed_ref;
     t->mm_packed[SP_GGML_Q4_K] = mm_packed_q4k_ref;
+    t->mm_packed[SP_GGML_Q6_K] = mm_packed_q6k_ref;
     t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32_ref;
     t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
         t->mm[SP_GGML_Q6_K] = t->mm[SP_GGML_IQ4_XS] = mm_k_ref;
@@ -353,6 +424,7 @@ size_t sp_ops_act_bytes(sp_ggml_type wtype, int64_t k) {
     case SP_ACT_Q8_K:
         b = (size_t)sp_actk_base_bytes(k);
         if (wtype == SP_GGML_Q4_K) b += (16 * (size_t)(k / SP_QK_K) + 63) & ~(size_t)63;
+        if (wtype == SP_GGML_Q6_K) b += ((size_t)k + 63) & ~(size_t)63;
         break;
     default: b = 4 * (size_t)k; break;
     }
@@ -486,6 +558,11 @@ void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst
                 const int32_t lo = bs[4 * i] + bs[4 * i + 1], hi = bs[4 * i + 2] + bs[4 * i + 3];
                 pr[i] = (int32_t)(((uint32_t)hi << 16) | ((uint32_t)lo & 0xFFFFu));
             }
+        }
+        if (wtype == SP_GGML_Q6_K) { /* unsigned bytes for the packed kernel (ops.h) */
+            const int8_t *qs = sp_act_qs(dst);
+            uint8_t *u = sp_actk_u8(dst, k);
+            for (int64_t i = 0; i < k; i++) u[i] = (uint8_t)(qs[i] + 128);
         }
         return;
     case SP_ACT_Q8:

@@ -68,7 +68,15 @@
  * rows' f16 d (32) and dmin (32). Its activation rows carry, after the q8_K
  * layout (sp_actk_pairs), int32 pairs[k/256][4]: int16 halves (lo, hi) =
  * the sums over sub-blocks 2p and 2p+1 of 32 elements each, padded to 64
- * bytes. */
+ * bytes. Q6_K: one unit of 3456 bytes per super-block: 2048 bytes of ql
+ * chunks 16h + 8m + c (row i's ql[64h + 32m + 4c..+3] at bytes 4i..), 1024
+ * of qh chunks 8h + c (qh[32h + 4c..+3]), the int8 scales as bytes [s][i]
+ * (256), int32 nc[i] = -128 * sum over the 16 sub-blocks s of scale_s times
+ * the sum of s's values q (64), the f16 d (32), 32 zero bytes. Its kernels
+ * take signed weights against unsigned activations: Q6_K activation rows
+ * carry, after the q8_K layout (sp_actk_u8), the k bytes q + 128, so that
+ * sum(q_w (q_x + 128)) = sum(q_w q_x) + 128 sum(q_w), and nc removes the
+ * second term of the scaled sum. */
 #ifndef SP_OPS_H
 #define SP_OPS_H
 
@@ -225,6 +233,11 @@ static inline int64_t sp_actk_base_bytes(int64_t k) {
 }
 static inline int32_t *sp_actk_pairs(const void *row, int64_t k) {
     return (int32_t *)((uintptr_t)row + (uintptr_t)sp_actk_base_bytes(k));
+}
+
+/* Q6_K's activation bytes plus 128 (see the top), after the q8_K layout. */
+static inline uint8_t *sp_actk_u8(const void *row, int64_t k) {
+    return (uint8_t *)((uintptr_t)row + (uintptr_t)sp_actk_base_bytes(k));
 }
 
 /* Q4_0/Q8_0 group-of-4 extension of the q8 activation row (see the top). */

@@ -498,6 +498,84 @@ AI void pk4k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
         _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, y[t]);
 }
 
+/* Q6_K over packed weights (ops.h): per super-block, the 8 runs of 32
+ * elements (h, j) are unpacked once per token tile into 8 vectors of signed
+ * values (ql nibble | qh bits << 4, minus 32); per token 2 x 4 dpbusd of the
+ * activation's unsigned bytes (q + 128) give the two 16-element sub-block
+ * dots of 16 rows, each times its scale (vpmulld) into sumi, which starts at
+ * the rows' nc; sumi is then mm_k_ref's integer exactly. Float step: y +=
+ * (d_x d) sumi; mm_k_ref also subtracts (d_x * 0) * 0, a zero that cannot
+ * change y (y is never -0, and d_x non-finite makes both sides NaN), so the
+ * outputs are its bits. */
+#define PK6K_UNIT 3456
+
+AI void pk6k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, __mmask16 live) {
+    const int64_t k = m->k, nb = k / SP_QK_K;
+    const uint8_t *grp = m->w + g * m->w_stride;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), c32 = _mm512_set1_epi8(32);
+    const uint8_t *xs[16];
+    __m512 y[16];
+    UNROLL for (int t = 0; t < NT; t++) {
+        xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
+        y[t] = _mm512_setzero_ps();
+    }
+    const int64_t dd = (const uint8_t *)sp_actk_d(xs[0], k) - xs[0];
+    const int64_t du = sp_actk_u8(xs[0], k) - xs[0];
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *unit = grp + (size_t)b * PK6K_UNIT;
+        if (pf)
+            for (int o = 0; o < PK6K_UNIT; o += 64) prefetch(unit + PK_PF_BYTES + o);
+        __m512i sumi[16];
+        const __m512i nc = _mm512_load_si512(unit + 3328);
+        UNROLL for (int t = 0; t < NT; t++) sumi[t] = nc;
+        for (int hj = 0; hj < 8; hj++) {
+            const int h = hj >> 2, j = hj & 3;
+            const uint8_t *ql = unit + 64 * (16 * h + 8 * (j & 1)), *qh = unit + 2048 + 64 * 8 * h;
+            __m512i w[8];
+            UNROLL for (int c = 0; c < 8; c++) {
+                const __m512i l = _mm512_load_si512(ql + 64 * c), hb = _mm512_load_si512(qh + 64 * c);
+                const __m512i lo = _mm512_and_si512(j >= 2 ? _mm512_srli_epi16(l, 4) : l, m4);
+                const __m512i hs = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2)
+                                 : j == 2 ? hb : _mm512_srli_epi16(hb, 2);
+                w[c] = _mm512_sub_epi8(_mm512_ternarylogic_epi32(lo, hs, m30, 0xF8), c32); /* lo | (hs & m30) */
+            }
+            const __m512i sa = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(unit + 3072 + 16 * (2 * hj))));
+            const __m512i sb = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(unit + 3072 + 16 * (2 * hj + 1))));
+            UNROLL for (int t = 0; t < NT; t++) {
+                const int32_t *xu = (const int32_t *)(xs[t] + du + 256 * b + 32 * hj);
+                __m512i da = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(xu[0]), w[0]);
+                __m512i db = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(xu[4]), w[4]);
+                UNROLL for (int c = 1; c < 4; c++) {
+                    da = _mm512_dpbusd_epi32(da, _mm512_set1_epi32(xu[c]), w[c]);
+                    db = _mm512_dpbusd_epi32(db, _mm512_set1_epi32(xu[4 + c]), w[4 + c]);
+                }
+                sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(_mm512_mullo_epi32(da, sa), _mm512_mullo_epi32(db, sb)));
+            }
+        }
+        const __m512 wd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + 3392)));
+        UNROLL for (int t = 0; t < NT; t++) {
+            const __m512 xd = _mm512_set1_ps(((const float *)(xs[t] + dd))[b]);
+            y[t] = _mm512_add_ps(y[t], _mm512_mul_ps(_mm512_mul_ps(xd, wd), _mm512_cvtepi32_ps(sumi[t])));
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++)
+        _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, y[t]);
+}
+
+static void mm_q6_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
+    for (int64_t g = r0 / SP_PACK_ROWS; g * SP_PACK_ROWS < r1; g++) {
+        const int64_t lo = r0 > g * SP_PACK_ROWS ? r0 - g * SP_PACK_ROWS : 0;
+        const int64_t hi = r1 < (g + 1) * SP_PACK_ROWS ? r1 - g * SP_PACK_ROWS : SP_PACK_ROWS;
+        const __mmask16 live = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+        int32_t t = 0;
+        for (; t + 16 <= m->n; t += 16) pk6k_tile(m, g, t, 16, t == 0, live);
+        for (; t + 8 <= m->n; t += 8) pk6k_tile(m, g, t, 8, t == 0, live);
+        for (; t + 4 <= m->n; t += 4) pk6k_tile(m, g, t, 4, t == 0, live);
+        for (; t + 2 <= m->n; t += 2) pk6k_tile(m, g, t, 2, t == 0, live);
+        for (; t < m->n; t++) pk6k_tile(m, g, t, 1, t == 0, live);
+    }
+}
+
 static void mm_q4_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
     for (int64_t g = r0 / SP_PACK_ROWS; g * SP_PACK_ROWS < r1; g++) {
         const int64_t lo = r0 > g * SP_PACK_ROWS ? r0 - g * SP_PACK_ROWS : 0;
@@ -1016,6 +1094,7 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm_packed[SP_GGML_Q8_0] = mm_q8_0_pk;
     t->mm_packed[SP_GGML_Q4_0] = mm_q4_0_pk;
     t->mm_packed[SP_GGML_Q4_K] = mm_q4_K_pk;
+    t->mm_packed[SP_GGML_Q6_K] = mm_q6_K_pk;
     /* K-quants and the other new formats: the AVX2 kernels (every AVX-512 CPU
      * has AVX2). A VNNI K-quant kernel (4 vpdpbusd + 4 vpmulld by the per-16
      * scales per super-block and token) was measured slower here: 29% of the
