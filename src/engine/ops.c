@@ -571,7 +571,7 @@ void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst
             g_tables[sp_ops_isa()].act_q8(x, k, dst);
         else
             act_q8_ref(x, k, dst);
-        act_q8_s(x, k, dst);
+        if (wtype == SP_GGML_Q4_1 || wtype == SP_GGML_Q5_1) act_q8_s(x, k, dst);
         if (has_g4(wtype)) act_g4_fill(k, wtype == SP_GGML_Q4_0 ? -2 : -32, dst);
         return;
     }

@@ -16,7 +16,8 @@
  *    layout: per 32-block, amax = max|x|, d = amax/127 kept as ggml keeps it
  *    (rounded to f16), q = round-to-nearest-even(x * 127/amax) (ggml's x86
  *    quantiser), sum = sum of q, s = f16(d * sum) (ggml's q8_1 s, used by
- *    the formats with an offset). Row bytes: int8 qs[k], float d[k/32],
+ *    the formats with an offset, Q4_1 and Q5_1; other types leave s
+ *    unset). Row bytes: int8 qs[k], float d[k/32],
  *    int32 sum[k/32], float s[k/32];
  *  - K-quant weights (Q2_K..Q6_K, IQ4_XS) read the "q8_K" layout: per
  *    256-block, the element of largest magnitude `max` (with its sign),
