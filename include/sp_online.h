@@ -4,7 +4,7 @@
  * Every speculative iteration already computes the target's (adjusted)
  * distribution at each position it verified; sp_online_observe keeps them in
  * a bounded replay buffer (the newest `buffer` positions; each as its
- * preceding `window` tokens and the target row cut to its top-k entries plus
+ * first token and the preceding `window` - 1 tokens and the target row cut to its top-k entries plus
  * the remaining mass). sp_online_update runs AdamW steps of the draft's F32
  * master copy on random batches from the buffer (forward KL by default, the
  * loss at each example's last position), and sp_online_export writes the
@@ -25,7 +25,8 @@ typedef struct sp_online_params {
     int32_t buffer;     /* positions kept (newest), default 4096 */
     int32_t window;     /* context tokens per example, default 32 */
     int32_t batch;      /* examples per step, default 16 */
-    float lr;           /* AdamW learning rate, default 1e-3 */
+    float lr;           /* AdamW learning rate, default 3e-4 */
+    int32_t warmup;     /* steps over which the rate ramps up from lr/warmup, default 64 */
     sp_loss loss;       /* default forward KL */
     uint64_t seed;
 } sp_online_params;

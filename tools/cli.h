@@ -134,7 +134,7 @@ void sp_cli_online_opts_default(sp_cli_online_opts *o);
 
 #define SP_CLI_ONLINE_USAGE                                                                     \
     "  online learning (draft model only): --online [--online-every POSITIONS (256)]\n"         \
-    "    [--online-steps STEPS (32)] [--online-lr LR (0.001)] [--online-topk K (16)]\n"         \
+    "    [--online-steps STEPS (32)] [--online-lr LR (0.0003)] [--online-topk K (16)]\n"         \
     "    [--online-buffer POSITIONS (4096)] [--online-sync] [--online-out DRAFT.gguf]\n"        \
     "    the draft trains on the target's distributions of the text it verifies (on a\n"       \
     "    background thread; --online-sync: inline, reproducible) and is swapped in as it\n"    \

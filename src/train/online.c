@@ -19,6 +19,7 @@ struct sp_online {
     char *vocab_from;
     int32_t V;
     int32_t *tok;     /* [buffer][window] */
+    int32_t *at;      /* [buffer] window index of the predicted position */
     int32_t *ids;     /* [buffer][topk] */
     float *probs;     /* [buffer][topk] */
     float *rest;      /* [buffer] */
@@ -47,7 +48,7 @@ struct sp_online {
 };
 
 sp_online_params sp_online_default_params(void) {
-    sp_online_params p = {.topk = 16, .buffer = 4096, .window = 32, .batch = 16, .lr = 1e-3f,
+    sp_online_params p = {.topk = 16, .buffer = 4096, .window = 32, .batch = 16, .lr = 3e-4f, .warmup = 64,
                           .loss = {.kind = SP_LOSS_FKL}, .seed = 1};
     return p;
 }
@@ -72,7 +73,7 @@ void sp_online_free(sp_online *o) {
     free(o->bids), free(o->bprobs);
     sp_tmodel_free(o->m);
     free(o->vocab_from);
-    free(o->tok), free(o->ids), free(o->probs), free(o->rest);
+    free(o->tok), free(o->at), free(o->ids), free(o->probs), free(o->rest);
     free(o->btok), free(o->targets), free(o->sel);
     free(o);
 }
@@ -80,7 +81,7 @@ void sp_online_free(sp_online *o) {
 sp_status sp_online_init(const char *draft_path, const sp_online_params *p, sp_online **out,
                          sp_error *err) {
     *out = NULL;
-    if (p->topk < 1 || p->topk > 256 || p->buffer < 1 || p->buffer > (1 << 22) || p->window < 2 ||
+    if (p->warmup < 0 || p->topk < 1 || p->topk > 256 || p->buffer < 1 || p->buffer > (1 << 22) || p->window < 2 ||
         p->window > 4096 || p->batch < 1 || p->batch > 4096 || !(p->lr > 0 && p->lr < 1))
         return sp_fail(err, SP_ERR_ARG,
                        "online: topk 1..256, buffer 1..4M, window 2..4096, batch 1..4096 and lr in (0, 1) "
@@ -97,6 +98,7 @@ sp_status sp_online_init(const char *draft_path, const sp_online_params *p, sp_o
     const size_t B = (size_t)p->buffer, W = (size_t)p->window, K = (size_t)p->topk;
     o->vocab_from = strdup(draft_path);
     o->tok = malloc(B * W * sizeof *o->tok);
+    o->at = malloc(B * sizeof *o->at);
     o->ids = malloc(B * K * sizeof *o->ids);
     o->probs = malloc(B * K * sizeof *o->probs);
     o->rest = malloc(B * sizeof *o->rest);
@@ -107,7 +109,7 @@ sp_status sp_online_init(const char *draft_path, const sp_online_params *p, sp_o
     o->bprobs = malloc((size_t)p->batch * K * sizeof *o->bprobs);
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
-    if (!o->vocab_from || !o->tok || !o->ids || !o->probs || !o->rest || !o->btok || !o->targets ||
+    if (!o->vocab_from || !o->tok || !o->at || !o->ids || !o->probs || !o->rest || !o->btok || !o->targets ||
         !o->sel || !o->bids || !o->bprobs) {
         sp_online_free(o);
         return sp_fail(err, SP_ERR_NOMEM, "online: out of memory for a buffer of %d positions", p->buffer);
@@ -133,9 +135,18 @@ static void observe_rows(sp_online *o, const int32_t *hist, int32_t first, const
         const float *row = p + (int64_t)j * V;
         const int64_t e = o->head;
         int32_t *t = o->tok + e * W;
-        for (int32_t i = 0; i < W; i++) {
-            int32_t src = pos - W + i;
-            t[i] = hist[src < 0 ? 0 : src];
+        /* the context as the served draft sees it, from its first token
+         * (BOS, which small models attend to): hist[0..pos) when it fits,
+         * else hist[0] and the last W-1 tokens; the prediction sits at the
+         * context's last position (later slots are padding, never seen) */
+        if (pos <= W) {
+            memcpy(t, hist, (size_t)pos * sizeof *t);
+            for (int32_t i = pos; i < W; i++) t[i] = hist[0];
+            o->at[e] = pos - 1;
+        } else {
+            t[0] = hist[0];
+            memcpy(t + 1, hist + pos - (W - 1), (size_t)(W - 1) * sizeof *t);
+            o->at[e] = W - 1;
         }
         /* top-k kept sorted by insertion (few inserts once the k-th is high) */
         float *pr = o->probs + e * K;
@@ -179,9 +190,14 @@ sp_status sp_online_update(sp_online *o, int32_t steps, double *mean_loss, sp_er
     const int32_t W = o->p.window, K = o->p.topk, B = o->p.batch;
     sp_adamw_params ap = sp_adamw_default_params();
     ap.lr = o->p.lr;
+    const float lr_full = o->p.lr;
     ap.weight_decay = 0;
     double total = 0;
     for (int32_t s = 0; s < steps; s++) {
+        /* the learner starts from a trained draft with empty optimizer
+         * moments: its first steps ramp the rate up linearly, so Adam's
+         * unit-size first updates do not knock the draft off its warm-up */
+        ap.lr = o->steps_done < o->p.warmup ? lr_full * (float)(o->steps_done + 1) / (float)o->p.warmup : lr_full;
         /* the batch is copied out of the ring under the lock: the serving
          * thread may be adding rows meanwhile */
         pthread_mutex_lock(&o->mu);
@@ -193,7 +209,7 @@ sp_status sp_online_update(sp_online *o, int32_t steps, double *mean_loss, sp_er
             for (int32_t i = 0; i < W; i++) {
                 sp_loss_target *tg = &o->targets[(int64_t)b * W + i];
                 *tg = (sp_loss_target){.token = -1};
-                if (i == W - 1) {
+                if (i == o->at[e]) {
                     tg->k = K;
                     tg->ids = o->bids + (int64_t)b * K;
                     tg->probs = o->bprobs + (int64_t)b * K;
