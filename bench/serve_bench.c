@@ -1,7 +1,10 @@
 /* serve_bench: a load generator for `specula serve` on loopback.
  *
- *   serve_bench PORT CLIENTS REQUESTS MAX_TOKENS [SPECULATIVE_JSON]
+ *   serve_bench PORT CLIENTS REQUESTS MAX_TOKENS [SPECULATIVE_JSON [WARMUP]]
  *
+ * WARMUP requests are first sent all at once and not counted (one per slot
+ * builds the slots' drafters, e.g. a low-bit copy of the model, which
+ * would otherwise fall into the measured time).
  * CLIENTS threads each send streamed completions ("Once upon a time", T=0,
  * MAX_TOKENS tokens, the optional "speculative" object) one after another
  * until REQUESTS have been sent in all. Prints requests/s, generated tokens/s,
@@ -96,7 +99,7 @@ static int cmp(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: serve_bench PORT CLIENTS REQUESTS MAX_TOKENS [SPECULATIVE_JSON]\n");
+        fprintf(stderr, "usage: serve_bench PORT CLIENTS REQUESTS MAX_TOKENS [SPECULATIVE_JSON [WARMUP]]\n");
         return 2;
     }
     port = atoi(argv[1]);
@@ -104,10 +107,29 @@ int main(int argc, char **argv) {
     total = atoi(argv[3]);
     max_tokens = atoi(argv[4]);
     if (argc > 5) spec = argv[5];
-    if (port <= 0 || clients < 1 || clients > 256 || total < 1 || max_tokens < 1) return 2;
+    const int warmup = argc > 6 ? atoi(argv[6]) : 0;
+    if (port <= 0 || clients < 1 || clients > 256 || total < 1 || max_tokens < 1 || warmup < 0 || warmup > 256)
+        return 2;
+    pthread_t th[256];
+    if (warmup) { /* the same requests, all at once, not counted */
+        const int n = total;
+        total = warmup;
+        ttft = calloc((size_t)warmup, sizeof *ttft);
+        tpot = calloc((size_t)warmup, sizeof *tpot);
+        for (int i = 0; i < warmup; i++) pthread_create(&th[i], NULL, client, NULL);
+        for (int i = 0; i < warmup; i++) pthread_join(th[i], NULL);
+        free(ttft);
+        free(tpot);
+        total = n;
+        atomic_store(&next, 0);
+        atomic_store(&failed, 0);
+    }
+    const double steps0 = metric("specula:batch_steps_total"), seqs0 = metric("specula:batch_sequences_total");
+    const double toks0 = metric("specula:batch_tokens_total");
+    const double acc0 = metric("specula:spec_decode_num_accepted_tokens");
+    const double drafted0 = metric("specula:spec_decode_num_draft_tokens");
     ttft = calloc((size_t)total, sizeof *ttft);
     tpot = calloc((size_t)total, sizeof *tpot);
-    pthread_t th[256];
     double t0 = sp_now();
     for (int i = 0; i < clients; i++) pthread_create(&th[i], NULL, client, NULL);
     for (int i = 0; i < clients; i++) pthread_join(th[i], NULL);
@@ -121,12 +143,13 @@ int main(int argc, char **argv) {
            "per token p50 %.1f p95 %.1f ms\n",
            clients, total, total - ok, ok / el, (double)ok * max_tokens / el, PCT(ttft, 0.5), PCT(ttft, 0.95),
            PCT(tpot, 0.5), PCT(tpot, 0.95));
-    const double steps = metric("specula:batch_steps_total"), seqs = metric("specula:batch_sequences_total");
-    const double toks = metric("specula:batch_tokens_total");
-    if (steps > 0)
-        printf("  batcher: %.0f passes, %.2f sequences and %.2f tokens per pass; accepted %.0f of %.0f drafted\n",
-               steps, seqs / steps, toks / steps, metric("specula:spec_decode_num_accepted_tokens"),
-               metric("specula:spec_decode_num_draft_tokens"));
+    const double steps = metric("specula:batch_steps_total") - steps0;
+    const double seqs = metric("specula:batch_sequences_total") - seqs0;
+    const double toks = metric("specula:batch_tokens_total") - toks0;
+    const double acc = metric("specula:spec_decode_num_accepted_tokens") - acc0;
+    const double drafted = metric("specula:spec_decode_num_draft_tokens") - drafted0;
+    if (steps > 0) printf("  shared passes: %.0f, %.2f sequences and %.2f tokens per pass\n", steps, seqs / steps, toks / steps);
+    if (drafted > 0) printf("  drafts: %.0f of %.0f drafted tokens accepted\n", acc, drafted);
     free(ttft);
     free(tpot);
     return total - ok ? 1 : 0;

@@ -1,13 +1,16 @@
 #!/bin/sh
-# Runs bench/serve_bench against `specula serve` for --parallel 1, 2, 4, 8:
-# plain requests with continuous batching, plain without (--no-batching),
-# speculative requests (SPEC, default a Q4_0 self-draft) in the shared pass
-# and, for the A/B, speculative requests on their own slots
-# (--no-spec-batching), one server per configuration on a free loopback
-# port, interleaved per --parallel value. Prints one line per configuration.
+# Runs bench/serve_bench against `specula serve` for --parallel 1, 2, 4, 8
+# (after one warm-up request per slot, not measured),
+# one server per configuration on a free loopback port, interleaved per
+# --parallel value: plain requests in shared passes (--batching on) and on
+# their own slots (--batching off); speculative requests (SPEC, default a
+# Q4_0 self-draft) in the shared pass, on their own slots beside it (the
+# behaviour before speculative requests joined the pass: the A/B), and with
+# the server's default (--batching auto). Prints one line per configuration.
 # usage: bench/serve_bench.sh MODEL [CLIENTS REQUESTS MAX_TOKENS THREADS SPEC]
-# environment: PARALLEL (default "1 2 4 8"), SERVE_FLAGS (more server flags,
-# e.g. "-md DRAFT.gguf"), ONLY_SPEC=1 (the two speculative rows only)
+# environment: PARALLEL (default "1 2 4 8"), SPECULA (the binary to serve with,
+# default build/specula), SERVE_FLAGS (more server flags,
+# e.g. "-md DRAFT.gguf"), ONLY_SPEC=1 (the speculative rows only)
 # (build first: make build/specula build/bench/serve_bench)
 set -eu
 M=$1
@@ -17,10 +20,11 @@ PARALLEL=${PARALLEL:-"1 2 4 8"}
 SERVE_FLAGS=${SERVE_FLAGS:-}
 ONLY_SPEC=${ONLY_SPEC:-0}
 B=$(dirname "$0")/../build
+BIN=${SPECULA:-$B/specula}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 one() { # PARALLEL LABEL SERVER-FLAGS SPECULATIVE
-  "$B/specula" serve -m "$M" --port 0 -t "$T" -c 1024 --parallel "$1" $SERVE_FLAGS $3 2>"$log" &
+  "$BIN" serve -m "$M" --port 0 -t "$T" -c 1024 --parallel "$1" $SERVE_FLAGS $3 2>"$log" &
   pid=$!
   port=""
   while [ -z "$port" ]; do
@@ -29,15 +33,18 @@ one() { # PARALLEL LABEL SERVER-FLAGS SPECULATIVE
     kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }
   done
   printf 'parallel %d %-22s ' "$1" "$2"
-  "$B/bench/serve_bench" "$port" "$C" "$R" "$N" "$4"
+  "$B/bench/serve_bench" "$port" "$C" "$R" "$N" "$4" "$1"
   kill -TERM $pid
   wait $pid
 }
 for p in $PARALLEL; do
   if [ "$ONLY_SPEC" != 1 ]; then
-    one $p "plain, batching" "" ""
-    [ $p -gt 1 ] && one $p "plain, no batching" "--no-batching" ""
+    one $p "plain, batching" "--batching on" ""
+    [ $p -gt 1 ] && one $p "plain, no batching" "--batching off" ""
   fi
-  one $p "speculative, shared" "" "$SPEC"
-  [ $p -gt 1 ] && one $p "speculative, own slot" "--no-spec-batching" "$SPEC"
+  one $p "speculative, shared" "--batching on" "$SPEC"
+  if [ $p -gt 1 ]; then
+    one $p "speculative, own slot" "--batching on --no-spec-batching" "$SPEC"
+    one $p "speculative, auto" "" "$SPEC"
+  fi
 done

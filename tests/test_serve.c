@@ -350,6 +350,14 @@ static void test_bad_requests(void **state) {
     assert_int_equal(stop(&s), 0);
 }
 
+static void test_bad_flags(void **state) {
+    (void)state;
+    char args[1024], buf[1024];
+    snprintf(args, sizeof args, "serve -m '%s' --parallel 2 --batching maybe", stories());
+    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
+    assert_non_null(strstr(buf, "--batching must be auto, on or off"));
+}
+
 static void test_api_key(void **state) {
     (void)state;
     const char *extra[] = {"--api-key", "sekrit-123", NULL};
@@ -432,7 +440,9 @@ static void test_load(void **state) {
     (void)state;
     char want[8192];
     generate_text("Once upon a time", 24, want, sizeof want);
-    const char *extra[] = {"--parallel", "2", "-t", "2", NULL};
+    /* stories260K's forward is cheaper than a hand-off, so --batching auto
+     * would run the slots apart: force the shared pass under load */
+    const char *extra[] = {"--parallel", "2", "-t", "2", "--batching", "on", NULL};
     server s = start(extra);
     assert_int_equal(run_clients(s.port, want, 7, 0), 0);
     const long rss1 = rss_kib(s.pid);
@@ -505,7 +515,7 @@ static void test_batching(void **state) {
         size_t len = strlen(want[i]);
         if (len && want[i][len - 1] == '\n') want[i][len - 1] = 0;
     }
-    const char *extra[] = {"--parallel", "4", NULL};
+    const char *extra[] = {"--parallel", "4", "--batching", "on", NULL};
     server s = start(extra);
     bclient c[NB];
     pthread_t th[NB];
@@ -582,6 +592,7 @@ static void test_openai_client(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_completions_and_streams), cmocka_unit_test(test_chat),
     cmocka_unit_test(test_bad_requests),            cmocka_unit_test(test_api_key),
+    cmocka_unit_test(test_bad_flags),
     cmocka_unit_test(test_load),              cmocka_unit_test(test_openai_client),
     cmocka_unit_test(test_batching),
 };

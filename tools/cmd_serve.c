@@ -76,7 +76,7 @@ static struct server {
     pthread_cond_t cv;
     int waiting;
     atomic_bool stopping;
-    bool batching;          /* plain requests share forward passes (the batcher) */
+    bool batching;          /* plain requests share forward passes (continuous batching) */
     bool spec_batching;     /* ... and speculative requests' target forwards too */
     sp_pool *pool;          /* batching: the one pool every slot computes on */
     /* metrics (under mmu) */
@@ -536,8 +536,9 @@ static void record_metrics(const run *g) {
 /* Continuous batching: every forward pass a request's target needs (a
  * plain request's prompt in chunks, then one token per step; a speculative
  * request's prompt chunks, its verification passes over drafted chains or
- * trees under their masks, and its plain steps) is handed to one batcher
- * thread, which evaluates all waiting ones together with sp_forward_multi:
+ * trees under their masks, and its plain steps) waits for the next shared
+ * pass, which evaluates all waiting ones together with sp_forward_multi
+ * (run by one of the waiting requests' threads, see batch_forward):
  * one pass over the weights for all of them, each sequence in its own
  * slot's KV cache under its own positions and mask. Requests join and
  * leave between steps. Each sequence's logits equal those of sp_forward
@@ -576,13 +577,11 @@ typedef struct bjob {
 
 static struct batcher {
     pthread_mutex_t mu;
-    pthread_cond_t cv;      /* work arrived / a request left */
-    pthread_cond_t done_cv; /* a step finished */
-    bjob *head, *tail;
+    pthread_cond_t cv;      /* work arrived, a request left, a pass finished */
+    bjob *head, *tail;      /* jobs waiting for a pass */
     int32_t n_pending, n_active; /* active: requests decoding now (plain and speculative) */
-    bool stop;
-    pthread_t th;
-    bool started;
+    bool running;           /* a pass is running */
+    double last_pass;       /* seconds the last pass took */
     int32_t max_rows;       /* tokens per pass (the contexts' max batch) */
     float *logits;          /* [max_rows][n_vocab] */
     /* metrics: passes run, the sequences and tokens they carried, of which
@@ -613,106 +612,104 @@ static double fit_pass(int32_t R, double T) {
 /* Rows of logits a batch returns. */
 static int32_t out_rows(const sp_batch *b) { return b->logits_all ? b->n : 1; }
 
-static void *batcher_main(void *arg) {
-    (void)arg;
+/* Runs one pass over the waiting jobs (called with B.mu held, by the
+ * combiner; unlocks it during the forward): takes jobs in arrival order
+ * while their tokens fit one pass, evaluates them with sp_forward_multi,
+ * hands each its logits and cost, marks them done and wakes the waiters. */
+static void run_pass(void) {
+    static sp_ctx *ctxs[SP_FORWARD_MAX_SEQS];
+    static sp_batch batches[SP_FORWARD_MAX_SEQS];
+    static bjob *jobs[SP_FORWARD_MAX_SEQS];
     const int32_t V = sp_model_cfg(S.m)->n_vocab;
-    sp_ctx *ctxs[SP_FORWARD_MAX_SEQS];
-    sp_batch batches[SP_FORWARD_MAX_SEQS];
-    bjob *jobs[SP_FORWARD_MAX_SEQS];
-    double last_pass = 0; /* seconds the last forward took */
-    pthread_mutex_lock(&B.mu);
-    for (;;) {
-        while (!B.stop && !B.head) pthread_cond_wait(&B.cv, &B.mu);
-        if (!B.head) break; /* stopping and nothing left */
-        /* let the other active requests hand in their next forward: wait
-         * until every active one has, but not longer than half the last
-         * pass took (20 us to 1 ms): a straggler (a slow client reading its
-         * stream, a request still drafting) must not stall the others */
-        long wait_ns = (long)(last_pass * 0.5e9);
-        wait_ns = wait_ns < 20000 ? 20000 : wait_ns > 1000000 ? 1000000 : wait_ns;
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += wait_ns;
-        if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
-        while (!B.stop && B.n_pending < B.n_active)
-            if (pthread_cond_timedwait(&B.cv, &B.mu, &dl)) break;
-        /* take jobs in arrival order while their tokens fit one pass */
-        int32_t k = 0, rows = 0;
-        bjob **pp = &B.head, *prev = NULL;
-        while (*pp && k < SP_FORWARD_MAX_SEQS) {
-            bjob *j = *pp;
-            if (k > 0 && rows + j->b.n > B.max_rows) {
-                prev = j;
-                pp = &j->next;
-                continue;
-            }
-            *pp = j->next;
-            if (B.tail == j) B.tail = prev;
-            B.n_pending--;
-            jobs[k] = j;
-            ctxs[k] = j->ctx;
-            batches[k] = j->b;
-            rows += j->b.n;
-            k++;
+    int32_t k = 0, rows = 0;
+    bjob **pp = &B.head, *prev = NULL;
+    while (*pp && k < SP_FORWARD_MAX_SEQS) {
+        bjob *j = *pp;
+        if (k > 0 && rows + j->b.n > B.max_rows) {
+            prev = j;
+            pp = &j->next;
+            continue;
         }
-        pthread_mutex_unlock(&B.mu);
-        sp_error err = {0};
-        const double t0 = sp_now();
-        sp_status st = sp_forward_multi(ctxs, batches, k, B.logits, &err);
-        last_pass = sp_now() - t0;
-        const bool alone = st && st != SP_ERR_NUMERIC && k > 1;
-        for (int32_t i = 0, off = 0; i < k; off += out_rows(&batches[i]), i++) {
-            if (alone) { /* one sequence's bad batch failed the pass before any
-                          * cache changed: run each alone, so only it fails */
-                jobs[i]->st = sp_forward(ctxs[i], &batches[i], jobs[i]->logits, &jobs[i]->err);
-                continue;
-            }
-            jobs[i]->st = st;
-            if (st) jobs[i]->err = err;
-            else memcpy(jobs[i]->logits, B.logits + (size_t)off * V,
-                        (size_t)out_rows(&batches[i]) * (size_t)V * sizeof(float));
-        }
-        pthread_mutex_lock(&B.mu);
-        const double b = st ? 0 : fit_pass(rows, last_pass);
-        for (int32_t i = 0; i < k; i++)
-            jobs[i]->cost = alone ? -1 : (last_pass - b * rows) / k + b * batches[i].n;
-        B.steps++;
-        B.rows += (uint64_t)k;
-        B.tokens += (uint64_t)rows;
-        for (int32_t i = 0; i < k; i++) {
-            if (jobs[i]->spec) B.spec_seqs++, B.spec_tokens += (uint64_t)batches[i].n, B.spec_shared += k > 1;
-            jobs[i]->done = true;
-        }
-        pthread_cond_broadcast(&B.done_cv);
+        *pp = j->next;
+        if (B.tail == j) B.tail = prev;
+        B.n_pending--;
+        jobs[k] = j;
+        ctxs[k] = j->ctx;
+        batches[k] = j->b;
+        rows += j->b.n;
+        k++;
     }
+    B.running = true;
     pthread_mutex_unlock(&B.mu);
-    return NULL;
+    sp_error err = {0};
+    const double t0 = sp_now();
+    sp_status st = sp_forward_multi(ctxs, batches, k, B.logits, &err);
+    const double T = sp_now() - t0;
+    const bool alone = st && st != SP_ERR_NUMERIC && k > 1;
+    for (int32_t i = 0, off = 0; i < k; off += out_rows(&batches[i]), i++) {
+        if (alone) { /* one sequence's bad batch failed the pass before any
+                      * cache changed: run each alone, so only it fails */
+            jobs[i]->st = sp_forward(ctxs[i], &batches[i], jobs[i]->logits, &jobs[i]->err);
+            continue;
+        }
+        jobs[i]->st = st;
+        if (st) jobs[i]->err = err;
+        else memcpy(jobs[i]->logits, B.logits + (size_t)off * V,
+                    (size_t)out_rows(&batches[i]) * (size_t)V * sizeof(float));
+    }
+    pthread_mutex_lock(&B.mu);
+    B.last_pass = T;
+    const double b = st ? 0 : fit_pass(rows, T);
+    B.steps++;
+    B.rows += (uint64_t)k;
+    B.tokens += (uint64_t)rows;
+    for (int32_t i = 0; i < k; i++) {
+        jobs[i]->cost = alone ? -1 : (T - b * rows) / k + b * batches[i].n;
+        if (jobs[i]->spec) B.spec_seqs++, B.spec_tokens += (uint64_t)batches[i].n, B.spec_shared += k > 1;
+        jobs[i]->done = true;
+    }
+    B.running = false;
+    pthread_cond_broadcast(&B.cv);
 }
 
-/* One forward of batch b on ctx through the batcher, as sp_forward (logits
+/* One forward of batch b on ctx in the shared pass, as sp_forward (logits
  * of the rows b asks for); *cost (may be NULL): the seconds charged to it
- * (negative: none, the caller's wall time stands). */
+ * (negative: none, the caller's wall time stands). Flat combining: there
+ * is no batcher thread; a caller whose job is waiting and finds no pass
+ * running runs the next pass itself, for every waiting job, once every
+ * active request has handed in its forward, or once it has waited half
+ * as long as the last pass took (20 us to 1 ms): a straggler (a slow
+ * client reading its stream, a request still drafting) must not stall the
+ * others for long. The last request to hand in runs the pass at once, so
+ * a full batch costs no thread hand-off. */
 static sp_status batch_forward(sp_ctx *ctx, const sp_batch *b, bool spec, float *logits, double *cost,
                                sp_error *err) {
     bjob j = {.ctx = ctx, .b = *b, .logits = logits, .spec = spec};
     pthread_mutex_lock(&B.mu);
-    if (B.stop) {
-        pthread_mutex_unlock(&B.mu);
-        return sp_fail(err, SP_ERR_STATE, "the server is shutting down");
-    }
     if (B.tail) B.tail->next = &j;
     else B.head = &j;
     B.tail = &j;
     B.n_pending++;
-    pthread_cond_signal(&B.cv);
-    while (!j.done) pthread_cond_wait(&B.done_cv, &B.mu);
+    long wait_ns = (long)(B.last_pass * 0.5e9);
+    wait_ns = wait_ns < 20000 ? 20000 : wait_ns > 1000000 ? 1000000 : wait_ns;
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += wait_ns;
+    if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+    bool waited = false;
+    pthread_cond_broadcast(&B.cv); /* a waiting combiner may now have everyone */
+    while (!j.done) {
+        if (!B.running && (waited || B.n_pending >= B.n_active)) run_pass();
+        else if (B.running) pthread_cond_wait(&B.cv, &B.mu);
+        else waited = pthread_cond_timedwait(&B.cv, &B.mu, &dl) != 0;
+    }
     pthread_mutex_unlock(&B.mu);
     if (j.st && err) *err = j.err;
     if (cost) *cost = j.cost;
     return j.st;
 }
 
-/* sp_spec's target-forward hook (sp_spec_set_forward): the batcher. */
+/* sp_spec's target-forward hook (sp_spec_set_forward): the shared pass. */
 static sp_status spec_forward(void *ud, sp_ctx *c, const sp_batch *b, float *logits, double *cost, sp_error *err) {
     (void)ud;
     return batch_forward(c, b, true, logits, cost, err);
@@ -721,7 +718,7 @@ static sp_status spec_forward(void *ud, sp_ctx *c, const sp_batch *b, float *log
 static void batch_active(int delta) {
     pthread_mutex_lock(&B.mu);
     B.n_active += delta;
-    pthread_cond_signal(&B.cv);
+    pthread_cond_broadcast(&B.cv); /* fewer to wait for: a waiting job may go now */
     pthread_mutex_unlock(&B.mu);
 }
 
@@ -1047,7 +1044,7 @@ static char *metrics_text(void) {
     OUT("# TYPE specula:num_requests_waiting gauge\nspecula:num_requests_waiting %d\n", S.waiting);
     pthread_mutex_unlock(&S.mu);
     pthread_mutex_lock(&B.mu);
-    OUT("# HELP specula:batch_steps_total Forward passes run by the batcher (continuous batching).\n"
+    OUT("# HELP specula:batch_steps_total Shared forward passes run (continuous batching).\n"
         "# TYPE specula:batch_steps_total counter\nspecula:batch_steps_total %llu\n"
         "# HELP specula:batch_sequences_total Sequences those passes carried (over steps: the mean batch).\n"
         "# TYPE specula:batch_sequences_total counter\nspecula:batch_sequences_total %llu\n"
@@ -1207,18 +1204,55 @@ static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: specula serve -m MODEL [-md DRAFT] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
             "         [--queue N] [-c CTX] [-t THREADS] [--api-key KEY] [--chat-template NAME]\n"
-            "         [--alias NAME] [--no-batching] [--no-spec-batching]\n"
+            "         [--alias NAME] [--batching auto|on|off] [--no-batching] [--no-spec-batching]\n"
             "         [sampling and speculation defaults as for generate]\n"
             "  OpenAI-compatible endpoints: POST /v1/completions, POST /v1/chat/completions,\n"
             "  GET /v1/models, GET /health, GET /metrics. --port 0 picks a free port (printed).\n"
             "  With --parallel above 1, requests share forward passes (continuous batching:\n"
             "  one pass over the target's weights per step for all of them, speculative\n"
-            "  requests' verification passes included); --no-batching runs each slot on its\n"
-            "  own, --no-spec-batching only the speculative requests.\n"
+            "  requests' verification passes included). --batching auto (the default) does\n"
+            "  so when a one-token forward takes 0.5 ms or more (below, a hand-off costs\n"
+            "  more than sharing saves); on forces it; off (--no-batching) runs each slot\n"
+            "  on its own; --no-spec-batching keeps only the speculative requests apart.\n"
             "  Chat templates: %s (default: recognised from the model's\n"
             "  tokenizer.chat_template). A request's \"speculative\" object overrides the\n"
             "  speculation defaults (n_max, n_min, p_min, drafter, verifier, gamma, tree, adaptive, ...).\n",
             sp_chat_names());
+}
+
+/* --batching auto: share passes only when a one-token forward takes at
+ * least this long. Below it (a model of a few MB, whose weights stay in
+ * cache) a pass saves next to nothing while handing each forward to a
+ * shared pass costs thread wake-ups and serialises the slots onto one
+ * pass at a time (stories260K: ~0.02 ms per forward, 2-3x the throughput
+ * unbatched; synth-110m: ~4 ms, 1.7x batched at 4 slots). */
+#define BATCH_AUTO_MIN 0.5e-3
+
+/* Seconds of a one-token forward of m with `threads` threads, the best of
+ * 5 after a warm-up, on a context of its own. */
+static sp_status one_token_seconds(const sp_model *m, int32_t threads, double *out, sp_error *e) {
+    sp_ctx_params cp = sp_ctx_default_params();
+    cp.n_ctx = 8;
+    cp.max_batch = 1;
+    cp.n_threads = threads;
+    sp_ctx *c = NULL;
+    sp_status st = sp_ctx_init(m, &cp, &c, e);
+    float *logits = st ? NULL : malloc((size_t)sp_model_cfg(m)->n_vocab * sizeof(float));
+    if (!st && !logits) st = sp_fail(e, SP_ERR_NOMEM, "out of memory");
+    double best = 1e9;
+    const int32_t tok = 0;
+    for (int i = 0; !st && i < 6; i++) {
+        const sp_batch b = {.tokens = &tok, .n = 1};
+        const double t0 = sp_now();
+        st = sp_forward(c, &b, logits, e);
+        const double t = sp_now() - t0;
+        if (i > 0 && t < best) best = t;
+        if (!st) st = sp_ctx_truncate(c, 0, e);
+    }
+    free(logits);
+    sp_ctx_free(c);
+    *out = best;
+    return st;
 }
 
 static sp_chat_tmpl model_template(const char *path) {
@@ -1237,7 +1271,7 @@ static sp_chat_tmpl model_template(const char *path) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    enum { O_HOST = SP_OPT_CMD, O_PORT, O_PAR, O_QUEUE, O_KEY, O_TMPL, O_ALIAS, O_NOBATCH, O_NOSPECBATCH };
+    enum { O_HOST = SP_OPT_CMD, O_PORT, O_PAR, O_QUEUE, O_KEY, O_TMPL, O_ALIAS, O_NOBATCH, O_BATCH, O_NOSPECBATCH };
     static const struct option LONGOPTS[] = {
         SP_CLI_RUN_OPTIONS,
         SP_CLI_SPEC_OPTIONS,
@@ -1250,6 +1284,7 @@ int cmd_serve(int argc, char **argv) {
         {"chat-template", required_argument, NULL, O_TMPL},
         {"alias", required_argument, NULL, O_ALIAS},
         {"no-batching", no_argument, NULL, O_NOBATCH},
+        {"batching", required_argument, NULL, O_BATCH},
         {"no-spec-batching", no_argument, NULL, O_NOSPECBATCH},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -1261,7 +1296,8 @@ int cmd_serve(int argc, char **argv) {
     sp_spec_config_init(&cfg, NULL);
     const char *host = "127.0.0.1", *tmpl_name = NULL, *alias = NULL, *flag;
     long long port = 8080, par = 1, queue = 64;
-    bool no_batching = false, no_spec_batching = false;
+    enum { B_AUTO, B_ON, B_OFF } batch_mode = B_AUTO;
+    bool no_spec_batching = false;
     int c, r;
     optind = 0;
     while ((c = sp_cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "h", LONGOPTS, "serve", &flag)) != -1) {
@@ -1278,7 +1314,16 @@ int cmd_serve(int argc, char **argv) {
         case O_KEY: S.api_key = optarg; break;
         case O_TMPL: tmpl_name = optarg; break;
         case O_ALIAS: alias = optarg; break;
-        case O_NOBATCH: no_batching = true; break;
+        case O_NOBATCH: batch_mode = B_OFF; break;
+        case O_BATCH:
+            if (!strcmp(optarg, "auto")) batch_mode = B_AUTO;
+            else if (!strcmp(optarg, "on")) batch_mode = B_ON;
+            else if (!strcmp(optarg, "off")) batch_mode = B_OFF;
+            else {
+                fprintf(stderr, "specula: %s must be auto, on or off, got '%s'\n", flag, optarg);
+                return 2;
+            }
+            break;
         case O_NOSPECBATCH: no_spec_batching = true; break;
         case 'h': serve_usage(stdout); return 0;
         default: return 2;
@@ -1318,8 +1363,13 @@ int cmd_serve(int argc, char **argv) {
     S.parallel = (int32_t)par;
     S.queue_max = (int32_t)queue;
     S.threads = (int32_t)run.threads;
-    S.batching = S.parallel > 1 && !no_batching;
     S.spec_batching = !no_spec_batching;
+    double t_one = 0; /* auto: seconds of a one-token forward */
+    if (S.parallel > 1 && batch_mode == B_AUTO && one_token_seconds(S.m, S.threads, &t_one, &e)) {
+        fprintf(stderr, "specula: %s\n", e.msg);
+        return 1;
+    }
+    S.batching = S.parallel > 1 && (batch_mode == B_ON || (batch_mode == B_AUTO && t_one >= BATCH_AUTO_MIN));
     pthread_mutex_init(&S.mu, NULL);
     pthread_mutex_init(&S.mmu, NULL);
     pthread_cond_init(&S.cv, NULL);
@@ -1346,15 +1396,12 @@ int cmd_serve(int argc, char **argv) {
     if (!rc) S.n_ctx = sp_ctx_n_ctx(S.slots[0].ctx);
     pthread_mutex_init(&B.mu, NULL);
     pthread_cond_init(&B.cv, NULL);
-    pthread_cond_init(&B.done_cv, NULL);
     if (!rc && S.batching) {
         B.max_rows = 128;
         B.logits = malloc((size_t)B.max_rows * (size_t)sp_model_cfg(S.m)->n_vocab * sizeof(float));
-        if (!B.logits || pthread_create(&B.th, NULL, batcher_main, NULL)) {
-            fprintf(stderr, "specula: cannot start the batcher (out of memory)\n");
+        if (!B.logits) {
+            fprintf(stderr, "specula: out of memory for the shared pass's logits\n");
             rc = 1;
-        } else {
-            B.started = true;
         }
     }
     /* SIGINT/SIGTERM are taken by sigwait below; every thread inherits the mask */
@@ -1377,11 +1424,14 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!rc) {
         const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+        char how[96] = "";
+        if (S.parallel > 1)
+            snprintf(how, sizeof how, ", %s%s", S.batching ? "continuous batching" : "no batching",
+                     t_one > 0 ? (S.batching ? " (auto)" : " (auto: a forward is cheaper than a hand-off)") : "");
         fprintf(stderr, "specula: serving %s (%s, chat template %s, %d slot%s, speculation %s%s) on http://%s:%u\n",
                 S.model_id, sp_model_desc(S.m), sp_chat_name(S.tmpl), S.parallel, S.parallel > 1 ? "s" : "",
-                S.defaults.draft.kind == SP_DRAFT_NONE ? "off" : sp_drafter_name(S.defaults.draft.kind),
-                S.batching ? ", continuous batching" : "", host,
-                di ? (unsigned)di->port : (unsigned)port);
+                S.defaults.draft.kind == SP_DRAFT_NONE ? "off" : sp_drafter_name(S.defaults.draft.kind), how,
+                host, di ? (unsigned)di->port : (unsigned)port);
         int sig = 0;
         sigwait(&set, &sig);
         fprintf(stderr, "specula: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -1390,13 +1440,6 @@ int cmd_serve(int argc, char **argv) {
         pthread_cond_broadcast(&S.cv);
         pthread_mutex_unlock(&S.mu);
         MHD_stop_daemon(d);
-    }
-    if (B.started) { /* every connection is done: nothing can hand in work now */
-        pthread_mutex_lock(&B.mu);
-        B.stop = true;
-        pthread_cond_broadcast(&B.cv);
-        pthread_mutex_unlock(&B.mu);
-        pthread_join(B.th, NULL);
     }
     free(B.logits);
     for (int i = 0; S.slots && i < S.parallel; i++) {
