@@ -16,6 +16,7 @@
 #include "gguf_write.h"
 #include "model_internal.h"
 #include "ops.h"
+#include "train_mm.h"
 #include "quant.h"
 #include "sp_model.h"
 #include "sp_rng.h"
@@ -344,50 +345,6 @@ static void rmsnorm_backward(float *dx, float *dw, const float *dy, const float 
     }
 }
 
-typedef struct mm_args {
-    float *out;          /* forward: [n][O] */
-    const float *inp;    /* [n][I] */
-    const float *w;      /* [O][I] */
-    const float *wt;     /* [I][O] */
-    float *dinp, *dw;    /* backward: [n][I] (added to), [O][I] (added to) */
-    const float *dout;   /* [n][O] */
-    int64_t n, I, O;
-} mm_args;
-
-/* out[r][:] = sum_i inp[r][i] wt[i][:] for rows r of this thread; four rows
- * share each load of wt. */
-static void mm_fwd_job(void *arg, int ith, int nth) {
-    const mm_args *a = arg;
-    const int64_t I = a->I, O = a->O;
-    int64_t r0 = a->n * ith / nth, r1 = a->n * (ith + 1) / nth;
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        float *restrict o0 = a->out + r * O, *restrict o1 = o0 + O, *restrict o2 = o1 + O,
-                        *restrict o3 = o2 + O;
-        memset(o0, 0, (size_t)(4 * O) * sizeof(float));
-        for (int64_t i = 0; i < I; i++) {
-            const float *restrict wr = a->wt + i * O;
-            const float x0 = a->inp[r * I + i], x1 = a->inp[(r + 1) * I + i];
-            const float x2 = a->inp[(r + 2) * I + i], x3 = a->inp[(r + 3) * I + i];
-            for (int64_t j = 0; j < O; j++) {
-                o0[j] += x0 * wr[j];
-                o1[j] += x1 * wr[j];
-                o2[j] += x2 * wr[j];
-                o3[j] += x3 * wr[j];
-            }
-        }
-    }
-    for (; r < r1; r++) {
-        float *restrict o = a->out + r * O;
-        memset(o, 0, (size_t)O * sizeof(float));
-        for (int64_t i = 0; i < I; i++) {
-            const float *restrict wr = a->wt + i * O;
-            const float x = a->inp[r * I + i];
-            for (int64_t j = 0; j < O; j++) o[j] += x * wr[j];
-        }
-    }
-}
-
 static void transpose_job(void *arg, int ith, int nth) {
     const mm_args *a = arg;
     float *wt = (float *)a->wt;
@@ -400,43 +357,15 @@ static void matmul_forward(sp_tmodel *m, float *out, const float *inp, const flo
                            int64_t I, int64_t O) {
     mm_args a = {.out = out, .inp = inp, .w = w, .wt = m->wt, .n = n, .I = I, .O = O};
     sp_pool_run(m->pool, transpose_job, &a);
-    sp_pool_run(m->pool, mm_fwd_job, &a);
-}
-
-/* dinp[r][:] += sum_o dout[r][o] w[o][:] */
-static void mm_bwd_inp_job(void *arg, int ith, int nth) {
-    const mm_args *a = arg;
-    const int64_t I = a->I, O = a->O;
-    for (int64_t r = a->n * ith / nth; r < a->n * (ith + 1) / nth; r++) {
-        float *restrict d = a->dinp + r * I;
-        for (int64_t o = 0; o < O; o++) {
-            const float g = a->dout[r * O + o];
-            const float *restrict wr = a->w + o * I;
-            for (int64_t i = 0; i < I; i++) d[i] += g * wr[i];
-        }
-    }
-}
-
-/* dw[o][:] += sum_r dout[r][o] inp[r][:] */
-static void mm_bwd_w_job(void *arg, int ith, int nth) {
-    const mm_args *a = arg;
-    const int64_t I = a->I, O = a->O;
-    for (int64_t o = O * ith / nth; o < O * (ith + 1) / nth; o++) {
-        float *restrict d = a->dw + o * I;
-        for (int64_t r = 0; r < a->n; r++) {
-            const float g = a->dout[r * O + o];
-            if (g == 0.0f) continue;
-            const float *restrict x = a->inp + r * I;
-            for (int64_t i = 0; i < I; i++) d[i] += g * x[i];
-        }
-    }
+    sp_pool_run(m->pool, sp_train_mm_active()->fwd, &a);
 }
 
 static void matmul_backward(sp_tmodel *m, float *dinp, float *dw, const float *dout,
                             const float *inp, const float *w, int64_t n, int64_t I, int64_t O) {
     mm_args a = {.inp = inp, .w = w, .dinp = dinp, .dw = dw, .dout = dout, .n = n, .I = I, .O = O};
-    sp_pool_run(m->pool, mm_bwd_inp_job, &a);
-    sp_pool_run(m->pool, mm_bwd_w_job, &a);
+    const sp_train_mm *k = sp_train_mm_active();
+    sp_pool_run(m->pool, k->bwd_inp, &a);
+    sp_pool_run(m->pool, k->bwd_w, &a);
 }
 
 /* RoPE of every row (position r % T) in place; cs: [T][hd] cos/sin pairs
