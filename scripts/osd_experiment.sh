@@ -19,7 +19,7 @@ BIN=build/specula
 T=$SHARED/models/stories260K.gguf
 STEPS=${OSD_WARMUP_STEPS:-600}
 SHAPE=48,2,4,2,128
-ONLINE="--online-every 128 --online-steps 32 --online-lr 0.003 --online-topk 16"
+ONLINE="--online-every 128 --online-steps 32 --online-topk 16"
 mkdir -p "$OUT"
 [ -x $BIN ] || make -j2 $BIN >/dev/null
 python3 scripts/osd_data.py "$SHARED" "$OUT"
@@ -56,6 +56,6 @@ $BIN bench -m "$T" -md "$OUT/warm_fkl.gguf" --prompts "$OUT/stream.jsonl" -n 64 
     | tee "$OUT/speed.txt"
 
 # 5. training speed of a ~15M-parameter model (dim 384, 8 layers) with 2 threads
-$BIN train --data "$OUT/train.txt" --vocab-from "$T" --shape 384,8,6,6,1024 --steps 6 --batch 4 --seq 128 \
-    --seed 1 -t 2 --out "$OUT/m15.gguf" 2>&1 | tr '\r' '\n' | grep -E "parameters|step 6/6|wrote" | tee "$OUT/train_speed.txt"
+$BIN train --data "$OUT/train.txt" --vocab-from "$T" --shape 384,8,6,6,1024 --steps 12 --batch 4 --seq 128 \
+    --seed 1 -t 2 --out "$OUT/m15.gguf" 2>&1 | tr '\r' '\n' | grep -E "parameters|step 12/12|wrote" | tee "$OUT/train_speed.txt"
 echo "osd_experiment: results in $OUT"
