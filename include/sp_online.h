@@ -73,8 +73,9 @@ sp_status sp_online_export(sp_online *o, const char *path, sp_error *err);
  * given the seeds. The output stays exactly the target's distribution.
  *
  * `like` is the draft model first served (same shape as the learner's
- * weights; snapshots borrow its tokenizer and settings). Free the spec
- * before the learner: the spec may be serving the learner's snapshot. */
+ * weights; snapshots borrow its tokenizer and settings). s may be NULL:
+ * learn for specs attached later. Free the spec (or detach it) before the
+ * learner: an attached spec drafts with the learner's snapshot. */
 typedef struct sp_online_schedule {
     int32_t every;    /* positions observed between training rounds (default 256) */
     int32_t steps;    /* optimizer steps per round (default 32) */
@@ -91,6 +92,18 @@ sp_status sp_online_serve(sp_online *o, sp_spec *s, const sp_model *like,
 /* Waits for a running round to finish and serves its snapshot now (a
  * checkpoint between requests, or the end of a stream). */
 void sp_online_wait(sp_online *o);
+
+/* One learner, several speculation objects in turn (a server slot whose
+ * requests use different settings): attach makes s (drafting with `like`)
+ * the one observed and gives it the newest snapshot; detach gives the
+ * attached spec `like` back and stops observing it, so it may outlive the
+ * learner. Only one spec is attached at a time; call both from the
+ * generating thread, between generations. */
+sp_status sp_online_attach(sp_online *o, sp_spec *s, sp_error *err);
+void sp_online_detach(sp_online *o);
+
+/* The draft the learner serves now: its newest snapshot, or `like`. */
+const sp_model *sp_online_model(const sp_online *o);
 
 typedef struct sp_online_stats {
     int64_t observed, buffered; /* positions seen, positions in the buffer */

@@ -119,5 +119,7 @@ void sp_spec_set_observer(sp_spec *s, sp_spec_observer fn, void *ud);
  * returns SP_OK. On failure the old draft stays. Output stays lossless:
  * verification always sees the q that produced each draft. */
 sp_status sp_spec_set_draft_model(sp_spec *s, const sp_model *m, sp_error *err);
+/* The draft model in use (NULL for drafters without one). */
+const sp_model *sp_spec_draft_model(const sp_spec *s);
 
 #endif

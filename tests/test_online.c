@@ -345,7 +345,76 @@ static void test_background_serving(void **state) {
     unlink(path);
 }
 
+/* One learner for two speculation objects in turn (a server slot): the
+ * attached one drafts with the newest snapshot, the detached one gets the
+ * original draft back and outlives the learner; greedy output stays the
+ * target's throughout. */
+static void greedy_check(sp_spec *s, sp_ctx *plain_ctx) {
+    sp_error e = {0};
+    const int32_t prompt[] = {1, 403, 407, 261, 378};
+    int32_t out[64], plain[64];
+    sp_gen_params gp = sp_gen_default_params();
+    gp.n_predict = 64;
+    gp.sampling.temperature = 0;
+    gp.stop_at_eog = false;
+    assert_int_equal(sp_spec_reset(s, &e), SP_OK);
+    if (sp_spec_generate(s, prompt, 5, &gp, out, 64, NULL, NULL, NULL, NULL, &e)) fail_msg("%s", e.msg);
+    sp_ctx_truncate(plain_ctx, 0, &e);
+    assert_int_equal(sp_generate(plain_ctx, prompt, 5, &gp, plain, 64, NULL, NULL, NULL, &e), SP_OK);
+    assert_memory_equal(out, plain, sizeof out);
+}
+
+static void test_attach_detach(void **state) {
+    (void)state;
+    sp_error e = {0};
+    sp_model *tm = NULL;
+    assert_int_equal(sp_model_load(tgt(), NULL, &tm, &e), SP_OK);
+    sp_ctx_params cp = sp_ctx_default_params();
+    cp.n_ctx = 256;
+    sp_ctx *ca = NULL, *cb = NULL, *cplain = NULL;
+    assert_int_equal(sp_ctx_init(tm, &cp, &ca, &e), SP_OK);
+    assert_int_equal(sp_ctx_init(tm, &cp, &cb, &e), SP_OK);
+    assert_int_equal(sp_ctx_init(tm, &cp, &cplain, &e), SP_OK);
+    sp_spec_params sp = sp_spec_default_params();
+    sp.draft.kind = SP_DRAFT_MODEL;
+    sp.draft.draft_model = tm; /* stories260K drafting for itself, learning online */
+    sp.gamma = 3;
+    sp_spec *a = NULL, *b = NULL;
+    assert_int_equal(sp_spec_init(ca, &sp, &a, &e), SP_OK);
+    assert_int_equal(sp_spec_init(cb, &sp, &b, &e), SP_OK);
+    sp_online_params op = sp_online_default_params();
+    sp_online *on = NULL;
+    assert_int_equal(sp_online_init(tgt(), &op, &on, &e), SP_OK);
+    assert_int_equal(sp_online_attach(on, a, &e), SP_ERR_ARG); /* not serving yet */
+    sp_online_schedule sch = sp_online_default_schedule();
+    sch.every = 32, sch.steps = 2, sch.background = false;
+    sp_model *other = NULL;
+    assert_int_equal(sp_model_load(tgt(), NULL, &other, &e), SP_OK);
+    assert_int_equal(sp_online_serve(on, a, other, &sch, &e), SP_ERR_ARG); /* a drafts with tm, not other */
+    sp_model_free(other);
+    assert_int_equal(sp_online_serve(on, NULL, tm, &sch, &e), SP_OK);
+    assert_int_equal(sp_online_attach(on, a, &e), SP_OK);
+    greedy_check(a, cplain);
+    assert_true(sp_online_model(on) != tm); /* rounds ran inline and were swapped in */
+    assert_ptr_equal(sp_spec_draft_model(a), sp_online_model(on));
+    assert_int_equal(sp_online_attach(on, b, &e), SP_OK);
+    assert_ptr_equal(sp_spec_draft_model(a), tm);
+    assert_ptr_equal(sp_spec_draft_model(b), sp_online_model(on));
+    greedy_check(b, cplain);
+    sp_online_stats os = sp_online_get_stats(on, NULL);
+    assert_true(os.rounds >= 3 && os.swaps == os.rounds && os.errors == 0);
+    sp_online_detach(on);
+    assert_ptr_equal(sp_spec_draft_model(b), tm);
+    sp_online_free(on); /* a and b outlive it */
+    greedy_check(a, cplain);
+    greedy_check(b, cplain);
+    sp_spec_free(a), sp_spec_free(b);
+    sp_ctx_free(ca), sp_ctx_free(cb), sp_ctx_free(cplain);
+    sp_model_free(tm);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_attach_detach),
     cmocka_unit_test(test_online_learning),
     cmocka_unit_test(test_snapshot_forward),
     cmocka_unit_test(test_swap_rebuilds_draft_cache),

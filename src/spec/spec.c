@@ -55,6 +55,10 @@ static int64_t draft_forwards(const sp_spec *s) {
     return s->draft_fwd_carry + sp_drafter_counters(s->drafter)->forwards;
 }
 
+const sp_model *sp_spec_draft_model(const sp_spec *s) {
+    return s->drafter && s->prm.draft.kind == SP_DRAFT_MODEL ? s->prm.draft.draft_model : NULL;
+}
+
 sp_status sp_spec_set_draft_model(sp_spec *s, const sp_model *m, sp_error *err) {
     if (!s->drafter || s->prm.draft.kind != SP_DRAFT_MODEL)
         return sp_fail(err, SP_ERR_ARG, "drafter: only a draft-model drafter can take a new draft model");

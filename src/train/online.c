@@ -39,8 +39,8 @@ struct sp_online {
     sp_online_schedule sch;
     sp_spec *spec;
     const sp_model *like;
-    sp_model *pending;       /* a snapshot not yet served */
-    sp_model *served;        /* the snapshot the spec drafts with (owned) */
+    sp_model *pending;       /* a snapshot not yet taken by the serving thread */
+    sp_model *served;        /* the newest taken snapshot (owned): the attached spec drafts with it */
     int64_t since_round;     /* positions observed since the last round started */
     sp_online_stats st;
     pthread_t thread;
@@ -280,11 +280,12 @@ static void *trainer_main(void *arg) {
     return NULL;
 }
 
-/* Serves snap (owned): the spec drafts with it from its next iteration; the
- * snapshot it replaces is freed. Runs on the serving thread. */
+/* Serves snap (owned): the attached spec (if any) drafts with it from its
+ * next iteration; the snapshot it replaces is freed (a detached spec was
+ * given back `like`, so nothing else uses it). Runs on the serving thread. */
 static void swap_in(sp_online *o, sp_model *snap) {
     sp_error e = {0};
-    if (sp_spec_set_draft_model(o->spec, snap, &e)) {
+    if (o->spec && sp_spec_set_draft_model(o->spec, snap, &e)) {
         sp_model_free(snap);
         pthread_mutex_lock(&o->mu);
         o->st.errors++;
@@ -332,6 +333,37 @@ static void serve_observe(void *ud, const int32_t *hist, int32_t first, const fl
     if (snap) swap_in(o, snap);
 }
 
+/* Takes a finished snapshot, if any (serving thread). */
+static void take_pending(sp_online *o) {
+    pthread_mutex_lock(&o->mu);
+    sp_model *snap = o->pending;
+    o->pending = NULL;
+    pthread_mutex_unlock(&o->mu);
+    if (snap) swap_in(o, snap);
+}
+
+void sp_online_detach(sp_online *o) {
+    if (!o->spec) return;
+    sp_spec_set_observer(o->spec, NULL, NULL);
+    sp_error e = {0};
+    if (o->served) sp_spec_set_draft_model(o->spec, o->like, &e); /* cannot fail: it served `like` before */
+    o->spec = NULL;
+}
+
+sp_status sp_online_attach(sp_online *o, sp_spec *s, sp_error *err) {
+    if (!o->serving) return sp_fail(err, SP_ERR_ARG, "online: the learner is not serving (sp_online_serve first)");
+    if (o->spec == s) return SP_OK;
+    sp_online_detach(o);
+    if (o->served) {
+        sp_status st = sp_spec_set_draft_model(s, o->served, err);
+        if (st) return st;
+    }
+    o->spec = s;
+    sp_spec_set_observer(s, serve_observe, o);
+    take_pending(o);
+    return SP_OK;
+}
+
 sp_status sp_online_serve(sp_online *o, sp_spec *s, const sp_model *like,
                           const sp_online_schedule *sch, sp_error *err) {
     if (o->serving) return sp_fail(err, SP_ERR_ARG, "online: the learner already serves a speculation object");
@@ -343,6 +375,8 @@ sp_status sp_online_serve(sp_online *o, sp_spec *s, const sp_model *like,
     sp_status st = sp_tmodel_to_model(o->m, like, &probe, err);
     if (st) return st;
     sp_model_free(probe);
+    if (s && sp_spec_draft_model(s) != like)
+        return sp_fail(err, SP_ERR_ARG, "online: the speculation object does not draft with the given draft model");
     o->spec = s;
     o->like = like;
     o->sch = *sch;
@@ -353,7 +387,7 @@ sp_status sp_online_serve(sp_online *o, sp_spec *s, const sp_model *like,
         o->thread_up = true;
     }
     o->serving = true;
-    sp_spec_set_observer(s, serve_observe, o);
+    if (s) sp_spec_set_observer(s, serve_observe, o);
     return SP_OK;
 }
 
@@ -366,6 +400,8 @@ void sp_online_wait(sp_online *o) {
     if (snap && o->serving) swap_in(o, snap);
     else sp_model_free(snap);
 }
+
+const sp_model *sp_online_model(const sp_online *o) { return o->served ? o->served : o->like; }
 
 sp_online_stats sp_online_get_stats(sp_online *o, sp_error *last_err) {
     pthread_mutex_lock(&o->mu);
