@@ -589,7 +589,45 @@ static void test_openai_client(void **state) {
     assert_non_null(strstr(out, "openai client: all checks passed"));
 }
 
+/* --online: the slots' drafts learn from the requests that draft with -md
+ * (stories260K drafting for itself, retrained every 16 positions on the
+ * background thread) and are swapped in; greedy text stays `specula
+ * generate`'s on every request, plain ones included, and /metrics counts
+ * the rounds and swaps. Without -md, --online is refused. */
+static void test_online(void **state) {
+    (void)state;
+    const char *extra[] = {"-md", stories(), "--parallel", "2", "--online", "--online-every", "16",
+                           "--online-steps", "2", NULL};
+    server s = start(extra);
+    char want[8192];
+    generate_text("Once upon a time", 32, want, sizeof want);
+    const char *specs[] = {"", ",\"speculative\":{\"gamma\":3}", ",\"speculative\":{\"n_max\":0}",
+                           ",\"speculative\":{\"drafter\":\"ngram\"}"};
+    for (int i = 0; i < 24; i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"model\":\"x\",\"prompt\":\"Once upon a time\",\"max_tokens\":32,\"temperature\":0%s}",
+                 specs[i % 4]);
+        json_t *j = ok_json(post(s.port, "/v1/completions", body));
+        assert_string_equal(choice_text(j), want);
+        json_decref(j);
+    }
+    long rounds = metric_value(s.port, "specula:online_rounds_total");
+    long swaps = metric_value(s.port, "specula:online_swaps_total");
+    long observed = metric_value(s.port, "specula:online_observed_positions_total");
+    printf("online: %ld positions observed, %ld rounds, %ld swaps\n", observed, rounds, swaps);
+    assert_true(observed >= 12 * 32);
+    assert_true(rounds >= 1 && swaps >= 1);
+    assert_int_equal(metric_value(s.port, "specula:online_errors_total"), 0);
+    assert_int_equal(stop(&s), 0);
+    char args[1024], buf[1024];
+    snprintf(args, sizeof args, "serve -m '%s' --online", stories());
+    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
+    assert_non_null(strstr(buf, "--online"));
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_online),
     cmocka_unit_test(test_completions_and_streams), cmocka_unit_test(test_chat),
     cmocka_unit_test(test_bad_requests),            cmocka_unit_test(test_api_key),
     cmocka_unit_test(test_bad_flags),

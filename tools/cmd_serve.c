@@ -52,6 +52,9 @@ typedef struct slot {
     uint64_t used[SPEC_CACHE]; /* last use (request counter), for eviction */
     uint64_t uses;
     bool busy;
+    sp_online *on;             /* --online: the slot's learner (one per slot: a
+                                * slot runs one request at a time) */
+    sp_spec *attached;         /* the spec the learner observes, or NULL */
 } slot;
 
 enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, EP_N };
@@ -63,6 +66,7 @@ static const double TPOT_B[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 
 static struct server {
     sp_model *m, *dm;
+    sp_cli_online_opts online;
     const sp_tokenizer *tok;
     char model_id[256];
     sp_spec_params defaults;
@@ -784,6 +788,10 @@ static void generate(run *g) {
     if (!batched) {
         if (c < 0) {
             c = lru;
+            if (sl->on && sl->attached == sl->spec[c]) { /* the learner lets it go first */
+                sp_online_detach(sl->on);
+                sl->attached = NULL;
+            }
             sp_spec_free(sl->spec[c]);
             sl->spec[c] = NULL;
             sl->sp[c] = g->r.spec;
@@ -791,6 +799,13 @@ static void generate(run *g) {
         }
         sl->used[c] = ++sl->uses;
         spec = sl->spec[c];
+        /* --online: requests drafting with the served draft model (chains)
+         * teach it and draft with what it has learned so far */
+        if (!st && sl->on && spec != sl->attached && sl->sp[c].draft.kind == SP_DRAFT_MODEL &&
+            sl->sp[c].tree.depth == 0 && sp_spec_draft_model(spec) == S.dm) {
+            st = sp_online_attach(sl->on, spec, &se);
+            if (!st) sl->attached = spec;
+        }
         if (!st) st = sp_spec_reset(spec, &se);
     }
     if (!st) st = sp_ctx_truncate(sl->ctx, 0, &se);
@@ -1022,6 +1037,23 @@ static char *metrics_text(void) {
         if (S.acc_pos[i] || i == 0)
             OUT("specula:spec_decode_num_accepted_tokens_per_pos{position=\"%d\"} %llu\n", i,
                 (unsigned long long)S.acc_pos[i]);
+    if (S.online.on) {
+        sp_online_stats t = {0};
+        for (int i = 0; i < S.parallel; i++) {
+            sp_online_stats o = sp_online_get_stats(S.slots[i].on, NULL);
+            t.observed += o.observed, t.rounds += o.rounds, t.steps += o.steps;
+            t.swaps += o.swaps, t.errors += o.errors, t.t_train += o.t_train;
+        }
+        OUT("# HELP specula:online_observed_positions_total Target rows the draft learners took in.\n"
+            "# TYPE specula:online_observed_positions_total counter\nspecula:online_observed_positions_total %lld\n",
+            (long long)t.observed);
+        OUT("# TYPE specula:online_rounds_total counter\nspecula:online_rounds_total %lld\n", (long long)t.rounds);
+        OUT("# TYPE specula:online_steps_total counter\nspecula:online_steps_total %lld\n", (long long)t.steps);
+        OUT("# HELP specula:online_swaps_total Trained drafts swapped into serving.\n"
+            "# TYPE specula:online_swaps_total counter\nspecula:online_swaps_total %lld\n", (long long)t.swaps);
+        OUT("# TYPE specula:online_errors_total counter\nspecula:online_errors_total %lld\n", (long long)t.errors);
+        OUT("# TYPE specula:online_train_seconds_total counter\nspecula:online_train_seconds_total %.3f\n", t.t_train);
+    }
     const char *hn[2] = {"specula:time_to_first_token_seconds", "specula:time_per_output_token_seconds"};
     const double *hb[2] = {TTFT_B, TPOT_B};
     const uint64_t *hc[2] = {S.ttft, S.tpot};
@@ -1216,7 +1248,10 @@ static void serve_usage(FILE *f) {
             "  on its own; --no-spec-batching keeps only the speculative requests apart.\n"
             "  Chat templates: %s (default: recognised from the model's\n"
             "  tokenizer.chat_template). A request's \"speculative\" object overrides the\n"
-            "  speculation defaults (n_max, n_min, p_min, drafter, verifier, gamma, tree, adaptive, ...).\n",
+            "  speculation defaults (n_max, n_min, p_min, drafter, verifier, gamma, tree, adaptive, ...).\n"
+            SP_CLI_ONLINE_USAGE
+            "  In the server each slot has its own learner, fed by the requests that draft\n"
+            "  with -md in a chain; /metrics reports specula:online_*.\n",
             sp_chat_names());
 }
 
@@ -1275,6 +1310,7 @@ int cmd_serve(int argc, char **argv) {
     static const struct option LONGOPTS[] = {
         SP_CLI_RUN_OPTIONS,
         SP_CLI_SPEC_OPTIONS,
+        SP_CLI_ONLINE_OPTIONS,
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
         {"parallel", required_argument, NULL, O_PAR},
@@ -1294,6 +1330,7 @@ int cmd_serve(int argc, char **argv) {
     run.n_ctx = 2048;
     sp_spec_config cfg;
     sp_spec_config_init(&cfg, NULL);
+    sp_cli_online_opts_default(&S.online);
     const char *host = "127.0.0.1", *tmpl_name = NULL, *alias = NULL, *flag;
     long long port = 8080, par = 1, queue = 64;
     enum { B_AUTO, B_ON, B_OFF } batch_mode = B_AUTO;
@@ -1302,7 +1339,8 @@ int cmd_serve(int argc, char **argv) {
     optind = 0;
     while ((c = sp_cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "h", LONGOPTS, "serve", &flag)) != -1) {
         if (c == '?') return 2;
-        if ((r = sp_cli_run_opt(c, flag, optarg, &run)) || (r = sp_cli_spec_opt(c, optarg, &cfg))) {
+        if ((r = sp_cli_run_opt(c, flag, optarg, &run)) || (r = sp_cli_spec_opt(c, optarg, &cfg)) ||
+            (r = sp_cli_online_opt(c, flag, optarg, &S.online))) {
             if (r < 0) return 2;
             continue;
         }
@@ -1351,6 +1389,10 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "specula: --chat-template must be one of %s, got '%s'\n", sp_chat_names(), tmpl_name);
         return 2;
     }
+    if (S.online.on && !run.draft_model) {
+        fprintf(stderr, "specula: --online trains a draft model: give one with -md DRAFT\n");
+        return 2;
+    }
     if (sp_cli_load_models(&run, &S.m, &S.dm)) return 1;
     S.tok = sp_model_tokenizer(S.m);
     S.defaults = cfg.params;
@@ -1390,6 +1432,15 @@ int cmd_serve(int argc, char **argv) {
         cp.pool = S.pool;
         if (sp_ctx_init(S.m, &cp, &S.slots[i].ctx, &e)) {
             fprintf(stderr, "specula: %s\n", e.msg);
+            rc = 1;
+        }
+    }
+    for (int i = 0; !rc && S.online.on && i < S.parallel; i++) {
+        sp_online_params op = S.online.p;
+        op.seed = (uint64_t)run.seed + (uint64_t)i;
+        if (sp_online_init(run.draft_model, &op, &S.slots[i].on, &e) ||
+            sp_online_serve(S.slots[i].on, NULL, S.dm, &S.online.sch, &e)) {
+            fprintf(stderr, "specula: online learning: %s\n", e.msg);
             rc = 1;
         }
     }
@@ -1444,6 +1495,7 @@ int cmd_serve(int argc, char **argv) {
     free(B.logits);
     for (int i = 0; S.slots && i < S.parallel; i++) {
         for (int j = 0; j < SPEC_CACHE; j++) sp_spec_free(S.slots[i].spec[j]);
+        sp_online_free(S.slots[i].on); /* after the specs: one of them may draft with its snapshot */
         sp_ctx_free(S.slots[i].ctx);
     }
     free(S.slots);
