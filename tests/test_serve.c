@@ -590,14 +590,16 @@ static void test_openai_client(void **state) {
 }
 
 /* --online: the slots' drafts learn from the requests that draft with -md
- * (stories260K drafting for itself, retrained every 16 positions on the
- * background thread) and are swapped in; greedy text stays `specula
+ * (stories260K drafting for itself, retrained every 16 positions) and are
+ * swapped in; greedy text stays `specula
  * generate`'s on every request, plain ones included, and /metrics counts
  * the rounds and swaps. Without -md, --online is refused. */
 static void test_online(void **state) {
     (void)state;
+    /* inline rounds (--online-sync): on a loaded machine a background
+     * round may not finish before the last request */
     const char *extra[] = {"-md", stories(), "--parallel", "2", "--online", "--online-every", "16",
-                           "--online-steps", "2", NULL};
+                           "--online-steps", "2", "--online-sync", NULL};
     server s = start(extra);
     char want[8192];
     generate_text("Once upon a time", 32, want, sizeof want);
