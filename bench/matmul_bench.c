@@ -2,7 +2,8 @@
  * tier up to the best; "-pk": over packed Q8_0/Q4_0 weights, see ops.h), per
  * weight type, in llm.c's dev/ style:
  *
- *   matmul_bench [stream_mb] [k]      (defaults 1024 MB, k = 4096)
+ *   matmul_bench [stream_mb] [k] [types]   (defaults 1024 MB, k = 4096, all;
+ *                                           types: comma-separated, e.g. q8_0,q4_K)
  *
  * "hot": a 1 MiB weight matrix (in L2) multiplied by n = 1, 8, 16 activation
  * rows, repeated for ~0.2 s: the kernel's arithmetic rate in GMAC/s (what
@@ -10,23 +11,33 @@
  * bound). "stream": one pass over stream_mb MB of weights with n = 1 (weights
  * in DRAM): GB/s of weights, to set against `specula bench-forward`'s
  * one-thread bound. The matrix rows are copies of one quantised random row
- * (the kernels' time does not depend on the values). */
+ * (the kernels' time does not depend on the values). Times are the thread's
+ * CPU time. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ops.h"
 #include "quant.h"
-#include "sp_clock.h"
 #include "sp_rng.h"
+
+/* The thread's CPU time: on a machine shared with other processes, time
+ * spent descheduled does not count against the kernel (stalls on memory
+ * still do). */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static double run(sp_mm_kernel kern, sp_mm *m, int64_t rows, double min_s, long *reps_out) {
     long reps = 0;
-    double t0 = sp_now(), t;
+    double t0 = cpu_now(), t;
     do {
         kern(m, 0, rows);
         reps++;
-        t = sp_now() - t0;
+        t = cpu_now() - t0;
     } while (t < min_s);
     *reps_out = reps;
     return t / (double)reps;
@@ -53,6 +64,13 @@ int main(int argc, char **argv) {
     printf("%-6s %-10s %10s %10s %10s %12s\n", "type", "isa", "n=1 GMAC/s", "n=8", "n=16", "stream GB/s");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const sp_ggml_type t = types[ti];
+        if (argc > 3) { /* only the listed types */
+            char list[256];
+            snprintf(list, sizeof list, ",%s,", argv[3]);
+            char want[32];
+            snprintf(want, sizeof want, ",%s,", sp_ggml_type_name(t));
+            if (!strstr(list, want)) continue;
+        }
         const size_t rb = sp_ggml_row_size(t, k);
         const int64_t hot_rows = (1 << 20) / (int64_t)rb < 16 ? 16 : (1 << 20) / (int64_t)rb;
         const int64_t st_rows = (int64_t)(stream_mb * 1e6 / (double)rb);

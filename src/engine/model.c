@@ -336,8 +336,11 @@ static void att_job_run(void *arg, int ith, int nth) {
     const sp_att_scores_fn scores = sp_ops_att_scores();
     const sp_att_mix_fn mix = sp_ops_att_mix();
     const sp_softmax_fn softmax = sp_ops_softmax();
+    /* head-major: a head's tokens follow each other, so its K and V rows
+     * (a few tens of KiB) are read from memory once and from L2 for the
+     * other tokens, rather than the whole layer's cache once per token */
     for (int64_t task = tasks * ith / nth; task < tasks * (ith + 1) / nth; task++) {
-        int32_t t = (int32_t)(task / H), h = (int32_t)(task % H);
+        int32_t h = (int32_t)(task / a->n), t = (int32_t)(task % a->n);
         const float *q = a->q + t * q_dim + (int64_t)h * hd;
         const int64_t koff = (int64_t)(h / group) * hd;
         /* causal: slots after the token's own are never seen */

@@ -371,6 +371,17 @@ DEFINE_MM_Q(mm_q8_0, tile_q8_0)
 #define PK_PF_BYTES 2048
 #endif
 
+/* acc += dpbusd(w, the 4 bytes at p broadcast): the broadcast embedded in
+ * the instruction ({1to16}), which compilers do not form from set1. */
+AI __m512i dpbusd_b(__m512i acc, __m512i w, const void *p) {
+#ifdef PK_NO_EMBEDDED_BCAST
+    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(*(const int32_t *)p));
+#else
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)p));
+    return acc;
+#endif
+}
+
 AI void pk_unpack(const uint8_t *q, const bool q4, __m512i w[8]) {
     if (q4) {
         const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -409,7 +420,7 @@ AI void pk_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, const bool 
             const uint8_t *xr = xs[t];
             const int32_t *xq = (const int32_t *)(xr + 32 * b);
             __m512i dot = _mm512_set1_epi32(((const int32_t *)(xr + dc))[b]);
-            UNROLL for (int j = 0; j < 8; j++) dot = _mm512_dpbusd_epi32(dot, w[j], _mm512_set1_epi32(xq[j]));
+            UNROLL for (int j = 0; j < 8; j++) dot = dpbusd_b(dot, w[j], xq + j);
             const __m512 s = _mm512_mul_ps(wd, _mm512_set1_ps(((const float *)(xr + dd))[b]));
             acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(dot), s));
         }
@@ -444,6 +455,10 @@ static void mm_q4_0_pk(const sp_mm *m, int64_t r0, int64_t r1) { mm_pk(m, r0, r1
  * y += (d_x d) sumi - (d_x dmin) summ, super-blocks in order: bit-identical
  * to the scalar reference. */
 #define PK4K_UNIT 2368
+/* Largest token tile of the K-quant kernels (16 or 8). */
+#ifndef PK_K_NT_MAX
+#define PK_K_NT_MAX 16
+#endif
 
 AI void pk4k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, __mmask16 live) {
     const int64_t k = m->k, nb = k / SP_QK_K;
@@ -474,8 +489,8 @@ AI void pk4k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
             const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(unit + 2048 + 16 * s8)));
             UNROLL for (int t = 0; t < NT; t++) {
                 const int32_t *xq = (const int32_t *)(xs[t] + 256 * b + 32 * s8);
-                __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(xq[0]));
-                UNROLL for (int j = 1; j < 8; j++) dot = _mm512_dpbusd_epi32(dot, w[j], _mm512_set1_epi32(xq[j]));
+                __m512i dot = dpbusd_b(_mm512_setzero_si512(), w[0], xq);
+                UNROLL for (int j = 1; j < 8; j++) dot = dpbusd_b(dot, w[j], xq + j);
                 sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(dot, sc));
             }
         }
@@ -568,7 +583,8 @@ static void mm_q6_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
         const int64_t hi = r1 < (g + 1) * SP_PACK_ROWS ? r1 - g * SP_PACK_ROWS : SP_PACK_ROWS;
         const __mmask16 live = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
         int32_t t = 0;
-        for (; t + 16 <= m->n; t += 16) pk6k_tile(m, g, t, 16, t == 0, live);
+        if (PK_K_NT_MAX >= 16)
+            for (; t + 16 <= m->n; t += 16) pk6k_tile(m, g, t, 16, t == 0, live);
         for (; t + 8 <= m->n; t += 8) pk6k_tile(m, g, t, 8, t == 0, live);
         for (; t + 4 <= m->n; t += 4) pk6k_tile(m, g, t, 4, t == 0, live);
         for (; t + 2 <= m->n; t += 2) pk6k_tile(m, g, t, 2, t == 0, live);
@@ -582,7 +598,8 @@ static void mm_q4_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
         const int64_t hi = r1 < (g + 1) * SP_PACK_ROWS ? r1 - g * SP_PACK_ROWS : SP_PACK_ROWS;
         const __mmask16 live = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
         int32_t t = 0;
-        for (; t + 16 <= m->n; t += 16) pk4k_tile(m, g, t, 16, t == 0, live);
+        if (PK_K_NT_MAX >= 16)
+            for (; t + 16 <= m->n; t += 16) pk4k_tile(m, g, t, 16, t == 0, live);
         for (; t + 8 <= m->n; t += 8) pk4k_tile(m, g, t, 8, t == 0, live);
         for (; t + 4 <= m->n; t += 4) pk4k_tile(m, g, t, 4, t == 0, live);
         for (; t + 2 <= m->n; t += 2) pk4k_tile(m, g, t, 2, t == 0, live);
