@@ -10,7 +10,9 @@
 # usage: bench/serve_bench.sh MODEL [CLIENTS REQUESTS MAX_TOKENS THREADS SPEC]
 # environment: PARALLEL (default "1 2 4 8"), SPECULA (the binary to serve with,
 # default build/specula), SERVE_FLAGS (more server flags,
-# e.g. "-md DRAFT.gguf"), ONLY_SPEC=1 (the speculative rows only)
+# e.g. "-md DRAFT.gguf"), ONLY_SPEC=1 (the speculative rows only), COST_AB=1
+# (also the shared pass with --spec-cost wall: the adaptive draft length
+# charged the pass's wall time instead of its share)
 # (build first: make build/specula build/bench/serve_bench)
 set -eu
 M=$1
@@ -19,6 +21,7 @@ SPEC=${6:-'{"drafter":"lowbit","lowbit":"q4_0"}'}
 PARALLEL=${PARALLEL:-"1 2 4 8"}
 SERVE_FLAGS=${SERVE_FLAGS:-}
 ONLY_SPEC=${ONLY_SPEC:-0}
+COST_AB=${COST_AB:-0}
 B=$(dirname "$0")/../build
 BIN=${SPECULA:-$B/specula}
 log=$(mktemp)
@@ -43,6 +46,7 @@ for p in $PARALLEL; do
     [ $p -gt 1 ] && one $p "plain, no batching" "--batching off" ""
   fi
   one $p "speculative, shared" "--batching on" "$SPEC"
+  [ "$COST_AB" = 1 ] && [ $p -gt 1 ] && one $p "spec., shared, wall" "--batching on --spec-cost wall" "$SPEC"
   if [ $p -gt 1 ]; then
     one $p "speculative, own slot" "--batching on --no-spec-batching" "$SPEC"
     one $p "speculative, auto" "" "$SPEC"

@@ -558,6 +558,9 @@ static void test_batching(void **state) {
            seqs, steps, steps > 0 ? (double)seqs / (double)steps : 0.0, spec, shared);
     assert_true(steps > 0 && seqs > steps); /* some passes carried several requests */
     assert_true(spec > 0 && shared > 0);    /* speculative requests' passes joined the others */
+    assert_true(metric_value(s.port, "specula:batch_tokens_total") > seqs);   /* drafted rows verified */
+    assert_true(metric_value(s.port, "specula:batch_spec_tokens_total") > spec);
+    assert_true(metric_value(s.port, "specula:batch_pass_row_seconds") >= 0); /* the fit is exported */
     assert_int_equal(stop(&s), 0);
 }
 

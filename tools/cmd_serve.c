@@ -82,6 +82,7 @@ static struct server {
     atomic_bool stopping;
     bool batching;          /* plain requests share forward passes (continuous batching) */
     bool spec_batching;     /* ... and speculative requests' target forwards too */
+    bool spec_cost_wall;    /* adaptive draft length: charge a shared pass's wall time, not the share */
     sp_pool *pool;          /* batching: the one pool every slot computes on */
     /* metrics (under mmu) */
     pthread_mutex_t mmu;
@@ -716,7 +717,7 @@ static sp_status batch_forward(sp_ctx *ctx, const sp_batch *b, bool spec, float 
 /* sp_spec's target-forward hook (sp_spec_set_forward): the shared pass. */
 static sp_status spec_forward(void *ud, sp_ctx *c, const sp_batch *b, float *logits, double *cost, sp_error *err) {
     (void)ud;
-    return batch_forward(c, b, true, logits, cost, err);
+    return batch_forward(c, b, true, logits, S.spec_cost_wall ? NULL : cost, err);
 }
 
 static void batch_active(int delta) {
@@ -1237,6 +1238,7 @@ static void serve_usage(FILE *f) {
             "usage: specula serve -m MODEL [-md DRAFT] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
             "         [--queue N] [-c CTX] [-t THREADS] [--api-key KEY] [--chat-template NAME]\n"
             "         [--alias NAME] [--batching auto|on|off] [--no-batching] [--no-spec-batching]\n"
+            "         [--spec-cost share|wall]\n"
             "         [sampling and speculation defaults as for generate]\n"
             "  OpenAI-compatible endpoints: POST /v1/completions, POST /v1/chat/completions,\n"
             "  GET /v1/models, GET /health, GET /metrics. --port 0 picks a free port (printed).\n"
@@ -1246,6 +1248,9 @@ static void serve_usage(FILE *f) {
             "  so when a one-token forward takes 0.5 ms or more (below, a hand-off costs\n"
             "  more than sharing saves); on forces it; off (--no-batching) runs each slot\n"
             "  on its own; --no-spec-batching keeps only the speculative requests apart.\n"
+            "  --spec-cost: what the adaptive draft length is charged for a shared pass: its\n"
+            "  share (the default: an equal part of the pass's fixed cost plus its rows'\n"
+            "  marginal cost) or, for comparison, the pass's whole wall time.\n"
             "  Chat templates: %s (default: recognised from the model's\n"
             "  tokenizer.chat_template). A request's \"speculative\" object overrides the\n"
             "  speculation defaults (n_max, n_min, p_min, drafter, verifier, gamma, tree, adaptive, ...).\n"
@@ -1306,7 +1311,8 @@ static sp_chat_tmpl model_template(const char *path) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    enum { O_HOST = SP_OPT_CMD, O_PORT, O_PAR, O_QUEUE, O_KEY, O_TMPL, O_ALIAS, O_NOBATCH, O_BATCH, O_NOSPECBATCH };
+    enum { O_HOST = SP_OPT_CMD, O_PORT, O_PAR, O_QUEUE, O_KEY, O_TMPL, O_ALIAS, O_NOBATCH, O_BATCH, O_NOSPECBATCH,
+           O_SPECCOST };
     static const struct option LONGOPTS[] = {
         SP_CLI_RUN_OPTIONS,
         SP_CLI_SPEC_OPTIONS,
@@ -1322,6 +1328,7 @@ int cmd_serve(int argc, char **argv) {
         {"no-batching", no_argument, NULL, O_NOBATCH},
         {"batching", required_argument, NULL, O_BATCH},
         {"no-spec-batching", no_argument, NULL, O_NOSPECBATCH},
+        {"spec-cost", required_argument, NULL, O_SPECCOST},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1363,6 +1370,13 @@ int cmd_serve(int argc, char **argv) {
             }
             break;
         case O_NOSPECBATCH: no_spec_batching = true; break;
+        case O_SPECCOST:
+            if (strcmp(optarg, "share") && strcmp(optarg, "wall")) {
+                fprintf(stderr, "specula: %s must be share or wall, got '%s'\n", flag, optarg);
+                return 2;
+            }
+            S.spec_cost_wall = !strcmp(optarg, "wall");
+            break;
         case 'h': serve_usage(stdout); return 0;
         default: return 2;
         }
