@@ -60,18 +60,23 @@ static round_result run_round(sp_model *tm, const char *draft_path, sp_online *o
     return rr;
 }
 
-static void test_online_learning(void **state) {
-    (void)state;
-    char path[600];
-    snprintf(path, sizeof path, "%s/online-draft.gguf", sp_tmpdir());
+/* A fresh random draft (dim 32, 1 layer, stories260K's vocabulary) at path. */
+static void write_fresh_draft(const char *path) {
     sp_error e = {0};
-    /* a fresh draft: dim 32, 1 layer, stories260K's vocabulary */
     sp_train_shape sh = sp_train_default_shape();
     sh.dim = 32, sh.n_layers = 1, sh.n_heads = 2, sh.n_kv_heads = 1, sh.ffn_dim = 64, sh.n_vocab = 512;
     sp_tmodel *fresh = NULL;
     assert_int_equal(sp_tmodel_init(&sh, 5, &fresh, &e), SP_OK);
     assert_int_equal(sp_tmodel_save(fresh, path, SP_GGML_F32, tgt(), &e), SP_OK);
     sp_tmodel_free(fresh);
+}
+
+static void test_online_learning(void **state) {
+    (void)state;
+    char path[600];
+    snprintf(path, sizeof path, "%s/online-draft.gguf", sp_tmpdir());
+    sp_error e = {0};
+    write_fresh_draft(path);
 
     sp_model *tm = NULL;
     assert_int_equal(sp_model_load(tgt(), NULL, &tm, &e), SP_OK);
@@ -284,12 +289,7 @@ static void test_background_serving(void **state) {
     char path[600];
     snprintf(path, sizeof path, "%s/online-bg.gguf", sp_tmpdir());
     sp_error e = {0};
-    sp_train_shape sh = sp_train_default_shape();
-    sh.dim = 32, sh.n_layers = 1, sh.n_heads = 2, sh.n_kv_heads = 1, sh.ffn_dim = 64, sh.n_vocab = 512;
-    sp_tmodel *fresh = NULL;
-    assert_int_equal(sp_tmodel_init(&sh, 5, &fresh, &e), SP_OK);
-    assert_int_equal(sp_tmodel_save(fresh, path, SP_GGML_F32, tgt(), &e), SP_OK);
-    sp_tmodel_free(fresh);
+    write_fresh_draft(path);
     sp_model *tm = NULL, *dm = NULL;
     assert_int_equal(sp_model_load(tgt(), NULL, &tm, &e), SP_OK);
     assert_int_equal(sp_model_load(path, NULL, &dm, &e), SP_OK);
