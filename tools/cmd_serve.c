@@ -10,8 +10,10 @@
  * --queue places, then get 503. With --parallel above 1, requests are
  * batched continuously (see "batching" below: one forward pass of the
  * target per step for all of them, speculative requests' verification
- * passes included; their drafts run on their slots). A streamed response is written by a generation
- * thread into a pipe that the connection's reader drains; a client that
+ * passes included; their drafts run on their slots), unless a forward of
+ * the model is too cheap for that to pay (--batching auto). A streamed
+ * response is written by a generation thread into a pipe that the
+ * connection's reader drains; a client that
  * disconnects closes the pipe, which cancels its generation. SIGINT and
  * SIGTERM stop the daemon: in-flight generations are cancelled, every
  * connection finishes, everything is freed, exit 0. */
