@@ -631,7 +631,58 @@ static void test_online(void **state) {
     assert_non_null(strstr(buf, "--online"));
 }
 
+/* Several drafts: stories260K drafting for itself (always accepted at T=0)
+ * and a fresh random draft (never): the router sends most requests to the
+ * first, each response names its draft, the text stays `specula
+ * generate`'s, and with --online each draft's learner sees only its own
+ * requests. */
+static long metric_label(int port, const char *name, const char *label) {
+    char full[256];
+    snprintf(full, sizeof full, "%s{%s}", name, label);
+    return metric_value(port, full);
+}
+
+static void test_routing(void **state) {
+    (void)state;
+    char fresh[1024], args[2048], buf[4096];
+    snprintf(fresh, sizeof fresh, "%s/serve-fresh-%d.gguf", sp_tmpdir(), (int)getpid());
+    snprintf(args, sizeof args,
+             "mkmodel --out '%s' --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --vocab-from '%s' "
+             "--type f32 --seed 3",
+             fresh, stories());
+    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 0);
+    const char *extra[] = {"-md", stories(), "-md", fresh, "--gamma", "3", "--online", "--online-sync",
+                           "--online-every", "32", "--online-steps", "1", NULL};
+    server s = start(extra);
+    char want[8192];
+    generate_text("Once upon a time", 24, want, sizeof want);
+    int to_first = 0;
+    for (int i = 0; i < 30; i++) {
+        json_t *j = ok_json(post(s.port, "/v1/completions",
+                                 "{\"model\":\"x\",\"prompt\":\"Once upon a time\",\"max_tokens\":24,"
+                                 "\"temperature\":0}"));
+        assert_string_equal(choice_text(j), want);
+        json_t *d = json_object_get(json_object_get(json_object_get(j, "metrics"), "speculative_decoding"),
+                                    "draft_model");
+        assert_true(json_is_integer(d));
+        if (i >= 15) to_first += json_integer_value(d) == 0;
+        json_decref(j);
+    }
+    long d0 = metric_label(s.port, "specula:draft_requests_total", "draft=\"0\"");
+    long d1 = metric_label(s.port, "specula:draft_requests_total", "draft=\"1\"");
+    printf("routing: %ld requests to the good draft, %ld to the fresh one; %d of the last 15 to the good one\n", d0,
+           d1, to_first);
+    assert_int_equal(d0 + d1, 30);
+    assert_true(d1 >= 1);       /* the optimistic start tries it */
+    assert_true(to_first >= 11); /* explore 0.1: a few random picks */
+    assert_true(metric_value(s.port, "specula:online_rounds_total") >= 2);
+    assert_int_equal(metric_value(s.port, "specula:online_errors_total"), 0);
+    assert_int_equal(stop(&s), 0);
+    unlink(fresh);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_routing),
     cmocka_unit_test(test_online),
     cmocka_unit_test(test_completions_and_streams), cmocka_unit_test(test_chat),
     cmocka_unit_test(test_bad_requests),            cmocka_unit_test(test_api_key),

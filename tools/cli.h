@@ -159,6 +159,12 @@ void sp_cli_online_print(FILE *f, sp_online *on);
  * loaded then); 0 on success. */
 int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel);
 
+/* Loads the drafts after the first (r->draft_models[1..]) into dms[1..]
+ * (dms[0] is the one sp_cli_load_models loaded). Prints one line and
+ * returns 1 on failure (what was loaded stays in dms for the caller to
+ * free). */
+int sp_cli_load_more_drafts(const sp_cli_run_opts *r, sp_model **dms);
+
 /* mkdir -p with mode 0755 (less the umask); the last component must end up
  * a directory. Returns 0 or -1 (errno set). */
 int sp_cli_make_dirs(const char *path);

@@ -200,6 +200,21 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
     return 0;
 }
 
+int sp_cli_load_more_drafts(const sp_cli_run_opts *r, sp_model **dms) {
+    sp_error err = {0};
+    for (int d = 1; d < r->n_draft_models; d++) {
+        sp_model_params mp = sp_model_default_params();
+        mp.tokenizer_path = r->draft_tokenizer ? r->draft_tokenizer : r->tokenizer;
+        mp.mlock = r->mlock;
+        mp.no_prefault = r->no_prefault;
+        if (sp_model_load(r->draft_models[d], &mp, &dms[d], &err)) {
+            fprintf(stderr, "specula: %s\n", err.msg);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int sp_cli_make_dirs(const char *path) {
     char p[4096];
     if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {

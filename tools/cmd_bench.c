@@ -320,7 +320,7 @@ static void bench_free(bench_state *b) {
     free(b->cs);
     sp_bench_configs_free(b->cfg, b->n_cfg);
     sp_ctx_free(b->ctx);
-    for (int d = 0; d < b->n_dm; d++) sp_model_free(b->dmodels[d]);
+    for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(b->dmodels[d]); /* NULL after a failed load */
     sp_model_free(b->model);
     prompts_free(&b->ps);
 }
@@ -389,17 +389,8 @@ static int bench_setup(const bench_opts *o, bench_state *b) {
     if (sp_cli_load_models(&o->run, &b->model, &b->dmodel)) return 2;
     b->dmodels[0] = b->dmodel;
     b->n_dm = b->dmodel ? 1 : 0;
-    for (int d = 1; d < o->run.n_draft_models; d++) {
-        sp_model_params mp = sp_model_default_params();
-        mp.tokenizer_path = o->run.draft_tokenizer ? o->run.draft_tokenizer : o->run.tokenizer;
-        mp.mlock = o->run.mlock;
-        mp.no_prefault = o->run.no_prefault;
-        if (sp_model_load(o->run.draft_models[d], &mp, &b->dmodels[d], &err)) {
-            fprintf(stderr, "specula: %s\n", err.msg);
-            return 2;
-        }
-        b->n_dm++;
-    }
+    if (sp_cli_load_more_drafts(&o->run, b->dmodels)) return 2;
+    b->n_dm = o->run.n_draft_models;
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = (int32_t)o->run.n_ctx;
     cp.n_threads = (int32_t)o->run.threads;

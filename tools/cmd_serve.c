@@ -54,9 +54,10 @@ typedef struct slot {
     uint64_t used[SPEC_CACHE]; /* last use (request counter), for eviction */
     uint64_t uses;
     bool busy;
-    sp_online *on;             /* --online: the slot's learner (one per slot: a
-                                * slot runs one request at a time) */
-    sp_spec *attached;         /* the spec the learner observes, or NULL */
+    /* --online: the slot's learner of each draft (per slot: a slot runs one
+     * request at a time; per draft: each draft learns from its requests) */
+    sp_online *on[SP_CLI_MAX_DRAFTS];
+    sp_spec *attached[SP_CLI_MAX_DRAFTS]; /* the spec each learner observes, or NULL */
 } slot;
 
 enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, EP_N };
@@ -67,7 +68,12 @@ static const double TPOT_B[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 #define NB 11
 
 static struct server {
-    sp_model *m, *dm;
+    sp_model *m, *dm;                    /* dm: the first draft, dms[0] */
+    sp_model *dms[SP_CLI_MAX_DRAFTS];    /* every -md */
+    int n_dm;
+    sp_router *router;                   /* several drafts: one is chosen per request */
+    pthread_mutex_t rmu;                 /* router and routed[] */
+    uint64_t routed[SP_CLI_MAX_DRAFTS], explored;
     sp_cli_online_opts online;
     const sp_tokenizer *tok;
     char model_id[256];
@@ -359,6 +365,7 @@ typedef struct run {
     double t0, t_first, t_last;
     sp_gen_stats gst;
     sp_spec_stats sst;
+    int draft;               /* the -md index it drafted with, -1 for none */
     char id[40];
     long long created;
     apierr err;
@@ -409,6 +416,7 @@ static json_t *spec_metrics(const run *g) {
     json_object_set_new(o, "acceptance_rate", json_real(sp_spec_acceptance_rate(s)));
     json_object_set_new(o, "mean_acceptance_length", json_real(drafts ? (double)s->accepted / drafts : 0));
     json_object_set_new(o, "num_accepted_tokens_per_pos", pos);
+    if (g->draft >= 0) json_object_set_new(o, "draft_model", json_integer(g->draft));
     json_t *m = json_object();
     json_object_set_new(m, "speculative_decoding", o);
     return m;
@@ -780,6 +788,19 @@ static sp_status generate_batched(run *g, sp_ctx *ctx, const sp_gen_params *p, s
 static void generate(run *g) {
     slot *sl = g->sl;
     sp_error se = {0};
+    /* the draft model: the router's choice for this prompt when there are several */
+    g->draft = -1;
+    if (g->r.spec.draft.kind == SP_DRAFT_MODEL && S.n_dm > 0) {
+        bool explored = false;
+        int d = 0;
+        pthread_mutex_lock(&S.rmu);
+        if (S.router) d = sp_router_choose(S.router, g->prompt, g->n_prompt, &explored);
+        S.routed[d]++;
+        S.explored += explored;
+        pthread_mutex_unlock(&S.rmu);
+        g->r.spec.draft.draft_model = S.dms[d];
+        g->draft = d;
+    }
     int c = -1, lru = 0;
     for (int i = 0; i < SPEC_CACHE && c < 0; i++)
         if (sl->spec[i] && !memcmp(&sl->sp[i], &g->r.spec, sizeof sl->sp[i])) c = i;
@@ -791,10 +812,11 @@ static void generate(run *g) {
     if (!batched) {
         if (c < 0) {
             c = lru;
-            if (sl->on && sl->attached == sl->spec[c]) { /* the learner lets it go first */
-                sp_online_detach(sl->on);
-                sl->attached = NULL;
-            }
+            for (int d = 0; d < S.n_dm; d++)
+                if (sl->on[d] && sl->attached[d] == sl->spec[c]) { /* the learner lets it go first */
+                    sp_online_detach(sl->on[d]);
+                    sl->attached[d] = NULL;
+                }
             sp_spec_free(sl->spec[c]);
             sl->spec[c] = NULL;
             sl->sp[c] = g->r.spec;
@@ -804,10 +826,11 @@ static void generate(run *g) {
         spec = sl->spec[c];
         /* --online: requests drafting with the served draft model (chains)
          * teach it and draft with what it has learned so far */
-        if (!st && sl->on && spec != sl->attached && sl->sp[c].draft.kind == SP_DRAFT_MODEL &&
-            sl->sp[c].tree.depth == 0 && sp_spec_draft_model(spec) == S.dm) {
-            st = sp_online_attach(sl->on, spec, &se);
-            if (!st) sl->attached = spec;
+        const int d = g->draft;
+        if (!st && d >= 0 && sl->on[d] && spec != sl->attached[d] && sl->sp[c].tree.depth == 0 &&
+            sp_spec_draft_model(spec) == S.dms[d]) {
+            st = sp_online_attach(sl->on[d], spec, &se);
+            if (!st) sl->attached[d] = spec;
         }
         if (!st) st = sp_spec_reset(spec, &se);
     }
@@ -838,6 +861,11 @@ static void generate(run *g) {
     if (st) bad(&g->err, st == SP_ERR_ARG || st == SP_ERR_RANGE ? 400 : 500, NULL, NULL, "%s", se.msg);
     else if (g->failed) bad(&g->err, 500, NULL, NULL, "out of memory keeping the generated text");
     else record_metrics(g);
+    if (!st && S.router && g->draft >= 0 && g->sst.drafted > 0) { /* the router learns what it reached */
+        pthread_mutex_lock(&S.rmu);
+        sp_router_update(S.router, g->prompt, g->n_prompt, g->draft, sp_spec_acceptance_rate(&g->sst));
+        pthread_mutex_unlock(&S.rmu);
+    }
 }
 
 /* Takes a free slot, waiting in the queue; NULL (and 503) when it is full. */
@@ -1042,11 +1070,12 @@ static char *metrics_text(void) {
                 (unsigned long long)S.acc_pos[i]);
     if (S.online.on) {
         sp_online_stats t = {0};
-        for (int i = 0; i < S.parallel; i++) {
-            sp_online_stats o = sp_online_get_stats(S.slots[i].on, NULL);
-            t.observed += o.observed, t.rounds += o.rounds, t.steps += o.steps;
-            t.swaps += o.swaps, t.errors += o.errors, t.t_train += o.t_train;
-        }
+        for (int i = 0; i < S.parallel; i++)
+            for (int d = 0; d < S.n_dm; d++) {
+                sp_online_stats o = sp_online_get_stats(S.slots[i].on[d], NULL);
+                t.observed += o.observed, t.rounds += o.rounds, t.steps += o.steps;
+                t.swaps += o.swaps, t.errors += o.errors, t.t_train += o.t_train;
+            }
         OUT("# HELP specula:online_observed_positions_total Target rows the draft learners took in.\n"
             "# TYPE specula:online_observed_positions_total counter\nspecula:online_observed_positions_total %lld\n",
             (long long)t.observed);
@@ -1056,6 +1085,16 @@ static char *metrics_text(void) {
             "# TYPE specula:online_swaps_total counter\nspecula:online_swaps_total %lld\n", (long long)t.swaps);
         OUT("# TYPE specula:online_errors_total counter\nspecula:online_errors_total %lld\n", (long long)t.errors);
         OUT("# TYPE specula:online_train_seconds_total counter\nspecula:online_train_seconds_total %.3f\n", t.t_train);
+    }
+    if (S.n_dm > 0) {
+        pthread_mutex_lock(&S.rmu);
+        OUT("# HELP specula:draft_requests_total Requests drafted by each draft model (-md index).\n"
+            "# TYPE specula:draft_requests_total counter\n");
+        for (int d = 0; d < S.n_dm; d++)
+            OUT("specula:draft_requests_total{draft=\"%d\"} %llu\n", d, (unsigned long long)S.routed[d]);
+        OUT("# TYPE specula:route_explored_total counter\nspecula:route_explored_total %llu\n",
+            (unsigned long long)S.explored);
+        pthread_mutex_unlock(&S.rmu);
     }
     const char *hn[2] = {"specula:time_to_first_token_seconds", "specula:time_per_output_token_seconds"};
     const double *hb[2] = {TTFT_B, TPOT_B};
@@ -1257,8 +1296,11 @@ static void serve_usage(FILE *f) {
             "  tokenizer.chat_template). A request's \"speculative\" object overrides the\n"
             "  speculation defaults (n_max, n_min, p_min, drafter, verifier, gamma, tree, adaptive, ...).\n"
             SP_CLI_ONLINE_USAGE
-            "  In the server each slot has its own learner, fed by the requests that draft\n"
-            "  with -md in a chain; /metrics reports specula:online_*.\n",
+            "  In the server each slot has its own learner per draft, fed by the requests that\n"
+            "  draft with it in a chain; /metrics reports specula:online_*.\n"
+            "  Several -md: a router picks the draft per request from its prompt, learning from\n"
+            "  the acceptance each request reached ([--explore E], default 0.1; responses name\n"
+            "  metrics.speculative_decoding.draft_model, /metrics specula:draft_requests_total).\n",
             sp_chat_names());
 }
 
@@ -1313,7 +1355,7 @@ static sp_chat_tmpl model_template(const char *path) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    enum { O_HOST = SP_OPT_CMD, O_PORT, O_PAR, O_QUEUE, O_KEY, O_TMPL, O_ALIAS, O_NOBATCH, O_BATCH, O_NOSPECBATCH,
+    enum { O_HOST = SP_OPT_CMD, O_PORT, O_PAR, O_QUEUE, O_KEY, O_TMPL, O_ALIAS, O_NOBATCH, O_BATCH, O_NOSPECBATCH, O_EXPLORE,
            O_SPECCOST };
     static const struct option LONGOPTS[] = {
         SP_CLI_RUN_OPTIONS,
@@ -1330,6 +1372,7 @@ int cmd_serve(int argc, char **argv) {
         {"no-batching", no_argument, NULL, O_NOBATCH},
         {"batching", required_argument, NULL, O_BATCH},
         {"no-spec-batching", no_argument, NULL, O_NOSPECBATCH},
+        {"explore", required_argument, NULL, O_EXPLORE},
         {"spec-cost", required_argument, NULL, O_SPECCOST},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -1337,6 +1380,8 @@ int cmd_serve(int argc, char **argv) {
     sp_cli_run_opts run;
     sp_cli_run_opts_default(&run);
     run.n_ctx = 2048;
+    run.multi_draft = true;
+    double explore = 0.1;
     sp_spec_config cfg;
     sp_spec_config_init(&cfg, NULL);
     sp_cli_online_opts_default(&S.online);
@@ -1372,6 +1417,9 @@ int cmd_serve(int argc, char **argv) {
             }
             break;
         case O_NOSPECBATCH: no_spec_batching = true; break;
+        case O_EXPLORE:
+            if (sp_cli_float(flag, optarg, 0, 1, &explore)) return 2;
+            break;
         case O_SPECCOST:
             if (strcmp(optarg, "share") && strcmp(optarg, "wall")) {
                 fprintf(stderr, "specula: %s must be share or wall, got '%s'\n", flag, optarg);
@@ -1410,6 +1458,23 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (sp_cli_load_models(&run, &S.m, &S.dm)) return 1;
+    S.dms[0] = S.dm;
+    S.n_dm = S.dm ? run.n_draft_models : 0;
+    if (sp_cli_load_more_drafts(&run, S.dms)) {
+        for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(S.dms[d]);
+        sp_model_free(S.m);
+        return 1;
+    }
+    pthread_mutex_init(&S.rmu, NULL);
+    if (S.n_dm > 1) {
+        sp_router_params rp = sp_router_default_params(S.n_dm);
+        rp.explore = explore;
+        rp.seed = (uint64_t)run.seed;
+        if (sp_router_init(&rp, &S.router, &e)) {
+            fprintf(stderr, "specula: %s\n", e.msg);
+            return 1;
+        }
+    }
     S.tok = sp_model_tokenizer(S.m);
     S.defaults = cfg.params;
     S.defaults.draft.draft_model = S.dm;
@@ -1451,15 +1516,16 @@ int cmd_serve(int argc, char **argv) {
             rc = 1;
         }
     }
-    for (int i = 0; !rc && S.online.on && i < S.parallel; i++) {
-        sp_online_params op = S.online.p;
-        op.seed = (uint64_t)run.seed + (uint64_t)i;
-        if (sp_online_init(run.draft_model, &op, &S.slots[i].on, &e) ||
-            sp_online_serve(S.slots[i].on, NULL, S.dm, &S.online.sch, &e)) {
-            fprintf(stderr, "specula: online learning: %s\n", e.msg);
-            rc = 1;
+    for (int i = 0; !rc && S.online.on && i < S.parallel; i++)
+        for (int d = 0; !rc && d < S.n_dm; d++) {
+            sp_online_params op = S.online.p;
+            op.seed = (uint64_t)run.seed + (uint64_t)(i * SP_CLI_MAX_DRAFTS + d);
+            if (sp_online_init(run.draft_models[d], &op, &S.slots[i].on[d], &e) ||
+                sp_online_serve(S.slots[i].on[d], NULL, S.dms[d], &S.online.sch, &e)) {
+                fprintf(stderr, "specula: online learning: %s\n", e.msg);
+                rc = 1;
+            }
         }
-    }
     if (!rc) S.n_ctx = sp_ctx_n_ctx(S.slots[0].ctx);
     pthread_mutex_init(&B.mu, NULL);
     pthread_cond_init(&B.cv, NULL);
@@ -1511,12 +1577,14 @@ int cmd_serve(int argc, char **argv) {
     free(B.logits);
     for (int i = 0; S.slots && i < S.parallel; i++) {
         for (int j = 0; j < SPEC_CACHE; j++) sp_spec_free(S.slots[i].spec[j]);
-        sp_online_free(S.slots[i].on); /* after the specs: one of them may draft with its snapshot */
+        for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++)
+            sp_online_free(S.slots[i].on[d]); /* after the specs: one of them may draft with its snapshot */
         sp_ctx_free(S.slots[i].ctx);
     }
     free(S.slots);
     sp_pool_free(S.pool);
-    sp_model_free(S.dm);
+    sp_router_free(S.router);
+    for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(S.dms[d]); /* dms[0] is dm */
     sp_model_free(S.m);
     return rc;
 }
