@@ -2,7 +2,8 @@
  *
  *   serve_bench PORT CLIENTS REQUESTS MAX_TOKENS [SPECULATIVE_JSON [WARMUP]]
  *
- * WARMUP requests are first sent all at once and not counted (one per slot
+ * SERVE_BENCH_MIX=1 in the environment sends every other request plainly
+ * (a mixed load). WARMUP requests are first sent all at once and not counted (one per slot
  * builds the slots' drafters, e.g. a low-bit copy of the model, which
  * would otherwise fall into the measured time).
  * CLIENTS threads each send streamed completions ("Once upon a time", T=0,
@@ -24,6 +25,7 @@
 
 static int port, max_tokens, total;
 static const char *spec = "";
+static int mix; /* SERVE_BENCH_MIX=1: every other request without the speculative object */
 static atomic_int next, failed;
 static double *ttft, *tpot;
 
@@ -34,7 +36,8 @@ static void one(int i) {
     char body[1024], req[2048];
     int bn = snprintf(body, sizeof body,
                       "{\"prompt\":\"Once upon a time\",\"max_tokens\":%d,\"temperature\":0,\"stream\":true%s%s}",
-                      max_tokens, *spec ? ",\"speculative\":" : "", spec);
+                      max_tokens, *spec && !(mix && i % 2) ? ",\"speculative\":" : "",
+                      mix && i % 2 ? "" : spec);
     int rn = snprintf(req, sizeof req,
                       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                       "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
@@ -124,6 +127,7 @@ int main(int argc, char **argv) {
         atomic_store(&next, 0);
         atomic_store(&failed, 0);
     }
+    mix = getenv("SERVE_BENCH_MIX") && atoi(getenv("SERVE_BENCH_MIX")) == 1; /* after the warm-up: it builds drafters */
     const double steps0 = metric("specula:batch_steps_total"), seqs0 = metric("specula:batch_sequences_total");
     const double toks0 = metric("specula:batch_tokens_total");
     const double acc0 = metric("specula:spec_decode_num_accepted_tokens");

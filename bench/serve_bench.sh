@@ -13,6 +13,7 @@
 # e.g. "-md DRAFT.gguf"), ONLY_SPEC=1 (the speculative rows only), COST_AB=1
 # (also the shared pass with --spec-cost wall: the adaptive draft length
 # charged the pass's wall time instead of its share)
+# SERVE_BENCH_MIX=1 (passed on to serve_bench: every other request plain).
 # (build first: make build/specula build/bench/serve_bench)
 set -eu
 M=$1
