@@ -738,7 +738,7 @@ static void batch_active(int delta) {
 }
 
 /* sp_generate's loop (prefill, then sample, emit, stop at EOG or the
- * budget, evaluate the token) with every forward through the batcher. */
+ * budget, evaluate the token) with every forward in the shared pass. */
 static sp_status generate_batched(run *g, sp_ctx *ctx, const sp_gen_params *p, sp_error *err) {
     const int32_t V = sp_model_cfg(S.m)->n_vocab;
     g->gst = (sp_gen_stats){.n_prompt = g->n_prompt};
