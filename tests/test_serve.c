@@ -356,6 +356,9 @@ static void test_bad_flags(void **state) {
     snprintf(args, sizeof args, "serve -m '%s' --parallel 2 --batching maybe", stories());
     assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
     assert_non_null(strstr(buf, "--batching must be auto, on or off"));
+    snprintf(args, sizeof args, "serve -m '%s' --spec-cost cheap", stories());
+    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
+    assert_non_null(strstr(buf, "--spec-cost must be share or wall"));
 }
 
 static void test_api_key(void **state) {
