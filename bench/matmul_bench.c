@@ -10,7 +10,8 @@
  * decides verification cost and whether decode can reach the memory
  * bound). "stream": one pass over stream_mb MB of weights with n = 1 (weights
  * in DRAM): GB/s of weights, to set against `specula bench-forward`'s
- * one-thread bound. The matrix rows are copies of one quantised random row
+ * one-thread bound; and the same pass with n = 8 (GMAC/s: verification
+ * with the weights coming from memory). The matrix rows are copies of one quantised random row
  * (the kernels' time does not depend on the values). Times are the thread's
  * CPU time. */
 #include <stdio.h>
@@ -61,7 +62,8 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < NMAX * k; i++) x[i] = (float)sp_rng_normal(&rng);
     for (int64_t i = 0; i < k; i++) row[i] = (float)sp_rng_normal(&rng) * 0.05f;
     printf("k %lld, hot matrix 1 MiB, stream matrix %.0f MB, one thread\n", (long long)k, stream_mb);
-    printf("%-6s %-10s %10s %10s %10s %12s\n", "type", "isa", "n=1 GMAC/s", "n=8", "n=16", "stream GB/s");
+    printf("%-6s %-10s %10s %10s %10s %12s %14s\n", "type", "isa", "n=1 GMAC/s", "n=8", "n=16", "stream GB/s",
+           "stream n=8 GMAC/s");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const sp_ggml_type t = types[ti];
         if (argc > 3) { /* only the listed types */
@@ -76,7 +78,7 @@ int main(int argc, char **argv) {
         const int64_t st_rows = (int64_t)(stream_mb * 1e6 / (double)rb);
         if (st_rows > (4 << 20)) continue;
         uint8_t *w = malloc(rb * (size_t)(st_rows > hot_rows ? st_rows : hot_rows));
-        float *y = malloc(sizeof(float) * (size_t)(st_rows > NMAX * hot_rows ? st_rows : NMAX * hot_rows));
+        float *y = malloc(sizeof(float) * (size_t)NMAX * (size_t)(st_rows > hot_rows ? st_rows : hot_rows));
         if (!w || !y) return 1;
         sp_quantize_row(t, row, w, k);
         for (int64_t r = 1; r < (st_rows > hot_rows ? st_rows : hot_rows); r++) memcpy(w + r * rb, w, rb);
@@ -112,18 +114,21 @@ int main(int argc, char **argv) {
                 double s = run(kern, &m, hot_rows, isa == 0 ? 0.05 : 0.2, &reps);
                 gmac[j] = (double)hot_rows * (double)k * ns[j] / s / 1e9;
             }
-            char buf[32] = "-"; /* the scalar tier skips the long pass */
+            char buf[32] = "-", buf8[32] = "-"; /* the scalar tier skips the long passes */
             if (isa) {
                 sp_mm m = {.wtype = t, .w = wm, .w_stride = ws, .k = k, .x = act, .x_stride = as, .n = 1,
                            .y = y, .ld_y = st_rows};
                 kern(&m, 0, st_rows); /* pages in */
                 double s = run(kern, &m, st_rows, 0.0, &reps);
                 snprintf(buf, sizeof buf, "%.1f", (double)st_rows * (double)rb / s / 1e9);
+                m.n = 8; /* verification-sized batch over weights streamed from memory */
+                s = run(kern, &m, st_rows, 0.0, &reps);
+                snprintf(buf8, sizeof buf8, "%.1f", (double)st_rows * (double)k * 8 / s / 1e9);
             }
             char name[24];
             snprintf(name, sizeof name, "%s%s", sp_ops_isa_name((sp_isa)isa), packed ? "-pk" : "");
-            printf("%-6s %-10s %10.1f %10.1f %10.1f %12s\n", sp_ggml_type_name(t), name, gmac[0], gmac[1],
-                   gmac[2], buf);
+            printf("%-6s %-10s %10.1f %10.1f %10.1f %12s %14s\n", sp_ggml_type_name(t), name, gmac[0], gmac[1],
+                   gmac[2], buf, buf8);
             fflush(stdout);
         }
         free(w);
