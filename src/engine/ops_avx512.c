@@ -493,7 +493,7 @@ AI void pk4k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
             for (int o = 0; o < PK4K_UNIT; o += 64) pk_prefetch(unit + o, NT);
         __m512i sumi[16];
         UNROLL for (int t = 0; t < NT; t++) sumi[t] = _mm512_setzero_si512();
-        for (int s8 = 0; s8 < 8; s8++) {
+        UNROLL for (int s8 = 0; s8 < 8; s8++) {
             const uint8_t *q = unit + 512 * (s8 >> 1);
             __m512i w[8];
             if (s8 & 1) {
