@@ -554,7 +554,10 @@ AI void pk6k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *unit = grp + (size_t)b * PK6K_UNIT;
         if (pf)
-            for (int o = 0; o < PK6K_UNIT; o += 64) pk_prefetch(unit + o, NT);
+            for (int o = 0; o < PK6K_UNIT; o += 64) pk_prefetch(unit + o, 2); /* the far form even for
+                * one token: unpacking 6-bit values costs Q6_K decode as much per byte as a tile
+                * of several tokens costs the others (forward_cpu_bench, synth-1b Q6_K, k=1:
+                * 42.9 -> 30.1 ms; matmul_bench stream 16 -> 28 GB/s) */
         __m512i sumi[16];
         const __m512i nc = _mm512_load_si512(unit + 3328);
         UNROLL for (int t = 0; t < NT; t++) sumi[t] = nc;
