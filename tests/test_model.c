@@ -158,6 +158,35 @@ static void test_batch_equals_sequential(void **state) {
     }
 }
 
+/* The K-quant formats with packed kernels (Q4_K, Q6_K: rows of 256) the
+ * same way, on 1 and 2 threads; 72 vocabulary rows end in a partial group
+ * of 16 rows. */
+static void test_batch_equals_sequential_kquants(void **state) {
+    (void)state;
+    const sp_ggml_type types[] = {SP_GGML_Q4_K, SP_GGML_Q6_K};
+    for (size_t i = 0; i < 2; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/specula_test_k%d_%d.gguf", sp_tmpdir(), (int)i, (int)getpid());
+        sp_mkmodel_params mp = sp_mkmodel_default_params();
+        mp.type = types[i];
+        mp.dim = 256;
+        mp.n_layers = 2;
+        mp.n_heads = 8;
+        mp.n_kv_heads = 4;
+        mp.ffn_dim = 512;
+        mp.n_vocab = 72;
+        mp.seed = 12;
+        sp_error err = {0};
+        if (sp_mkmodel(&mp, p, &err)) fail_msg("mkmodel: %s", err.msg);
+        sp_model *m = load(p, NULL);
+        assert_int_equal(sp_model_cfg(m)->wtype, types[i]);
+        batch_equals_sequential(m, 1);
+        batch_equals_sequential(m, 2);
+        sp_model_free(m);
+        unlink(p);
+    }
+}
+
 /* Results do not depend on the thread count (a model big enough that the
  * matmuls and attention really run on the pool). */
 static void test_threads_invariant(void **state) {
@@ -555,6 +584,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_tree_mask_and_keep),
     cmocka_unit_test(test_tree_levels_from_past),
     cmocka_unit_test(test_rope_scaling),
+    cmocka_unit_test(test_batch_equals_sequential_kquants),
     cmocka_unit_test(test_requantize),
     cmocka_unit_test(test_forward_errors),
     cmocka_unit_test(test_bad_model_files),
