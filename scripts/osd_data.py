@@ -11,6 +11,7 @@ stories, tokenised by the same 512-token vocabulary.
 
 Writes into OUTDIR:
   train.txt           training text (warm-up distillation)
+  heldout.txt         the held-out paragraphs (held-out loss)
   stories.jsonl       60 held-out story openings      {"prompt", "domain": "stories"}
   legal.jsonl         60 licence sentences            {"prompt", "domain": "legal"}
   stream.jsonl        stories 40, legal 40, stories 40 (the shift and the return)
@@ -34,6 +35,8 @@ def main():
     with open(os.path.join(out, "train.txt"), "w", encoding="utf-8") as f:
         f.write("\n\n".join(paras[:cut]) + "\n")
     held = paras[cut:]
+    with open(os.path.join(out, "heldout.txt"), "w", encoding="utf-8") as f:
+        f.write("\n\n".join(held) + "\n")
     # story openings: the first 8 words of held-out paragraphs that start a sentence
     stories = []
     for p in held:

@@ -22,23 +22,16 @@ mkdir -p "$OUT"
 make -j2 CC=clang BUILD=build-clang build-clang/specula >/dev/null
 BIN=build-clang/specula
 make -j2 build/specula >/dev/null
-python3 scripts/osd_data.py "$SHARED" "$OUT" >/dev/null
-python3 - "$SHARED" "$OUT" <<'PY'
-import sys
-shared, out = sys.argv[1], sys.argv[2]
-paras = [p.strip() for p in open(shared + "/data/tinystories_val_sample.txt", encoding="utf-8").read().split("\n\n") if p.strip()]
-cut = int(len(paras) * 0.8)
-open(out + "/heldout.txt", "w", encoding="utf-8").write("\n\n".join(paras[cut:]) + "\n")
-PY
+python3 scripts/osd_data.py "$SHARED" "$OUT" >/dev/null  # train.txt, heldout.txt, stories.jsonl
 t0=$(date +%s)
 $BIN train --data "$OUT/train.txt" --eval "$OUT/heldout.txt" --vocab-from "$S260" --shape 384,8,6,6,1024 \
     --steps "$STEPS" --batch 8 --seq 128 --lr 1e-3 --lr-min 1e-4 --warmup 30 --seed 1 -t 2 \
-    --out "$OUT/target15m.gguf" 2>&1 | tr '\r' '\n' | grep -v '^\[' | tee "$OUT/train.txt.log"
+    --out "$OUT/target15m.gguf" 2>&1 | tr '\r' '\n' | grep -v '^\[' | tee "$OUT/train.log"
 echo "train: $(( $(date +%s) - t0 )) s"
 # stories260K's held-out loss on the same text (one step at the smallest rate changes nothing measurable)
 $BIN train --init "$S260" --data "$OUT/train.txt" --eval "$OUT/heldout.txt" --steps 1 --lr 1e-8 --lr-min 1e-8 \
     --seed 1 -t 2 --out "$OUT/s260-copy.gguf" 2>&1 | tr '\r' '\n' | grep "held-out"
-# speculation with the new target: stories260K and the warm-up draft as drafts, greedy and T=1
+# speculation with the new target and stories260K as its draft, greedy and T=1
 for TEMP in 0 1; do
     build/specula bench -m "$OUT/target15m.gguf" -md "$S260" --prompts "$OUT/stories.jsonl" -n 64 --temp $TEMP \
         --seed 7 -t 2 --configs "gamma=4;gamma=2;adaptive=1" --out "$OUT/bench_t$TEMP" | tee "$OUT/bench_t$TEMP.txt"

@@ -164,14 +164,20 @@ int sp_cli_spec_opt(int opt, const char *arg, sp_spec_config *c) {
     return 1;
 }
 
-int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel) {
-    sp_error err = {0};
-    *model = *dmodel = NULL;
+/* Load settings of the target (draft false) or of a draft model. */
+static sp_model_params load_params(const sp_cli_run_opts *r, bool draft) {
     sp_model_params mp = sp_model_default_params();
-    mp.tokenizer_path = r->tokenizer;
+    mp.tokenizer_path = draft && r->draft_tokenizer ? r->draft_tokenizer : r->tokenizer;
     mp.mlock = r->mlock;
     mp.no_prefault = r->no_prefault;
     mp.tokenizer_pre = r->tokenizer_pre;
+    return mp;
+}
+
+int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel) {
+    sp_error err = {0};
+    *model = *dmodel = NULL;
+    sp_model_params mp = load_params(r, false);
     if (sp_model_load(r->model, &mp, model, &err)) {
         fprintf(stderr, "specula: %s\n", err.msg);
         return 1;
@@ -183,13 +189,13 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
         return 1;
     }
     if (r->n_draft_models > 1 && !r->multi_draft) {
-        fprintf(stderr, "specula: only one draft model (-md) here; several are for bench (route=auto)\n");
+        fprintf(stderr, "specula: only one draft model (-md) here; several are for bench (route=auto) and serve\n");
         sp_model_free(*model);
         *model = NULL;
         return 1;
     }
     if (r->draft_model) {
-        mp.tokenizer_path = r->draft_tokenizer ? r->draft_tokenizer : r->tokenizer;
+        mp = load_params(r, true);
         if (sp_model_load(r->draft_model, &mp, dmodel, &err)) {
             fprintf(stderr, "specula: %s\n", err.msg);
             sp_model_free(*model);
@@ -203,10 +209,7 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
 int sp_cli_load_more_drafts(const sp_cli_run_opts *r, sp_model **dms) {
     sp_error err = {0};
     for (int d = 1; d < r->n_draft_models; d++) {
-        sp_model_params mp = sp_model_default_params();
-        mp.tokenizer_path = r->draft_tokenizer ? r->draft_tokenizer : r->tokenizer;
-        mp.mlock = r->mlock;
-        mp.no_prefault = r->no_prefault;
+        sp_model_params mp = load_params(r, true);
         if (sp_model_load(r->draft_models[d], &mp, &dms[d], &err)) {
             fprintf(stderr, "specula: %s\n", err.msg);
             return 1;

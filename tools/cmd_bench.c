@@ -388,7 +388,6 @@ static int bench_setup(const bench_opts *o, bench_state *b) {
     sp_error err = {0};
     if (sp_cli_load_models(&o->run, &b->model, &b->dmodel)) return 2;
     b->dmodels[0] = b->dmodel;
-    b->n_dm = b->dmodel ? 1 : 0;
     if (sp_cli_load_more_drafts(&o->run, b->dmodels)) return 2;
     b->n_dm = o->run.n_draft_models;
     sp_ctx_params cp = sp_ctx_default_params();

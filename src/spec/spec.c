@@ -59,18 +59,24 @@ const sp_model *sp_spec_draft_model(const sp_spec *s) {
     return s->drafter && s->prm.draft.kind == SP_DRAFT_MODEL ? s->prm.draft.draft_model : NULL;
 }
 
-sp_status sp_spec_set_draft_model(sp_spec *s, const sp_model *m, sp_error *err) {
-    if (!s->drafter || s->prm.draft.kind != SP_DRAFT_MODEL)
-        return sp_fail(err, SP_ERR_ARG, "drafter: only a draft-model drafter can take a new draft model");
+/* A drafter for s's settings drafting with model m (its batch sized for
+ * the widest tree level). */
+static sp_status drafter_for(const sp_spec *s, const sp_model *m, sp_drafter **out, sp_error *err) {
     sp_drafter_params dp = s->prm.draft;
     dp.draft_model = m;
     int32_t level = s->is_tree ? sp_tree_shape_max_level(&s->shape) : 1;
     dp.max_batch = level > SP_CTX_DEFAULT_BATCH ? level : SP_CTX_DEFAULT_BATCH;
+    return sp_drafter_init(&dp, s->target, out, err);
+}
+
+sp_status sp_spec_set_draft_model(sp_spec *s, const sp_model *m, sp_error *err) {
+    if (!s->drafter || s->prm.draft.kind != SP_DRAFT_MODEL)
+        return sp_fail(err, SP_ERR_ARG, "drafter: only a draft-model drafter can take a new draft model");
     sp_drafter *d = NULL;
-    sp_status st = sp_drafter_init(&dp, s->target, &d, err);
+    sp_status st = drafter_for(s, m, &d, err);
     if (st) return st;
-    /* the new drafter's cache is empty: its next draft evaluates the
-     * committed text with the new weights (catch-up) */
+    /* the new drafter's cache is empty: the loop prefills it with the
+     * committed text before its next draft (draft_stale) */
     s->draft_fwd_carry += sp_drafter_counters(s->drafter)->forwards;
     sp_drafter_free(s->drafter);
     s->drafter = d;
@@ -152,12 +158,7 @@ sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, s
     s->max_nodes = sp_spec_config_budget(p) + 1;
     /* the uncommitted tail (normally 1 token) plus every drafted node */
     s->batch_cap = s->max_nodes + 1;
-    if (p->draft.kind != SP_DRAFT_NONE) {
-        sp_drafter_params dp = p->draft;
-        int32_t level = s->is_tree ? sp_tree_shape_max_level(&s->shape) : 1;
-        dp.max_batch = level > SP_CTX_DEFAULT_BATCH ? level : SP_CTX_DEFAULT_BATCH;
-        st = sp_drafter_init(&dp, target, &s->drafter, err);
-    }
+    if (p->draft.kind != SP_DRAFT_NONE) st = drafter_for(s, p->draft.draft_model, &s->drafter, err);
     if (!st) st = sp_verify_ws_init(s->V, &s->ws, err);
     if (!st) {
         size_t V = (size_t)s->V, N = (size_t)s->max_nodes, B = (size_t)s->batch_cap;

@@ -1,7 +1,8 @@
-/* online: the replay buffer and update loop of online speculative decoding
- * (see sp_online.h). Examples are stored in a ring: window tokens (left-
- * padded with the first token when the context is shorter) and the target
- * row as top-k ids/probabilities plus the remaining mass. */
+/* online: the replay buffer, update loop and serving side of online
+ * speculative decoding (see sp_online.h). Examples are stored in a ring: a
+ * context of `window` tokens starting with the text's first token, the
+ * index of the predicted position in it, and the target row as top-k
+ * ids/probabilities plus the remaining mass. */
 #include "sp_online.h"
 
 #include <pthread.h>
@@ -28,7 +29,6 @@ struct sp_online {
     /* batch scratch */
     int32_t *btok;           /* [batch][window] */
     sp_loss_target *targets; /* [batch][window] */
-    int32_t *sel;            /* [V] scratch for top-k */
     int32_t *bids;           /* [batch][topk] target rows of the batch (copied under the lock) */
     float *bprobs;           /* [batch][topk] */
     int64_t steps_done;
@@ -74,7 +74,7 @@ void sp_online_free(sp_online *o) {
     sp_tmodel_free(o->m);
     free(o->vocab_from);
     free(o->tok), free(o->at), free(o->ids), free(o->probs), free(o->rest);
-    free(o->btok), free(o->targets), free(o->sel);
+    free(o->btok), free(o->targets);
     free(o);
 }
 
@@ -104,13 +104,12 @@ sp_status sp_online_init(const char *draft_path, const sp_online_params *p, sp_o
     o->rest = malloc(B * sizeof *o->rest);
     o->btok = malloc((size_t)p->batch * W * sizeof *o->btok);
     o->targets = malloc((size_t)p->batch * W * sizeof *o->targets);
-    o->sel = malloc((size_t)o->V * sizeof *o->sel);
     o->bids = malloc((size_t)p->batch * K * sizeof *o->bids);
     o->bprobs = malloc((size_t)p->batch * K * sizeof *o->bprobs);
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
     if (!o->vocab_from || !o->tok || !o->at || !o->ids || !o->probs || !o->rest || !o->btok || !o->targets ||
-        !o->sel || !o->bids || !o->bprobs) {
+        !o->bids || !o->bprobs) {
         sp_online_free(o);
         return sp_fail(err, SP_ERR_NOMEM, "online: out of memory for a buffer of %d positions", p->buffer);
     }
@@ -189,7 +188,6 @@ sp_status sp_online_update(sp_online *o, int32_t steps, double *mean_loss, sp_er
     if (count == 0 || steps <= 0) return SP_OK;
     const int32_t W = o->p.window, K = o->p.topk, B = o->p.batch;
     sp_adamw_params ap = sp_adamw_default_params();
-    ap.lr = o->p.lr;
     const float lr_full = o->p.lr;
     ap.weight_decay = 0;
     double total = 0;
