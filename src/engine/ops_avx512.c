@@ -444,22 +444,36 @@ AI void pk_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, const bool 
         _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, acc[t]);
 }
 
-AI void mm_pk(const sp_mm *m, int64_t r0, int64_t r1, const bool q4) {
-    for (int64_t g = r0 / SP_PACK_ROWS; g * SP_PACK_ROWS < r1; g++) {
-        const int64_t lo = r0 > g * SP_PACK_ROWS ? r0 - g * SP_PACK_ROWS : 0;
-        const int64_t hi = r1 < (g + 1) * SP_PACK_ROWS ? r1 - g * SP_PACK_ROWS : SP_PACK_ROWS;
-        const __mmask16 live = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
-        int32_t t = 0;
-        for (; t + 16 <= m->n; t += 16) pk_tile(m, g, t, 16, q4, t == 0, live);
-        for (; t + 8 <= m->n; t += 8) pk_tile(m, g, t, 8, q4, t == 0, live);
-        for (; t + 4 <= m->n; t += 4) pk_tile(m, g, t, 4, q4, t == 0, live);
-        for (; t + 2 <= m->n; t += 2) pk_tile(m, g, t, 2, q4, t == 0, live);
-        for (; t < m->n; t++) pk_tile(m, g, t, 1, q4, t == 0, live);
+/* The driver of every packed kernel: for each 16-row group g overlapping
+ * rows [r0, r1) (`live` masks the group's rows in range), the tokens in
+ * tiles of 16 (when nt16), 8, 4, 2 and 1, each through TILE(nt), a macro
+ * that sees g, t (the tile's first token) and live. A macro rather than a
+ * function taking the tile function, so that every tile width stays a
+ * compile-time constant inside the (always-inlined) tile kernels. */
+#define PK_FOR_TILES(m, r0, r1, nt16, TILE)                                                     \
+    for (int64_t g = (r0) / SP_PACK_ROWS; g * SP_PACK_ROWS < (r1); g++) {                      \
+        const int64_t lo = (r0) > g * SP_PACK_ROWS ? (r0) - g * SP_PACK_ROWS : 0;              \
+        const int64_t hi = (r1) < (g + 1) * SP_PACK_ROWS ? (r1) - g * SP_PACK_ROWS : SP_PACK_ROWS; \
+        const __mmask16 live = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));             \
+        int32_t t = 0;                                                                          \
+        if (nt16)                                                                               \
+            for (; t + 16 <= (m)->n; t += 16) TILE(16);                                         \
+        for (; t + 8 <= (m)->n; t += 8) TILE(8);                                                \
+        for (; t + 4 <= (m)->n; t += 4) TILE(4);                                                \
+        for (; t + 2 <= (m)->n; t += 2) TILE(2);                                                \
+        for (; t < (m)->n; t++) TILE(1);                                                        \
     }
-}
 
-static void mm_q8_0_pk(const sp_mm *m, int64_t r0, int64_t r1) { mm_pk(m, r0, r1, false); }
-static void mm_q4_0_pk(const sp_mm *m, int64_t r0, int64_t r1) { mm_pk(m, r0, r1, true); }
+static void mm_q8_0_pk(const sp_mm *m, int64_t r0, int64_t r1) {
+#define Q8_TILE(nt) pk_tile(m, g, t, nt, false, t == 0, live)
+    PK_FOR_TILES(m, r0, r1, true, Q8_TILE)
+#undef Q8_TILE
+}
+static void mm_q4_0_pk(const sp_mm *m, int64_t r0, int64_t r1) {
+#define Q4_TILE(nt) pk_tile(m, g, t, nt, true, t == 0, live)
+    PK_FOR_TILES(m, r0, r1, true, Q4_TILE)
+#undef Q4_TILE
+}
 
 /* Q4_K over packed weights (ops.h): per super-block and token tile, the 8
  * sub-blocks of 32 go one at a time: 8 weight vectors (one nibble half of
@@ -596,33 +610,15 @@ AI void pk6k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
 }
 
 static void mm_q6_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
-    for (int64_t g = r0 / SP_PACK_ROWS; g * SP_PACK_ROWS < r1; g++) {
-        const int64_t lo = r0 > g * SP_PACK_ROWS ? r0 - g * SP_PACK_ROWS : 0;
-        const int64_t hi = r1 < (g + 1) * SP_PACK_ROWS ? r1 - g * SP_PACK_ROWS : SP_PACK_ROWS;
-        const __mmask16 live = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
-        int32_t t = 0;
-        if (PK_K_NT_MAX >= 16)
-            for (; t + 16 <= m->n; t += 16) pk6k_tile(m, g, t, 16, t == 0, live);
-        for (; t + 8 <= m->n; t += 8) pk6k_tile(m, g, t, 8, t == 0, live);
-        for (; t + 4 <= m->n; t += 4) pk6k_tile(m, g, t, 4, t == 0, live);
-        for (; t + 2 <= m->n; t += 2) pk6k_tile(m, g, t, 2, t == 0, live);
-        for (; t < m->n; t++) pk6k_tile(m, g, t, 1, t == 0, live);
-    }
+#define Q6K_TILE(nt) pk6k_tile(m, g, t, nt, t == 0, live)
+    PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, Q6K_TILE)
+#undef Q6K_TILE
 }
 
 static void mm_q4_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
-    for (int64_t g = r0 / SP_PACK_ROWS; g * SP_PACK_ROWS < r1; g++) {
-        const int64_t lo = r0 > g * SP_PACK_ROWS ? r0 - g * SP_PACK_ROWS : 0;
-        const int64_t hi = r1 < (g + 1) * SP_PACK_ROWS ? r1 - g * SP_PACK_ROWS : SP_PACK_ROWS;
-        const __mmask16 live = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
-        int32_t t = 0;
-        if (PK_K_NT_MAX >= 16)
-            for (; t + 16 <= m->n; t += 16) pk4k_tile(m, g, t, 16, t == 0, live);
-        for (; t + 8 <= m->n; t += 8) pk4k_tile(m, g, t, 8, t == 0, live);
-        for (; t + 4 <= m->n; t += 4) pk4k_tile(m, g, t, 4, t == 0, live);
-        for (; t + 2 <= m->n; t += 2) pk4k_tile(m, g, t, 2, t == 0, live);
-        for (; t < m->n; t++) pk4k_tile(m, g, t, 1, t == 0, live);
-    }
+#define Q4K_TILE(nt) pk4k_tile(m, g, t, nt, t == 0, live)
+    PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, Q4K_TILE)
+#undef Q4K_TILE
 }
 
 /* ---- attention (see ops.h) ---- */
