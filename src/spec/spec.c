@@ -34,10 +34,20 @@ struct sp_spec {
      * counts): a1 = P(first draft token accepted), an = P(next accepted |
      * previous accepted). */
     double first_a, first_b, next_a, next_b;
-    double t_tok_draft;      /* EMA seconds per draft forward */
-    double t_target[SP_SPEC_MAX_GAMMA + 2]; /* EMA seconds per target forward of k tokens */
-    double t_over[SP_SPEC_MAX_GAMMA + 2];   /* EMA seconds per iteration besides the forwards
-                                             * (verification, sampling), by draft length */
+    /* Costs are kept in units of t_one, the time of a one-token target
+     * forward now: it grows with the context (attention), and a cost
+     * measured 200 tokens ago, compared with today's in seconds, would
+     * mislead; as a ratio to the one-token forward of its time it stays
+     * valid. */
+    double t_one;            /* EMA seconds per one-token target forward */
+    double last_cost;        /* what the last target forward was charged (seconds) */
+    int32_t since_one;       /* iterations since t_one was last measured directly */
+    double r_draft;          /* EMA draft forward / t_one */
+    double r_target[SP_SPEC_MAX_GAMMA + 2]; /* EMA k-token target forward / t_one ([1] = 1) */
+    double r_over[SP_SPEC_MAX_GAMMA + 2];   /* EMA rest of an iteration (verification,
+                                             * sampling) / t_one, by draft length */
+    double real_cost[2], real_tok[2]; /* realised: discounted cost (in t_one) and tokens of
+                                       * the iterations that decoded plainly [0] / drafted [1] */
     int32_t plain_run;       /* iterations decoded plainly since speculation last ran */
     int32_t probe_every;     /* ... after which speculation is probed again */
     int64_t iters;           /* chain iterations since the last reset */
@@ -187,9 +197,12 @@ sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, s
 
 sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
     /* forget the adaptive estimates too: each prompt starts from scratch */
-    s->first_a = s->first_b = s->next_a = s->next_b = s->t_tok_draft = 0;
-    memset(s->t_target, 0, sizeof s->t_target);
-    memset(s->t_over, 0, sizeof s->t_over);
+    s->first_a = s->first_b = s->next_a = s->next_b = s->t_one = s->r_draft = 0;
+    s->since_one = 0;
+    memset(s->r_target, 0, sizeof s->r_target);
+    memset(s->r_over, 0, sizeof s->r_over);
+    memset(s->real_cost, 0, sizeof s->real_cost);
+    memset(s->real_tok, 0, sizeof s->real_tok);
     s->plain_run = s->probe_every = 0;
     s->iters = 0;
     sp_status st = sp_ctx_truncate(s->target, 0, err);
@@ -206,14 +219,21 @@ sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
 #define ADAPT_RATE_MAX 0.99
 #define ADAPT_FLAT 0.98          /* take the longest gamma within 2% of the best rate */
 #define ADAPT_EMA 0.2            /* weight of a new measurement in the timing averages */
-#define ADAPT_TARGET_GUESS 1e-3  /* seconds per target forward before any is measured */
-#define ADAPT_FIRST_GAMMA 4      /* the first iteration's draft length */
+#define ADAPT_SPIKE 2.0          /* a timing above this multiple of its average counts as this
+                                  * multiple (a preempted call must not steer the choice) */
+#define ADAPT_REAL_DECAY 0.9     /* weight of the past in the realised-rate sums, per iteration
+                                  * of the same kind */
+#define ADAPT_WARMUP_GAMMA 2     /* the first iteration's draft length (a warm-up: first-touch
+                                  * costs make its timings worthless, so they are not kept) */
+#define ADAPT_FIRST_GAMMA 4      /* the third iteration's draft length (the second is plain) */
+#define ADAPT_FRESH 4            /* a k-token forward within this many iterations of a one-token
+                                  * one measures the ratio; later ones track t_one through it */
 #define ADAPT_PROBE_MIN 8        /* plain iterations before speculation is probed again ... */
 #define ADAPT_PROBE_MAX 256      /* ... doubling, up to this, while it keeps losing */
 #define ADAPT_PROBE_HOPELESS 2048 /* ... or this when no draft length could pay even if every
                                    * draft token were accepted (measured costs) */
 
-/* Time t[k] for a batch size k (k = from .. SP_SPEC_MAX_GAMMA + 1): measured,
+/* Cost t[k] for a batch size k (k = from .. SP_SPEC_MAX_GAMMA + 1): measured,
  * else linear between the nearest measured sizes; above the largest
  * measured size, extended along the slope of the two largest (or, with one
  * measurement, in proportion to size: a pessimistic guess that makes long
@@ -237,26 +257,37 @@ static double interp_time(const double *t, int32_t k, int32_t from, double guess
     return t[lo] * (k + 1) / (double)(lo + 1);
 }
 
-/* Target forward time for k tokens. */
-static double target_time(const sp_spec *s, int32_t k) {
-    return interp_time(s->t_target, k, 1, ADAPT_TARGET_GUESS);
+/* Target forward cost for k tokens, in t_one. */
+static double target_cost(const sp_spec *s, int32_t k) {
+    return k == 1 ? 1 : interp_time(s->r_target, k, 1, (double)k);
+}
+
+/* Seconds in units of the current one-token forward (0 before one is measured). */
+static double in_t_one(const sp_spec *s, double sec) { return s->t_one > 0 ? sec / s->t_one : 0; }
+
+/* Expected cost of an iteration drafting g tokens, in t_one. */
+static double iter_cost(const sp_spec *s, int32_t g) {
+    return g * s->r_draft + target_cost(s, g + 1) + interp_time(s->r_over, g, 0, 0);
 }
 
 /* Draft length maximising expected tokens per second (ALGORITHMS.md
  * section 6, with the run-aware acceptance model), 0 (plain decoding)
  * included: E[tokens](g) = 1 + a1 (1 - an^g) / (1 - an), time(g) =
- * g t_draft + t_target(g + 1) + t_over(g), all measured in this run. When
- * plain decoding wins, speculation is probed again after probe_every plain
- * iterations (doubling while it keeps losing), so a change in acceptance
- * (the text turned repetitive, say) is noticed. The first iteration drafts
- * ADAPT_FIRST_GAMMA tokens and the second none, so both costs are measured
- * before the model decides. */
+ * g t_draft + t_target(g + 1) + t_over(g), all measured in this run (as
+ * ratios to the one-token forward, see t_one). When plain decoding wins,
+ * speculation is probed again after probe_every plain iterations (doubling
+ * while it keeps losing), so a change in acceptance (the text turned
+ * repetitive, say) is noticed. After a short warm-up iteration whose
+ * timings are not kept, one iteration decodes plainly and one drafts
+ * ADAPT_FIRST_GAMMA tokens, so both costs are measured before the model
+ * decides. */
 static int32_t choose_gamma(sp_spec *s, int32_t gmax) {
     /* the first two iterations measure both sides: one speculative (a
      * middling length), one plain */
     const int64_t it = s->iters++;
-    if (it == 0) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
+    if (it == 0) return gmax < ADAPT_WARMUP_GAMMA ? gmax : ADAPT_WARMUP_GAMMA;
     if (it == 1) return 0;
+    if (it == 2) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
     double a1 = s->first_b > 0 ? s->first_a / s->first_b : ADAPT_PRIOR;
     double an = s->next_b > 0 ? s->next_a / s->next_b : a1;
     a1 = a1 < ADAPT_RATE_MIN ? ADAPT_RATE_MIN : a1 > ADAPT_RATE_MAX ? ADAPT_RATE_MAX : a1;
@@ -264,7 +295,7 @@ static int32_t choose_gamma(sp_spec *s, int32_t gmax) {
     double rate[SP_SPEC_MAX_GAMMA + 1] = {0}, best_rate = -1;
     for (int32_t g = 0; g <= gmax; g++) {
         double e = 1 + a1 * (1 - pow(an, g)) / (1 - an);
-        rate[g] = e / (g * s->t_tok_draft + target_time(s, g + 1) + interp_time(s->t_over, g, 0, 0));
+        rate[g] = e / iter_cost(s, g);
         if (rate[g] > best_rate) best_rate = rate[g];
     }
     /* the optimum is usually flat: prefer the longest gamma within 2% */
@@ -272,32 +303,47 @@ static int32_t choose_gamma(sp_spec *s, int32_t gmax) {
     for (int32_t g = 0; g <= gmax; g++)
         if (rate[g] >= ADAPT_FLAT * best_rate) best = g;
     if (best > 0 && rate[0] > rate[best]) best = 0; /* never give up a measured win for flatness */
+    /* the model's choice is checked against what drafting has realised: when
+     * the drafting iterations so far gave fewer tokens per second (every cost
+     * included: draft catch-up, verification, bookkeeping) than the plain
+     * ones, decode plainly and leave drafting to the probes below */
+    if (best > 0 && s->real_tok[0] > 0 && s->real_tok[1] > 0 &&
+        s->real_tok[1] * s->real_cost[0] < s->real_tok[0] * s->real_cost[1])
+        best = 0;
     if (best > 0) {
         s->plain_run = 0;
         s->probe_every = ADAPT_PROBE_MIN;
         return best;
     }
     if (s->probe_every == 0) s->probe_every = ADAPT_PROBE_MIN;
-    if (++s->plain_run < s->probe_every) return 0;
+    int32_t every = s->probe_every;
+    if (s->r_draft > 0) {
+        /* with every draft token accepted, could any length beat plain?
+         * If not (measured costs), probe only every ADAPT_PROBE_HOPELESS */
+        double ub = 0;
+        for (int32_t g = 1; g <= gmax; g++) {
+            double r = (g + 1) / iter_cost(s, g);
+            ub = r > ub ? r : ub;
+        }
+        if (ub < rate[0]) every = ADAPT_PROBE_HOPELESS;
+    }
+    if (++s->plain_run < every) return 0;
     /* probe: the best speculative length under the current estimates */
     s->plain_run = 0;
     if (s->probe_every < ADAPT_PROBE_MAX) s->probe_every *= 2;
-    if (s->t_tok_draft > 0) {
-        /* with every draft token accepted, could any length beat plain? */
-        double ub = 0;
-        for (int32_t g = 1; g <= gmax; g++) {
-            double r = (g + 1) / (g * s->t_tok_draft + target_time(s, g + 1) + interp_time(s->t_over, g, 0, 0));
-            ub = r > ub ? r : ub;
-        }
-        if (ub < rate[0]) s->probe_every = ADAPT_PROBE_HOPELESS;
-    }
     int32_t probe = 1;
     for (int32_t g = 1; g <= gmax; g++)
         if (rate[g] > rate[probe]) probe = g;
     return probe;
 }
 
-static void ema(double *x, double v) { *x = *x > 0 ? (1 - ADAPT_EMA) * *x + ADAPT_EMA * v : v; }
+/* Timing average; a spike (the thread was preempted, a page fault) counts
+ * as at most ADAPT_SPIKE times the average, so one outlier moves it by at
+ * most 20%, while a lasting rise still gets through in a few iterations. */
+static void ema(double *x, double v) {
+    if (*x > 0 && v > ADAPT_SPIKE * *x) v = ADAPT_SPIKE * *x;
+    *x = *x > 0 ? (1 - ADAPT_EMA) * *x + ADAPT_EMA * v : v;
+}
 
 /* ------------------------------------------------------------------ loop */
 
@@ -356,7 +402,21 @@ static sp_status target_pass(sp_spec *s, const int32_t *hist, int32_t n, const i
     double t1 = sp_now();
     st->t_target += t1 - t0;
     st->target_forwards++;
-    if (B <= SP_SPEC_MAX_GAMMA + 1) ema(&s->t_target[B], cost);
+    s->last_cost = cost;
+    if (s->iters <= 1) {
+        /* the adaptive controller's warm-up iteration: not measured */
+    } else if (B == 1) {
+        ema(&s->t_one, cost);
+        s->r_target[1] = 1;
+        s->since_one = 0;
+    } else if (B <= SP_SPEC_MAX_GAMMA + 1 && s->t_one > 0) {
+        /* soon after a one-token forward, learn the ratio; in a long run of
+         * drafting iterations, let t_one follow the context through it */
+        if (s->since_one++ < ADAPT_FRESH || s->r_target[B] <= 0)
+            ema(&s->r_target[B], cost / s->t_one);
+        else
+            ema(&s->t_one, cost / s->r_target[B]);
+    }
     if (rc) return rc;
     for (int32_t j = 0; j <= n_nodes; j++)
         sp_sampler_probs(smp, s->logits + (int64_t)(tail - 1 + j) * V, s->p + (int64_t)j * V);
@@ -461,8 +521,18 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
     g->emitted[g->n_emit++] = vr.token;
     /* the rest of the iteration's time (verification, sampling) */
     const double t_draft_it = dc->seconds - dsec0;
-    ema(&s->t_over[nd], sp_now() - t0 - t_draft_it - (st->t_target - t_fwd0));
     st->gamma_hist[nd < SP_SPEC_MAX_GAMMA + 1 ? nd : SP_SPEC_MAX_GAMMA + 1]++;
+    if (s->iters > 1) { /* past the warm-up iteration */
+        const double over = sp_now() - t0 - t_draft_it - (st->t_target - t_fwd0);
+        ema(&s->r_over[nd], in_t_one(s, over));
+        /* realised tokens per second, by whether anything was drafted (a
+         * gamma the drafter could not fill costs what plain decoding costs);
+         * the forward counts at what it was charged, as in the model */
+        const int arm = nd > 0;
+        s->real_cost[arm] =
+            ADAPT_REAL_DECAY * s->real_cost[arm] + in_t_one(s, t_draft_it + s->last_cost + over);
+        s->real_tok[arm] = ADAPT_REAL_DECAY * s->real_tok[arm] + g->n_emit;
+    }
     if (nd > 0) {
         s->first_a = ADAPT_DECAY * s->first_a + (g->tau >= 1);
         s->first_b = ADAPT_DECAY * s->first_b + 1;
@@ -471,7 +541,7 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
             s->next_b = ADAPT_DECAY * s->next_b + (g->tau - 1) + (g->tau < nd ? 1 : 0);
         }
         int64_t df = dc->forwards - dfw0;
-        if (df > 0) ema(&s->t_tok_draft, (dc->seconds - dsec0) / (double)df);
+        if (df > 0) ema(&s->r_draft, in_t_one(s, (dc->seconds - dsec0) / (double)df));
     }
     rc = sp_ctx_truncate(s->target, g->n + g->tau, err);
     if (!rc) rc = sp_drafter_accept_chain(s->drafter, g->n, g->tau, err);
