@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sp_gguf.h"
 #include "specula.h"
 
 /* Path of the specula binary built beside this test (BUILD/specula). */
@@ -96,6 +97,51 @@ static void test_mkmodel_makes_loadable_model(void **state) {
     assert_non_null(strstr(out, "\"k\":16"));
 }
 
+/* --type q5_K_M writes llama-quantize's mix: Q6_K for output.weight and for
+ * attn_v and ffn_down on layers 0 and 7 of 8 (the first and last eighth)
+ * and 3 and 6 (every third between), Q5_K for the rest; --type iq4_xs
+ * writes IQ4_XS matrices; both load. */
+static void test_mkmodel_mixes(void **state) {
+    (void)state;
+    char path[512], args[1024], out[4096];
+    snprintf(path, sizeof path, "%s/sp_test_cli_mix_%d.gguf", sp_tmpdir(), (int)getpid());
+    static const char *types[] = {"q5_K_M", "iq4_xs"};
+    for (int ti = 0; ti < 2; ti++) {
+        snprintf(args, sizeof args,
+                 "mkmodel --out '%s' --dim 256 --layers 8 --heads 4 --kv-heads 2 --ffn 512 --vocab 40 "
+                 "--type %s --seed 3", path, types[ti]);
+        int rc = run_cli(args, out, sizeof out);
+        if (rc != 0) {
+            remove(path);
+            fail_msg("mkmodel --type %s exited %d: %s", types[ti], rc, out);
+        }
+        sp_error err = {0};
+        sp_gguf *g = NULL;
+        assert_int_equal(sp_gguf_open(path, &g, &err), SP_OK);
+        const sp_gguf_tensor *t = sp_gguf_find_tensor(g, "output.weight");
+        assert_non_null(t);
+        assert_int_equal(t->type, ti == 0 ? SP_GGML_Q6_K : SP_GGML_IQ4_XS);
+        for (int l = 0; l < 8; l++) {
+            const bool more = ti == 0 && (l == 0 || l == 3 || l == 6 || l == 7);
+            const sp_ggml_type base = ti == 0 ? SP_GGML_Q5_K : SP_GGML_IQ4_XS;
+            static const char *names[] = {"attn_v", "ffn_down", "attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"};
+            for (int ni = 0; ni < 7; ni++) {
+                char nm[64];
+                snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, names[ni]);
+                t = sp_gguf_find_tensor(g, nm);
+                assert_non_null(t);
+                if ((int)t->type != (int)(more && ni < 2 ? SP_GGML_Q6_K : base))
+                    fail_msg("%s: %s is %s", types[ti], nm, sp_ggml_type_name(t->type));
+            }
+        }
+        sp_gguf_close(g);
+        sp_model *m = NULL;
+        if (sp_model_load(path, NULL, &m, &err)) fail_msg("load %s: %s", types[ti], err.msg);
+        sp_model_free(m);
+    }
+    remove(path);
+}
+
 /* Each bad invocation: exit 2 and one line naming the problem. */
 static void test_mkmodel_bad_flags(void **state) {
     (void)state;
@@ -135,5 +181,6 @@ static void test_mkmodel_bad_flags(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_mkmodel_makes_loadable_model),
     cmocka_unit_test(test_mkmodel_bad_flags),
+    cmocka_unit_test(test_mkmodel_mixes),
 };
 SP_TEST_MAIN(tests)

@@ -254,7 +254,7 @@ static void test_simd_bit_identical(void **state) {
 
 /* Quantisers against llama-quantize on the same weights (base-f32 ->
  * pure-TYPE): Q4_1, Q5_0, Q5_1 follow ggml's reference quantisers and must
- * give the same bytes for every matrix; Q4_K and Q6_K are Specula's own
+ * give the same bytes for every matrix; Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS are Specula's own
  * simpler quantisers (llama-quantize searches scales iteratively), held to a
  * root-mean-square error at most 1.3x llama-quantize's. */
 static void test_quantisers_against_llama_quantize(void **state) {
@@ -263,7 +263,7 @@ static void test_quantisers_against_llama_quantize(void **state) {
         {SP_GGML_Q4_1, "pure-Q4_1", true},      {SP_GGML_Q5_0, "pure-Q5_0", true},
         {SP_GGML_Q5_1, "pure-Q5_1", true},      {SP_GGML_Q4_K, "pure-Q4_K_M", false},
         {SP_GGML_Q6_K, "pure-Q6_K", false},     {SP_GGML_Q5_K, "pure-Q5_K_M", false},
-        {SP_GGML_IQ4_NL, "pure-IQ4_NL", false},
+        {SP_GGML_IQ4_NL, "pure-IQ4_NL", false}, {SP_GGML_IQ4_XS, "pure-IQ4_XS", false},
     };
     sp_gguf *base = NULL;
     sp_error err = {0};
@@ -320,7 +320,7 @@ static void test_requantize_new_types(void **state) {
     (void)state;
     static const struct { sp_ggml_type t; double tol; } cases[] = {
         {SP_GGML_Q4_K, 0.15}, {SP_GGML_Q6_K, 0.05}, {SP_GGML_Q5_0, 0.07}, {SP_GGML_Q5_1, 0.07}, {SP_GGML_Q4_1, 0.15},
-        {SP_GGML_Q5_K, 0.07}, {SP_GGML_IQ4_NL, 0.15}};
+        {SP_GGML_Q5_K, 0.07}, {SP_GGML_IQ4_NL, 0.15}, {SP_GGML_IQ4_XS, 0.15}};
     sp_model *m = NULL;
     sp_error err = {0};
     sp_model_params mp = sp_model_default_params();

@@ -119,7 +119,7 @@ static void test_supported(void **state) {
     assert_true(sp_quant_supported(SP_GGML_Q8_0));
     assert_true(sp_quant_supported(SP_GGML_Q4_0));
     /* writable: ggml's reference quantisers (Q4_1, Q5_0, Q5_1) and
-     * Specula's own for Q4_K, Q5_K, Q6_K and IQ4_NL; the rest are load-only */
+     * Specula's own for Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS; the rest are load-only */
     assert_true(sp_quant_supported(SP_GGML_Q4_1));
     assert_true(sp_quant_supported(SP_GGML_Q5_0));
     assert_true(sp_quant_supported(SP_GGML_Q5_1));
@@ -128,7 +128,7 @@ static void test_supported(void **state) {
     assert_true(sp_quant_supported(SP_GGML_Q5_K));
     assert_true(sp_quant_supported(SP_GGML_IQ4_NL));
     assert_false(sp_quant_supported(SP_GGML_Q3_K));
-    assert_false(sp_quant_supported(SP_GGML_IQ4_XS));
+    assert_true(sp_quant_supported(SP_GGML_IQ4_XS));
     assert_true(sp_quant_loadable(SP_GGML_IQ4_XS));
     assert_false(sp_quant_loadable(SP_GGML_IQ2_XXS));
     assert_false(sp_quant_supported((sp_ggml_type)99));

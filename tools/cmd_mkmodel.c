@@ -1,5 +1,6 @@
 /* cmd_mkmodel: `specula mkmodel`, a random-weight Llama GGUF for tests and
  * benchmarks (a thin front end over sp_mkmodel). */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,10 @@ static void mk_usage(FILE *f) {
             "usage: specula mkmodel --out F.gguf [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3]\n"
             "         --dim D --layers L --heads H --kv-heads K\n"
             "         --ffn F [--vocab-from MODEL.gguf | --vocab N] [--pad-vocab N] [--ctx N]\n"
-            "         --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q4_K|q5_K|q6_K --seed S\n"
+            "         --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|iq4_xs|q4_K|q5_K|q6_K|q4_K_M|q5_K_M\n"
+            "         --seed S\n"
+            "  q4_K_M, q5_K_M: llama-quantize's mixes (Q6_K output, and attn_v and ffn_down\n"
+            "  on some layers).\n"
             "  Without --vocab-from or --vocab, the vocabulary of\n"
             "  $SPECULA_SHARED/models/stories260K.gguf (default ../shared) is copied.\n"
             "  --pad-vocab N appends \"[PAD<i>]\" entries up to N ids (Qwen-style padding).\n");
@@ -67,8 +71,10 @@ int cmd_mkmodel(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--type")) {
             if (!val) goto missing;
-            if ((type = parse_type(val)) < 0) {
-                fprintf(stderr, "specula: --type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_K, q5_K or q6_K, got '%s'\n", val);
+            p.mix_k_m = !strcasecmp(val, "q4_K_M") || !strcasecmp(val, "q5_K_M");
+            type = p.mix_k_m ? (tolower((unsigned char)val[1]) == '4' ? SP_GGML_Q4_K : SP_GGML_Q5_K) : parse_type(val);
+            if (type < 0) {
+                fprintf(stderr, "specula: --type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q4_K, q5_K, q6_K, q4_K_M or q5_K_M, got '%s'\n", val);
                 return 2;
             }
             i++;

@@ -24,6 +24,9 @@ typedef struct sp_mkmodel_params {
     int32_t pad_vocab;        /* > the vocabulary's size: append "[PAD<i>]" entries up to this many ids, as
                                  converters do for Qwen (0: none) */
     sp_ggml_type type;        /* matrices: any type sp_mkmodel_type_ok accepts */
+    bool mix_k_m;             /* type Q4_K or Q5_K: llama-quantize's Q4_K_M / Q5_K_M mix, i.e. Q6_K
+                                 for output.weight and for attn_v and ffn_down on the layers it gives
+                                 more bits (the first and last eighth, every third in between) */
     uint64_t seed;
     float logit_scale;        /* std of the output logits (default 1) */
     const char *arch;         /* llama (NULL), qwen2, qwen3, phi3, gemma2, gemma3 */

@@ -164,6 +164,10 @@ static sp_status add_ones(sp_gguf_writer *w, const char *name, int64_t n, sp_err
     return st;
 }
 
+/* The layers llama-quantize's _M mixes give more bits: the first and last
+ * eighth of n layers and every third one in between. */
+static bool more_bits(int32_t l, int32_t n) { return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2; }
+
 sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error *err) {
     if (p->dim < 2 || p->dim > 16384 || p->n_layers < 1 || p->n_layers > 256 || p->n_heads < 1 ||
         p->n_kv_heads < 1 || p->dim % p->n_heads || p->n_heads % p->n_kv_heads ||
@@ -180,6 +184,9 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
                        "phi3, gemma2, gemma3)", p->arch);
     if (!sp_quant_supported(p->type))
         return sp_fail(err, SP_ERR_UNSUPPORTED, "cannot write weights of type %s",
+                       sp_ggml_type_name(p->type));
+    if (p->mix_k_m && p->type != SP_GGML_Q4_K && p->type != SP_GGML_Q5_K)
+        return sp_fail(err, SP_ERR_ARG, "the K_M mix is made from Q4_K or Q5_K, not %s",
                        sp_ggml_type_name(p->type));
     int64_t blk = sp_ggml_blck_size(p->type);
     if (p->dim % blk || p->ffn_dim % blk)
@@ -233,15 +240,17 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     if (!st) st = add_random(w, "token_embd.weight", p->type, p->dim, n_vocab, 1.0f, &rng, err);
     if (!st) st = add_ones(w, "output_norm.weight", p->dim, err);
     /* qwen2 and the gemmas tie the output to the embeddings, as their small models do */
+    const sp_ggml_type t6 = p->mix_k_m ? SP_GGML_Q6_K : p->type;
     if (!st && !qwen2 && !gemma2 && !gemma3)
-        st = add_random(w, "output.weight", p->type, p->dim, n_vocab, so, &rng, err);
+        st = add_random(w, "output.weight", t6, p->dim, n_vocab, so, &rng, err);
     for (int32_t l = 0; l < p->n_layers && !st; l++) {
+        const sp_ggml_type tm = more_bits(l, p->n_layers) ? t6 : p->type; /* attn_v, ffn_down */
 #define N(s) (snprintf(nm, sizeof nm, "blk.%d." s ".weight", l), nm)
 #define NB(s) (snprintf(nm, sizeof nm, "blk.%d." s ".bias", l), nm)
         if ((st = add_ones(w, N("attn_norm"), p->dim, err)) ||
             (st = add_random(w, N("attn_output"), p->type, p->dim, p->dim, sd, &rng, err)) ||
             (st = add_ones(w, N("ffn_norm"), p->dim, err)) ||
-            (st = add_random(w, N("ffn_down"), p->type, p->ffn_dim, p->dim, sf, &rng, err)))
+            (st = add_random(w, N("ffn_down"), tm, p->ffn_dim, p->dim, sf, &rng, err)))
             break;
         if (phi3) {
             if ((st = add_random(w, N("attn_qkv"), p->type, p->dim, p->dim + 2 * kv_dim, sd, &rng, err)) ||
@@ -249,7 +258,7 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
                 break;
         } else if ((st = add_random(w, N("attn_q"), p->type, p->dim, p->dim, sd, &rng, err)) ||
                    (st = add_random(w, N("attn_k"), p->type, p->dim, kv_dim, sd, &rng, err)) ||
-                   (st = add_random(w, N("attn_v"), p->type, p->dim, kv_dim, sd, &rng, err)) ||
+                   (st = add_random(w, N("attn_v"), tm, p->dim, kv_dim, sd, &rng, err)) ||
                    (st = add_random(w, N("ffn_gate"), p->type, p->dim, p->ffn_dim, sd, &rng, err)) ||
                    (st = add_random(w, N("ffn_up"), p->type, p->dim, p->ffn_dim, sd, &rng, err))) {
             break;

@@ -100,7 +100,7 @@ int sp_quant_supported(sp_ggml_type t) {
     switch (t) {
     case SP_GGML_F32: case SP_GGML_F16: case SP_GGML_BF16: case SP_GGML_Q8_0: case SP_GGML_Q4_0:
     case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1: case SP_GGML_Q4_K: case SP_GGML_Q5_K:
-    case SP_GGML_Q6_K: case SP_GGML_IQ4_NL:
+    case SP_GGML_Q6_K: case SP_GGML_IQ4_NL: case SP_GGML_IQ4_XS:
         return 1;
     default:
         return 0;
@@ -277,6 +277,55 @@ static void quantize_iq4_nl(const float *x, sp_block_iq4_nl *y, int64_t nb) {
     }
 }
 
+/* Specula's own IQ4_XS quantiser (a per-256 version of the IQ4_NL one):
+ * each sub-block of 32 gets its own scale as quantize_iq4_nl chooses it
+ * (largest magnitude to -127, a least-squares refit, the better of the
+ * two); the super-block's d maps the sub-scale of largest magnitude to -32
+ * (the sign kept), the 8 sub-scales are stored as 6-bit multiples of the
+ * stored d (offset 32, clamped to [-32, 31]), and each value is then
+ * matched to its nearest table entry against its sub-block's stored
+ * scale, so the rounding sees what the reader will. */
+static float iq4_subscale(const float *x) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; j++)
+        if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
+    uint8_t idx[32];
+    const float d = max / (float)sp_iq4nl_values[0];
+    const float err = iq4_fit(x, d, idx);
+    double sxq = 0, sqq = 0;
+    for (int j = 0; j < 32; j++) {
+        const double q = sp_iq4nl_values[idx[j]];
+        sxq += x[j] * q, sqq += q * q;
+    }
+    if (sqq <= 0) return d;
+    const float d2 = (float)(sxq / sqq);
+    return iq4_fit(x, d2, idx) < err ? d2 : d;
+}
+
+static void quantize_iq4_xs(const float *x, sp_block_iq4_xs *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += SP_QK_K) {
+        float sc[8], amax = 0, max = 0;
+        for (int s = 0; s < 8; s++) {
+            sc[s] = iq4_subscale(x + 32 * s);
+            if (fabsf(sc[s]) > amax) amax = fabsf(sc[s]), max = sc[s];
+        }
+        y[i].d = sp_fp32_to_fp16(max / -32.0f);
+        const float d = sp_fp16_to_fp32(y[i].d), id = d != 0 ? 1.0f / d : 0.0f;
+        uint16_t sh = 0;
+        memset(y[i].scales_l, 0, sizeof y[i].scales_l);
+        for (int s = 0; s < 8; s++) {
+            const int ls = clampi(nearest(sc[s] * id), -32, 31);
+            const int st = ls + 32;
+            y[i].scales_l[s / 2] |= (uint8_t)((st & 0xF) << (4 * (s % 2)));
+            sh |= (uint16_t)((st >> 4) << (2 * s));
+            uint8_t idx[32];
+            iq4_fit(x + 32 * s, d * (float)ls, idx);
+            for (int l = 0; l < 16; l++) y[i].qs[16 * s + l] = (uint8_t)(idx[l] | idx[l + 16] << 4);
+        }
+        y[i].scales_h = sh;
+    }
+}
+
 /* Specula's own Q6_K quantiser: per 16 values the element of largest
  * magnitude maps to -32 (as ggml's make_qx_quants starts), the 16 scales
  * stored as int8 multiples of d = max|scale| / 127 (sign kept as ggml), then
@@ -379,6 +428,7 @@ void sp_quantize_row(sp_ggml_type type, const float *src, void *dst, int64_t n) 
     case SP_GGML_Q5_K: quantize_q5_K(src, dst, n / SP_QK_K); break;
     case SP_GGML_IQ4_NL: quantize_iq4_nl(src, dst, n / SP_QK); break;
     case SP_GGML_Q6_K: quantize_q6_K(src, dst, n / SP_QK_K); break;
+    case SP_GGML_IQ4_XS: quantize_iq4_xs(src, dst, n / SP_QK_K); break;
     default: SP_ASSERT(0 && "unsupported type");
     }
 }
