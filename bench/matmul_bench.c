@@ -1,5 +1,5 @@
 /* matmul_bench: one thread, every matmul kernel this CPU runs (each ISA
- * tier up to the best; "-pk": over packed Q8_0/Q4_0 weights, see ops.h), per
+ * tier up to the best; "-pk": over packed weights, see ops.h), per
  * weight type, in llm.c's dev/ style:
  *
  *   matmul_bench [stream_mb] [k] [types]   (defaults 1024 MB, k = 4096, all;
@@ -51,8 +51,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: matmul_bench [stream_mb 1..65536] [k: a multiple of 256]\n");
         return 2;
     }
-    const sp_ggml_type types[] = {SP_GGML_F32,  SP_GGML_F16,  SP_GGML_BF16, SP_GGML_Q8_0, SP_GGML_Q4_0,
-                                  SP_GGML_Q4_1, SP_GGML_Q5_0, SP_GGML_Q5_1, SP_GGML_Q4_K, SP_GGML_Q6_K};
+    const sp_ggml_type types[] = {SP_GGML_F32,  SP_GGML_F16,  SP_GGML_BF16, SP_GGML_Q8_0,   SP_GGML_Q4_0,
+                                  SP_GGML_Q4_1, SP_GGML_Q5_0, SP_GGML_Q5_1, SP_GGML_IQ4_NL, SP_GGML_Q4_K,
+                                  SP_GGML_Q5_K, SP_GGML_Q6_K, SP_GGML_IQ4_XS};
     enum { NMAX = 16 };
     const int ns[3] = {1, 8, 16};
     sp_rng rng;
@@ -91,7 +92,7 @@ int main(int argc, char **argv) {
             if (q8) sp_ops_act_prepare(t, x + n * k, k, act + n * as);
             else memcpy(act + n * as, x + n * k, (size_t)k * sizeof(float));
         }
-        /* Q8_0/Q4_0 also in the packed layout (ops.h), stream rows included */
+        /* the packable types also in the packed layout (ops.h), stream rows included */
         const int64_t all_rows = st_rows > hot_rows ? st_rows : hot_rows;
         uint8_t *pk = NULL;
         if (sp_ops_packable(t)) {

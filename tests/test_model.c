@@ -158,13 +158,13 @@ static void test_batch_equals_sequential(void **state) {
     }
 }
 
-/* The K-quant formats with packed kernels (Q4_K, Q6_K: rows of 256) the
- * same way, on 1 and 2 threads; 72 vocabulary rows end in a partial group
- * of 16 rows. */
+/* The other formats with packed kernels (K-quants: rows of 256) the same
+ * way, on 1 and 2 threads; 72 vocabulary rows end in a partial group of 16
+ * rows. */
 static void test_batch_equals_sequential_kquants(void **state) {
     (void)state;
-    const sp_ggml_type types[] = {SP_GGML_Q4_K, SP_GGML_Q6_K};
-    for (size_t i = 0; i < 2; i++) {
+    const sp_ggml_type types[] = {SP_GGML_Q4_K, SP_GGML_Q5_K, SP_GGML_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char p[512];
         snprintf(p, sizeof p, "%s/specula_test_k%d_%d.gguf", sp_tmpdir(), (int)i, (int)getpid());
         sp_mkmodel_params mp = sp_mkmodel_default_params();
@@ -386,7 +386,7 @@ static void test_requantize(void **state) {
     assert_true(md < 0.05 * mx);
     assert_true(md > 0); /* it really is a different model */
     sp_model *q2 = NULL;
-    assert_int_equal(sp_model_requantize(m, SP_GGML_IQ4_XS, &q2, &err), SP_ERR_UNSUPPORTED);
+    assert_int_equal(sp_model_requantize(m, SP_GGML_Q3_K, &q2, &err), SP_ERR_UNSUPPORTED);
     assert_null(q2);
     free(la);
     free(lb);

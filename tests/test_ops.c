@@ -201,23 +201,29 @@ static void test_batch_split_invariance_long_rows(void **state) {
     }
 }
 
-/* Packed Q8_0/Q4_0/Q4_K/Q6_K weights (ops.h): every ISA's kernel over the packed
- * layout gives the scalar reference's bits on the original rows, for row
- * counts that leave a partial group of 16 (and a single row), row ranges
- * cut inside groups, odd and even block counts (k = 32 .. 1312; K-quants
- * 256 and 768), and 1..19 tokens (tiles of 16, 8, 4, 2, 1), at once and one
- * token at a time. */
+/* Packed weights (ops.h): every ISA's kernel over the packed layout gives
+ * the scalar reference's bits on the original rows, for every packable
+ * type, row counts that leave a partial group of 16 (and a single row), row
+ * ranges cut inside groups, odd and even block counts (k = 32 .. 1312;
+ * K-quants 256 and 768), and 1..16 and 19 tokens (every tile width of 16,
+ * 8, 4, 2, 1 and their sums), at once and one token at a time. The scalar
+ * tier has a packed twin for every packable type, the AVX-512 tier a packed
+ * kernel for each (checked where the CPU has it). */
+static const sp_ggml_type PACKED_TYPES[] = {SP_GGML_Q8_0, SP_GGML_Q4_0, SP_GGML_Q4_K, SP_GGML_Q5_K,
+                                            SP_GGML_Q6_K};
+#define N_PACKED (sizeof PACKED_TYPES / sizeof PACKED_TYPES[0])
+
 static void test_packed_bit_identical(void **state) {
     (void)state;
-    const sp_ggml_type types[] = {SP_GGML_Q8_0, SP_GGML_Q4_0, SP_GGML_Q4_K, SP_GGML_Q6_K};
     const int64_t ks[] = {32, 96, 256, 1312, 768};
     const int64_t rowss[] = {1, 19, 37};
-    int checked = 0;
-    for (size_t ti = 0; ti < 4; ti++)
+    int checked = 0, expected = 0;
+    for (size_t ti = 0; ti < N_PACKED; ti++)
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
             for (size_t ri = 0; ri < sizeof rowss / sizeof rowss[0]; ri++) {
-                const sp_ggml_type type = types[ti];
+                const sp_ggml_type type = PACKED_TYPES[ti];
                 if (!row_len_ok(type, ks[ki])) continue;
+                assert_true(sp_ops_packable(type));
                 fixture f;
                 fx_make(&f, type, rowss[ri], ks[ki], 19, 4000 + 100 * ti + 10 * ki + ri);
                 const size_t pb = sp_ops_pack_bytes(type, f.rows, f.k);
@@ -229,10 +235,11 @@ static void test_packed_bit_identical(void **state) {
                 float *yr = malloc(bytes), *ya = malloc(bytes), *yb = malloc(bytes);
                 sp_mm m = fx_mm(&f, 0, f.n, yr);
                 sp_ops_mm_isa(type, SP_ISA_SCALAR)(&m, 0, f.rows);
+                expected += 17 * (sp_ops_best_isa() >= SP_ISA_AVX512 ? 2 : 1);
                 for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
                     sp_mm_kernel kern = sp_ops_mm_packed_isa(type, (sp_isa)isa);
                     if (!kern) continue;
-                    for (int32_t n = 1; n <= f.n; n += n < 4 ? 1 : 5) { /* 1 2 3 4 9 14 19 */
+                    for (int32_t n = 1; n <= f.n; n += n < 16 ? 1 : 3) { /* 1..16, 19 */
                         memset(ya, 0xFF, bytes);
                         sp_mm p = fx_mm(&f, 0, n, ya);
                         p.w = pk;
@@ -261,7 +268,7 @@ static void test_packed_bit_identical(void **state) {
                 fx_free(&f);
             }
     /* the scalar twin always, the AVX-512 kernel where the CPU has it */
-    assert_true(checked >= (2 * 5 + 2 + 2) * 3 * 7);
+    assert_int_equal(checked, expected);
 }
 
 static void test_act_prepare(void **state) {

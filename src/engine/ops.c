@@ -115,14 +115,20 @@ static void mm_packed_ref(const sp_mm *m, int64_t r0, int64_t r1) {
     }
 }
 
-/* Packed Q4_K (ops.h): one unit per super-block. */
-enum { PK4K_UNIT = 2368, PK4K_SC = 2048, PK4K_MN = 2176, PK4K_D = 2304, PK4K_DMIN = 2336 };
+/* Packed Q4_K and Q5_K (ops.h): one unit per super-block; Q5_K's holds the
+ * qh chunks after the quants, and everything after them moves on. */
+typedef struct pk45_layout { size_t unit, qh, sc, mn, d, dmin; } pk45_layout;
+static pk45_layout pk45(sp_ggml_type t) {
+    if (t == SP_GGML_Q5_K) return (pk45_layout){2880, 2048, 2560, 2688, 2816, 2848};
+    return (pk45_layout){2368, 0, 2048, 2176, 2304, 2336};
+}
 
-/* The reference over packed Q4_K: mm_k_ref's integer sums (sumi over the 8
- * sub-blocks of 32 with their scales, summ over the mins and activation
- * sums) and float expression, read from the interleaved bytes. */
-static void mm_packed_q4k_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+/* The reference over packed Q4_K / Q5_K: mm_k_ref's integer sums (sumi
+ * over the 8 sub-blocks of 32 with their scales, summ over the mins and
+ * activation sums) and float expression, read from the interleaved bytes. */
+static void mm_packed_q45k_ref(const sp_mm *m, int64_t r0, int64_t r1) {
     const int64_t k = m->k, nb = k / SP_QK_K;
+    const pk45_layout L = pk45(m->wtype);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *grp = m->w + (r / SP_PACK_ROWS) * m->w_stride;
         const int i = (int)(r % SP_PACK_ROWS);
@@ -130,7 +136,7 @@ static void mm_packed_q4k_ref(const sp_mm *m, int64_t r0, int64_t r1) {
             const void *xr = (const uint8_t *)m->x + t * m->x_stride;
             float acc = 0;
             for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *unit = grp + (size_t)b * PK4K_UNIT;
+                const uint8_t *unit = grp + (size_t)b * L.unit;
                 const int8_t *xq = sp_act_qs(xr) + b * SP_QK_K;
                 const int32_t *bs = sp_actk_bsum(xr, k) + b * 16;
                 int32_t sumi = 0, summ = 0;
@@ -139,14 +145,16 @@ static void mm_packed_q4k_ref(const sp_mm *m, int64_t r0, int64_t r1) {
                     for (int j = 0; j < 8; j++)
                         for (int e = 0; e < 4; e++) {
                             const uint8_t v = unit[64 * (8 * (s8 / 2) + j) + 4 * i + e];
-                            dot += ((s8 & 1) ? v >> 4 : v & 0x0F) * xq[32 * s8 + 4 * j + e];
+                            int q = (s8 & 1) ? v >> 4 : v & 0x0F;
+                            if (L.qh) q |= ((unit[L.qh + 64 * s8 + 8 * j + (4 * i + e) / 8] >> ((4 * i + e) % 8)) & 1) << 4;
+                            dot += q * xq[32 * s8 + 4 * j + e];
                         }
-                    sumi += unit[PK4K_SC + 16 * s8 + i] * dot;
-                    summ += unit[PK4K_MN + 32 * (s8 / 2) + 2 * i + (s8 & 1)] * (bs[2 * s8] + bs[2 * s8 + 1]);
+                    sumi += unit[L.sc + 16 * s8 + i] * dot;
+                    summ += unit[L.mn + 32 * (s8 / 2) + 2 * i + (s8 & 1)] * (bs[2 * s8] + bs[2 * s8 + 1]);
                 }
                 uint16_t hd, hm;
-                memcpy(&hd, unit + PK4K_D + 2 * i, 2);
-                memcpy(&hm, unit + PK4K_DMIN + 2 * i, 2);
+                memcpy(&hd, unit + L.d + 2 * i, 2);
+                memcpy(&hm, unit + L.dmin + 2 * i, 2);
                 const float xd = sp_actk_d(xr, k)[b];
                 acc += (xd * sp_fp16_to_fp32(hd)) * (float)sumi - (xd * sp_fp16_to_fp32(hm)) * (float)summ;
             }
@@ -155,24 +163,39 @@ static void mm_packed_q4k_ref(const sp_mm *m, int64_t r0, int64_t r1) {
     }
 }
 
-static void pack_q4k(const uint8_t *w, size_t w_stride, int64_t rows, int64_t k, uint8_t *dst) {
+static void pack_q45k(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t rows, int64_t k,
+                      uint8_t *dst) {
     const int64_t nb = k / SP_QK_K;
-    const size_t gs = (size_t)nb * PK4K_UNIT;
+    const pk45_layout L = pk45(wtype);
+    const size_t gs = (size_t)nb * L.unit;
     for (int64_t r = 0; r < rows; r++) {
         uint8_t *grp = dst + (size_t)(r / SP_PACK_ROWS) * gs;
         const size_t i = (size_t)(r % SP_PACK_ROWS);
         for (int64_t b = 0; b < nb; b++) {
-            const sp_block_q4_K *x = (const sp_block_q4_K *)(w + (size_t)r * w_stride) + b;
-            uint8_t *unit = grp + (size_t)b * PK4K_UNIT;
-            for (int c = 0; c < 32; c++) memcpy(unit + 64 * c + 4 * i, x->qs + 4 * c, 4); /* c = 8p + j */
+            const uint8_t *row = w + (size_t)r * w_stride;
+            const uint8_t *d, *scales, *qs, *qh = NULL; /* d, dmin: 4 bytes */
+            if (wtype == SP_GGML_Q5_K) {
+                const sp_block_q5_K *x = (const sp_block_q5_K *)row + b;
+                d = (const uint8_t *)&x->d, scales = x->scales, qs = x->qs, qh = x->qh;
+            } else {
+                const sp_block_q4_K *x = (const sp_block_q4_K *)row + b;
+                d = (const uint8_t *)&x->d, scales = x->scales, qs = x->qs;
+            }
+            uint8_t *unit = grp + (size_t)b * L.unit;
+            for (int c = 0; c < 32; c++) memcpy(unit + 64 * c + 4 * i, qs + 4 * c, 4); /* c = 8p + j */
+            for (int s8 = 0; qh && s8 < 8; s8++) /* fifth-bit masks: bit 4i + e of mask (s8, j) */
+                for (int j = 0; j < 8; j++)
+                    for (int e = 0; e < 4; e++)
+                        unit[L.qh + 64 * (size_t)s8 + 8 * (size_t)j + (4 * i + (size_t)e) / 8] |=
+                            (uint8_t)(((qh[4 * j + e] >> s8) & 1) << ((4 * i + (size_t)e) % 8));
             for (int s8 = 0; s8 < 8; s8++) {
                 uint8_t sc, mn;
-                sp_q4k_scale_min(s8, x->scales, &sc, &mn);
-                unit[PK4K_SC + 16 * s8 + i] = sc;
-                unit[PK4K_MN + 32 * (s8 / 2) + 2 * i + (size_t)(s8 & 1)] = mn;
+                sp_q4k_scale_min(s8, scales, &sc, &mn);
+                unit[L.sc + 16 * s8 + i] = sc;
+                unit[L.mn + 32 * (s8 / 2) + 2 * i + (size_t)(s8 & 1)] = mn;
             }
-            memcpy(unit + PK4K_D + 2 * i, &x->d, 2);
-            memcpy(unit + PK4K_DMIN + 2 * i, &x->dmin, 2);
+            memcpy(unit + L.d + 2 * i, d, 2);
+            memcpy(unit + L.dmin + 2 * i, d + 2, 2);
         }
     }
 }
@@ -247,11 +270,12 @@ static void pack_q6k(const uint8_t *w, size_t w_stride, int64_t rows, int64_t k,
 }
 
 bool sp_ops_packable(sp_ggml_type wtype) {
-    return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0 || wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q6_K;
+    return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0 || wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K ||
+           wtype == SP_GGML_Q6_K;
 }
 
 size_t sp_ops_pack_stride(sp_ggml_type wtype, int64_t k) {
-    if (wtype == SP_GGML_Q4_K) return (size_t)(k / SP_QK_K) * PK4K_UNIT;
+    if (wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K) return (size_t)(k / SP_QK_K) * pk45(wtype).unit;
     if (wtype == SP_GGML_Q6_K) return (size_t)(k / SP_QK_K) * PK6K_UNIT;
     return (size_t)((k / SP_QK + 1) / 2) * (2 * pack_qb(wtype) + 64);
 }
@@ -267,8 +291,12 @@ void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t 
     const size_t qb = pack_qb(wtype), us = 2 * qb + 64, gs = sp_ops_pack_stride(wtype, k);
     const size_t bsz = q4 ? sizeof(sp_block_q4_0) : sizeof(sp_block_q8_0);
     memset(dst, 0, sp_ops_pack_bytes(wtype, rows, k));
-    if (wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q6_K) {
-        (wtype == SP_GGML_Q4_K ? pack_q4k : pack_q6k)(w, w_stride, rows, k, dst);
+    if (wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K) {
+        pack_q45k(wtype, w, w_stride, rows, k, dst);
+        return;
+    }
+    if (wtype == SP_GGML_Q6_K) {
+        pack_q6k(w, w_stride, rows, k, dst);
         return;
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -386,7 +414,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm[SP_GGML_Q8_0] = mm_q8_0_ref;
     t->mm[SP_GGML_Q4_0] = mm_q4_0_ref;
     t->mm_packed[SP_GGML_Q8_0] = t->mm_packed[SP_GGML_Q4_0] = mm_packed_ref;
-    t->mm_packed[SP_GGML_Q4_K] = mm_packed_q4k_ref;
+    t->mm_packed[SP_GGML_Q4_K] = t->mm_packed[SP_GGML_Q5_K] = mm_packed_q45k_ref;
     t->mm_packed[SP_GGML_Q6_K] = mm_packed_q6k_ref;
     t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32_ref;
     t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
@@ -416,6 +444,8 @@ sp_act_kind sp_ops_act_kind(sp_ggml_type wtype) {
 bool sp_ops_act_is_q8(sp_ggml_type wtype) { return sp_ops_act_kind(wtype) != SP_ACT_F32; }
 
 static bool has_g4(sp_ggml_type wtype) { return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0; }
+/* q8_K rows that carry the 32-element pair sums (ops.h). */
+static bool has_pairs(sp_ggml_type wtype) { return wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K; }
 
 size_t sp_ops_act_bytes(sp_ggml_type wtype, int64_t k) {
     size_t b;
@@ -423,7 +453,7 @@ size_t sp_ops_act_bytes(sp_ggml_type wtype, int64_t k) {
     case SP_ACT_Q8: b = (size_t)k + 12 * (size_t)(k / SP_QK); break;
     case SP_ACT_Q8_K:
         b = (size_t)sp_actk_base_bytes(k);
-        if (wtype == SP_GGML_Q4_K) b += (16 * (size_t)(k / SP_QK_K) + 63) & ~(size_t)63;
+        if (has_pairs(wtype)) b += (16 * (size_t)(k / SP_QK_K) + 63) & ~(size_t)63;
         if (wtype == SP_GGML_Q6_K) b += ((size_t)k + 63) & ~(size_t)63;
         break;
     default: b = 4 * (size_t)k; break;
@@ -550,7 +580,7 @@ void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst
         return;
     case SP_ACT_Q8_K:
         act_q8k(x, k, dst);
-        if (wtype == SP_GGML_Q4_K) { /* pair sums for the packed kernel (ops.h) */
+        if (has_pairs(wtype)) { /* pair sums for the packed kernels (ops.h) */
             const int32_t *bs = sp_actk_bsum(dst, k);
             int32_t *pr = sp_actk_pairs(dst, k);
             memset(pr, 0, (16 * (size_t)(k / SP_QK_K) + 63) & ~(size_t)63);

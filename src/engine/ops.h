@@ -66,10 +66,14 @@
  * holding row i's qs[32p + 4j..+3] at bytes 4i.. (low nibbles: sub-block 2p
  * elements 4j..; high: sub-block 2p+1), then the 6-bit scales as bytes
  * [s][i] (128), the mins as bytes [p][i][s & 1] for s = 2p, 2p+1 (128), the
- * rows' f16 d (32) and dmin (32). Its activation rows carry, after the q8_K
- * layout (sp_actk_pairs), int32 pairs[k/256][4]: int16 halves (lo, hi) =
- * the sums over sub-blocks 2p and 2p+1 of 32 elements each, padded to 64
- * bytes. Q6_K: one unit of 3456 bytes per super-block: 2048 bytes of ql
+ * rows' f16 d (32) and dmin (32). Q5_K's unit (2880 bytes) is Q4_K's with
+ * 512 bytes of fifth-bit masks after the quants (the 8 bytes at 64s + 8j: a
+ * little-endian 64-bit mask whose bit 4i + e is the fifth bit of row i's
+ * element 32s + 4j + e, i.e. of the nibble chunk 8(s/2) + j holds at byte
+ * 4i + e), the rest following at Q4_K's offsets plus 512. Their activation rows
+ * carry, after the q8_K layout (sp_actk_pairs), int32 pairs[k/256][4]:
+ * int16 halves (lo, hi) = the sums over sub-blocks 2p and 2p+1 of 32
+ * elements each, padded to 64 bytes. Q6_K: one unit of 3456 bytes per super-block: 2048 bytes of ql
  * chunks 16h + 8m + c (row i's ql[64h + 32m + 4c..+3] at bytes 4i..), 1024
  * of qh chunks 8h + c (qh[32h + 4c..+3]), the int8 scales as bytes [s][i]
  * (256), int32 nc[i] = -128 * sum over the 16 sub-blocks s of scale_s times
@@ -228,7 +232,7 @@ static inline const int32_t *sp_actk_bsum(const void *row, int64_t k) {
 }
 
 
-/* Q4_K's 32-element pair sums (see the top), after the q8_K layout. */
+/* Q4_K's and Q5_K's 32-element pair sums (see the top), after the q8_K layout. */
 static inline int64_t sp_actk_base_bytes(int64_t k) {
     return (k + 4 * (k / 256) + 4 * (k / 16) + 63) & ~(int64_t)63;
 }

@@ -475,24 +475,28 @@ static void mm_q4_0_pk(const sp_mm *m, int64_t r0, int64_t r1) {
 #undef Q4_TILE
 }
 
-/* Q4_K over packed weights (ops.h): per super-block and token tile, the 8
- * sub-blocks of 32 go one at a time: 8 weight vectors (one nibble half of
- * 8 chunks), the 16 rows' scales widened to int32; per token 8 dpbusd give
- * the sub-block dots of 16 rows, times the scales into sumi (vpmulld, exact);
+/* Q4_K and Q5_K over packed weights (ops.h): per super-block and token
+ * tile, the 8 sub-blocks of 32 go one at a time: 8 weight vectors (one
+ * nibble half of 8 chunks; Q5_K adds 16 under its fifth-bit masks),
+ * the 16 rows' scales widened to int32; per token 8 dpbusd give the
+ * sub-block dots of 16 rows, times the scales into sumi (vpmulld, exact);
  * the mins enter through 4 dpwssd of the rows' (min, min) int16 pairs with
  * the activation's pair sums. Then mm_k_ref's float expression on 16 lanes:
  * y += (d_x d) sumi - (d_x dmin) summ, super-blocks in order: bit-identical
- * to the scalar reference. */
+ * to the scalar reference. Q5 selects Q5_K's unit (2880 bytes: the masks
+ * at 2048, the rest 512 on). */
 #define PK4K_UNIT 2368
+#define PK5K_UNIT 2880
 /* Largest token tile of the K-quant kernels (16 or 8). */
 #ifndef PK_K_NT_MAX
 #define PK_K_NT_MAX 16
 #endif
 
-AI void pk4k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, __mmask16 live) {
+AI void pk45k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, __mmask16 live, const bool q5) {
     const int64_t k = m->k, nb = k / SP_QK_K;
+    const size_t us = q5 ? PK5K_UNIT : PK4K_UNIT, o = q5 ? 512 : 0; /* o: offset of the fields after the quants */
     const uint8_t *grp = m->w + g * m->w_stride;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
     const uint8_t *xs[16];
     __m512 y[16];
     UNROLL for (int t = 0; t < NT; t++) {
@@ -502,9 +506,9 @@ AI void pk4k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
     const int64_t dd = (const uint8_t *)sp_actk_d(xs[0], k) - xs[0];
     const int64_t dp = (const uint8_t *)sp_actk_pairs(xs[0], k) - xs[0];
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *unit = grp + (size_t)b * PK4K_UNIT;
+        const uint8_t *unit = grp + (size_t)b * us;
         if (pf)
-            for (int o = 0; o < PK4K_UNIT; o += 64) pk_prefetch(unit + o, NT);
+            for (size_t c = 0; c < us; c += 64) pk_prefetch(unit + c, q5 ? 2 : NT);
         __m512i sumi[16];
         UNROLL for (int t = 0; t < NT; t++) sumi[t] = _mm512_setzero_si512();
         UNROLL for (int s8 = 0; s8 < 8; s8++) {
@@ -515,7 +519,13 @@ AI void pk4k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
             } else {
                 UNROLL for (int j = 0; j < 8; j++) w[j] = _mm512_and_si512(_mm512_load_si512(q + 64 * j), m4);
             }
-            const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(unit + 2048 + 16 * s8)));
+            if (q5)
+                UNROLL for (int j = 0; j < 8; j++) { /* + 16 where the fifth bit is set */
+                    __mmask64 h;
+                    memcpy(&h, unit + 2048 + 64 * s8 + 8 * j, 8);
+                    w[j] = _mm512_mask_add_epi8(w[j], h, w[j], m10);
+                }
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(unit + o + 2048 + 16 * s8)));
             UNROLL for (int t = 0; t < NT; t++) {
                 const int32_t *xq = (const int32_t *)(xs[t] + 256 * b + 32 * s8);
                 __m512i dot = dpbusd_b(_mm512_setzero_si512(), w[0], xq);
@@ -525,9 +535,9 @@ AI void pk4k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
         }
         __m512i mn[4];
         UNROLL for (int p = 0; p < 4; p++)
-            mn[p] = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(unit + 2176 + 32 * p)));
-        const __m512 wd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + 2304)));
-        const __m512 wm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + 2336)));
+            mn[p] = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(unit + o + 2176 + 32 * p)));
+        const __m512 wd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + o + 2304)));
+        const __m512 wm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + o + 2336)));
         UNROLL for (int t = 0; t < NT; t++) {
             const int32_t *pr = (const int32_t *)(xs[t] + dp) + 4 * b;
             __m512i summ = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mn[0], _mm512_set1_epi32(pr[0]));
@@ -616,9 +626,15 @@ static void mm_q6_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
 }
 
 static void mm_q4_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
-#define Q4K_TILE(nt) pk4k_tile(m, g, t, nt, t == 0, live)
+#define Q4K_TILE(nt) pk45k_tile(m, g, t, nt, t == 0, live, false)
     PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, Q4K_TILE)
 #undef Q4K_TILE
+}
+
+static void mm_q5_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
+#define Q5K_TILE(nt) pk45k_tile(m, g, t, nt, t == 0, live, true)
+    PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, Q5K_TILE)
+#undef Q5K_TILE
 }
 
 /* ---- attention (see ops.h) ---- */
@@ -1125,6 +1141,7 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm_packed[SP_GGML_Q8_0] = mm_q8_0_pk;
     t->mm_packed[SP_GGML_Q4_0] = mm_q4_0_pk;
     t->mm_packed[SP_GGML_Q4_K] = mm_q4_K_pk;
+    t->mm_packed[SP_GGML_Q5_K] = mm_q5_K_pk;
     t->mm_packed[SP_GGML_Q6_K] = mm_q6_K_pk;
     /* K-quants and the other new formats: the AVX2 kernels (every AVX-512 CPU
      * has AVX2). A VNNI K-quant kernel (4 vpdpbusd + 4 vpmulld by the per-16
