@@ -169,7 +169,7 @@ static void test_bad_input(void **state) {
                                 * (reliability probe, item 8); stray arguments */
                                "--gamma 4", "--draft-p-min 0.5", "--draft ngram --skip-layers 1",
                                "--draft layerskip --skip-layers 1,", "--draft layerskip --skip-layers ,1",
-                               "--draft ngram --draft-max 40", "--draft lowbit --lowbit iq4_xs",
+                               "--draft ngram --draft-max 40", "--draft lowbit --lowbit q3_K",
                                "--draft ngram --tree 2x2", "-p hi stray", "--json=1"};
     for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
         snprintf(a, sizeof a, "generate -m '%s' %s", m, bad_flags[i]);

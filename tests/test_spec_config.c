@@ -132,7 +132,7 @@ static void test_text_errors(void **state) {
     parse_bad("draft=layerskip,skip=a", false, "skip: 'a' is not a layer list");
     parse_bad("draft=layerskip,skip=3-1", false, "skip");
     parse_bad("draft=lowbit,lowbit=q3", false, "lowbit: 'q3' is not a weight type");
-    parse_bad("draft=lowbit,lowbit=iq4_xs", false, "lowbit"); /* loaded, not written */
+    parse_bad("draft=lowbit,lowbit=q3_K", false, "lowbit"); /* loaded, not written */
     parse_bad("draft=ngram,lenience=0.5", false, "lenience: only the lenient verifier uses it");
     parse_bad("draft=ngram,verify=lenient,lenience=0", false, "lenience: must be a number in (0, 1]");
     /* combinations */
