@@ -209,7 +209,8 @@ static void test_batch_split_invariance_long_rows(void **state) {
  * 8, 4, 2, 1 and their sums), at once and one token at a time. The scalar
  * tier has a packed twin for every packable type, the AVX-512 tier a packed
  * kernel for each (checked where the CPU has it). */
-static const sp_ggml_type PACKED_TYPES[] = {SP_GGML_Q8_0, SP_GGML_Q4_0, SP_GGML_Q4_K, SP_GGML_Q5_K,
+static const sp_ggml_type PACKED_TYPES[] = {SP_GGML_Q8_0, SP_GGML_Q4_0, SP_GGML_Q4_1,  SP_GGML_Q5_0,
+                                            SP_GGML_Q5_1, SP_GGML_IQ4_NL, SP_GGML_Q4_K, SP_GGML_Q5_K,
                                             SP_GGML_Q6_K};
 #define N_PACKED (sizeof PACKED_TYPES / sizeof PACKED_TYPES[0])
 

@@ -269,14 +269,103 @@ static void pack_q6k(const uint8_t *w, size_t w_stride, int64_t rows, int64_t k,
     }
 }
 
+/* Packed Q4_1, Q5_0, Q5_1, IQ4_NL (ops.h): units of two blocks c = 0, 1,
+ * Q4_0's quants, then (Q5_*) the fifth-bit masks, the f16 d and (Q4_1,
+ * Q5_1) the f16 m of each block. */
+typedef struct pk32_layout { size_t unit, mask, d, m; } pk32_layout; /* mask, m: 0 when none */
+static pk32_layout pk32(sp_ggml_type t) {
+    const bool q5 = t == SP_GGML_Q5_0 || t == SP_GGML_Q5_1, hm = t == SP_GGML_Q4_1 || t == SP_GGML_Q5_1;
+    const size_t d = 512 + (q5 ? 128 : 0);
+    return (pk32_layout){d + (hm ? 128 : 64), q5 ? 512 : 0, d, hm ? d + 64 : 0};
+}
+
+static bool is_pk32(sp_ggml_type t) {
+    return t == SP_GGML_Q4_1 || t == SP_GGML_Q5_0 || t == SP_GGML_Q5_1 || t == SP_GGML_IQ4_NL;
+}
+
+/* The reference over packed Q4_1/Q5_0/Q5_1/IQ4_NL: mm_q32_ref's integer dot
+ * and float expression per block (v = (d_w d_x) sumi, + m_w s_x when m_w is
+ * not 0, y += v in block order), the values read from the interleaved
+ * bytes: nibble (and fifth bit) as sp_quant_q32_values turns them into q. */
+static void mm_packed_q32_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    const sp_ggml_type t = m->wtype;
+    const int64_t nb = m->k / SP_QK;
+    const pk32_layout L = pk32(t);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *grp = m->w + (r / SP_PACK_ROWS) * m->w_stride;
+        const int i = (int)(r % SP_PACK_ROWS);
+        for (int32_t tk = 0; tk < m->n; tk++) {
+            const void *xr = (const uint8_t *)m->x + tk * m->x_stride;
+            const int8_t *xq = sp_act_qs(xr);
+            float acc = 0;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *unit = grp + (size_t)(b / 2) * L.unit;
+                const size_t c = (size_t)(b % 2);
+                int32_t sumi = 0;
+                for (int e = 0; e < SP_QK; e++) { /* element e: chunk e/4 of the low (e < 16) or high nibbles */
+                    const uint8_t v = unit[256 * c + 64 * (size_t)((e % 16) / 4) + 4 * (size_t)i + (size_t)(e % 4)];
+                    int q = e < 16 ? v & 0x0F : v >> 4;
+                    if (L.mask) q |= ((unit[L.mask + 64 * c + 8 * (size_t)(e / 4) + (4 * (size_t)i + (size_t)(e % 4)) / 8] >>
+                                       ((4 * i + e % 4) % 8)) & 1) << 4;
+                    if (t == SP_GGML_Q5_0) q -= 16;
+                    if (t == SP_GGML_IQ4_NL) q = sp_iq4nl_values[q];
+                    sumi += q * xq[b * SP_QK + e];
+                }
+                uint16_t hd, hm = 0;
+                memcpy(&hd, unit + L.d + 32 * c + 2 * (size_t)i, 2);
+                if (L.m) memcpy(&hm, unit + L.m + 32 * c + 2 * (size_t)i, 2);
+                const float d = sp_fp16_to_fp32(hd), mn = sp_fp16_to_fp32(hm);
+                float v = (d * sp_act_d(xr, m->k)[b]) * (float)sumi;
+                if (mn != 0) v += mn * sp_act_s(xr, m->k)[b];
+                acc += v;
+            }
+            m->y[tk * m->ld_y + r] = acc;
+        }
+    }
+}
+
+static void pack_q32(sp_ggml_type t, const uint8_t *w, size_t w_stride, int64_t rows, int64_t k, uint8_t *dst) {
+    const int64_t nb = k / SP_QK;
+    const pk32_layout L = pk32(t);
+    const size_t gs = (size_t)((nb + 1) / 2) * L.unit, bsz = sp_ggml_row_size(t, SP_QK);
+    /* field offsets in the block: d first, then m, qh, qs as the format has them */
+    size_t om = 0, oqh = 0, oqs;
+    switch (t) {
+    case SP_GGML_Q4_1: om = 2, oqs = 4; break;
+    case SP_GGML_Q5_0: oqh = 2, oqs = 6; break;
+    case SP_GGML_Q5_1: om = 2, oqh = 4, oqs = 8; break;
+    default: oqs = 2; break; /* IQ4_NL */
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *grp = dst + (size_t)(r / SP_PACK_ROWS) * gs;
+        const size_t i = (size_t)(r % SP_PACK_ROWS);
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = w + (size_t)r * w_stride + (size_t)b * bsz;
+            uint8_t *unit = grp + (size_t)(b / 2) * L.unit;
+            const size_t c = (size_t)(b % 2);
+            for (size_t j = 0; j < 4; j++) memcpy(unit + 256 * c + 64 * j + 4 * i, blk + oqs + 4 * j, 4);
+            if (L.mask) {
+                const uint32_t qh = (uint32_t)blk[oqh] | (uint32_t)blk[oqh + 1] << 8 | (uint32_t)blk[oqh + 2] << 16 |
+                                    (uint32_t)blk[oqh + 3] << 24;
+                for (size_t e = 0; e < SP_QK; e++) /* mask e/4, bit 4i + e%4: element e's fifth bit */
+                    unit[L.mask + 64 * c + 8 * (e / 4) + (4 * i + e % 4) / 8] |=
+                        (uint8_t)(((qh >> e) & 1) << ((4 * i + e % 4) % 8));
+            }
+            memcpy(unit + L.d + 32 * c + 2 * i, blk, 2);
+            if (L.m) memcpy(unit + L.m + 32 * c + 2 * i, blk + om, 2);
+        }
+    }
+}
+
 bool sp_ops_packable(sp_ggml_type wtype) {
     return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0 || wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K ||
-           wtype == SP_GGML_Q6_K;
+           wtype == SP_GGML_Q6_K || is_pk32(wtype);
 }
 
 size_t sp_ops_pack_stride(sp_ggml_type wtype, int64_t k) {
     if (wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K) return (size_t)(k / SP_QK_K) * pk45(wtype).unit;
     if (wtype == SP_GGML_Q6_K) return (size_t)(k / SP_QK_K) * PK6K_UNIT;
+    if (is_pk32(wtype)) return (size_t)((k / SP_QK + 1) / 2) * pk32(wtype).unit;
     return (size_t)((k / SP_QK + 1) / 2) * (2 * pack_qb(wtype) + 64);
 }
 
@@ -297,6 +386,10 @@ void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t 
     }
     if (wtype == SP_GGML_Q6_K) {
         pack_q6k(w, w_stride, rows, k, dst);
+        return;
+    }
+    if (is_pk32(wtype)) {
+        pack_q32(wtype, w, w_stride, rows, k, dst);
         return;
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -414,6 +507,8 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm[SP_GGML_Q8_0] = mm_q8_0_ref;
     t->mm[SP_GGML_Q4_0] = mm_q4_0_ref;
     t->mm_packed[SP_GGML_Q8_0] = t->mm_packed[SP_GGML_Q4_0] = mm_packed_ref;
+    t->mm_packed[SP_GGML_Q4_1] = t->mm_packed[SP_GGML_Q5_0] = t->mm_packed[SP_GGML_Q5_1] =
+        t->mm_packed[SP_GGML_IQ4_NL] = mm_packed_q32_ref;
     t->mm_packed[SP_GGML_Q4_K] = t->mm_packed[SP_GGML_Q5_K] = mm_packed_q45k_ref;
     t->mm_packed[SP_GGML_Q6_K] = mm_packed_q6k_ref;
     t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32_ref;

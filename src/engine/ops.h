@@ -40,8 +40,9 @@
  * b: -8 sum (Q4_0) or -128 sum (Q8_0), padded to 64 bytes. The kernels that
  * do not use these ignore them.
  *
- * Packed weights. Q8_0 and Q4_0 matrices can also be held row-interleaved
- * (made once at load, see sp_ops_pack), so that one 512-bit dpbusd computes
+ * Packed weights. Q8_0 and Q4_0 matrices (and the others below) can also
+ * be held row-interleaved (made once at load, see sp_ops_pack), so that one
+ * 512-bit dpbusd computes
  * 16 rows' partial dot products against one broadcast 4-byte group of an
  * activation block, and the per-block float step (scale product, multiply,
  * add) runs once per block for 16 rows, one row per lane. Layout: groups of
@@ -61,6 +62,15 @@
  * stride, and rows r0..r1 as usual; they form each output with the scalar
  * reference's integer sums and float expression in block order, so they
  * are bit-identical to it (and to each other) whatever n or the rows.
+ * Q4_1, Q5_0, Q5_1 and IQ4_NL pack like Q4_0 (the stored nibbles in the
+ * same chunks, pairs of blocks c = 0, 1 per unit), then: Q5_0/Q5_1 the
+ * fifth bits as 64 bytes of masks per block c (the 8 bytes at 512 + 64c +
+ * 8j: a little-endian 64-bit mask whose bit 4i + e is the fifth bit of row
+ * i's element 4j + e, i.e. of chunk j's low nibble for j < 4, of chunk
+ * j - 4's high nibble otherwise), the f16 d of the 16 rows (32 bytes per
+ * block) and, for Q4_1/Q5_1, their f16 m (32 bytes per block): units of 640
+ * (Q4_1), 704 (Q5_0), 768 (Q5_1), 576 (IQ4_NL) bytes, the size of 32 of
+ * the original blocks.
  * Q4_K packs the same way with one unit of 2368 bytes per super-block b:
  * 2048 bytes of quants, chunk 8p + j (p < 4 pairs of sub-blocks, j < 8)
  * holding row i's qs[32p + 4j..+3] at bytes 4i.. (low nibbles: sub-block 2p

@@ -475,6 +475,88 @@ static void mm_q4_0_pk(const sp_mm *m, int64_t r0, int64_t r1) {
 #undef Q4_TILE
 }
 
+/* Q4_1, Q5_0, Q5_1, IQ4_NL over packed weights (ops.h): per block, the 16
+ * rows' quants become 8 vectors of unsigned bytes u (chunk c: elements
+ * 4c..4c+3 of each row): nibbles, plus 16 under the fifth-bit masks (Q5_*),
+ * or looked up in the IQ4_NL table plus 128 (vpshufb: a nibble index stays
+ * inside its 128-bit lane). Per token 8 dpbusd against broadcast 4-byte
+ * groups, started from -off * sum(x) (off = 16 for Q5_0, 128 for IQ4_NL,
+ * else 0), give sumi = sum(q x) exactly; then mm_q32_ref's float step on
+ * 16 lanes: v = (d_w d_x) sumi, v += m_w s_x in the lanes whose m_w != 0,
+ * y += v, blocks in order: bit-identical to the scalar reference. */
+AI void pk32_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, const sp_ggml_type ty, bool pf,
+                  __mmask16 live) {
+    const bool q5 = ty == SP_GGML_Q5_0 || ty == SP_GGML_Q5_1, hm = ty == SP_GGML_Q4_1 || ty == SP_GGML_Q5_1;
+    const bool nl = ty == SP_GGML_IQ4_NL;
+    const int32_t off = ty == SP_GGML_Q5_0 ? 16 : nl ? 128 : 0;
+    const size_t od = 512 + (q5 ? 128 : 0), us = od + (hm ? 128 : 64);
+    const int64_t k = m->k, nb = k / SP_QK;
+    const uint8_t *grp = m->w + g * m->w_stride;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), c16 = _mm512_set1_epi8(16);
+    const __m512i tab = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)sp_iq4nl_values)),
+                                         _mm512_set1_epi8(-128)); /* table + 128 as unsigned bytes */
+    __m512 acc[16];
+    const uint8_t *xs[16];
+    UNROLL for (int t = 0; t < NT; t++) {
+        xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
+        acc[t] = _mm512_setzero_ps();
+    }
+    const int64_t dd = (const uint8_t *)sp_act_d(xs[0], k) - xs[0];
+    const int64_t dsum = (const uint8_t *)sp_act_sum(xs[0], k) - xs[0];
+    const int64_t ds = (const uint8_t *)sp_act_s(xs[0], k) - xs[0];
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *unit = grp + (size_t)(b >> 1) * us;
+        const size_t c = (size_t)(b & 1);
+        if (pf && !c)
+            for (size_t o = 0; o < us; o += 64) pk_prefetch(unit + o, q5 ? 2 : NT);
+        __m512i w[8];
+        UNROLL for (int j = 0; j < 4; j++) {
+            const __m512i v = _mm512_load_si512(unit + 256 * c + 64 * j);
+            w[j] = _mm512_and_si512(v, m4);
+            w[4 + j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        if (q5)
+            UNROLL for (int j = 0; j < 8; j++) {
+                __mmask64 h;
+                memcpy(&h, unit + 512 + 64 * c + 8 * j, 8);
+                w[j] = _mm512_mask_add_epi8(w[j], h, w[j], c16);
+            }
+        if (nl)
+            UNROLL for (int j = 0; j < 8; j++) w[j] = _mm512_shuffle_epi8(tab, w[j]);
+        const __m512 wd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + od + 32 * c)));
+        __m512 wm = _mm512_setzero_ps();
+        __mmask16 mlive = 0;
+        if (hm) {
+            wm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + od + 64 + 32 * c)));
+            mlive = _mm512_cmp_ps_mask(wm, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+        }
+        UNROLL for (int t = 0; t < NT; t++) {
+            const uint8_t *xr = xs[t];
+            const int32_t *xq = (const int32_t *)(xr + 32 * b);
+            __m512i dot = off ? _mm512_set1_epi32(-off * ((const int32_t *)(xr + dsum))[b]) : _mm512_setzero_si512();
+            UNROLL for (int j = 0; j < 8; j++) dot = dpbusd_b(dot, w[j], xq + j);
+            __m512 v = _mm512_mul_ps(_mm512_mul_ps(wd, _mm512_set1_ps(((const float *)(xr + dd))[b])), _mm512_cvtepi32_ps(dot));
+            if (hm) v = _mm512_mask_add_ps(v, mlive, v, _mm512_mul_ps(wm, _mm512_set1_ps(((const float *)(xr + ds))[b])));
+            acc[t] = _mm512_add_ps(acc[t], v);
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++)
+        _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, acc[t]);
+}
+
+#define PK32_TILE_Q41(nt) pk32_tile(m, g, t, nt, SP_GGML_Q4_1, t == 0, live)
+#define PK32_TILE_Q50(nt) pk32_tile(m, g, t, nt, SP_GGML_Q5_0, t == 0, live)
+#define PK32_TILE_Q51(nt) pk32_tile(m, g, t, nt, SP_GGML_Q5_1, t == 0, live)
+#define PK32_TILE_NL(nt) pk32_tile(m, g, t, nt, SP_GGML_IQ4_NL, t == 0, live)
+static void mm_q4_1_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_Q41) }
+static void mm_q5_0_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_Q50) }
+static void mm_q5_1_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_Q51) }
+static void mm_iq4_nl_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_NL) }
+#undef PK32_TILE_Q41
+#undef PK32_TILE_Q50
+#undef PK32_TILE_Q51
+#undef PK32_TILE_NL
+
 /* Q4_K and Q5_K over packed weights (ops.h): per super-block and token
  * tile, the 8 sub-blocks of 32 go one at a time: 8 weight vectors (one
  * nibble half of 8 chunks; Q5_K adds 16 under its fifth-bit masks),
@@ -1142,6 +1224,10 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm_packed[SP_GGML_Q4_0] = mm_q4_0_pk;
     t->mm_packed[SP_GGML_Q4_K] = mm_q4_K_pk;
     t->mm_packed[SP_GGML_Q5_K] = mm_q5_K_pk;
+    t->mm_packed[SP_GGML_Q4_1] = mm_q4_1_pk;
+    t->mm_packed[SP_GGML_Q5_0] = mm_q5_0_pk;
+    t->mm_packed[SP_GGML_Q5_1] = mm_q5_1_pk;
+    t->mm_packed[SP_GGML_IQ4_NL] = mm_iq4_nl_pk;
     t->mm_packed[SP_GGML_Q6_K] = mm_q6_K_pk;
     /* K-quants and the other new formats: the AVX2 kernels (every AVX-512 CPU
      * has AVX2). A VNNI K-quant kernel (4 vpdpbusd + 4 vpmulld by the per-16
