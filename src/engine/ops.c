@@ -357,15 +357,74 @@ static void pack_q32(sp_ggml_type t, const uint8_t *w, size_t w_stride, int64_t 
     }
 }
 
+/* Packed IQ4_XS (ops.h): one unit of 2240 bytes per super-block. */
+enum { PKXS_UNIT = 2240, PKXS_SC = 2048, PKXS_D = 2176 };
+
+/* The reference over packed IQ4_XS: mm_k_ref's integer sum (sumi over the
+ * 16 sub-blocks of 16 with their signed scales; no mins) and float
+ * expression, the values read from the interleaved bytes. */
+static void mm_packed_iq4xs_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t k = m->k, nb = k / SP_QK_K;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *grp = m->w + (r / SP_PACK_ROWS) * m->w_stride;
+        const int i = (int)(r % SP_PACK_ROWS);
+        for (int32_t t = 0; t < m->n; t++) {
+            const void *xr = (const uint8_t *)m->x + t * m->x_stride;
+            float acc = 0;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *unit = grp + (size_t)b * PKXS_UNIT;
+                const int8_t *xq = sp_act_qs(xr) + b * SP_QK_K;
+                int32_t sumi = 0;
+                const int32_t summ = 0;
+                for (int s16 = 0; s16 < 16; s16++) {
+                    const int s8 = s16 / 2;
+                    int32_t dot = 0;
+                    for (int l = 0; l < 16; l++) { /* element 32 s8 + e, e = 16 (s16 % 2) + l */
+                        const int e = 16 * (s16 % 2) + l;
+                        const uint8_t v = unit[256 * s8 + 64 * ((e % 16) / 4) + 4 * i + e % 4];
+                        dot += sp_iq4nl_values[e < 16 ? v & 0x0F : v >> 4] * xq[32 * s8 + e];
+                    }
+                    sumi += (int8_t)unit[PKXS_SC + 32 * (s8 / 2) + 2 * i + s8 % 2] * dot;
+                }
+                uint16_t hd;
+                memcpy(&hd, unit + PKXS_D + 2 * i, 2);
+                const float xd = sp_actk_d(xr, k)[b], dmin = 0.0f;
+                acc += (xd * sp_fp16_to_fp32(hd)) * (float)sumi - (xd * dmin) * (float)summ;
+            }
+            m->y[t * m->ld_y + r] = acc;
+        }
+    }
+}
+
+static void pack_iq4xs(const uint8_t *w, size_t w_stride, int64_t rows, int64_t k, uint8_t *dst) {
+    const int64_t nb = k / SP_QK_K;
+    const size_t gs = (size_t)nb * PKXS_UNIT;
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *grp = dst + (size_t)(r / SP_PACK_ROWS) * gs;
+        const size_t i = (size_t)(r % SP_PACK_ROWS);
+        for (int64_t b = 0; b < nb; b++) {
+            const sp_block_iq4_xs *x = (const sp_block_iq4_xs *)(w + (size_t)r * w_stride) + b;
+            uint8_t *unit = grp + (size_t)b * PKXS_UNIT;
+            for (int s8 = 0; s8 < 8; s8++) {
+                for (int j = 0; j < 4; j++) memcpy(unit + 256 * s8 + 64 * j + 4 * i, x->qs + 16 * s8 + 4 * j, 4);
+                const int ls = ((x->scales_l[s8 / 2] >> (4 * (s8 % 2))) & 0xF) | (((x->scales_h >> (2 * s8)) & 3) << 4);
+                unit[PKXS_SC + 32 * (s8 / 2) + 2 * i + (size_t)(s8 % 2)] = (uint8_t)(int8_t)(ls - 32);
+            }
+            memcpy(unit + PKXS_D + 2 * i, &x->d, 2);
+        }
+    }
+}
+
 bool sp_ops_packable(sp_ggml_type wtype) {
     return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0 || wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K ||
-           wtype == SP_GGML_Q6_K || is_pk32(wtype);
+           wtype == SP_GGML_Q6_K || wtype == SP_GGML_IQ4_XS || is_pk32(wtype);
 }
 
 size_t sp_ops_pack_stride(sp_ggml_type wtype, int64_t k) {
     if (wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K) return (size_t)(k / SP_QK_K) * pk45(wtype).unit;
     if (wtype == SP_GGML_Q6_K) return (size_t)(k / SP_QK_K) * PK6K_UNIT;
     if (is_pk32(wtype)) return (size_t)((k / SP_QK + 1) / 2) * pk32(wtype).unit;
+    if (wtype == SP_GGML_IQ4_XS) return (size_t)(k / SP_QK_K) * PKXS_UNIT;
     return (size_t)((k / SP_QK + 1) / 2) * (2 * pack_qb(wtype) + 64);
 }
 
@@ -390,6 +449,10 @@ void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t 
     }
     if (is_pk32(wtype)) {
         pack_q32(wtype, w, w_stride, rows, k, dst);
+        return;
+    }
+    if (wtype == SP_GGML_IQ4_XS) {
+        pack_iq4xs(w, w_stride, rows, k, dst);
         return;
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -509,6 +572,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm_packed[SP_GGML_Q8_0] = t->mm_packed[SP_GGML_Q4_0] = mm_packed_ref;
     t->mm_packed[SP_GGML_Q4_1] = t->mm_packed[SP_GGML_Q5_0] = t->mm_packed[SP_GGML_Q5_1] =
         t->mm_packed[SP_GGML_IQ4_NL] = mm_packed_q32_ref;
+    t->mm_packed[SP_GGML_IQ4_XS] = mm_packed_iq4xs_ref;
     t->mm_packed[SP_GGML_Q4_K] = t->mm_packed[SP_GGML_Q5_K] = mm_packed_q45k_ref;
     t->mm_packed[SP_GGML_Q6_K] = mm_packed_q6k_ref;
     t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32_ref;
@@ -540,7 +604,9 @@ bool sp_ops_act_is_q8(sp_ggml_type wtype) { return sp_ops_act_kind(wtype) != SP_
 
 static bool has_g4(sp_ggml_type wtype) { return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0; }
 /* q8_K rows that carry the 32-element pair sums (ops.h). */
-static bool has_pairs(sp_ggml_type wtype) { return wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K; }
+static bool has_pairs(sp_ggml_type wtype) {
+    return wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K || wtype == SP_GGML_IQ4_XS;
+}
 
 size_t sp_ops_act_bytes(sp_ggml_type wtype, int64_t k) {
     size_t b;

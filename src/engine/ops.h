@@ -83,7 +83,11 @@
  * 4i + e), the rest following at Q4_K's offsets plus 512. Their activation rows
  * carry, after the q8_K layout (sp_actk_pairs), int32 pairs[k/256][4]:
  * int16 halves (lo, hi) = the sums over sub-blocks 2p and 2p+1 of 32
- * elements each, padded to 64 bytes. Q6_K: one unit of 3456 bytes per super-block: 2048 bytes of ql
+ * elements each, padded to 64 bytes. IQ4_XS: one unit of 2240 bytes per
+ * super-block: per sub-block s < 8 of 32, Q4_0's 4 chunks of its 16 bytes
+ * qs[16s..] (256 bytes at 256s), then the rows' signed 6-bit scales (ls -
+ * 32) as int8 [p][i][s & 1] for s = 2p, 2p+1 (128), the f16 d (32), 32 zero
+ * bytes; its activation rows carry the pair sums too. Q6_K: one unit of 3456 bytes per super-block: 2048 bytes of ql
  * chunks 16h + 8m + c (row i's ql[64h + 32m + 4c..+3] at bytes 4i..), 1024
  * of qh chunks 8h + c (qh[32h + 4c..+3]), the int8 scales as bytes [s][i]
  * (256), int32 nc[i] = -128 * sum over the 16 sub-blocks s of scale_s times
@@ -242,7 +246,7 @@ static inline const int32_t *sp_actk_bsum(const void *row, int64_t k) {
 }
 
 
-/* Q4_K's and Q5_K's 32-element pair sums (see the top), after the q8_K layout. */
+/* Q4_K's, Q5_K's and IQ4_XS's 32-element pair sums (see the top), after the q8_K layout. */
 static inline int64_t sp_actk_base_bytes(int64_t k) {
     return (k + 4 * (k / 256) + 4 * (k / 16) + 63) & ~(int64_t)63;
 }

@@ -634,6 +634,78 @@ AI void pk45k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf,
         _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, y[t]);
 }
 
+/* IQ4_XS over packed weights (ops.h): per super-block and token tile, the
+ * 8 sub-blocks of 32 go one at a time: 8 vectors of unsigned bytes u = table
+ * value + 128 (vpshufb of the nibbles), the rows' signed scales widened to
+ * int32; per token 8 dpbusd give sum(u x) per sub-block, times the scale
+ * into sumi (vpmulld), which starts at -128 sum_s scale_s sum_s(x) (4
+ * dpwssd of the rows' scale pairs times -128 with the activation's pair
+ * sums), so sumi is mm_k_ref's integer exactly. Float step: y += (d_x d)
+ * sumi; mm_k_ref also subtracts (d_x * 0) * 0, a zero that cannot change y
+ * (as for Q6_K below), so the outputs are its bits. */
+#define PKXS_UNIT 2240
+
+AI void pkxs_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, __mmask16 live) {
+    const int64_t k = m->k, nb = k / SP_QK_K;
+    const uint8_t *grp = m->w + g * m->w_stride;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i tab = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)sp_iq4nl_values)),
+                                         _mm512_set1_epi8(-128)); /* table + 128 as unsigned bytes */
+    const uint8_t *xs[16];
+    __m512 y[16];
+    UNROLL for (int t = 0; t < NT; t++) {
+        xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
+        y[t] = _mm512_setzero_ps();
+    }
+    const int64_t dd = (const uint8_t *)sp_actk_d(xs[0], k) - xs[0];
+    const int64_t dp = (const uint8_t *)sp_actk_pairs(xs[0], k) - xs[0];
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *unit = grp + (size_t)b * PKXS_UNIT;
+        if (pf)
+            for (int o = 0; o < PKXS_UNIT; o += 64) pk_prefetch(unit + o, NT);
+        __m512i sc2[4], sumi[16];
+        UNROLL for (int p = 0; p < 4; p++) /* lane i: int16 scales of sub-blocks 2p, 2p+1 */
+            sc2[p] = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *)(unit + 2048 + 32 * p)));
+        UNROLL for (int t = 0; t < NT; t++) {
+            const int32_t *pr = (const int32_t *)(xs[t] + dp) + 4 * b;
+            __m512i c = _mm512_setzero_si512();
+            UNROLL for (int p = 0; p < 4; p++)
+                c = _mm512_dpwssd_epi32(c, _mm512_mullo_epi16(sc2[p], _mm512_set1_epi16(-128)), _mm512_set1_epi32(pr[p]));
+            sumi[t] = c;
+        }
+        UNROLL for (int s8 = 0; s8 < 8; s8++) {
+            const uint8_t *q = unit + 256 * s8;
+            __m512i w[8];
+            UNROLL for (int j = 0; j < 4; j++) {
+                const __m512i v = _mm512_load_si512(q + 64 * j);
+                w[j] = _mm512_shuffle_epi8(tab, _mm512_and_si512(v, m4));
+                w[4 + j] = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+            }
+            const __m512i sp = sc2[s8 >> 1];
+            const __m512i sc = (s8 & 1) ? _mm512_srai_epi32(sp, 16) : _mm512_srai_epi32(_mm512_slli_epi32(sp, 16), 16);
+            UNROLL for (int t = 0; t < NT; t++) {
+                const int32_t *xq = (const int32_t *)(xs[t] + 256 * b + 32 * s8);
+                __m512i dot = dpbusd_b(_mm512_setzero_si512(), w[0], xq);
+                UNROLL for (int j = 1; j < 8; j++) dot = dpbusd_b(dot, w[j], xq + j);
+                sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(dot, sc));
+            }
+        }
+        const __m512 wd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + 2176)));
+        UNROLL for (int t = 0; t < NT; t++) {
+            const __m512 xd = _mm512_set1_ps(((const float *)(xs[t] + dd))[b]);
+            y[t] = _mm512_add_ps(y[t], _mm512_mul_ps(_mm512_mul_ps(xd, wd), _mm512_cvtepi32_ps(sumi[t])));
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++)
+        _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, y[t]);
+}
+
+static void mm_iq4_xs_pk(const sp_mm *m, int64_t r0, int64_t r1) {
+#define XS_TILE(nt) pkxs_tile(m, g, t, nt, t == 0, live)
+    PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, XS_TILE)
+#undef XS_TILE
+}
+
 /* Q6_K over packed weights (ops.h): per super-block, the 8 runs of 32
  * elements (h, j) are unpacked once per token tile into 8 vectors of signed
  * values (ql nibble | qh bits << 4, minus 32); per token 2 x 4 dpbusd of the
@@ -1228,6 +1300,7 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm_packed[SP_GGML_Q5_0] = mm_q5_0_pk;
     t->mm_packed[SP_GGML_Q5_1] = mm_q5_1_pk;
     t->mm_packed[SP_GGML_IQ4_NL] = mm_iq4_nl_pk;
+    t->mm_packed[SP_GGML_IQ4_XS] = mm_iq4_xs_pk;
     t->mm_packed[SP_GGML_Q6_K] = mm_q6_K_pk;
     /* K-quants and the other new formats: the AVX2 kernels (every AVX-512 CPU
      * has AVX2). A VNNI K-quant kernel (4 vpdpbusd + 4 vpmulld by the per-16
