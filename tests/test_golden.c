@@ -5,20 +5,54 @@
  * for token sequences A (16 ids) and B (24 ids) evaluated in one batch with
  * an F32 KV cache, and its 32 greedy ids after A).
  *
- * Tolerances (stated, per the README and what was traced):
- *  - base-f32: every logit within 1e-5.
+ * How they were traced: llama.cpp's graph for these files rebuilt on ggml
+ * (the ggml commit of the same week, built with the same gcc 12.2 and
+ * -march=native on the same kind of AVX-512 EPYC) reproduces every
+ * reference logit digit for digit, and dumping its intermediate tensors
+ * next to Specula's shows where the bits first part (a throwaway harness
+ * outside the repository, nothing of it here).
+ *
+ * Tolerances (stated, per what was traced):
+ *  - base-f32: every logit exactly llama.cpp's as printed (%.6g): the F32
+ *    matmuls (tinyBLAS's order), RMSNorm (double sum), RoPE (ggml's angles
+ *    by repeated products and its FMAs), attention (ggml's dot order,
+ *    softmax with ggml's vector exp, tinyBLAS's 16-lane kqv order) and SiLU
+ *    (ggml's vector exp) all give llama.cpp's bits, every intermediate
+ *    tensor included. Reverting any of them breaks this.
  *  - quantised files: activations are quantised as ggml quantises them
  *    (f16-rounded block scales, round-to-nearest-even, q8_1 sums, q8_K
- *    super-blocks) and RMSNorm sums in double as ggml's does, so integer
- *    block sums are the same and most positions agree to ~5e-6. What remains
- *    is float summation order (ggml sums SIMD lanes, Specula sums blocks in
- *    order): a last-bit difference can flip the rounding of one int8
- *    activation, and through the KV cache every later position then moves
- *    by ~0.01-0.08 (seen as a clean step: exact up to position p, off after).
+ *    super-blocks), so the integer block sums are the same and most
+ *    positions agree to ~5e-6. What remains is the float summation order of
+ *    the quantised matmuls (ggml sums 8 SIMD lanes per block, Specula a
+ *    block's whole integer sum): the outputs differ in their last bits, and
+ *    when such a value sits on a rounding boundary of the next activation
+ *    quantiser (an int8 value at k + 0.5, or the f16 scale d = amax/127),
+ *    that one rounding flips and every later position moves by ~0.01-0.07
+ *    through the KV cache (a clean step: exact up to position p, off
+ *    after). The first flip of each file, measured (t = position, i =
+ *    element, values ggml / Specula):
+ *      mix/pure-Q4_1 A: ffn_down input of layer 0, t 0, block 1: its scale
+ *        amax/127 = 0.0134925852 / 0.0134925796 rounds to another f16
+ *        (position 0 feeds every later one, hence the median);
+ *        B: attention output of layer 0, t 2, i 217: x * 127/amax =
+ *        34.5000114 / 34.4999962 (35 / 34);
+ *      mix/pure-Q5_1 A: ffn_down input of layer 1, t 15, block 13 (f16 d
+ *        0.0132942274 / 0.0132942181); B: layer 0, t 2, block 19 (f16 d);
+ *      mix/pure-Q5_K_M, mix-Q5_K_S B: ffn_down input of layer 0, t 7,
+ *        i 629: -73.5000305 / -73.4999924 (q8_K);
+ *      mix/pure-Q6_K B: attention output of layer 1, t 12, i 58:
+ *        -27.5000057 / -27.4999962 (the block's max differs);
+ *      mix/pure-IQ4_XS B: ffn norm of layer 1, t 18, i 7: -45.4999924 /
+ *        -45.5 (exactly a tie: rounds to even);
+ *      output-norm flips, which move one position only: mix-Q5_0 A (t 4,
+ *        i 141, 55.4999962 / 55.5000038: 6.8e-3), mix-Q3_K_M A (t 2, i 67:
+ *        4.3e-3), mix/pure-Q6_K A (t 15, i 141: 6.4e-3).
+ *    In each case the inputs of that value differ only through the
+ *    quantised matmuls upstream (their outputs differ in the last bit in
+ *    ~70% of elements; everything else is bit-exact).
  *    Held to: every logit within 0.1; the median position within 1e-4
- *    except for the files listed in RESIDUAL, where a systematic gap remains
- *    that is not explained yet (Q4_1 at every position from the first; Q5_K
- *    from a flip early in sequence A); and the 32 greedy ids equal to
+ *    except for the files listed in RESIDUAL (Q4_1: the flip at position
+ *    0 moves every position); and the 32 greedy ids equal to
  *    llama.cpp's, until the first step whose top-2 margin is below 0.1 (a
  *    near tie: either id is right, and the continuations part).
  * The max |diff| per file is printed. */
@@ -32,7 +66,7 @@ static const int32_t SEQ_A[] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 
 static const int32_t SEQ_B[] = {1,   410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426,
                                 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388};
 
-static const char *RESIDUAL[] = {"mix-Q4_1", "pure-Q4_1", "mix-Q5_K_S", "mix-Q5_K_M", "pure-Q5_K_M"};
+static const char *RESIDUAL[] = {"mix-Q4_1", "pure-Q4_1"};
 
 static bool is_residual(const char *name) {
     for (size_t i = 0; i < sizeof RESIDUAL / sizeof RESIDUAL[0]; i++)
@@ -80,9 +114,11 @@ static int argmax(const float *v, int n) {
     return best;
 }
 
-/* Runs one sequence in one batch; returns max |diff| and fills per-position maxima. */
+/* Runs one sequence in one batch; returns max |diff| and fills per-position
+ * maxima; *misprinted counts the logits whose %.6g rendering is not the
+ * reference's value. */
 static double compare_seq(const sp_model *m, const char *name, const char *which, const int32_t *seq,
-                          int n, double *pos_max) {
+                          int n, double *pos_max, int *misprinted) {
     const int V = sp_model_cfg(m)->n_vocab;
     float *want = read_logits(name, which, n, V);
     assert_non_null(want);
@@ -99,6 +135,9 @@ static double compare_seq(const sp_model *m, const char *name, const char *which
         pos_max[t] = 0;
         for (int i = 0; i < V; i++) {
             double d = fabs((double)got[t * V + i] - want[t * V + i]);
+            char txt[32];
+            snprintf(txt, sizeof txt, "%.6g", (double)got[t * V + i]);
+            *misprinted += strtof(txt, NULL) != want[t * V + i];
             if (d > pos_max[t]) pos_max[t] = d;
         }
         if (pos_max[t] > mx) mx = pos_max[t];
@@ -169,16 +208,18 @@ static void test_golden_logits(void **state) {
             fail();
         }
         double pos[40];
-        double ma = compare_seq(m, name, "a", SEQ_A, 16, pos);
-        double mb = compare_seq(m, name, "b", SEQ_B, 24, pos + 16);
+        int misprinted = 0;
+        double ma = compare_seq(m, name, "a", SEQ_A, 16, pos, &misprinted);
+        double mb = compare_seq(m, name, "b", SEQ_B, 24, pos + 16, &misprinted);
         qsort(pos, 40, sizeof pos[0], cmp_double);
         const double median = pos[20], mx = ma > mb ? ma : mb;
         bool greedy_ok;
         int compared = compare_greedy(m, name, &greedy_ok);
         const bool exact = !strcmp(name, "base-f32");
-        const bool ok = exact ? mx <= 1e-5 : (mx < 0.1 && (median <= 1e-4 || is_residual(name)));
-        printf("golden %-12s max|diff| A %.2e B %.2e  median position %.2e  greedy %d/32 %s%s%s\n", name,
-               ma, mb, median, compared, greedy_ok ? "equal" : "DIFFERENT",
+        const bool ok = exact ? misprinted == 0 : (mx < 0.1 && (median <= 1e-4 || is_residual(name)));
+        printf("golden %-12s max|diff| A %.2e B %.2e  median position %.2e  printed differently %5d  greedy "
+               "%d/32 %s%s%s\n",
+               name, ma, mb, median, misprinted, compared, greedy_ok ? "equal" : "DIFFERENT",
                is_residual(name) ? "  (known residual)" : "", ok ? "" : "  OUT OF TOLERANCE");
         all_ok &= ok && greedy_ok;
         sp_model_free(m);

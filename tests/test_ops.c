@@ -385,11 +385,12 @@ static void test_row_kernels(void **state) {
      * pair; norm style pairs (0,1), neox style pairs (0, d/2). */
     float v[8] = {1, 2, 3, 4, 5, 6, 7, 8}, v0[8], inv[4], cs[8];
     for (int i = 0; i < 4; i++) inv[i] = powf(10000.0f, -2.0f * (float)i / 8.0f);
+    const sp_rope_freqs fr = {.theta_scale = powf(10000.0f, -2.0f / 8.0f), .freq_scale = 1.0f};
     memcpy(v0, v, sizeof v);
-    sp_rope_cs(cs, 0, inv, 8);
+    sp_rope_cs(cs, 0, &fr, 8);
     sp_rope_apply(v, 1, 8, 8, cs, false);
     assert_memory_equal(v, v0, sizeof v);
-    sp_rope_cs(cs, 5, inv, 8);
+    sp_rope_cs(cs, 5, &fr, 8);
     sp_rope_apply(v, 1, 8, 8, cs, false);
     assert_float_equal(hypotf(v[0], v[1]), hypotf(1, 2), 1e-5);
     assert_float_equal(v[0], cosf(5) * 1 - sinf(5) * 2, 1e-5);
@@ -408,82 +409,136 @@ static void test_row_kernels(void **state) {
     sp_swiglu(r, g, u, 3);
     assert_float_equal(r[0], 0, 1e-7);
     assert_float_equal(r[1], 2 * 1 / (1 + expf(-1)), 1e-6);
+    /* the rotation is ggml's fused form */
+    float pr[2] = {3, 4};
+    sp_rope_apply(pr, 1, 2, 2, cs + 2, false);
+    assert_true(pr[0] == fmaf(3, cs[2], -(4 * cs[3])) && pr[1] == fmaf(3, cs[3], 4 * cs[2]));
+    /* angles as ggml forms them: pos * theta_scale^i by repeated products */
+    assert_true(cs[2] == cosf(5.0f * fr.theta_scale) && cs[4] == cosf(5.0f * fr.theta_scale * fr.theta_scale));
 }
 
-/* Attention kernels of every ISA against the scalar reference (tolerance
- * 1e-5 of sum |a b|), for head sizes with and without a 16-lane tail; mix
- * must leave zero-weight slots out entirely. */
+/* Attention kernels of every ISA give the scalar reference's bits (ggml's
+ * order, ops.h), for head sizes with and without a 64-dim tail; the
+ * reference's dot is ggml's lane order, close to a double dot; mix reads
+ * rank r's row through idx and leaves zero-weight ranks out entirely. */
 static void test_attention_kernels(void **state) {
     (void)state;
-    const int32_t hds[] = {8, 20, 64, 80, 128};
-    const int32_t n = 37, stride = 160;
+    const int32_t hds[] = {8, 20, 64, 80, 128, 256};
+    const int32_t n = 37, stride = 260;
     sp_rng r;
     sp_rng_seed(&r, 9);
-    float *kv = malloc((size_t)(n * stride) * sizeof(float)), q[128], p[37];
+    float *kv = malloc((size_t)(n * stride) * sizeof(float)), q[256], p[37];
+    int32_t idx[37];
     for (int32_t i = 0; i < n * stride; i++) kv[i] = (float)sp_rng_normal(&r);
-    for (int i = 0; i < 128; i++) q[i] = (float)sp_rng_normal(&r);
+    for (int i = 0; i < 256; i++) q[i] = (float)sp_rng_normal(&r);
     for (int i = 0; i < n; i++) p[i] = i % 5 == 3 ? 0.0f : (float)sp_rng_uniform(&r);
-    kv[3 * stride] = NAN; /* slot 3 has p = 0: must not reach the output */
+    for (int i = 0; i < n; i++) idx[i] = i % 5 == 3 ? i : n - 1 - i; /* any rows, in any order */
+    kv[3 * stride] = NAN; /* rank 3 has p = 0: must not reach the output */
     sp_isa saved = sp_ops_isa();
     sp_error err = {0};
     for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
         const int32_t hd = hds[hi];
-        float ref_s[37], ref_o[128] = {0};
+        float ref_s[37], ref_o[256], ref_oi[256];
         assert_int_equal(sp_ops_set_isa(SP_ISA_SCALAR, &err), SP_OK);
         sp_ops_att_scores()(q, kv + 4 * stride, stride, n - 4, hd, 0.5f, ref_s);
-        sp_ops_att_mix()(p, kv, stride, n, hd, ref_o);
+        sp_ops_att_mix()(p, NULL, kv, stride, n, hd, ref_o);
+        sp_ops_att_mix()(p, idx, kv, stride, n, hd, ref_oi);
+        for (int32_t j = 0; j < n - 4; j++) {
+            double d = 0, b = 0;
+            for (int32_t i = 0; i < hd; i++) {
+                d += 0.5 * (double)q[i] * kv[(j + 4) * stride + i];
+                b += 0.5 * fabs(q[i] * kv[(j + 4) * stride + i]);
+            }
+            assert_true(fabs(ref_s[j] - d) <= 1e-5 * b + 1e-7);
+        }
+        for (int32_t i = 0; i < hd; i++) {
+            double d = 0, b = 0;
+            for (int32_t j = 0; j < n; j++)
+                if (p[j] != 0) d += (double)p[j] * kv[j * stride + i], b += fabs(p[j] * kv[j * stride + i]);
+            assert_false(isnan(ref_o[i]));
+            assert_false(isnan(ref_oi[i]));
+            assert_true(fabs(ref_o[i] - d) <= 1e-5 * b + 1e-7);
+        }
         for (int isa = 1; isa <= (int)sp_ops_best_isa(); isa++) {
-            float s[37], o[128] = {0};
+            float s[37], o[256], oi[256];
             assert_int_equal(sp_ops_set_isa((sp_isa)isa, &err), SP_OK);
             sp_ops_att_scores()(q, kv + 4 * stride, stride, n - 4, hd, 0.5f, s);
-            sp_ops_att_mix()(p, kv, stride, n, hd, o);
-            for (int32_t j = 0; j < n - 4; j++) {
-                double b = 0;
-                for (int32_t i = 0; i < hd; i++) b += 0.5 * fabs(q[i] * kv[(j + 4) * stride + i]);
-                assert_true(fabs(s[j] - ref_s[j]) <= 1e-5 * b + 1e-6);
-            }
-            for (int32_t i = 0; i < hd; i++) {
-                double b = 0;
-                for (int32_t j = 0; j < n; j++) b += p[j] == 0 ? 0 : fabs(p[j] * kv[j * stride + i]);
-                assert_false(isnan(o[i]));
-                assert_true(fabs(o[i] - ref_o[i]) <= 1e-5 * b + 1e-6);
-            }
+            sp_ops_att_mix()(p, NULL, kv, stride, n, hd, o);
+            sp_ops_att_mix()(p, idx, kv, stride, n, hd, oi);
+            assert_memory_equal(s, ref_s, (size_t)(n - 4) * sizeof(float));
+            assert_memory_equal(o, ref_o, (size_t)hd * sizeof(float));
+            assert_memory_equal(oi, ref_oi, (size_t)hd * sizeof(float));
         }
     }
     assert_int_equal(sp_ops_set_isa(saved, &err), SP_OK);
     free(kv);
 }
 
-/* Each ISA's softmax against the scalar reference (1e-6 relative: the SIMD
- * exp is a polynomial), -inf giving exactly 0, and the masked-slot property
- * tree attention relies on: the same visible values padded with -inf at
- * other places give the same bits. */
+/* Each ISA's softmax gives the scalar reference's bits, which are within
+ * 1e-6 relative of a double softmax; -inf gives exactly 0. */
 static void test_softmax_kernels(void **state) {
     (void)state;
     sp_rng r;
     sp_rng_seed(&r, 9);
-    for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
+    for (int n = 1; n <= 70; n += 3) {
+        float x[70], ref[70];
+        for (int i = 0; i < n; i++) x[i] = (float)(sp_rng_normal(&r) * 8);
+        if (n > 4) x[3] = -INFINITY;
+        memcpy(ref, x, sizeof x);
+        sp_softmax(ref, n);
+        double mx = -INFINITY, sum = 0;
+        for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+        for (int i = 0; i < n; i++) sum += exp((double)x[i] - mx);
+        for (int i = 0; i < n; i++) {
+            const double want = exp((double)x[i] - mx) / sum;
+            assert_true(fabs(ref[i] - want) <= 1e-6 * want + 1e-12);
+        }
+        if (n > 4) assert_true(ref[3] == 0.0f);
+        for (int isa = 1; isa <= (int)sp_ops_best_isa(); isa++) {
+            sp_error err = {0};
+            float y[70];
+            memcpy(y, x, sizeof x);
+            assert_int_equal(sp_ops_set_isa((sp_isa)isa, &err), SP_OK);
+            sp_ops_softmax()(y, n);
+            assert_memory_equal(y, ref, (size_t)n * sizeof(float));
+        }
+    }
+    sp_error err = {0};
+    assert_int_equal(sp_ops_set_isa(sp_ops_best_isa(), &err), SP_OK);
+}
+
+/* sp_exp_ggml stays within 2 ulp of exp over the float range, gives 0 and
+ * inf past it and keeps NaN; every ISA's swiglu gives the scalar
+ * reference's bits (16-lane groups and the expf tail). */
+static void test_exp_swiglu(void **state) {
+    (void)state;
+    int64_t worst = 0;
+    for (float x = -103.0f; x <= 88.5f; x += 0.0137f) {
+        const float e = sp_exp_ggml(x), want = (float)exp((double)x);
+        int32_t a, b;
+        memcpy(&a, &e, 4), memcpy(&b, &want, 4);
+        if (want >= 0x1p-126f) worst = llabs((long long)a - b) > worst ? llabs((long long)a - b) : worst;
+    }
+    assert_true(worst <= 2);
+    assert_true(sp_exp_ggml(-INFINITY) == 0.0f && sp_exp_ggml(-200.0f) == 0.0f);
+    assert_true(isinf(sp_exp_ggml(200.0f)) && isinf(sp_exp_ggml(INFINITY)));
+    assert_true(isnan(sp_exp_ggml(NAN)));
+    assert_true(sp_exp_ggml(0.0f) == 1.0f);
+    sp_rng r;
+    sp_rng_seed(&r, 4);
+    float g[100], u[100], ref[100], y[100];
+    for (int i = 0; i < 100; i++) g[i] = (float)(sp_rng_normal(&r) * 6), u[i] = (float)sp_rng_normal(&r);
+    g[5] = -150.0f, g[6] = 150.0f, g[7] = -95.0f; /* exp(-x) inf, 0, subnormal range */
+    sp_swiglu(ref, g, u, 100);
+    for (int i = 0; i < 100; i++) {
+        const double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+        assert_true(fabs(ref[i] - want) <= 1e-6 * fabs(want) + 1e-30);
+    }
+    for (int isa = 1; isa <= (int)sp_ops_best_isa(); isa++) {
         sp_error err = {0};
         assert_int_equal(sp_ops_set_isa((sp_isa)isa, &err), SP_OK);
-        sp_softmax_fn f = sp_ops_softmax();
-        for (int n = 1; n <= 70; n += 3) {
-            float x[70], y[70];
-            for (int i = 0; i < n; i++) x[i] = y[i] = (float)(sp_rng_normal(&r) * 8);
-            if (n > 4) x[3] = y[3] = -INFINITY;
-            f(x, n);
-            sp_softmax(y, n);
-            for (int i = 0; i < n; i++) assert_true(fabsf(x[i] - y[i]) <= 1e-6f * y[i] + 1e-12f);
-            if (n > 4) assert_true(x[3] == 0.0f);
-        }
-        float a[40], b[40];
-        for (int i = 0; i < 40; i++) a[i] = b[i] = -INFINITY;
-        for (int j = 0; j < 9; j++) {
-            a[j] = (float)sp_rng_normal(&r);
-            b[5 + 3 * j] = a[j]; /* same values, other lanes */
-        }
-        f(a, 40);
-        f(b, 40);
-        for (int j = 0; j < 9; j++) assert_memory_equal(&a[j], &b[5 + 3 * j], sizeof(float));
+        sp_ops_swiglu()(y, g, u, 100);
+        assert_memory_equal(y, ref, sizeof y);
     }
     sp_error err = {0};
     assert_int_equal(sp_ops_set_isa(sp_ops_best_isa(), &err), SP_OK);
@@ -532,6 +587,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_row_kernels),
     cmocka_unit_test(test_attention_kernels),
     cmocka_unit_test(test_softmax_kernels),
+    cmocka_unit_test(test_exp_swiglu),
     cmocka_unit_test(test_isa_selection),
 };
 SP_TEST_MAIN(tests)

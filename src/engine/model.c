@@ -34,10 +34,12 @@ struct sp_ctx {
                            * matmul of a job (a mixed file's wq/wk/wv may differ in type) */
     size_t act_stride;
     float *att;           /* [nth][n_ctx] attention scores per thread */
+    int32_t *att_idx;     /* [nth][n_ctx] their visible slots (ops.h: ranks) */
     int32_t *pos;         /* [B] */
-    float *inv_freq;      /* [rot_dim/2] RoPE frequencies, scaling applied */
+    sp_rope_freqs rope;   /* RoPE angles (ops.h) */
     float *rope_cs;       /* [B][rot_dim] cos/sin per new token */
-    float *inv_freq_local, *rope_cs_local; /* the same for rope_local layers (gemma3), or NULL */
+    sp_rope_freqs rope_local; /* the same for rope_local layers (gemma3) */
+    float *rope_cs_local;     /* [B][rot_dim] for them, or NULL */
 };
 
 sp_ctx_params sp_ctx_default_params(void) {
@@ -88,10 +90,9 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->x2);
     free(c->act);
     free(c->att);
+    free(c->att_idx);
     free(c->pos);
-    free(c->inv_freq);
     free(c->rope_cs);
-    free(c->inv_freq_local);
     free(c->rope_cs_local);
     free(c);
 }
@@ -153,29 +154,22 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     c->vb = alloc64(B * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim * 4);
     c->act = alloc64(3 * B * c->act_stride);
     c->att = alloc64((size_t)nth * (size_t)n_ctx * 4);
+    c->att_idx = malloc((size_t)nth * (size_t)n_ctx * sizeof(int32_t));
     c->pos = malloc(B * sizeof(int32_t));
-    c->inv_freq = malloc((size_t)cfg->rot_dim / 2 * sizeof(float));
     c->rope_cs = malloc(B * (size_t)cfg->rot_dim * sizeof(float));
-    if (c->inv_freq) {
-        for (int32_t i = 0; i < cfg->rot_dim / 2; i++) {
-            float f = powf(cfg->rope_theta, -2.0f * (float)i / (float)cfg->rot_dim);
-            if (m->rope_factors) f /= m->rope_factors[i];
-            c->inv_freq[i] = f * cfg->rope_scale;
-        }
-    }
+    c->rope = (sp_rope_freqs){.theta_scale = powf(cfg->rope_theta, -2.0f / (float)cfg->rot_dim),
+                              .freq_scale = cfg->rope_scale, .factors = m->rope_factors};
     if (m->rope_theta_local > 0) {
-        c->inv_freq_local = malloc((size_t)cfg->rot_dim / 2 * sizeof(float));
         c->rope_cs_local = malloc(B * (size_t)cfg->rot_dim * sizeof(float));
-        if (c->inv_freq_local)
-            for (int32_t i = 0; i < cfg->rot_dim / 2; i++)
-                c->inv_freq_local[i] = powf(m->rope_theta_local, -2.0f * (float)i / (float)cfg->rot_dim);
-        if (!c->inv_freq_local || !c->rope_cs_local) {
+        c->rope_local = (sp_rope_freqs){.theta_scale = powf(m->rope_theta_local, -2.0f / (float)cfg->rot_dim),
+                                        .freq_scale = 1.0f};
+        if (!c->rope_cs_local) {
             sp_ctx_free(c);
             return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
         }
     }
-    if (!c->x || !c->xb || !c->q || !c->kb || !c->vb || !c->hb || !c->hb2 || !c->x2 || !c->act || !c->att || !c->pos ||
-        !c->inv_freq || !c->rope_cs) {
+    if (!c->x || !c->xb || !c->q || !c->kb || !c->vb || !c->hb || !c->hb2 || !c->x2 || !c->act || !c->att ||
+        !c->att_idx || !c->pos || !c->rope_cs) {
         sp_ctx_free(c);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
     }
@@ -348,21 +342,24 @@ static void att_job_run(void *arg, int ith, int nth) {
         scores(q, sp_kv_k(&c->kv, a->layer, 0) + koff, c->kv.kv_dim, ns, hd, scale, att);
         if (a->softcap > 0) /* as ggml: scale by 1/cap, tanh, scale by cap (before masking) */
             for (int32_t s = 0; s < ns; s++) att[s] = tanhf(att[s] * (1.0f / a->softcap)) * a->softcap;
-        if (a->mask)
-            for (int32_t s = a->mask_base; s < ns; s++)
-                if (!visible(a, t, s)) att[s] = -INFINITY;
-        if (a->window > 0) {
-            /* slots below mask_base / n_past hold positions equal to their
-             * index; newer slots the positions of this batch */
-            const int32_t lo = a->pos[t] - a->window + 1;
-            for (int32_t s = 0; s < ns && s < a->n_past && s < lo; s++) att[s] = -INFINITY;
-            for (int32_t s = a->n_past; s < ns; s++)
-                if (a->pos[s - a->n_past] < lo) att[s] = -INFINITY;
+        /* the visible slots, in slot order, become ranks 0..nv-1 (ops.h) */
+        int32_t nv = ns, *idx = NULL;
+        if (a->mask || a->window > 0) {
+            /* window: slots below mask_base / n_past hold positions equal
+             * to their index; newer slots the positions of this batch */
+            const int32_t lo = a->window > 0 ? a->pos[t] - a->window + 1 : INT32_MIN;
+            idx = c->att_idx + (size_t)ith * (size_t)c->kv.n_ctx;
+            nv = 0;
+            for (int32_t s = 0; s < ns; s++) {
+                if (a->mask && !visible(a, t, s)) continue;
+                if ((s < a->n_past ? s : a->pos[s - a->n_past]) < lo) continue;
+                idx[nv] = s;
+                att[nv++] = att[s];
+            }
         }
-        softmax(att, ns); /* masked slots get exactly 0 */
-        float *o = a->out + t * a->out_stride + (int64_t)h * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        mix(att, sp_kv_v(&c->kv, a->layer, 0) + koff, c->kv.kv_dim, ns, hd, o);
+        softmax(att, nv);
+        mix(att, idx, sp_kv_v(&c->kv, a->layer, 0) + koff, c->kv.kv_dim, nv, hd,
+            a->out + t * a->out_stride + (int64_t)h * hd);
     }
 }
 
@@ -472,7 +469,8 @@ static void ffn_block(sp_ctx *c, int32_t l, int32_t n) {
     if (c->m->geglu)
         for (int64_t i = 0; i < n * ffn; i++) c->hb[i] = gelu_ggml(c->hb[i]) * c->hb2[i];
     else
-        sp_swiglu(c->hb, c->hb, c->hb2, n * ffn);
+        for (int32_t t = 0; t < n; t++) /* per row, as ggml's silu (ops.h) */
+            sp_ops_swiglu()(c->hb + t * ffn, c->hb + t * ffn, c->hb2 + t * ffn, ffn);
     mm_job jd = {0};
     job_add(c, &jd, &L->w2, c->hb, ffn, n, c->x2, dim);
     job_exec(c, &jd);
@@ -531,9 +529,9 @@ static sp_status forward_seqs(sp_ctx *c, seq_rows *sq, int n_seq, int32_t n, con
     const int64_t wide = q_dim > dim ? q_dim : dim;
 
     for (int32_t t = 0; t < n; t++) {
-        sp_rope_cs(c->rope_cs + (int64_t)t * cfg->rot_dim, c->pos[t], c->inv_freq, cfg->rot_dim);
+        sp_rope_cs(c->rope_cs + (int64_t)t * cfg->rot_dim, c->pos[t], &c->rope, cfg->rot_dim);
         if (c->rope_cs_local)
-            sp_rope_cs(c->rope_cs_local + (int64_t)t * cfg->rot_dim, c->pos[t], c->inv_freq_local, cfg->rot_dim);
+            sp_rope_cs(c->rope_cs_local + (int64_t)t * cfg->rot_dim, c->pos[t], &c->rope_local, cfg->rot_dim);
     }
     for (int i = 0; i < n_seq; i++)
         for (int32_t t = 0; t < sq[i].n; t++)

@@ -527,22 +527,31 @@ static void mm_k_ref(const sp_mm *m, int64_t r0, int64_t r1) {
     }
 }
 
-static void att_scores_ref(const float *q, const float *k, int64_t stride, int32_t n, int32_t hd,
-                           float scale, float *out) {
-    for (int32_t s = 0; s < n; s++) {
-        const float *ks = k + s * stride;
-        float dot = 0;
-        for (int32_t i = 0; i < hd; i++) dot += q[i] * ks[i];
-        out[s] = dot * scale;
-    }
+/* ggml's AVX-512 vec_dot_f32 order (ops.h). */
+static float dot_ggml(const float *x, const float *y, int32_t n) {
+    float a[4][16] = {{0}};
+    const int32_t np = n / 64 * 64;
+    for (int32_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++) a[j][l] = fmaf(x[i + 16 * j + l], y[i + 16 * j + l], a[j][l]);
+    for (int l = 0; l < 16; l++) a[0][l] = (a[0][l] + a[2][l]) + (a[1][l] + a[3][l]);
+    float s = sp_reduce16(a[0]);
+    for (int32_t i = np; i < n; i++) s += x[i] * y[i];
+    return s;
 }
 
-static void att_mix_ref(const float *p, const float *v, int64_t stride, int32_t n, int32_t hd,
-                        float *o) {
-    for (int32_t s = 0; s < n; s++) {
-        if (p[s] == 0.0f) continue;
-        const float *vs = v + s * stride;
-        for (int32_t i = 0; i < hd; i++) o[i] += p[s] * vs[i];
+static void att_scores_ref(const float *q, const float *k, int64_t stride, int32_t n, int32_t hd,
+                           float scale, float *out) {
+    for (int32_t s = 0; s < n; s++) out[s] = dot_ggml(q, k + s * stride, hd) * scale;
+}
+
+static void att_mix_ref(const float *p, const int32_t *idx, const float *v, int64_t stride, int32_t n,
+                        int32_t hd, float *o) {
+    for (int32_t i = 0; i < hd; i++) {
+        float a[16] = {0};
+        for (int32_t r = 0; r < n; r++)
+            if (p[r] != 0.0f) a[r % 16] = fmaf(v[(int64_t)(idx ? idx[r] : r) * stride + i], p[r], a[r % 16]);
+        o[i] = sp_reduce16(a);
     }
 }
 
@@ -581,6 +590,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->att_scores = att_scores_ref;
     t->att_mix = att_mix_ref;
     t->softmax = sp_softmax;
+    t->swiglu = sp_swiglu;
     t->act_q8 = act_q8_ref;
     t->read_sum = read_sum_ref;
 }
@@ -782,11 +792,13 @@ void sp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps
     for (int64_t i = 0; i < n; i++) out[i] = w[i] * (x[i] * scale);
 }
 
-void sp_rope_cs(float *cs, int32_t pos, const float *inv_freq, int32_t rot_dim) {
+void sp_rope_cs(float *cs, int32_t pos, const sp_rope_freqs *f, int32_t rot_dim) {
+    float theta = (float)pos;
     for (int32_t i = 0; i < rot_dim / 2; i++) {
-        float a = (float)pos * inv_freq[i];
+        const float a = f->freq_scale * (f->factors ? theta / f->factors[i] : theta);
         cs[2 * i] = cosf(a);
         cs[2 * i + 1] = sinf(a);
+        theta *= f->theta_scale;
     }
 }
 
@@ -798,28 +810,59 @@ void sp_rope_apply(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim,
             float c = cs[2 * i], s = cs[2 * i + 1];
             int32_t i0 = neox ? i : 2 * i, i1 = neox ? i + rot_dim / 2 : 2 * i + 1;
             float v0 = v[i0], v1 = v[i1];
-            v[i0] = v0 * c - v1 * s;
-            v[i1] = v0 * s + v1 * c;
+            v[i0] = fmaf(v0, c, -(v1 * s));
+            v[i1] = fmaf(v0, s, v1 * c);
         }
     }
 }
 
 void sp_softmax(float *x, int64_t n) {
-    /* a plain compare, not fmaxf (a libm call here): same result for the
-     * non-NaN inputs attention produces, -INFINITY included */
-    float mx = x[0];
-    for (int64_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    float sum = 0;
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
+    /* a plain compare, not fmaxf (a libm call here), as ggml's max */
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int64_t g = 0; g < n; g += 16) {
+        float e[16] = {0};
+        for (int64_t l = 0; l < 16 && g + l < n; l++) e[l] = x[g + l] = sp_exp_ggml(x[g + l] - mx);
+        sum += (double)sp_reduce16(e);
     }
-    float inv = 1.0f / sum;
+    const float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
+/* 2^e as a float, for -126 <= e <= 127. */
+static inline float pow2i(int e) {
+    const uint32_t b = (uint32_t)(e + 127) << 23;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+/* j * 2^n, rounded once (as AVX-512 scalef), for normal j and integral
+ * |n| <= 192: the first product of each two-step case is exact. */
+static inline float scale2(float j, float n) {
+    const int e = (int)n;
+    if (e < -126) return j * pow2i(e + 100) * pow2i(-100);
+    if (e > 127) return j * pow2i(e - 100) * pow2i(100);
+    return j * pow2i(e);
+}
+
+float sp_exp_ggml(float x) {
+    const float r = 0x1.8p23f;
+    const float n = fmaf(x, 0x1.715476p+0f, r) - r; /* round(x / ln2) */
+    if (isnan(n)) return n;
+    if (fabsf(n) > 192.0f) return n <= 0 ? 0.0f : INFINITY;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x)); /* x - n ln2 */
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                         fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return scale2(j, n);
+}
+
 void sp_swiglu(float *out, const float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    const int64_t nv = n / 16 * 16;
+    for (int64_t i = 0; i < nv; i++) out[i] = g[i] / (1.0f + sp_exp_ggml(0.0f - g[i])) * u[i];
+    for (int64_t i = nv; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 /* ---------------- dispatch ----------------
@@ -881,6 +924,7 @@ static void fill_missing(sp_ops_table *t) {
     if (!t->att_scores) t->att_scores = ref->att_scores;
     if (!t->att_mix) t->att_mix = ref->att_mix;
     if (!t->softmax) t->softmax = ref->softmax;
+    if (!t->swiglu) t->swiglu = ref->swiglu;
     if (!t->act_q8) t->act_q8 = ref->act_q8;
     if (!t->read_sum) t->read_sum = ref->read_sum;
 }
@@ -961,4 +1005,5 @@ bool sp_ops_packs(sp_ggml_type wtype) {
 sp_att_scores_fn sp_ops_att_scores(void) { return g_tables[sp_ops_isa()].att_scores; }
 sp_att_mix_fn sp_ops_att_mix(void) { return g_tables[sp_ops_isa()].att_mix; }
 sp_softmax_fn sp_ops_softmax(void) { return g_tables[sp_ops_isa()].softmax; }
+sp_swiglu_fn sp_ops_swiglu(void) { return g_tables[sp_ops_isa()].swiglu; }
 uint64_t sp_ops_read_sum(const void *p, size_t bytes) { return g_tables[sp_ops_isa()].read_sum(p, bytes); }

@@ -170,36 +170,80 @@ void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst
 
 /* Element-wise and row kernels (scalar; the compiler vectorises them). */
 void sp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
-/* RoPE in two steps. sp_rope_cs fills cs[2i], cs[2i+1] = cos, sin of
- * pos * inv_freq[i] for i < rot_dim/2 (inv_freq[i] = theta^(-2i/rot_dim),
- * already divided by any scaling factors); sp_rope_apply rotates pairs
- * (x[2i], x[2i+1]) ("norm" style, llama) or (x[i], x[i+rot_dim/2]) ("neox"
- * style) of each head's first rot_dim dims. One cs table per token serves
- * every layer and both q and k. */
-void sp_rope_cs(float *cs, int32_t pos, const float *inv_freq, int32_t rot_dim);
+/* RoPE in two steps, with ggml's arithmetic (the rotated queries and keys
+ * are then llama.cpp's bits, which keeps its int8 activation roundings).
+ * sp_rope_cs fills cs[2i], cs[2i+1] = cosf, sinf of the angle
+ * a_i = freq_scale * (theta_i / factors[i]) for i < rot_dim/2, where
+ * theta_0 = pos and theta_{i+1} = theta_i * theta_scale, float products in
+ * that order (theta_scale = base^(-2/rot_dim); factors NULL: none).
+ * sp_rope_apply rotates pairs (x0, x1) = (x[2i], x[2i+1]) ("norm" style,
+ * llama) or (x[i], x[i+rot_dim/2]) ("neox" style) of each head's first
+ * rot_dim dims to fma(x0, c, -(x1 s)), fma(x0, s, x1 c) (the FMAs GCC makes
+ * of ggml's x0*c - x1*s, x0*s + x1*c). One cs table per token serves every
+ * layer and both q and k. */
+typedef struct sp_rope_freqs {
+    float theta_scale, freq_scale;
+    const float *factors; /* [rot_dim/2] or NULL */
+} sp_rope_freqs;
+void sp_rope_cs(float *cs, int32_t pos, const sp_rope_freqs *f, int32_t rot_dim);
 void sp_rope_apply(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, const float *cs,
                    bool neox);
 void sp_softmax(float *x, int64_t n);
-/* out[i] = silu(g[i]) * u[i] */
+/* exp(x) as ggml's AVX-512 vector expf computes it (a degree-5 polynomial
+ * on x - n ln2, n = round(x / ln2), scaled by 2^n; |n| > 192 gives 0 or
+ * inf): within ~2 ulp of expf, but these bits, not expf's. */
+float sp_exp_ggml(float x);
+/* One row of n: out[i] = silu(g[i]) * u[i] with silu(x) = x / (1 + e),
+ * e = sp_exp_ggml(0 - x) for the first n/16*16 elements and expf(-x) for
+ * the rest, as ggml's CPU silu does on a row (16-lane vectors, then a
+ * scalar tail). out may be g. */
 void sp_swiglu(float *out, const float *g, const float *u, int64_t n);
 
-/* Attention kernels over n cache slots s (rows `stride` floats apart, hd
- * floats used from each):
- *   scores: out[s] = scale * (q . k_s)
- *   mix:    o[i] += p[s] * v_s[i] for s = 0..n-1 in order, skipping slots
- *           with p[s] == 0 (masked slots cost nothing and add nothing).
- * Per-slot arithmetic does not depend on n, so a token's attention output is
+/* Attention kernels, with the arithmetic of llama.cpp's batched CPU
+ * attention (ggml: kq by vec_dot_f32, soft_max, kqv by llamafile's tinyBLAS
+ * sgemm), so that a chain's attention output has llama.cpp's bits. They
+ * work on ranks r = 0..n-1: the visible slots of a token in slot order
+ * (callers drop masked slots first), so a tree node's attention is the same
+ * as the same token's in a chain, wherever the masked slots are.
+ *   scores:  out[s] = scale * dot(q, k_s) for slots s < n (rows `stride`
+ *            floats apart, hd floats used), dot as ggml's AVX-512
+ *            vec_dot_f32: for the first hd/64*64 dims, accumulators
+ *            a_j[l] = fma(q_i, k_i, a_j[l]) with i = 64c + 16j + l, then
+ *            a_0 + a_2 and a_1 + a_3 added, those two added, and reduced by
+ *            sp_reduce16; the remaining dims added in order (s += q_i k_i).
+ *   softmax: in place over n values (none masked; -INFINITY gives 0):
+ *            e_r = sp_exp_ggml(x_r - max), sum = the double sum over groups
+ *            of 16 ranks of sp_reduce16 of the group (zero-padded), then
+ *            x_r = e_r * (float)(1 / sum).
+ *   mix:     o[i] = sp_reduce16(a) with a[l] = fma(v_r[i], p[r], a[l]) over
+ *            ranks r = l mod 16 in order (tinyBLAS: 16 lanes along the
+ *            slots), where rank r's value row is v + idx[r] * stride (idx
+ *            NULL: v + r * stride). Ranks with p = 0 are skipped (they
+ *            would add exactly 0; a non-finite masked row never reaches o).
+ * Per-rank arithmetic does not depend on n, so a token's attention output is
  * the same whether it is evaluated alone or in a batch. */
 typedef void (*sp_att_scores_fn)(const float *q, const float *k, int64_t stride, int32_t n,
                                  int32_t hd, float scale, float *out);
-typedef void (*sp_att_mix_fn)(const float *p, const float *v, int64_t stride, int32_t n,
-                              int32_t hd, float *o);
+typedef void (*sp_att_mix_fn)(const float *p, const int32_t *idx, const float *v, int64_t stride,
+                              int32_t n, int32_t hd, float *o);
 sp_att_scores_fn sp_ops_att_scores(void);
 sp_att_mix_fn sp_ops_att_mix(void);
+/* 16 floats summed in the order of GCC's _mm512_reduce_add_ps (ggml's
+ * horizontal sum): halves h_i = a_i + a_(i+8), quarters q_i = h_i + h_(i+4),
+ * then (q_0 + q_2) + (q_1 + q_3). */
+static inline float sp_reduce16(const float *a) {
+    float h[8], q[4];
+    for (int i = 0; i < 8; i++) h[i] = a[i] + a[i + 8];
+    for (int i = 0; i < 4; i++) q[i] = h[i] + h[i + 4];
+    return (q[0] + q[2]) + (q[1] + q[3]);
+}
 /* In-place softmax of n floats for the active ISA (sp_softmax is the scalar
- * reference); -INFINITY entries become exactly 0. */
+ * reference, the softmax above); bit-identical across ISAs. */
 typedef void (*sp_softmax_fn)(float *x, int64_t n);
 sp_softmax_fn sp_ops_softmax(void);
+/* sp_swiglu for the active ISA (bit-identical to it). */
+typedef void (*sp_swiglu_fn)(float *out, const float *g, const float *u, int64_t n);
+sp_swiglu_fn sp_ops_swiglu(void);
 
 /* ---- Per-ISA kernel tables (filled by ops_*.c). ---- */
 typedef struct sp_ops_table {
@@ -208,6 +252,8 @@ typedef struct sp_ops_table {
     sp_att_scores_fn att_scores; /* NULL: the scalar one */
     sp_att_mix_fn att_mix;
     sp_softmax_fn softmax;       /* NULL: sp_softmax */
+    /* sp_swiglu for the ISA, bit-identical to it. NULL: sp_swiglu */
+    sp_swiglu_fn swiglu;
     /* q8 activation row (see sp_ops_act_prepare); must be bit-identical to
      * the scalar one. NULL: the scalar one. */
     void (*act_q8)(const float *x, int64_t k, void *dst);

@@ -791,58 +791,68 @@ static void mm_q5_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
 #undef Q5K_TILE
 }
 
-/* ---- attention (see ops.h) ---- */
+/* ---- attention (see ops.h), bit-identical to the scalar reference ---- */
 
 AI __mmask16 lanes(int32_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
 
-/* q . k_s as a 16-lane product summed chunk by chunk, then reduced. */
+/* sp_reduce16 on one vector, with explicit shuffles (not the compilers'
+ * _mm512_reduce_add_ps, whose order is theirs to choose). */
+AI float hsum16(__m512 v) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    const __m128 r = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+}
+
+/* q . k_s in ggml's vec_dot_f32 order (ops.h). */
 static void att_scores(const float *q, const float *k, int64_t stride, int32_t n, int32_t hd,
                        float scale, float *out) {
-    if (hd <= 64) {
-        __m512 qv[4];
-        UNROLL for (int c = 0; c < 4; c++)
-            qv[c] = c * 16 < hd ? _mm512_maskz_loadu_ps(lanes(hd - c * 16), q + c * 16) : _mm512_setzero_ps();
-        for (int32_t s = 0; s < n; s++) {
-            const float *ks = k + s * stride;
-            __m512 acc = _mm512_mul_ps(qv[0], _mm512_maskz_loadu_ps(lanes(hd), ks));
-            UNROLL for (int c = 1; c < 4; c++)
-                if (c * 16 < hd)
-                    acc = _mm512_fmadd_ps(qv[c], _mm512_maskz_loadu_ps(lanes(hd - c * 16), ks + c * 16), acc);
-            out[s] = _mm512_reduce_add_ps(acc) * scale;
-        }
-        return;
-    }
+    const int32_t np = hd / 64 * 64;
     for (int32_t s = 0; s < n; s++) {
         const float *ks = k + s * stride;
-        __m512 acc = _mm512_setzero_ps();
-        for (int32_t i = 0; i < hd; i += 16)
-            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lanes(hd - i), q + i),
-                                  _mm512_maskz_loadu_ps(lanes(hd - i), ks + i), acc);
-        out[s] = _mm512_reduce_add_ps(acc) * scale;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int32_t i = 0; i < np; i += 64) {
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(ks + i), a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), _mm512_loadu_ps(ks + i + 16), a1);
+            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 32), _mm512_loadu_ps(ks + i + 32), a2);
+            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 48), _mm512_loadu_ps(ks + i + 48), a3);
+        }
+        float d = hsum16(_mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
+        for (int32_t i = np; i < hd; i++) d += q[i] * ks[i];
+        out[s] = d * scale;
     }
 }
 
-/* o[i] = fma(p[s], v_s[i], o[i]) over s, 64 outputs at a time in registers. */
-static void att_mix(const float *p, const float *v, int64_t stride, int32_t n, int32_t hd, float *o) {
-    for (int32_t i0 = 0; i0 < hd; i0 += 64) {
-        __m512 acc[4];
-        UNROLL for (int c = 0; c < 4; c++) {
-            int32_t left = hd - i0 - c * 16;
-            acc[c] = left > 0 ? _mm512_maskz_loadu_ps(lanes(left), o + i0 + c * 16) : _mm512_setzero_ps();
-        }
-        for (int32_t s = 0; s < n; s++) {
-            if (p[s] == 0.0f) continue;
-            const __m512 ps = _mm512_set1_ps(p[s]);
-            const float *vs = v + s * stride + i0;
-            UNROLL for (int c = 0; c < 4; c++) {
-                int32_t left = hd - i0 - c * 16;
-                if (left > 0) acc[c] = _mm512_fmadd_ps(ps, _mm512_maskz_loadu_ps(lanes(left), vs + c * 16), acc[c]);
-            }
-        }
-        UNROLL for (int c = 0; c < 4; c++) {
-            int32_t left = hd - i0 - c * 16;
-            if (left > 0) _mm512_mask_storeu_ps(o + i0 + c * 16, lanes(left), acc[c]);
-        }
+/* tinyBLAS's order (ops.h): 16 accumulator rows, one per rank mod 16 (in
+ * L1, all head dims at once: each rank is one pass over its value row),
+ * then sp_reduce16 across the rows, 16 dims at a time. */
+enum { MIX_HD_MAX = 256 };
+static void att_mix(const float *p, const int32_t *idx, const float *v, int64_t stride, int32_t n,
+                    int32_t hd, float *o) {
+    if (hd > MIX_HD_MAX) { /* larger heads: in halves */
+        const int32_t h0 = hd / 2 / 16 * 16;
+        att_mix(p, idx, v, stride, n, h0, o);
+        att_mix(p, idx, v + h0, stride, n, hd - h0, o + h0);
+        return;
+    }
+    __m512 a[16][MIX_HD_MAX / 16];
+    const int32_t nb = (hd + 15) / 16;
+    for (int l = 0; l < 16; l++)
+        for (int32_t b = 0; b < nb; b++) a[l][b] = _mm512_setzero_ps();
+    for (int32_t r = 0; r < n; r++) {
+        if (p[r] == 0.0f) continue;
+        const __m512 pr = _mm512_set1_ps(p[r]);
+        const float *vr = v + (int64_t)(idx ? idx[r] : r) * stride;
+        __m512 *ar = a[r & 15];
+        for (int32_t b = 0; b < nb; b++)
+            ar[b] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lanes(hd - 16 * b), vr + 16 * b), pr, ar[b]);
+    }
+    for (int32_t b = 0; b < nb; b++) {
+        __m512 h[8];
+        UNROLL for (int l = 0; l < 8; l++) h[l] = _mm512_add_ps(a[l][b], a[l + 8][b]);
+        UNROLL for (int l = 0; l < 4; l++) h[l] = _mm512_add_ps(h[l], h[l + 4]);
+        _mm512_mask_storeu_ps(o + 16 * b, lanes(hd - 16 * b),
+                              _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3])));
     }
 }
 
@@ -874,50 +884,58 @@ static void act_q8(const float *x, int64_t k, void *dst) {
     }
 }
 
-/* exp(x) for x <= 0: x = n ln2 + r with |r| <= ln2/2, a degree-6 Taylor
- * polynomial for exp(r) (relative error < 2e-7), times 2^n; x below -87.3
- * (exp underflows float) and -inf give exactly 0. */
-AI __m512 exp_nonpos(__m512 x) {
-    /* NaN stays NaN (max_ps below would turn it into -87.3): an overflowed
-     * score must reach the logits as NaN, where the forward pass reports it */
-    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    const __m512 x_in = x;
-    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_mask_mov_ps(_mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n)), nan, x_in);
+/* sp_exp_ggml on 16 lanes: the same operations (scalef is j 2^n rounded
+ * once, as the scalar reference's two-step product). */
+AI __m512 exp_ggml(__m512 x) {
+    const __m512 r = _mm512_set1_ps(0x1.8p23f);
+    const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r), r);
+    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
+    const __m512 u = _mm512_mul_ps(b, b);
+    const __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    const __m512 res = _mm512_scalef_ps(j, n);
+    if (!big) return res;
+    const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
+                                            _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(big, res, alt);
 }
 
-/* Softmax for attention rows: vector max and exp (both exact per element,
- * so independent of lane placement), then a sequential sum in slot order
- * as in the scalar reference. A masked slot adds exactly 0 anywhere in the
- * row, so a tree node's row gives the same bits as its path alone. */
+/* sp_softmax (ops.h) on 16-rank groups. */
 static void softmax(float *x, int64_t n) {
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(x + i));
-    __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
-    if (i < n) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail, x + i));
-    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    for (i = 0; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(x + i, exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(x + i), m)));
-    if (i < n)
-        _mm512_mask_storeu_ps(x + i, tail, exp_nonpos(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + i), m)));
-    float sum = 0;
-    for (i = 0; i < n; i++) sum += x[i];
-    const __m512 inv = _mm512_set1_ps(1.0f / sum);
-    for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
-    if (i < n) _mm512_mask_storeu_ps(x + i, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + i), inv));
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mx = ninf;
+    for (int64_t g = 0; g < n; g += 16)
+        mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, lanes((int32_t)(n - g < 16 ? n - g : 16)), x + g));
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx)); /* exact in any order */
+    double sum = 0;
+    for (int64_t g = 0; g < n; g += 16) {
+        const __mmask16 k = lanes((int32_t)(n - g < 16 ? n - g : 16));
+        const __m512 e = exp_ggml(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, k, x + g), m));
+        _mm512_mask_storeu_ps(x + g, k, e);
+        sum += (double)hsum16(e);
+    }
+    const __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
+    for (int64_t g = 0; g < n; g += 16) {
+        const __mmask16 k = lanes((int32_t)(n - g < 16 ? n - g : 16));
+        _mm512_mask_storeu_ps(x + g, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + g), inv));
+    }
+}
+
+/* sp_swiglu (ops.h): 16-lane groups with exp_ggml, the tail as the scalar
+ * reference (expf). */
+static void swiglu(float *out, const float *g, const float *u, int64_t n) {
+    const int64_t nv = n / 16 * 16;
+    for (int64_t i = 0; i < nv; i += 16) {
+        const __m512 x = _mm512_loadu_ps(g + i);
+        const __m512 e = exp_ggml(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        const __m512 silu = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(u + i)));
+    }
+    if (nv < n) sp_swiglu(out + nv, g + nv, u + nv, n - nv);
 }
 
 /* Streaming read for the bandwidth probe: four 512-bit accumulators. */
@@ -1287,6 +1305,7 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->att_scores = att_scores;
     t->att_mix = att_mix;
     t->softmax = softmax;
+    t->swiglu = swiglu;
     t->mm[SP_GGML_F32] = mm_f32;
     t->mm[SP_GGML_F16] = mm_f16;
     t->mm[SP_GGML_BF16] = mm_bf16;

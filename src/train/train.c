@@ -49,7 +49,7 @@ struct sp_tmodel {
     tview *views;
     int32_t n_views;
     sp_pool *pool;
-    float *inv_freq;        /* [hd/2] */
+    sp_rope_freqs rope;     /* RoPE angles (ops.h) */
     /* activations of the last forward */
     int32_t B, T;
     int64_t cap_bt, cap_btt; /* rows and attention entries the buffers hold */
@@ -145,7 +145,6 @@ void sp_tmodel_free(sp_tmodel *m) {
     free(m->m1);
     free(m->m2);
     free(m->views);
-    free(m->inv_freq);
     free(m->wt);
     free(m->loss_scratch);
     free(m);
@@ -170,7 +169,6 @@ static sp_status tmodel_alloc(const sp_train_shape *s, sp_tmodel **out, sp_error
     m->grads = alloc_f(m->n_params);
     m->m1 = alloc_f(m->n_params);
     m->m2 = alloc_f(m->n_params);
-    m->inv_freq = malloc((size_t)m->hd / 2 * sizeof(float));
     int64_t wmax = C * C > F * C ? C * C : F * C;
     if (V * C > wmax) wmax = V * C;
     if (KVD * C > wmax) wmax = KVD * C;
@@ -178,7 +176,7 @@ static sp_status tmodel_alloc(const sp_train_shape *s, sp_tmodel **out, sp_error
     m->loss_scratch = malloc((size_t)(2 * V) * sizeof(double));
     m->n_views = (int32_t)(3 + 9 * L);
     m->views = calloc((size_t)m->n_views, sizeof *m->views);
-    if (!m->params || !m->grads || !m->m1 || !m->m2 || !m->inv_freq || !m->wt || !m->loss_scratch ||
+    if (!m->params || !m->grads || !m->m1 || !m->m2 || !m->wt || !m->loss_scratch ||
         !m->views) {
         sp_tmodel_free(m);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for a model of %lld parameters",
@@ -191,8 +189,7 @@ static sp_status tmodel_alloc(const sp_train_shape *s, sp_tmodel **out, sp_error
         off += sz[i];
     }
     /* the same frequencies as the inference context (model.c) */
-    for (int32_t i = 0; i < m->hd / 2; i++)
-        m->inv_freq[i] = powf(s->rope_theta, -2.0f * (float)i / (float)m->hd);
+    m->rope = (sp_rope_freqs){.theta_scale = powf(s->rope_theta, -2.0f / (float)m->hd), .freq_scale = 1.0f};
     /* tensor views in GGUF order: embedding, output norm, output, then layers */
     int32_t n = 0;
 #define VIEW(nm, kind, idx, r, c, mat)                                                     \
@@ -500,7 +497,7 @@ sp_status sp_tmodel_forward(sp_tmodel *m, const int32_t *tokens, int32_t B, int3
     const float eps = m->s.norm_eps;
     memcpy(m->tokens, tokens, (size_t)BT * sizeof(int32_t));
     for (int32_t t = 0; t < T; t++) {
-        sp_rope_cs(m->cs + (int64_t)t * hd, t, m->inv_freq, hd);
+        sp_rope_cs(m->cs + (int64_t)t * hd, t, &m->rope, hd);
         for (int32_t i = 0; i < hd; i += 2) {
             m->cs_inv[(int64_t)t * hd + i] = m->cs[(int64_t)t * hd + i];
             m->cs_inv[(int64_t)t * hd + i + 1] = -m->cs[(int64_t)t * hd + i + 1];
