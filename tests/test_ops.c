@@ -544,6 +544,54 @@ static void test_exp_swiglu(void **state) {
     assert_int_equal(sp_ops_set_isa(sp_ops_best_isa(), &err), SP_OK);
 }
 
+/* ggml order (ops.h): while on, every ISA returns the same ggml-order
+ * kernel for a quantised type and packs nothing; its outputs are close to
+ * the reference's (the same integer sums, another float order), do not
+ * depend on batch size or row splits, and switching off restores the usual
+ * kernels. Its bits are checked against llama.cpp's by test_golden. */
+static void test_ggml_order(void **state) {
+    (void)state;
+    static const sp_ggml_type qtypes[] = {SP_GGML_Q8_0, SP_GGML_Q4_0, SP_GGML_Q4_1, SP_GGML_Q5_0,
+                                          SP_GGML_Q5_1, SP_GGML_IQ4_NL, SP_GGML_Q4_K, SP_GGML_Q5_K,
+                                          SP_GGML_Q6_K, SP_GGML_IQ4_XS};
+    assert_false(sp_ops_ggml_order());
+    for (size_t ti = 0; ti < sizeof qtypes / sizeof qtypes[0]; ti++) {
+        const sp_ggml_type type = qtypes[ti];
+        fixture f;
+        fx_make(&f, type, 21, 512, 13, 300 + ti);
+        const size_t bytes = (size_t)(f.n * f.rows) * sizeof(float);
+        float *yr = malloc(bytes), *ya = malloc(bytes), *yb = malloc(bytes), *yc = malloc(bytes);
+        sp_mm m = fx_mm(&f, 0, f.n, yr);
+        sp_ops_mm_isa(type, SP_ISA_SCALAR)(&m, 0, f.rows);
+        sp_ops_set_ggml_order(true);
+        const sp_mm_kernel g = sp_ops_mm_ggml_order(type);
+        assert_non_null(g);
+        for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
+            assert_ptr_equal(sp_ops_mm_isa(type, (sp_isa)isa), g);
+            assert_null(sp_ops_mm_packed_isa(type, (sp_isa)isa));
+        }
+        assert_false(sp_ops_packs(type));
+        m.y = ya;
+        g(&m, 0, f.rows);
+        for (int32_t t = 0; t < f.n; t++) {
+            sp_mm one = fx_mm(&f, t, 1, yb + t * f.rows);
+            g(&one, 0, f.rows);
+        }
+        m.y = yc;
+        g(&m, 0, 10);
+        g(&m, 10, f.rows);
+        sp_ops_set_ggml_order(false);
+        assert_memory_equal(ya, yb, bytes);
+        assert_memory_equal(ya, yc, bytes);
+        for (int64_t i = 0; i < f.n * f.rows; i++)
+            assert_true(fabs((double)ya[i] - yr[i]) <= 1e-5 * f.bound[i] + 1e-6);
+        assert_ptr_not_equal(sp_ops_mm_isa(type, SP_ISA_SCALAR), g);
+        free(yr), free(ya), free(yb), free(yc);
+        fx_free(&f);
+    }
+    assert_null(sp_ops_mm_ggml_order(SP_GGML_F32));
+}
+
 /* The bandwidth probe's streaming read: every ISA returns the scalar sum. */
 static void test_read_sum_isa_identical(void **state) {
     (void)state;
@@ -588,6 +636,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_attention_kernels),
     cmocka_unit_test(test_softmax_kernels),
     cmocka_unit_test(test_exp_swiglu),
+    cmocka_unit_test(test_ggml_order),
     cmocka_unit_test(test_isa_selection),
 };
 SP_TEST_MAIN(tests)

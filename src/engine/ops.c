@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -874,6 +875,7 @@ void sp_swiglu(float *out, const float *g, const float *u, int64_t n) {
  * a table is filled once, in ops_init_once, and only up to the best ISA. */
 
 static sp_isa g_best = SP_ISA_SCALAR; /* best ISA of this CPU */
+static _Atomic bool g_ggml_order;     /* ops.h: ggml order */
 static sp_isa g_isa = SP_ISA_SCALAR;  /* ISA in use */
 static char g_env_err[200];           /* why $SPECULA_ISA was refused, or "" */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -941,6 +943,8 @@ static void ops_init_once(void) {
         fill_missing(&g_tables[SP_ISA_AVX512]);
     }
     g_isa = g_best;
+    const char *go = getenv("SPECULA_GGML_ORDER");
+    if (go && !strcmp(go, "1")) atomic_store(&g_ggml_order, true);
     const char *env = getenv("SPECULA_ISA");
     if (!env || !*env) return;
     for (int i = 0; i < SP_ISA_COUNT; i++) {
@@ -982,17 +986,33 @@ sp_isa sp_ops_isa(void) {
     return g_isa;
 }
 
+void sp_ops_set_ggml_order(bool on) {
+    pthread_once(&g_once, ops_init_once);
+    atomic_store(&g_ggml_order, on);
+}
+
+bool sp_ops_ggml_order(void) {
+    pthread_once(&g_once, ops_init_once);
+    return atomic_load(&g_ggml_order);
+}
+
+/* The ggml-order kernel for wtype when that order is on, else NULL. */
+static sp_mm_kernel ggml_order_mm(sp_ggml_type wtype) {
+    return atomic_load(&g_ggml_order) ? sp_ops_mm_ggml_order(wtype) : NULL;
+}
+
 sp_mm_kernel sp_ops_mm_isa(sp_ggml_type wtype, sp_isa isa) {
     pthread_once(&g_once, ops_init_once);
     if ((unsigned)wtype >= SP_GGML_TYPE_COUNT || isa > g_best) return NULL;
-    return g_tables[isa].mm[wtype];
+    sp_mm_kernel g = ggml_order_mm(wtype);
+    return g ? g : g_tables[isa].mm[wtype];
 }
 
 sp_mm_kernel sp_ops_mm(sp_ggml_type wtype) { return sp_ops_mm_isa(wtype, sp_ops_isa()); }
 
 sp_mm_kernel sp_ops_mm_packed_isa(sp_ggml_type wtype, sp_isa isa) {
     pthread_once(&g_once, ops_init_once);
-    if ((unsigned)wtype >= SP_GGML_TYPE_COUNT || isa > g_best) return NULL;
+    if ((unsigned)wtype >= SP_GGML_TYPE_COUNT || isa > g_best || ggml_order_mm(wtype)) return NULL;
     return g_tables[isa].mm_packed[wtype];
 }
 

@@ -141,6 +141,19 @@ sp_status sp_ops_set_isa(sp_isa isa, sp_error *err);
 sp_mm_kernel sp_ops_mm(sp_ggml_type wtype);
 sp_mm_kernel sp_ops_mm_isa(sp_ggml_type wtype, sp_isa isa);
 
+/* ggml order (ops_ggml.c): the quantised matmuls summed in the float order
+ * of llama.cpp's x86 CPU kernels, so that logits can be checked against its
+ * own bit for bit; slower, on unpacked weights. Off by default;
+ * $SPECULA_GGML_ORDER=1 or sp_ops_set_ggml_order turns it on. While on,
+ * sp_ops_mm and sp_ops_mm_isa return these kernels for the types that
+ * have one (every quantised type), the same in every ISA, and
+ * sp_ops_packs / sp_ops_mm_packed say no packing for them (weights packed
+ * earlier are then read unpacked). sp_ops_mm_ggml_order: the kernel, or
+ * NULL. */
+void sp_ops_set_ggml_order(bool on);
+bool sp_ops_ggml_order(void);
+sp_mm_kernel sp_ops_mm_ggml_order(sp_ggml_type wtype);
+
 /* Packed weights (see the top). sp_ops_packs: the active ISA computes wtype
  * faster from the packed layout (so the loader makes a packed copy). The
  * kernels over the packed layout: NULL when the ISA has none (its ordinary
@@ -210,7 +223,9 @@ void sp_swiglu(float *out, const float *g, const float *u, int64_t n);
  *            vec_dot_f32: for the first hd/64*64 dims, accumulators
  *            a_j[l] = fma(q_i, k_i, a_j[l]) with i = 64c + 16j + l, then
  *            a_0 + a_2 and a_1 + a_3 added, those two added, and reduced by
- *            sp_reduce16; the remaining dims added in order (s += q_i k_i).
+ *            sp_reduce16; the remaining dims added in order (s += q_i k_i;
+ *            ggml's own tail is GCC's vectorisation of its loop: head
+ *            sizes that are not multiples of 64 are not checked).
  *   softmax: in place over n values (none masked; -INFINITY gives 0):
  *            e_r = sp_exp_ggml(x_r - max), sum = the double sum over groups
  *            of 16 ranks of sp_reduce16 of the group (zero-padded), then
