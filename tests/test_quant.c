@@ -289,12 +289,57 @@ static void test_random_round_trip(void **state) {
     free(h);
 }
 
+/* Specula's IQ4_XS quantiser (sp_quant.h): the stored values dequantise
+ * to step * table[q] with step = d * (ls - 32) per sub-block of 32; each
+ * value is matched to its nearest entry against the stored step, so it
+ * lies within half the widest table gap (24, between 89 and 113) of it,
+ * plus whatever of |x| lies beyond 113 steps; an all-zero row stays zero,
+ * and a row of table values times 0.25 comes back exactly. */
+static void test_iq4_xs_quantiser(void **state) {
+    (void)state;
+    enum { N = 256 * 8 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    sp_block_iq4_xs *b = malloc(N / 256 * sizeof *b);
+    sp_rng r;
+    sp_rng_seed(&r, 77);
+    for (int i = 0; i < N; i++) x[i] = (float)(sp_rng_normal(&r) * ((i / 32) % 4 == 0 ? 0.01 : 1.0));
+    sp_quantize_row(SP_GGML_IQ4_XS, x, b, N);
+    sp_dequantize_row(SP_GGML_IQ4_XS, b, y, N);
+    for (int sb = 0; sb < N / 32; sb++) {
+        const sp_block_iq4_xs *blk = &b[sb / 8];
+        const int s8 = sb % 8;
+        const int ls = ((blk->scales_l[s8 / 2] >> (4 * (s8 % 2))) & 0xF) | (((blk->scales_h >> (2 * s8)) & 3) << 4);
+        const float step = fabsf(sp_fp16_to_fp32(blk->d) * (float)(ls - 32));
+        for (int l = 0; l < 32; l++) {
+            const int k = 32 * sb + l;
+            /* the part of |x| beyond the table's shorter end (113 steps) */
+            const float bound = 12.5f * step + fmaxf(0.0f, fabsf(x[k]) - 113 * step) + 1e-6f;
+            if (fabsf(x[k] - y[k]) > bound) fail_msg("iq4_xs elem %d: %g vs %g (bound %g)", k, x[k], y[k], bound);
+        }
+    }
+    double se = 0, sx = 0;
+    for (int i = 0; i < N; i++) se += (double)(x[i] - y[i]) * (x[i] - y[i]), sx += (double)x[i] * x[i];
+    assert_true(se < 0.02 * sx); /* 4.25 bits: well under 2% of the energy */
+    for (int i = 0; i < 256; i++) x[i] = 0;
+    sp_quantize_row(SP_GGML_IQ4_XS, x, b, 256);
+    sp_dequantize_row(SP_GGML_IQ4_XS, b, y, 256);
+    for (int i = 0; i < 256; i++) assert_true(y[i] == 0.0f);
+    for (int i = 0; i < 256; i++) x[i] = 0.25f * (float)sp_iq4nl_values[(i * 7) % 16];
+    x[3] = 0.25f * -127.0f; /* the largest magnitude maps to -127 */
+    sp_quantize_row(SP_GGML_IQ4_XS, x, b, 256);
+    sp_dequantize_row(SP_GGML_IQ4_XS, b, y, 256);
+    for (int i = 0; i < 256; i++)
+        if (y[i] != x[i]) fail_msg("iq4_xs exact row elem %d: %g vs %g", i, y[i], x[i]);
+    free(x), free(y), free(b);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_fp16_exhaustive),
     cmocka_unit_test(test_fp16_known),
     cmocka_unit_test(test_fp16_nearest_random),
     cmocka_unit_test(test_bf16),
     cmocka_unit_test(test_supported),
+    cmocka_unit_test(test_iq4_xs_quantiser),
     cmocka_unit_test(test_q8_0_block),
     cmocka_unit_test(test_q4_0_block),
     cmocka_unit_test(test_zero_block),
