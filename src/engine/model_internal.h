@@ -52,6 +52,8 @@ struct sp_model {
     float embed_scale;    /* > 0: embeddings multiplied by it (gemma: sqrt(dim)) */
     bool geglu;           /* FFN gate through GELU (gemma) instead of SiLU */
     float attn_softcap;   /* > 0: attention scores -> cap * tanh(score / cap) (gemma2) */
+    bool q_prescale;      /* queries times 1/sqrt(head_dim) before the dot, not the scores
+                           * after (phi3, gemma2: as llama.cpp's graphs; other last bits) */
     float final_softcap;  /* > 0: logits -> cap * tanh(logit / cap) (gemma2) */
     float rope_theta_local; /* > 0: RoPE base of the rope_local layers, unscaled (gemma3) */
     void **owned;         /* buffers made at load time (converted norms, requantised weights) */

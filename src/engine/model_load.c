@@ -242,6 +242,9 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
         m->embed_scale = sqrtf((float)c->dim);
         m->geglu = true;
     }
+    /* llama.cpp's phi3 and gemma2 graphs scale the queries; its gemma3 and
+     * the others scale the scores (model_internal.h) */
+    m->q_prescale = ai->fused || ai->gemma == 2;
     c->rope_neox = ai->neox;
     c->rope_scale = 1.0f;
     /* RoPE scaling: linear (positions divided by the factor) is supported;
@@ -576,6 +579,7 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
     m->rope_factors = src->rope_factors;
     m->embed_scale = src->embed_scale;
     m->geglu = src->geglu;
+    m->q_prescale = src->q_prescale;
     m->attn_softcap = src->attn_softcap;
     m->final_softcap = src->final_softcap;
     m->rope_theta_local = src->rope_theta_local;
