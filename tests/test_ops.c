@@ -528,7 +528,8 @@ static void test_exp_swiglu(void **state) {
     sp_rng_seed(&r, 4);
     float g[100], u[100], ref[100], y[100];
     for (int i = 0; i < 100; i++) g[i] = (float)(sp_rng_normal(&r) * 6), u[i] = (float)sp_rng_normal(&r);
-    g[5] = -150.0f, g[6] = 150.0f, g[7] = -95.0f; /* exp(-x) inf, 0, subnormal range */
+    /* exp(-x): inf, 0, past 2^127, subnormal, near the top */
+    g[5] = -150.0f, g[6] = 150.0f, g[7] = -95.0f, g[8] = 95.0f, g[9] = -88.5f;
     sp_swiglu(ref, g, u, 100);
     for (int i = 0; i < 100; i++) {
         const double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];

@@ -6,6 +6,7 @@
  * An output's sequence of operations is the same whatever NT is, so results
  * do not depend on the batch size or on the row split. */
 #include <immintrin.h>
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -517,6 +518,136 @@ void sp_ops_fill_kquants_avx2(sp_ops_table *t) {
     t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32;
 }
 
+/* ---- attention, softmax, SwiGLU (see ops.h), bit-identical to the scalar
+ * references: 16 lanes as two 8-lane halves ---- */
+
+/* sp_reduce16 of lanes lo (0-7) and hi (8-15). */
+AI float hsum16(__m256 lo, __m256 hi) {
+    const __m256 h = _mm256_add_ps(lo, hi);
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+
+/* ggml's vec_dot_f32 order (ops.h). */
+static void att_scores(const float *q, const float *k, int64_t stride, int32_t n, int32_t hd,
+                       float scale, float *out) {
+    const int32_t np = hd / 64 * 64;
+    for (int32_t s = 0; s < n; s++) {
+        const float *ks = k + s * stride;
+        __m256 a[8];
+        for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
+        for (int32_t i = 0; i < np; i += 64)
+            for (int j = 0; j < 8; j++) /* a[2c], a[2c+1]: lanes 0-7, 8-15 of accumulator c */
+                a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8 * j), _mm256_loadu_ps(ks + i + 8 * j), a[j]);
+        const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
+        const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
+        float d = hsum16(lo, hi);
+        for (int32_t i = np; i < hd; i++) d += q[i] * ks[i];
+        out[s] = d * scale;
+    }
+}
+
+/* tinyBLAS's order (ops.h): 16 accumulator rows in L1, one per rank mod 16. */
+enum { MIX_HD_MAX = 256 };
+static void att_mix(const float *p, const int32_t *idx, const float *v, int64_t stride, int32_t n,
+                    int32_t hd, float *o) {
+    if (hd > MIX_HD_MAX) {
+        const int32_t h0 = hd / 2 / 8 * 8;
+        att_mix(p, idx, v, stride, n, h0, o);
+        att_mix(p, idx, v + h0, stride, n, hd - h0, o + h0);
+        return;
+    }
+    __m256 a[16][MIX_HD_MAX / 8];
+    const int32_t nb = (hd + 7) / 8;
+    for (int l = 0; l < 16; l++)
+        for (int32_t b = 0; b < nb; b++) a[l][b] = _mm256_setzero_ps();
+    for (int32_t r = 0; r < n; r++) {
+        if (p[r] == 0.0f) continue;
+        const __m256 pr = _mm256_set1_ps(p[r]);
+        const float *vr = v + (int64_t)(idx ? idx[r] : r) * stride;
+        __m256 *ar = a[r & 15];
+        for (int32_t b = 0; b < nb; b++) {
+            const __m256 vv = 8 * b + 8 <= hd ? _mm256_loadu_ps(vr + 8 * b)
+                                              : _mm256_maskload_ps(vr + 8 * b, tail_mask(hd - 8 * b));
+            ar[b] = _mm256_fmadd_ps(vv, pr, ar[b]);
+        }
+    }
+    for (int32_t b = 0; b < nb; b++) {
+        __m256 h[8];
+        for (int l = 0; l < 8; l++) h[l] = _mm256_add_ps(a[l][b], a[l + 8][b]);
+        for (int l = 0; l < 4; l++) h[l] = _mm256_add_ps(h[l], h[l + 4]);
+        const __m256 r = _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
+        if (8 * b + 8 <= hd)
+            _mm256_storeu_ps(o + 8 * b, r);
+        else
+            _mm256_maskstore_ps(o + 8 * b, tail_mask(hd - 8 * b), r);
+    }
+}
+
+/* 2^e for integer lanes -126 <= e <= 127. */
+AI __m256 pow2i(__m256i e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)); }
+
+/* sp_exp_ggml on 8 lanes: the same operations, j 2^n as the reference's
+ * two-step product (the first step exact). */
+AI __m256 exp_ggml(__m256 x) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r), r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_cvttps_epi32(n);
+    const __m256i lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(-126), e), hi = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(127));
+    const __m256i second = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(-100)),
+                                           _mm256_and_si256(hi, _mm256_set1_epi32(100)));
+    __m256 res = _mm256_mul_ps(_mm256_mul_ps(j, pow2i(_mm256_sub_epi32(e, second))), pow2i(second));
+    const __m256 big = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), n), _mm256_set1_ps(192), _CMP_GT_OQ);
+    const __m256 alt = _mm256_and_ps(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_GT_OQ), _mm256_set1_ps(INFINITY));
+    return _mm256_blendv_ps(res, alt, big);
+}
+
+/* sp_softmax (ops.h) on 16-rank groups; a partial last group is padded
+ * with -inf (weight 0) in a local copy. */
+static void softmax(float *x, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    const __m256 m = _mm256_set1_ps(mx);
+    double sum = 0;
+    for (int64_t g = 0; g < n; g += 16) {
+        float buf[16];
+        float *e = x + g;
+        if (g + 16 > n) {
+            for (int l = 0; l < 16; l++) buf[l] = g + l < n ? x[g + l] : -INFINITY;
+            e = buf;
+        }
+        const __m256 lo = exp_ggml(_mm256_sub_ps(_mm256_loadu_ps(e), m));
+        const __m256 hi = exp_ggml(_mm256_sub_ps(_mm256_loadu_ps(e + 8), m));
+        _mm256_storeu_ps(e, lo);
+        _mm256_storeu_ps(e + 8, hi);
+        if (e == buf) memcpy(x + g, buf, (size_t)(n - g) * sizeof(float));
+        sum += (double)hsum16(lo, hi);
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* sp_swiglu (ops.h): 16-lane groups with exp_ggml, the tail as the scalar
+ * reference (expf). */
+static void swiglu(float *out, const float *g, const float *u, int64_t n) {
+    const int64_t nv = n / 16 * 16;
+    for (int64_t i = 0; i < nv; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 e = exp_ggml(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
+    }
+    if (nv < n) sp_swiglu(out + nv, g + nv, u + nv, n - nv);
+}
+
 void sp_ops_fill_avx2(sp_ops_table *t) {
     t->read_sum = read_sum;
     t->mm[SP_GGML_F32] = mm_f32;
@@ -524,5 +655,9 @@ void sp_ops_fill_avx2(sp_ops_table *t) {
     t->mm[SP_GGML_BF16] = mm_bf16;
     t->mm[SP_GGML_Q8_0] = mm_q8_0;
     t->mm[SP_GGML_Q4_0] = mm_q4_0;
+    t->att_scores = att_scores;
+    t->att_mix = att_mix;
+    t->softmax = softmax;
+    t->swiglu = swiglu;
     sp_ops_fill_kquants_avx2(t);
 }
