@@ -188,6 +188,21 @@ static void test_batch_equals_sequential_kquants(void **state) {
     }
 }
 
+/* Real llama-quantize mixes of the formats Specula reads but does not write
+ * (Q2_K, Q3_K, next to Q4_K/Q5_K/Q6_K and small rows kept in other types):
+ * batch logits equal one-at-a-time on 1 and 2 threads through the packed
+ * kernels. */
+static void test_batch_equals_sequential_mixes(void **state) {
+    (void)state;
+    static const char *files[] = {"reference/formats/mix-Q2_K.gguf", "reference/formats/mix-Q3_K_M.gguf"};
+    for (size_t i = 0; i < 2; i++) {
+        sp_model *m = load(sp_shared(files[i]), NULL);
+        batch_equals_sequential(m, 1);
+        batch_equals_sequential(m, 2);
+        sp_model_free(m);
+    }
+}
+
 /* Results do not depend on the thread count (a model big enough that the
  * matmuls and attention really run on the pool). */
 static void test_threads_invariant(void **state) {
@@ -586,6 +601,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_tree_levels_from_past),
     cmocka_unit_test(test_rope_scaling),
     cmocka_unit_test(test_batch_equals_sequential_kquants),
+    cmocka_unit_test(test_batch_equals_sequential_mixes),
     cmocka_unit_test(test_requantize),
     cmocka_unit_test(test_forward_errors),
     cmocka_unit_test(test_bad_model_files),

@@ -416,9 +416,114 @@ static void pack_iq4xs(const uint8_t *w, size_t w_stride, int64_t rows, int64_t 
     }
 }
 
+/* Packed Q3_K and Q2_K (ops.h): the 2-bit quants as 16 chunks c = 8h + cc
+ * (row i's qs[4c..4c+3] at bytes 4i..; bits 2j give elements 128h + 32j +
+ * 4cc + e), then Q3_K: inverted high-bit masks, int8 scales [s][i], int32 nc
+ * and the f16 d; Q2_K: the raw scale bytes as [q][i][2], f16 d and dmin. */
+enum { PK3K_UNIT = 1920, PK3K_HM = 1024, PK3K_SC = 1536, PK3K_NC = 1792, PK3K_D = 1856 };
+enum { PK2K_UNIT = 1344, PK2K_SC = 1024, PK2K_D = 1280, PK2K_DMIN = 1312 };
+
+/* Low bits (0..3) of element e of row i in a packed Q2_K/Q3_K unit. */
+static int pk2bit(const uint8_t *unit, int i, int e) {
+    const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+    return (unit[64 * (8 * h + l / 4) + 4 * i + l % 4] >> (2 * j)) & 3;
+}
+
+/* Bit 4i + e of the 64-bit little-endian mask at p. */
+static int mask_bit(const uint8_t *p, int i, int e) { return (p[(4 * i + e) / 8] >> ((4 * i + e) % 8)) & 1; }
+
+/* Q3_K value of element e: the low bits minus 4 where the mask of (h, j,
+ * cc) (index 32h + 8j + cc) has the bit set. */
+static int pk3k_value(const uint8_t *unit, int i, int e) {
+    const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+    return pk2bit(unit, i, e) - 4 * mask_bit(unit + PK3K_HM + 8 * (32 * h + 8 * j + l / 4), i, l % 4);
+}
+
+/* The references over packed Q3_K and Q2_K: mm_k_ref's integer sums (per
+ * sub-block of 16, its scale times the dot; Q2_K's mins times the
+ * activation's 16-sums) and float expression (Q3_K: dmin = 0, summ = 0). */
+static void mm_packed_q23k_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t k = m->k, nb = k / SP_QK_K;
+    const bool q3 = m->wtype == SP_GGML_Q3_K;
+    const size_t us = q3 ? PK3K_UNIT : PK2K_UNIT;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *grp = m->w + (r / SP_PACK_ROWS) * m->w_stride;
+        const int i = (int)(r % SP_PACK_ROWS);
+        for (int32_t t = 0; t < m->n; t++) {
+            const void *xr = (const uint8_t *)m->x + t * m->x_stride;
+            float acc = 0;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *unit = grp + (size_t)b * us;
+                const int8_t *xq = sp_act_qs(xr) + b * SP_QK_K;
+                const int32_t *bs = sp_actk_bsum(xr, k) + b * 16;
+                int32_t sumi = 0, summ = 0;
+                for (int s16 = 0; s16 < 16; s16++) {
+                    int32_t dot = 0;
+                    for (int l = 0; l < 16; l++) {
+                        const int e = 16 * s16 + l;
+                        dot += (q3 ? pk3k_value(unit, i, e) : pk2bit(unit, i, e)) * xq[e];
+                    }
+                    if (q3) {
+                        sumi += (int8_t)unit[PK3K_SC + 16 * s16 + i] * dot;
+                    } else {
+                        const uint8_t sc = unit[PK2K_SC + 32 * (s16 / 2) + 2 * i + s16 % 2];
+                        sumi += (sc & 0xF) * dot;
+                        summ += (sc >> 4) * bs[s16];
+                    }
+                }
+                uint16_t hd, hm = 0;
+                memcpy(&hd, unit + (q3 ? PK3K_D : PK2K_D) + 2 * i, 2);
+                if (!q3) memcpy(&hm, unit + PK2K_DMIN + 2 * i, 2);
+                const float xd = sp_actk_d(xr, k)[b], dmin = q3 ? 0.0f : sp_fp16_to_fp32(hm);
+                acc += (xd * sp_fp16_to_fp32(hd)) * (float)sumi - (xd * dmin) * (float)summ;
+            }
+            m->y[t * m->ld_y + r] = acc;
+        }
+    }
+}
+
+static void pack_q23k(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t rows, int64_t k, uint8_t *dst) {
+    const int64_t nb = k / SP_QK_K;
+    const bool q3 = wtype == SP_GGML_Q3_K;
+    const size_t us = q3 ? PK3K_UNIT : PK2K_UNIT, gs = (size_t)nb * us;
+    int32_t q[SP_QK_K], isc[16], imn[16];
+    float d, dmin;
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *grp = dst + (size_t)(r / SP_PACK_ROWS) * gs;
+        const size_t i = (size_t)(r % SP_PACK_ROWS);
+        const uint8_t *row = w + (size_t)r * w_stride;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *unit = grp + (size_t)b * us;
+            const uint8_t *qs = q3 ? ((const sp_block_q3_K *)row + b)->qs : ((const sp_block_q2_K *)row + b)->qs;
+            for (int c = 0; c < 16; c++) memcpy(unit + 64 * c + 4 * i, qs + 4 * c, 4);
+            if (q3) {
+                const sp_block_q3_K *x = (const sp_block_q3_K *)row + b;
+                sp_quant_k_values(SP_GGML_Q3_K, row, b, q, isc, imn, &d, &dmin);
+                int32_t nc = 0;
+                for (int e = 0; e < SP_QK_K; e++) {
+                    const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+                    if (q[e] < 0) /* high bit clear: lowered by 4 */
+                        unit[PK3K_HM + 8 * (32 * h + 8 * j + l / 4) + (4 * i + (size_t)(l % 4)) / 8] |=
+                            (uint8_t)(1u << ((4 * i + (size_t)(l % 4)) % 8));
+                    nc -= 128 * isc[e / 16] * q[e]; /* |.| <= 128 * 32 * 4 * 256: fits */
+                }
+                for (int s16 = 0; s16 < 16; s16++) unit[PK3K_SC + 16 * s16 + i] = (uint8_t)(int8_t)isc[s16];
+                memcpy(unit + PK3K_NC + 4 * i, &nc, 4);
+                memcpy(unit + PK3K_D + 2 * i, &x->d, 2);
+            } else {
+                const sp_block_q2_K *x = (const sp_block_q2_K *)row + b;
+                for (int s16 = 0; s16 < 16; s16++) unit[PK2K_SC + 32 * (s16 / 2) + 2 * i + (size_t)(s16 % 2)] = x->scales[s16];
+                memcpy(unit + PK2K_D + 2 * i, &x->d, 2);
+                memcpy(unit + PK2K_DMIN + 2 * i, &x->dmin, 2);
+            }
+        }
+    }
+}
+
 bool sp_ops_packable(sp_ggml_type wtype) {
     return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0 || wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K ||
-           wtype == SP_GGML_Q6_K || wtype == SP_GGML_IQ4_XS || is_pk32(wtype);
+           wtype == SP_GGML_Q6_K || wtype == SP_GGML_IQ4_XS || wtype == SP_GGML_Q3_K || wtype == SP_GGML_Q2_K ||
+           is_pk32(wtype);
 }
 
 size_t sp_ops_pack_stride(sp_ggml_type wtype, int64_t k) {
@@ -426,6 +531,8 @@ size_t sp_ops_pack_stride(sp_ggml_type wtype, int64_t k) {
     if (wtype == SP_GGML_Q6_K) return (size_t)(k / SP_QK_K) * PK6K_UNIT;
     if (is_pk32(wtype)) return (size_t)((k / SP_QK + 1) / 2) * pk32(wtype).unit;
     if (wtype == SP_GGML_IQ4_XS) return (size_t)(k / SP_QK_K) * PKXS_UNIT;
+    if (wtype == SP_GGML_Q3_K) return (size_t)(k / SP_QK_K) * PK3K_UNIT;
+    if (wtype == SP_GGML_Q2_K) return (size_t)(k / SP_QK_K) * PK2K_UNIT;
     return (size_t)((k / SP_QK + 1) / 2) * (2 * pack_qb(wtype) + 64);
 }
 
@@ -454,6 +561,10 @@ void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t 
     }
     if (wtype == SP_GGML_IQ4_XS) {
         pack_iq4xs(w, w_stride, rows, k, dst);
+        return;
+    }
+    if (wtype == SP_GGML_Q3_K || wtype == SP_GGML_Q2_K) {
+        pack_q23k(wtype, w, w_stride, rows, k, dst);
         return;
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -583,6 +694,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm_packed[SP_GGML_Q4_1] = t->mm_packed[SP_GGML_Q5_0] = t->mm_packed[SP_GGML_Q5_1] =
         t->mm_packed[SP_GGML_IQ4_NL] = mm_packed_q32_ref;
     t->mm_packed[SP_GGML_IQ4_XS] = mm_packed_iq4xs_ref;
+    t->mm_packed[SP_GGML_Q3_K] = t->mm_packed[SP_GGML_Q2_K] = mm_packed_q23k_ref;
     t->mm_packed[SP_GGML_Q4_K] = t->mm_packed[SP_GGML_Q5_K] = mm_packed_q45k_ref;
     t->mm_packed[SP_GGML_Q6_K] = mm_packed_q6k_ref;
     t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32_ref;
@@ -626,7 +738,8 @@ size_t sp_ops_act_bytes(sp_ggml_type wtype, int64_t k) {
     case SP_ACT_Q8_K:
         b = (size_t)sp_actk_base_bytes(k);
         if (has_pairs(wtype)) b += (16 * (size_t)(k / SP_QK_K) + 63) & ~(size_t)63;
-        if (wtype == SP_GGML_Q6_K) b += ((size_t)k + 63) & ~(size_t)63;
+        if (wtype == SP_GGML_Q6_K || wtype == SP_GGML_Q3_K) b += ((size_t)k + 63) & ~(size_t)63;
+        if (wtype == SP_GGML_Q2_K) b += (32 * (size_t)(k / SP_QK_K) + 63) & ~(size_t)63;
         break;
     default: b = 4 * (size_t)k; break;
     }
@@ -761,7 +874,14 @@ void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst
                 pr[i] = (int32_t)(((uint32_t)hi << 16) | ((uint32_t)lo & 0xFFFFu));
             }
         }
-        if (wtype == SP_GGML_Q6_K) { /* unsigned bytes for the packed kernel (ops.h) */
+        if (wtype == SP_GGML_Q2_K) { /* 16-sum pairs for the packed kernel (ops.h) */
+            const int32_t *bs = sp_actk_bsum(dst, k);
+            int32_t *pr = sp_actk_pairs16(dst, k);
+            memset(pr, 0, (32 * (size_t)(k / SP_QK_K) + 63) & ~(size_t)63);
+            for (int64_t i = 0; i < k / 32; i++) /* |sum of 16| <= 2032: fits int16 */
+                pr[i] = (int32_t)(((uint32_t)bs[2 * i + 1] << 16) | ((uint32_t)bs[2 * i] & 0xFFFFu));
+        }
+        if (wtype == SP_GGML_Q6_K || wtype == SP_GGML_Q3_K) { /* unsigned bytes for the packed kernels (ops.h) */
             const int8_t *qs = sp_act_qs(dst);
             uint8_t *u = sp_actk_u8(dst, k);
             for (int64_t i = 0; i < k; i++) u[i] = (uint8_t)(qs[i] + 128);

@@ -95,7 +95,18 @@
  * take signed weights against unsigned activations: Q6_K activation rows
  * carry, after the q8_K layout (sp_actk_u8), the k bytes q + 128, so that
  * sum(q_w (q_x + 128)) = sum(q_w q_x) + 128 sum(q_w), and nc removes the
- * second term of the scaled sum. */
+ * second term of the scaled sum. Q3_K: one unit of 1920 bytes per
+ * super-block: its qs as 16 chunks c = 8h + cc (row i's qs[4c..4c+3] at
+ * bytes 4i..; bits 2j of a byte give element 128h + 32j + 4cc + e), 512
+ * bytes of masks (the 8 bytes at 1024 + 8(32h + 8j + cc): bit 4i + e set
+ * where that element's high bit is clear, i.e. its value is lowered by 4),
+ * the int8 scales as bytes [s][i] (256), int32 nc[i] as Q6_K's (64), the
+ * f16 d (32), 32 zero bytes; its activation rows carry the bytes q + 128 as
+ * Q6_K's. Q2_K: one unit of 1344 bytes (the original size): qs chunks as
+ * Q3_K's, the scale bytes (scale | min << 4) as [p][i][s & 1] for s = 2p,
+ * 2p+1 (256), f16 d (32), f16 dmin (32); its activation rows carry, after
+ * the q8_K layout (sp_actk_pairs16), int32 pairs16[k/32]: int16 halves
+ * (lo, hi) = the 16-sums of sub-blocks 2p and 2p+1, padded to 64 bytes. */
 #ifndef SP_OPS_H
 #define SP_OPS_H
 
@@ -315,7 +326,12 @@ static inline int32_t *sp_actk_pairs(const void *row, int64_t k) {
     return (int32_t *)((uintptr_t)row + (uintptr_t)sp_actk_base_bytes(k));
 }
 
-/* Q6_K's activation bytes plus 128 (see the top), after the q8_K layout. */
+/* Q2_K's 16-sum pairs (see the top), after the q8_K layout. */
+static inline int32_t *sp_actk_pairs16(const void *row, int64_t k) {
+    return (int32_t *)((uintptr_t)row + (uintptr_t)sp_actk_base_bytes(k));
+}
+
+/* Q6_K's and Q3_K's activation bytes plus 128 (see the top), after the q8_K layout. */
 static inline uint8_t *sp_actk_u8(const void *row, int64_t k) {
     return (uint8_t *)((uintptr_t)row + (uintptr_t)sp_actk_base_bytes(k));
 }

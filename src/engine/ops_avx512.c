@@ -706,6 +706,126 @@ static void mm_iq4_xs_pk(const sp_mm *m, int64_t r0, int64_t r1) {
 #undef XS_TILE
 }
 
+/* Q3_K and Q2_K over packed weights (ops.h): per super-block and token
+ * tile, the 8 runs of 32 elements (h, j) are unpacked once into 8 vectors
+ * of 2-bit values (bits 2j of the qs chunks); Q3_K subtracts 4 under the
+ * masks (signed values -4..3, taken against the activation bytes q + 128
+ * with sumi starting at the rows' nc, as Q6_K), Q2_K keeps them unsigned
+ * (against the signed activation bytes, broadcast inside dpbusd). Per token
+ * 2 x 4 dpbusd give the two 16-element sub-block dots of 16 rows, each times
+ * its scale (vpmulld) into sumi; Q2_K's mins enter through 8 dpwssd of the
+ * rows' (min, min) int16 pairs with the activation's 16-sum pairs. Then
+ * mm_k_ref's float expression on 16 lanes (for Q3_K the (d_x * 0) * 0 term
+ * cannot change y, as for Q6_K): bit-identical to the scalar reference. */
+#define PK3K_UNIT 1920
+#define PK2K_UNIT 1344
+
+AI void pk23k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, __mmask16 live, const bool q3) {
+    const int64_t k = m->k, nb = k / SP_QK_K;
+    const size_t us = q3 ? PK3K_UNIT : PK2K_UNIT;
+    const uint8_t *grp = m->w + g * m->w_stride;
+    const __m512i m3 = _mm512_set1_epi8(3), c4 = _mm512_set1_epi8(4), lo4 = _mm512_set1_epi32(0xF);
+    const uint8_t *xs[16];
+    __m512 y[16];
+    UNROLL for (int t = 0; t < NT; t++) {
+        xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
+        y[t] = _mm512_setzero_ps();
+    }
+    const int64_t dd = (const uint8_t *)sp_actk_d(xs[0], k) - xs[0];
+    const int64_t du = q3 ? sp_actk_u8(xs[0], k) - xs[0] : 0;
+    const int64_t dp = q3 ? 0 : (const uint8_t *)sp_actk_pairs16(xs[0], k) - xs[0];
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *unit = grp + (size_t)b * us;
+        if (pf)
+            for (size_t o = 0; o < us; o += 64) pk_prefetch(unit + o, NT);
+        __m512i sumi[16], summ[16];
+        if (q3) {
+            const __m512i nc = _mm512_load_si512(unit + 1792);
+            UNROLL for (int t = 0; t < NT; t++) sumi[t] = nc;
+        } else {
+            UNROLL for (int t = 0; t < NT; t++) {
+                const int32_t *pr = (const int32_t *)(xs[t] + dp) + 8 * b;
+                __m512i c = _mm512_setzero_si512();
+                UNROLL for (int p = 0; p < 8; p++) {
+                    const __m512i mp = _mm512_srli_epi16(_mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(unit + 1024 + 32 * p))), 4);
+                    c = _mm512_dpwssd_epi32(c, mp, _mm512_set1_epi32(pr[p]));
+                }
+                summ[t] = c;
+                sumi[t] = _mm512_setzero_si512();
+            }
+        }
+        for (int hj = 0; hj < 8; hj++) {
+            const int h = hj >> 2, j = hj & 3;
+            const __m128i sh = _mm_cvtsi32_si128(2 * j);
+            __m512i w[8];
+            UNROLL for (int c = 0; c < 8; c++) {
+                w[c] = _mm512_and_si512(_mm512_srl_epi16(_mm512_load_si512(unit + 64 * (8 * h + c)), sh), m3);
+                if (q3) {
+                    __mmask64 lowered;
+                    memcpy(&lowered, unit + 1024 + 8 * (32 * h + 8 * j + c), 8);
+                    w[c] = _mm512_mask_sub_epi8(w[c], lowered, w[c], c4);
+                }
+            }
+            __m512i sa, sb;
+            if (q3) {
+                sa = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(unit + 1536 + 16 * (2 * hj))));
+                sb = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(unit + 1536 + 16 * (2 * hj + 1))));
+            } else { /* lane i: the scale bytes of sub-blocks 2hj, 2hj+1 as int16 halves; scales: low nibbles */
+                const __m512i sp = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(unit + 1024 + 32 * hj)));
+                sa = _mm512_and_si512(sp, lo4);
+                sb = _mm512_and_si512(_mm512_srli_epi32(sp, 16), lo4);
+            }
+            UNROLL for (int t = 0; t < NT; t++) {
+                __m512i da, db;
+                if (q3) {
+                    const int32_t *xu = (const int32_t *)(xs[t] + du + 256 * b + 32 * hj);
+                    da = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(xu[0]), w[0]);
+                    db = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(xu[4]), w[4]);
+                    UNROLL for (int c = 1; c < 4; c++) {
+                        da = _mm512_dpbusd_epi32(da, _mm512_set1_epi32(xu[c]), w[c]);
+                        db = _mm512_dpbusd_epi32(db, _mm512_set1_epi32(xu[4 + c]), w[4 + c]);
+                    }
+                } else {
+                    const int32_t *xq = (const int32_t *)(xs[t] + 256 * b + 32 * hj);
+                    da = dpbusd_b(_mm512_setzero_si512(), w[0], xq);
+                    db = dpbusd_b(_mm512_setzero_si512(), w[4], xq + 4);
+                    UNROLL for (int c = 1; c < 4; c++) {
+                        da = dpbusd_b(da, w[c], xq + c);
+                        db = dpbusd_b(db, w[4 + c], xq + 4 + c);
+                    }
+                }
+                sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(_mm512_mullo_epi32(da, sa), _mm512_mullo_epi32(db, sb)));
+            }
+        }
+        const __m512 wd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + (q3 ? 1856 : 1280))));
+        const __m512 wm = q3 ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + 1312)));
+        UNROLL for (int t = 0; t < NT; t++) {
+            const __m512 xd = _mm512_set1_ps(((const float *)(xs[t] + dd))[b]);
+            const __m512 a = _mm512_mul_ps(_mm512_mul_ps(xd, wd), _mm512_cvtepi32_ps(sumi[t]));
+            if (q3) {
+                y[t] = _mm512_add_ps(y[t], a);
+            } else {
+                const __m512 c = _mm512_mul_ps(_mm512_mul_ps(xd, wm), _mm512_cvtepi32_ps(summ[t]));
+                y[t] = _mm512_add_ps(y[t], _mm512_sub_ps(a, c));
+            }
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++)
+        _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, y[t]);
+}
+
+static void mm_q3_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
+#define Q3K_TILE(nt) pk23k_tile(m, g, t, nt, t == 0, live, true)
+    PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, Q3K_TILE)
+#undef Q3K_TILE
+}
+
+static void mm_q2_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
+#define Q2K_TILE(nt) pk23k_tile(m, g, t, nt, t == 0, live, false)
+    PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, Q2K_TILE)
+#undef Q2K_TILE
+}
+
 /* Q6_K over packed weights (ops.h): per super-block, the 8 runs of 32
  * elements (h, j) are unpacked once per token tile into 8 vectors of signed
  * values (ql nibble | qh bits << 4, minus 32); per token 2 x 4 dpbusd of the
@@ -1320,6 +1440,8 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm_packed[SP_GGML_Q5_1] = mm_q5_1_pk;
     t->mm_packed[SP_GGML_IQ4_NL] = mm_iq4_nl_pk;
     t->mm_packed[SP_GGML_IQ4_XS] = mm_iq4_xs_pk;
+    t->mm_packed[SP_GGML_Q3_K] = mm_q3_K_pk;
+    t->mm_packed[SP_GGML_Q2_K] = mm_q2_K_pk;
     t->mm_packed[SP_GGML_Q6_K] = mm_q6_K_pk;
     /* K-quants and the other new formats: the AVX2 kernels (every AVX-512 CPU
      * has AVX2). A VNNI K-quant kernel (4 vpdpbusd + 4 vpmulld by the per-16
