@@ -184,11 +184,14 @@ static void pack_q45k(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int
             }
             uint8_t *unit = grp + (size_t)b * L.unit;
             for (int c = 0; c < 32; c++) memcpy(unit + 64 * c + 4 * i, qs + 4 * c, 4); /* c = 8p + j */
-            for (int s8 = 0; qh && s8 < 8; s8++) /* fifth-bit masks: bit 4i + e of mask (s8, j) */
-                for (int j = 0; j < 8; j++)
-                    for (int e = 0; e < 4; e++)
-                        unit[L.qh + 64 * (size_t)s8 + 8 * (size_t)j + (4 * i + (size_t)e) / 8] |=
-                            (uint8_t)(((qh[4 * j + e] >> s8) & 1) << ((4 * i + (size_t)e) % 8));
+            for (int s8 = 0; qh && s8 < 8; s8++) /* fifth-bit masks: bits 4i..4i+3 of mask (s8, j) */
+                for (int j = 0; j < 8; j++) {
+                    uint32_t v;
+                    memcpy(&v, qh + 4 * j, 4);
+                    v = (v >> s8) & 0x01010101u; /* bit s8 of the 4 bytes, gathered into a nibble: */
+                    const uint32_t nib = (uint32_t)(((uint64_t)v * 0x01020408u) >> 24) & 0xF;
+                    unit[L.qh + 64 * (size_t)s8 + 8 * (size_t)j + i / 2] |= (uint8_t)(nib << (4 * (i % 2)));
+                }
             for (int s8 = 0; s8 < 8; s8++) {
                 uint8_t sc, mn;
                 sp_q4k_scale_min(s8, scales, &sc, &mn);
@@ -348,9 +351,8 @@ static void pack_q32(sp_ggml_type t, const uint8_t *w, size_t w_stride, int64_t 
             if (L.mask) {
                 const uint32_t qh = (uint32_t)blk[oqh] | (uint32_t)blk[oqh + 1] << 8 | (uint32_t)blk[oqh + 2] << 16 |
                                     (uint32_t)blk[oqh + 3] << 24;
-                for (size_t e = 0; e < SP_QK; e++) /* mask e/4, bit 4i + e%4: element e's fifth bit */
-                    unit[L.mask + 64 * c + 8 * (e / 4) + (4 * i + e % 4) / 8] |=
-                        (uint8_t)(((qh >> e) & 1) << ((4 * i + e % 4) % 8));
+                for (size_t j = 0; j < 8; j++) /* mask j, bits 4i..4i+3: elements 4j..4j+3's fifth bits */
+                    unit[L.mask + 64 * c + 8 * j + i / 2] |= (uint8_t)(((qh >> (4 * j)) & 0xF) << (4 * (i % 2)));
             }
             memcpy(unit + L.d + 32 * c + 2 * i, blk, 2);
             if (L.m) memcpy(unit + L.m + 32 * c + 2 * i, blk + om, 2);
