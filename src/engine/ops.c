@@ -650,7 +650,9 @@ static float dot_ggml(const float *x, const float *y, int32_t n) {
             for (int l = 0; l < 16; l++) a[j][l] = fmaf(x[i + 16 * j + l], y[i + 16 * j + l], a[j][l]);
     for (int l = 0; l < 16; l++) a[0][l] = (a[0][l] + a[2][l]) + (a[1][l] + a[3][l]);
     float s = sp_reduce16(a[0]);
-    for (int32_t i = np; i < n; i++) s += x[i] * y[i];
+    const int32_t n8 = np + (n - np) / 8 * 8;
+    for (int32_t i = np; i < n8; i++) s += x[i] * y[i];
+    for (int32_t i = n8; i < n; i++) s = fmaf(x[i], y[i], s);
     return s;
 }
 

@@ -234,9 +234,10 @@ void sp_swiglu(float *out, const float *g, const float *u, int64_t n);
  *            vec_dot_f32: for the first hd/64*64 dims, accumulators
  *            a_j[l] = fma(q_i, k_i, a_j[l]) with i = 64c + 16j + l, then
  *            a_0 + a_2 and a_1 + a_3 added, those two added, and reduced by
- *            sp_reduce16; the remaining dims added in order (s += q_i k_i;
- *            ggml's own tail is GCC's vectorisation of its loop: head
- *            sizes that are not multiples of 64 are not checked).
+ *            sp_reduce16; then the remaining dims in order: the first
+ *            multiple of 8 of them as s += q_i k_i, the last (< 8) as
+ *            s = fma(q_i, k_i, s) (what GCC made of ggml's tail loop;
+ *            checked against ggml for lengths 1..200).
  *   softmax: in place over n values (none masked; -INFINITY gives 0):
  *            e_r = sp_exp_ggml(x_r - max), sum = the double sum over groups
  *            of 16 ranks of sp_reduce16 of the group (zero-padded), then

@@ -543,7 +543,9 @@ static void att_scores(const float *q, const float *k, int64_t stride, int32_t n
         const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
         const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
         float d = hsum16(lo, hi);
-        for (int32_t i = np; i < hd; i++) d += q[i] * ks[i];
+        const int32_t n8 = np + (hd - np) / 8 * 8;
+        for (int32_t i = np; i < n8; i++) d += q[i] * ks[i];
+        for (int32_t i = n8; i < hd; i++) d = fmaf(q[i], ks[i], d);
         out[s] = d * scale;
     }
 }

@@ -938,7 +938,9 @@ static void att_scores(const float *q, const float *k, int64_t stride, int32_t n
             a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 48), _mm512_loadu_ps(ks + i + 48), a3);
         }
         float d = hsum16(_mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
-        for (int32_t i = np; i < hd; i++) d += q[i] * ks[i];
+        const int32_t n8 = np + (hd - np) / 8 * 8;
+        for (int32_t i = np; i < n8; i++) d += q[i] * ks[i];
+        for (int32_t i = n8; i < hd; i++) d = fmaf(q[i], ks[i], d);
         out[s] = d * scale;
     }
 }
