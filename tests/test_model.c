@@ -159,12 +159,13 @@ static void test_batch_equals_sequential(void **state) {
 }
 
 /* The other formats with packed kernels (K-quants and IQ4_XS: rows of 256;
- * Q4_1, Q5_0, Q5_1, IQ4_NL) the same way, on 1 and 2 threads; 72 vocabulary
- * rows end in a partial group of 16 rows. */
+ * Q4_1, Q5_0, Q5_1, IQ4_NL; the float types again) the same way, on 1 and 2
+ * threads; 72 vocabulary rows end in a partial group of 16 rows. */
 static void test_batch_equals_sequential_kquants(void **state) {
     (void)state;
-    const sp_ggml_type types[] = {SP_GGML_Q4_K, SP_GGML_Q5_K, SP_GGML_Q6_K, SP_GGML_Q4_1,
-                                  SP_GGML_Q5_0, SP_GGML_Q5_1, SP_GGML_IQ4_NL, SP_GGML_IQ4_XS};
+    const sp_ggml_type types[] = {SP_GGML_Q4_K, SP_GGML_Q5_K, SP_GGML_Q6_K,  SP_GGML_Q4_1,
+                                  SP_GGML_Q5_0, SP_GGML_Q5_1, SP_GGML_IQ4_NL, SP_GGML_IQ4_XS,
+                                  SP_GGML_F32,  SP_GGML_F16,  SP_GGML_BF16};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char p[512];
         snprintf(p, sizeof p, "%s/specula_test_k%d_%d.gguf", sp_tmpdir(), (int)i, (int)getpid());

@@ -292,6 +292,79 @@ static void test_packed_bit_identical(void **state) {
     assert_int_equal(checked, expected);
 }
 
+/* Packed F32/F16/BF16 (ops.h): each ISA's packed kernel gives the bits of
+ * that ISA's ordinary kernel on the original rows (the scalar twin: the
+ * scalar reference's), for rows leaving a partial group, row ranges cut
+ * inside groups, k with a partial last vector (40, 1624) and k cut into
+ * panel chunks (1624), n = 1..16, 19 and 27 (a panel block of 16, one of 8
+ * and 3 more), at once and one token at a time. The scalar tier has the
+ * twin, the AVX-512 tier a packed kernel (where the CPU has it); the AVX2
+ * tier none (it reads the original rows). */
+static void test_packed_float_bit_identical(void **state) {
+    (void)state;
+    const sp_ggml_type types[] = {SP_GGML_F32, SP_GGML_F16, SP_GGML_BF16};
+    const int64_t ks[] = {16, 40, 160, 1624};
+    const int64_t rowss[] = {1, 19, 37};
+    int checked = 0;
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+            for (size_t ri = 0; ri < sizeof rowss / sizeof rowss[0]; ri++) {
+                const sp_ggml_type type = types[ti];
+                assert_true(sp_ops_packable(type));
+                fixture f;
+                fx_make(&f, type, rowss[ri], ks[ki], 27, 7000 + 100 * ti + 10 * ki + ri);
+                const size_t pb = sp_ops_pack_bytes(type, f.rows, f.k), ps = sp_ops_pack_stride(type, f.k);
+                assert_int_equal(pb % 64, 0);
+                assert_true(pb >= f.w_stride * (size_t)f.rows);
+                uint8_t *pk = aligned_alloc(64, pb);
+                sp_ops_pack(type, f.w, f.w_stride, f.rows, f.k, pk);
+                const size_t bytes = (size_t)(f.n * f.rows) * sizeof(float);
+                float *yr = malloc(bytes), *ya = malloc(bytes), *yb = malloc(bytes);
+                for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
+                    sp_mm_kernel kern = sp_ops_mm_packed_isa(type, (sp_isa)isa);
+                    assert_true((kern != NULL) == (isa != SP_ISA_AVX2));
+                    if (!kern) continue;
+                    sp_mm m = fx_mm(&f, 0, f.n, yr);
+                    sp_ops_mm_isa(type, (sp_isa)isa)(&m, 0, f.rows);
+                    for (int32_t n = 1; n <= f.n; n += n < 16 ? 1 : n < 19 ? 3 : 8) { /* 1..16, 19, 27 */
+                        memset(ya, 0xFF, bytes);
+                        sp_mm p = fx_mm(&f, 0, n, ya);
+                        p.w = pk;
+                        p.w_stride = ps;
+                        for (int64_t r = 0; r < f.rows; r += 7) kern(&p, r, r + 7 < f.rows ? r + 7 : f.rows);
+                        sp_mm q = fx_mm(&f, 0, n, yb);
+                        sp_ops_mm_isa(type, (sp_isa)isa)(&q, 0, f.rows);
+                        for (int64_t i = 0; i < n * f.rows; i++)
+                            if (memcmp(&ya[i], &yb[i], sizeof(float)))
+                                fail_msg("%s packed %s k=%lld rows=%lld n=%d: y[%lld] = %.9g, unpacked %.9g",
+                                         sp_ops_isa_name((sp_isa)isa), sp_ggml_type_name(type), (long long)f.k,
+                                         (long long)f.rows, n, (long long)i, ya[i], yb[i]);
+                        checked++;
+                    }
+                    memset(yb, 0xFF, bytes);
+                    for (int32_t t = 0; t < f.n; t++) { /* one token at a time, all rows */
+                        sp_mm one = fx_mm(&f, t, 1, yb + t * f.rows);
+                        one.w = pk;
+                        one.w_stride = ps;
+                        kern(&one, 0, f.rows);
+                    }
+                    assert_memory_equal(yb, yr, bytes);
+                    memset(ya, 0xFF, bytes);
+                    sp_mm all = fx_mm(&f, 0, f.n, ya); /* all tokens, all rows in one call */
+                    all.w = pk;
+                    all.w_stride = ps;
+                    kern(&all, 0, f.rows);
+                    assert_memory_equal(ya, yr, bytes);
+                }
+                free(pk);
+                free(yr);
+                free(ya);
+                free(yb);
+                fx_free(&f);
+            }
+    assert_int_equal(checked, 3 * 4 * 3 * 18 * (sp_ops_best_isa() >= SP_ISA_AVX512 ? 2 : 1));
+}
+
 static void test_act_prepare(void **state) {
     (void)state;
     float x[64];
@@ -650,6 +723,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_batch_and_split_invariance),
     cmocka_unit_test(test_batch_split_invariance_long_rows),
     cmocka_unit_test(test_packed_bit_identical),
+    cmocka_unit_test(test_packed_float_bit_identical),
     cmocka_unit_test(test_act_prepare),
     cmocka_unit_test(test_act_prepare_g4),
     cmocka_unit_test(test_act_prepare_isa_identical),

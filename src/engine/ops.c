@@ -36,6 +36,42 @@ DEFINE_FLOAT_REF(mm_f32_ref, float, f32_id)
 DEFINE_FLOAT_REF(mm_f16_ref, uint16_t, sp_fp16_to_fp32)
 DEFINE_FLOAT_REF(mm_bf16_ref, uint16_t, sp_bf16_to_fp32)
 
+/* Packed F32/F16/BF16 (ops.h): element i of row 16g + l is at byte
+ * (i / 16) * 256 * ESZ + l * 16 * ESZ + (i % 16) * ESZ of group g. The twin
+ * of the references above over that layout (the same sequential sums, so
+ * bit-identical to them); W, CONV as above. */
+static bool is_fpk(sp_ggml_type t) { return t == SP_GGML_F32 || t == SP_GGML_F16 || t == SP_GGML_BF16; }
+#define DEFINE_FLOAT_PK_REF(NAME, W, CONV)                                                \
+    static void NAME(const sp_mm *m, int64_t r0, int64_t r1) {                           \
+        for (int64_t r = r0; r < r1; r++) {                                               \
+            const W *w = (const W *)(m->w + (r / SP_PACK_ROWS) * m->w_stride) + 16 * (r % SP_PACK_ROWS); \
+            for (int32_t t = 0; t < m->n; t++) {                                          \
+                const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride); \
+                float acc = 0;                                                            \
+                for (int64_t i = 0; i < m->k; i++) acc += CONV(w[i / 16 * 256 + i % 16]) * x[i]; \
+                m->y[t * m->ld_y + r] = acc;                                              \
+            }                                                                             \
+        }                                                                                 \
+    }
+DEFINE_FLOAT_PK_REF(mm_f32_pk_ref, float, f32_id)
+DEFINE_FLOAT_PK_REF(mm_f16_pk_ref, uint16_t, sp_fp16_to_fp32)
+DEFINE_FLOAT_PK_REF(mm_bf16_pk_ref, uint16_t, sp_bf16_to_fp32)
+
+/* Element size of a packable float type, and the packing (past the row end
+ * and past the last row: zeros, from the caller's memset). */
+static size_t fpk_esz(sp_ggml_type t) { return t == SP_GGML_F32 ? 4 : 2; }
+static void pack_float(sp_ggml_type t, const uint8_t *w, size_t w_stride, int64_t rows, int64_t k,
+                       uint8_t *dst) {
+    const size_t esz = fpk_esz(t), gs = sp_ops_pack_stride(t, k);
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *lane = dst + (size_t)(r / SP_PACK_ROWS) * gs + (size_t)(r % SP_PACK_ROWS) * 16 * esz;
+        for (int64_t i = 0; i < k; i += 16) {
+            const size_t ne = (size_t)(k - i < 16 ? k - i : 16);
+            memcpy(lane + (size_t)(i / 16) * 256 * esz, w + (size_t)r * w_stride + (size_t)i * esz, ne * esz);
+        }
+    }
+}
+
 /* Exact integer dot of one weight block with 32 int8 activations. */
 static inline int32_t block_dot_q8_0(const sp_block_q8_0 *w, const int8_t *xq) {
     int32_t s = 0;
@@ -523,12 +559,13 @@ static void pack_q23k(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int
 }
 
 bool sp_ops_packable(sp_ggml_type wtype) {
-    return wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0 || wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K ||
-           wtype == SP_GGML_Q6_K || wtype == SP_GGML_IQ4_XS || wtype == SP_GGML_Q3_K || wtype == SP_GGML_Q2_K ||
-           is_pk32(wtype);
+    return is_fpk(wtype) || wtype == SP_GGML_Q8_0 || wtype == SP_GGML_Q4_0 || wtype == SP_GGML_Q4_K ||
+           wtype == SP_GGML_Q5_K || wtype == SP_GGML_Q6_K || wtype == SP_GGML_IQ4_XS || wtype == SP_GGML_Q3_K ||
+           wtype == SP_GGML_Q2_K || is_pk32(wtype);
 }
 
 size_t sp_ops_pack_stride(sp_ggml_type wtype, int64_t k) {
+    if (is_fpk(wtype)) return (size_t)((k + 15) / 16) * 256 * fpk_esz(wtype);
     if (wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K) return (size_t)(k / SP_QK_K) * pk45(wtype).unit;
     if (wtype == SP_GGML_Q6_K) return (size_t)(k / SP_QK_K) * PK6K_UNIT;
     if (is_pk32(wtype)) return (size_t)((k / SP_QK + 1) / 2) * pk32(wtype).unit;
@@ -549,6 +586,10 @@ void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t 
     const size_t qb = pack_qb(wtype), us = 2 * qb + 64, gs = sp_ops_pack_stride(wtype, k);
     const size_t bsz = q4 ? sizeof(sp_block_q4_0) : sizeof(sp_block_q8_0);
     memset(dst, 0, sp_ops_pack_bytes(wtype, rows, k));
+    if (is_fpk(wtype)) {
+        pack_float(wtype, w, w_stride, rows, k, dst);
+        return;
+    }
     if (wtype == SP_GGML_Q4_K || wtype == SP_GGML_Q5_K) {
         pack_q45k(wtype, w, w_stride, rows, k, dst);
         return;
@@ -701,6 +742,9 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm_packed[SP_GGML_Q3_K] = t->mm_packed[SP_GGML_Q2_K] = mm_packed_q23k_ref;
     t->mm_packed[SP_GGML_Q4_K] = t->mm_packed[SP_GGML_Q5_K] = mm_packed_q45k_ref;
     t->mm_packed[SP_GGML_Q6_K] = mm_packed_q6k_ref;
+    t->mm_packed[SP_GGML_F32] = mm_f32_pk_ref;
+    t->mm_packed[SP_GGML_F16] = mm_f16_pk_ref;
+    t->mm_packed[SP_GGML_BF16] = mm_bf16_pk_ref;
     t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32_ref;
     t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
         t->mm[SP_GGML_Q6_K] = t->mm[SP_GGML_IQ4_XS] = mm_k_ref;

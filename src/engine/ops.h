@@ -106,7 +106,15 @@
  * Q3_K's, the scale bytes (scale | min << 4) as [p][i][s & 1] for s = 2p,
  * 2p+1 (256), f16 d (32), f16 dmin (32); its activation rows carry, after
  * the q8_K layout (sp_actk_pairs16), int32 pairs16[k/32]: int16 halves
- * (lo, hi) = the 16-sums of sub-blocks 2p and 2p+1, padded to 64 bytes. */
+ * (lo, hi) = the 16-sums of sub-blocks 2p and 2p+1, padded to 64 bytes.
+ * F32, F16 and BF16 pack into steps of 16 elements: step j of a group is
+ * 256 elements (256 * ESZ bytes, ESZ the element size), row i's elements
+ * 16j..16j+15 at element 16i of the step (zeros past the row end), so a
+ * group is one sequential stream and a row's 16-element vectors are one
+ * step apart. The kernels over it keep the unpacked kernels' per-row
+ * arithmetic (AVX-512: the same 16-lane FMA sequence and final reduction;
+ * scalar: the same sequential sum), so they are bit-identical to the
+ * ordinary kernel of their ISA, not to each other. */
 #ifndef SP_OPS_H
 #define SP_OPS_H
 

@@ -325,6 +325,179 @@ DEFINE_Q_TILE(tile_q8_0, sp_block_q8_0, q8_wbytes4)
 DEFINE_MM_F(mm_f32, tile_f32)
 DEFINE_MM_F(mm_f16, tile_f16)
 DEFINE_MM_F(mm_bf16, tile_bf16)
+
+/* ---- F32 / F16 / BF16 over packed weights (ops.h): one stream per group ----
+ *
+ * A tile is RR consecutive rows of one 16-row group (their 16-element
+ * vectors lie side by side in each 256-element step) by NT tokens, and does
+ * exactly the unpacked tile's per-output work: acc = fma(w[i:i+16],
+ * x[i:i+16], acc) for i = i0, i0 + 16, ... (the padded weights past the row
+ * end are zero, as the unpacked tail's masked load gives), then
+ * _mm512_reduce_add_ps, or acc parked in buf between k chunks. So every
+ * output is bit-identical to mm_f32 / mm_f16 / mm_bf16 on the original rows.
+ * Decode (one token, whole group): a 16 x 1 tile, 16 accumulators, reading
+ * the group front to back with prefetches FPK_PF_BYTES ahead (to L1, as the
+ * packed quantised kernels do, but twice as far: matmul_bench f16 stream,
+ * one thread, 3 interleaved runs at load 5: 2 KiB 18.4-19.6 GB/s, 4 KiB
+ * 22.5-24.4, 6 KiB 21.5-22.7; adding L2 prefetches 8 KiB ahead: 17-19).
+ * Blocks of 8 tokens: the 2 x 8 k-blocked panels of the unpacked kernels
+ * over the group's rows (compute-bound: 8 FMAs per weight vector), their
+ * lines prefetched to L2 one k chunk ahead. Other tokens (fewer than 8):
+ * 4-row tiles of 4, 2, 1 tokens over FPK_REST_BYTES chunks of the group's
+ * stream, lines prefetched to L2 one chunk ahead (a stream bench of 512 MB
+ * f16, k = 2048, n = 2: unpacked 31 ms; these tiles over the whole row 45
+ * ms, in 8 KiB chunks with L1 prefetches 45-51 ms, with L2 prefetches
+ * 21-24 ms; 4 KiB chunks 25-28 ms, 16 KiB 25 ms). */
+#ifndef FPK_PF_BYTES
+#define FPK_PF_BYTES 4096
+#endif
+#ifndef FPK_REST_BYTES
+#define FPK_REST_BYTES 8192
+#endif
+#ifndef FPK_REST_HINT
+#define FPK_REST_HINT 2
+#endif
+
+/* PFH: 0 no prefetch, 1 to L1, 2 to L2; pf_delta: bytes ahead of the lines read. */
+#define DEFINE_FPK_TILE(NAME, LOADW_FULL, ESZ)                                              \
+    AI void NAME(const sp_mm *m, const uint8_t *w0, int64_t r, int32_t t0, const int RR,    \
+                 const int NT, int64_t i0, int64_t i1, __m512 *buf, int64_t pf_delta,       \
+                 const int PFH) {                                                           \
+        const size_t SB = 256 * ESZ;                                                        \
+        __m512 acc[16][8];                                                                  \
+        const float *xs[8];                                                                 \
+        const int64_t k = m->k;                                                             \
+        UNROLL for (int t = 0; t < NT; t++)                                                 \
+            xs[t] = (const float *)((const uint8_t *)m->x + (t0 + t) * m->x_stride);        \
+        UNROLL for (int q = 0; q < RR; q++)                                                 \
+            UNROLL for (int t = 0; t < NT; t++)                                             \
+                acc[q][t] = i0 == 0 || !buf ? _mm512_setzero_ps() : buf[q * NT + t];        \
+        const uint8_t *p = w0 + (size_t)(i0 / 16) * SB;                                     \
+        const int64_t ifull = i1 < k ? i1 : k / 16 * 16;                                    \
+        int64_t i = i0;                                                                     \
+        for (; i < ifull; i += 16, p += SB) {                                               \
+            if (PFH == 1)                                                                   \
+                UNROLL for (int o = 0; o < RR * 16 * ESZ; o += 64)                          \
+                    _mm_prefetch((const char *)(p + pf_delta + o), _MM_HINT_T0);            \
+            if (PFH == 2)                                                                   \
+                UNROLL for (int o = 0; o < RR * 16 * ESZ; o += 64)                          \
+                    _mm_prefetch((const char *)(p + pf_delta + o), _MM_HINT_T1);            \
+            __m512 xv[8];                                                                   \
+            UNROLL for (int t = 0; t < NT; t++) {                                           \
+                xv[t] = _mm512_loadu_ps(xs[t] + i);                                         \
+                KEEP_IN_REG(xv[t]);                                                         \
+            }                                                                               \
+            UNROLL for (int q = 0; q < RR; q++) {                                           \
+                __m512 w = LOADW_FULL(p + q * 16 * ESZ, 0);                                 \
+                UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_fmadd_ps(w, xv[t], acc[q][t]); \
+            }                                                                               \
+        }                                                                                   \
+        if (i < i1) { /* the row's partial last vector */                                   \
+            __m512 xv[8];                                                                   \
+            UNROLL for (int t = 0; t < NT; t++) xv[t] = load_x(xs[t], i, k);                \
+            UNROLL for (int q = 0; q < RR; q++) {                                           \
+                __m512 w = LOADW_FULL(p + q * 16 * ESZ, 0);                                 \
+                UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_fmadd_ps(w, xv[t], acc[q][t]); \
+            }                                                                               \
+        }                                                                                   \
+        if (buf && i1 < k) { /* buf: NULL for whole rows */                          \
+            UNROLL for (int q = 0; q < RR; q++)                                             \
+                UNROLL for (int t = 0; t < NT; t++) buf[q * NT + t] = acc[q][t];            \
+        } else {                                                                            \
+            UNROLL for (int q = 0; q < RR; q++)                                             \
+                UNROLL for (int t = 0; t < NT; t++)                                         \
+                    m->y[(t0 + t) * m->ld_y + r + q] = _mm512_reduce_add_ps(acc[q][t]);     \
+        }                                                                                   \
+    }
+
+DEFINE_FPK_TILE(fpk_tile_f32, loadw_f32_full, 4)
+DEFINE_FPK_TILE(fpk_tile_f16, loadw_f16_full, 2)
+DEFINE_FPK_TILE(fpk_tile_bf16, loadw_bf16_full, 2)
+
+/* The driver: per group, rows [lo, hi) of it (row g * 16 + lo ...): complete
+ * blocks of 8 tokens in panels (as DEFINE_MM_F: 16 then 8 tokens, KC-element
+ * chunks), then the other tokens: one token over a whole group as one
+ * 16 x 1 tile, else 4-row (and single-row) tiles of 4, 2, 1 tokens. */
+#define DEFINE_MM_FPK(NAME, TILE, ESZ)                                                    \
+    /* Tokens t0..n-1 (fewer than 8), rows [lo, hi) of the group: k in chunks \
+     * of FPK_REST_BYTES of the group's stream, each swept by 4-row (and      \
+     * 1-row) tiles of 4, 2, 1 tokens with their accumulators parked in buf;  \
+     * the first token tile of each row tile prefetches its lines one chunk   \
+     * ahead (so the group streams once, in order). */                        \
+    AI void NAME##_rows(const sp_mm *m, const uint8_t *grp, int64_t rb, int64_t r, const int RR, \
+                        int32_t t0, int64_t i0, int64_t i1, __m512 *b, int64_t pfd) {       \
+        const uint8_t *w0 = grp + r * 16 * ESZ;                                            \
+        int32_t t = t0;                                                                    \
+        if (t + 4 <= m->n) {                                                               \
+            TILE(m, w0, rb + r, t, RR, 4, i0, i1, b, pfd, FPK_REST_HINT);                   \
+            t += 4;                                                                        \
+        }                                                                                  \
+        if (t + 2 <= m->n) {                                                               \
+            if (t == t0) TILE(m, w0, rb + r, t, RR, 2, i0, i1, b + (t - t0) * RR, pfd, FPK_REST_HINT); \
+            else TILE(m, w0, rb + r, t, RR, 2, i0, i1, b + (t - t0) * RR, pfd, 0);         \
+            t += 2;                                                                        \
+        }                                                                                  \
+        if (t < m->n) {                                                                    \
+            if (t == t0) TILE(m, w0, rb + r, t, RR, 1, i0, i1, b + (t - t0) * RR, pfd, FPK_REST_HINT); \
+            else TILE(m, w0, rb + r, t, RR, 1, i0, i1, b + (t - t0) * RR, pfd, 0);         \
+        }                                                                                  \
+    }                                                                                      \
+    static void NAME##_rest(const sp_mm *m, const uint8_t *grp, int64_t rb, int64_t lo, int64_t hi, \
+                            int32_t t0) {                                                  \
+        __m512 buf[SP_PACK_ROWS * 8];                                                      \
+        const int64_t k = m->k, kc = FPK_REST_BYTES / (16 * ESZ), pfd = FPK_REST_BYTES;    \
+        for (int64_t i0 = 0; i0 < k; i0 += kc) {                                           \
+            const int64_t i1 = i0 + kc < k ? i0 + kc : k;                                  \
+            int64_t r = lo;                                                                \
+            for (; r + 4 <= hi; r += 4) NAME##_rows(m, grp, rb, r, 4, t0, i0, i1, buf + (r - lo) * 8, pfd); \
+            for (; r < hi; r++) NAME##_rows(m, grp, rb, r, 1, t0, i0, i1, buf + (r - lo) * 8, pfd); \
+        }                                                                                  \
+    }                                                                                      \
+    static void NAME##_panel(const sp_mm *m, const uint8_t *grp, int64_t rb, int64_t lo, int64_t hi, \
+                             int32_t tb, int32_t te, int64_t kc) {                         \
+        __m512 buf[SP_PACK_ROWS * 8 * 2];                                                  \
+        const int64_t k = m->k, pfd = kc / 16 * 256 * ESZ; /* the next chunk */            \
+        for (int64_t i0 = 0; i0 < k; i0 += kc) {                                           \
+            const int64_t i1 = i0 + kc < k ? i0 + kc : k;                                  \
+            for (int32_t t0 = tb; t0 < te; t0 += 8) {                                      \
+                __m512 *b = buf + ((t0 - tb) / 8) * SP_PACK_ROWS * 8;                      \
+                for (int64_t r = lo; r < hi; r += 2) {                                     \
+                    const uint8_t *w0 = grp + r * 16 * ESZ;                                \
+                    if (r + 2 > hi)                                                        \
+                        TILE(m, w0, rb + r, t0, 1, 8, i0, i1, b + (r - lo) * 8, pfd, t0 == tb ? 2 : 0); \
+                    else if (t0 == tb)                                                     \
+                        TILE(m, w0, rb + r, t0, 2, 8, i0, i1, b + (r - lo) * 8, pfd, 2);   \
+                    else                                                                   \
+                        TILE(m, w0, rb + r, t0, 2, 8, i0, i1, b + (r - lo) * 8, pfd, 0);   \
+                }                                                                          \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
+    static void NAME(const sp_mm *m, int64_t r0, int64_t r1) {                             \
+        const int32_t n8 = m->n / 8 * 8;                                                   \
+        for (int64_t g = r0 / SP_PACK_ROWS; g * SP_PACK_ROWS < r1; g++) {                  \
+            const uint8_t *grp = m->w + g * m->w_stride;                                   \
+            const int64_t rb = g * SP_PACK_ROWS;                                           \
+            const int64_t lo = r0 > rb ? r0 - rb : 0;                                      \
+            const int64_t hi = r1 < rb + SP_PACK_ROWS ? r1 - rb : SP_PACK_ROWS;            \
+            for (int32_t tb = 0; tb < n8;) {                                               \
+                const int32_t te = tb + 16 <= n8 ? tb + 16 : tb + 8;                       \
+                const int64_t kc = PANEL_X_BYTES / (4 * (te - tb)) / 64 * 64;              \
+                NAME##_panel(m, grp, rb, lo, hi, tb, te, kc);                              \
+                tb = te;                                                                   \
+            }                                                                              \
+            if (n8 == m->n) continue;                                                      \
+            if (n8 + 1 == m->n && lo == 0 && hi == SP_PACK_ROWS) {                         \
+                TILE(m, grp, rb, n8, 16, 1, 0, m->k, NULL, FPK_PF_BYTES, 1);               \
+                continue;                                                                  \
+            }                                                                              \
+            NAME##_rest(m, grp, rb, lo, hi, n8);                                           \
+        }                                                                                  \
+    }
+
+DEFINE_MM_FPK(mm_f32_pk, fpk_tile_f32, 4)
+DEFINE_MM_FPK(mm_f16_pk, fpk_tile_f16, 2)
+DEFINE_MM_FPK(mm_bf16_pk, fpk_tile_bf16, 2)
 /* Quantised tiles use at most RR x NT = 4 x 4: a 2 x 8 tile measured no
  * faster (Q_NT_MAX=8 to try again; about 6% faster single-threaded with the
  * data in L3), and neither did 2 x 8 tiles in k-blocked panels like the
@@ -1445,6 +1618,9 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm_packed[SP_GGML_Q3_K] = mm_q3_K_pk;
     t->mm_packed[SP_GGML_Q2_K] = mm_q2_K_pk;
     t->mm_packed[SP_GGML_Q6_K] = mm_q6_K_pk;
+    t->mm_packed[SP_GGML_F32] = mm_f32_pk;
+    t->mm_packed[SP_GGML_F16] = mm_f16_pk;
+    t->mm_packed[SP_GGML_BF16] = mm_bf16_pk;
     /* K-quants and the other new formats: the AVX2 kernels (every AVX-512 CPU
      * has AVX2). A VNNI K-quant kernel (4 vpdpbusd + 4 vpmulld by the per-16
      * scales per super-block and token) was measured slower here: 29% of the
