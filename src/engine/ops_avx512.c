@@ -1621,11 +1621,12 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm_packed[SP_GGML_F32] = mm_f32_pk;
     t->mm_packed[SP_GGML_F16] = mm_f16_pk;
     t->mm_packed[SP_GGML_BF16] = mm_bf16_pk;
-    /* K-quants and the other new formats: the AVX2 kernels (every AVX-512 CPU
-     * has AVX2). A VNNI K-quant kernel (4 vpdpbusd + 4 vpmulld by the per-16
-     * scales per super-block and token) was measured slower here: 29% of the
-     * read bound on synth-110m Q4_K against the AVX2 kernel's 42%; the 512-bit
-     * multiplies and scale permutes outweigh the saved instructions at batch 1. */
+    /* Every quantised and float format has a packed kernel above, which the
+     * forward pass uses; the kernels over the original rows below serve
+     * whatever is not packed (tests, other callers of sp_ops_mm). K-quants
+     * and the other new formats there: the AVX2 kernels (every AVX-512 CPU
+     * has AVX2), with the VNNI row kernels for Q4_K/Q5_K/Q6_K and the
+     * 32-block formats. */
     sp_ops_fill_kquants_avx2(t);
     t->mm[SP_GGML_Q4_K] = mm_q4_K;
     t->mm[SP_GGML_Q5_K] = mm_q5_K;
