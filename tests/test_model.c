@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "ops.h"
 #include "specula.h"
 
 /* ../shared/reference/llamacpp_stories260K.md */
@@ -201,6 +202,61 @@ static void test_batch_equals_sequential_mixes(void **state) {
         batch_equals_sequential(m, 1);
         batch_equals_sequential(m, 2);
         sp_model_free(m);
+    }
+}
+
+/* Tied embeddings (qwen2: the token embedding is also the output matrix)
+ * with packed float weights: the packed output copy serves the logits while
+ * the lookup reads the original rows. Batch = sequential on 1 and 2 threads,
+ * and the logits agree with a lower ISA's on the unpacked rows (float
+ * order differs between ISAs: relative tolerance). */
+static void test_tied_embeddings_packed(void **state) {
+    (void)state;
+    const sp_ggml_type types[] = {SP_GGML_F16, SP_GGML_BF16, SP_GGML_F32};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/specula_test_tied%d_%d.gguf", sp_tmpdir(), (int)ti, (int)getpid());
+        sp_mkmodel_params mp = sp_mkmodel_default_params();
+        mp.arch = "qwen2";
+        mp.type = types[ti];
+        mp.dim = 256;
+        mp.n_layers = 2;
+        mp.n_heads = 8;
+        mp.n_kv_heads = 4;
+        mp.ffn_dim = 512;
+        mp.n_vocab = 72;
+        mp.seed = 13;
+        sp_error err = {0};
+        if (sp_mkmodel(&mp, p, &err)) fail_msg("mkmodel: %s", err.msg);
+        enum { N = 9 };
+        const int32_t toks[N] = {1, 5, 9, 14, 20, 33, 41, 60, 71};
+        float la[N * 72], lb[N * 72];
+        sp_model *m = load(p, NULL);
+        assert_int_equal(sp_model_cfg(m)->n_vocab, 72);
+        batch_equals_sequential(m, 1);
+        batch_equals_sequential(m, 2);
+        sp_ctx *c = mkctx(m, 64, 1);
+        fwd(c, toks, NULL, N, NULL, true, la);
+        sp_ctx_free(c);
+        sp_model_free(m);
+        const sp_isa saved = sp_ops_isa();
+        if (saved > SP_ISA_SCALAR) {
+            assert_int_equal(sp_ops_set_isa((sp_isa)(saved - 1), &err), SP_OK);
+            m = load(p, NULL);
+            c = mkctx(m, 64, 1);
+            fwd(c, toks, NULL, N, NULL, true, lb);
+            sp_ctx_free(c);
+            sp_model_free(m);
+            assert_int_equal(sp_ops_set_isa(saved, &err), SP_OK);
+            double mx = 0, md = 0;
+            for (int i = 0; i < N * 72; i++) {
+                mx = fmax(mx, fabs(la[i]));
+                md = fmax(md, fabs((double)la[i] - lb[i]));
+            }
+            assert_true(mx > 0);
+            if (md > 1e-3 * mx) fail_msg("%s tied: logits differ by %g (max %g)", sp_ggml_type_name(types[ti]), md, mx);
+        }
+        unlink(p);
     }
 }
 
@@ -602,6 +658,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_tree_levels_from_past),
     cmocka_unit_test(test_rope_scaling),
     cmocka_unit_test(test_batch_equals_sequential_kquants),
+    cmocka_unit_test(test_tied_embeddings_packed),
     cmocka_unit_test(test_batch_equals_sequential_mixes),
     cmocka_unit_test(test_requantize),
     cmocka_unit_test(test_forward_errors),
