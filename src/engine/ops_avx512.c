@@ -400,7 +400,7 @@ DEFINE_MM_F(mm_bf16, tile_bf16)
                 UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_fmadd_ps(w, xv[t], acc[q][t]); \
             }                                                                               \
         }                                                                                   \
-        if (buf && i1 < k) { /* buf: NULL for whole rows */                          \
+        if (buf && i1 < k) { /* buf: NULL for whole rows */                                 \
             UNROLL for (int q = 0; q < RR; q++)                                             \
                 UNROLL for (int t = 0; t < NT; t++) buf[q * NT + t] = acc[q][t];            \
         } else {                                                                            \
@@ -417,7 +417,7 @@ DEFINE_FPK_TILE(fpk_tile_bf16, loadw_bf16_full, 2)
 /* The driver: per group, rows [lo, hi) of it (row g * 16 + lo ...): complete
  * blocks of 8 tokens in panels (as DEFINE_MM_F: 16 then 8 tokens, KC-element
  * chunks), then the other tokens: one token over a whole group as one
- * 16 x 1 tile, else 4-row (and single-row) tiles of 4, 2, 1 tokens. */
+ * 16 x 1 tile, else NAME##_rest's chunked 4-row tiles. */
 #define DEFINE_MM_FPK(NAME, TILE, ESZ)                                                    \
     /* Tokens t0..n-1 (fewer than 8), rows [lo, hi) of the group: k in chunks \
      * of FPK_REST_BYTES of the group's stream, each swept by 4-row (and      \
