@@ -336,10 +336,12 @@ DEFINE_MM_F(mm_bf16, tile_bf16)
  * _mm512_reduce_add_ps, or acc parked in buf between k chunks. So every
  * output is bit-identical to mm_f32 / mm_f16 / mm_bf16 on the original rows.
  * Decode (one token, whole group): a 16 x 1 tile, 16 accumulators, reading
- * the group front to back with prefetches FPK_PF_BYTES ahead (to L1, as the
- * packed quantised kernels do, but twice as far: matmul_bench f16 stream,
- * one thread, 3 interleaved runs at load 5: 2 KiB 18.4-19.6 GB/s, 4 KiB
- * 22.5-24.4, 6 KiB 21.5-22.7; adding L2 prefetches 8 KiB ahead: 17-19).
+ * the group front to back with no software prefetch (FPK_PF_BYTES: L1
+ * prefetches that far ahead): the one sequential stream is what the
+ * hardware prefetcher follows best. bench-forward synth-1b F16 -t 1, A/B in
+ * one run at load 1: prefetches 4 KiB ahead 86-93% of the bound, none
+ * 101-103%. The tiles below read strided lines and need their prefetches
+ * (FPK_PANEL_HINT, FPK_REST_HINT 0: n = 8 2.1x, n = 2 2.3x slower).
  * Blocks of 8 tokens: the 2 x 8 k-blocked panels of the unpacked kernels
  * over the group's rows (compute-bound: 8 FMAs per weight vector), their
  * lines prefetched to L2 one k chunk ahead. Other tokens (fewer than 8):
@@ -349,10 +351,13 @@ DEFINE_MM_F(mm_bf16, tile_bf16)
  * ms, in 8 KiB chunks with L1 prefetches 45-51 ms, with L2 prefetches
  * 21-24 ms; 4 KiB chunks 25-28 ms, 16 KiB 25 ms). */
 #ifndef FPK_PF_BYTES
-#define FPK_PF_BYTES 4096
+#define FPK_PF_BYTES 0
 #endif
 #ifndef FPK_REST_BYTES
 #define FPK_REST_BYTES 8192
+#endif
+#ifndef FPK_PANEL_HINT
+#define FPK_PANEL_HINT 2
 #endif
 #ifndef FPK_REST_HINT
 #define FPK_REST_HINT 2
@@ -464,9 +469,9 @@ DEFINE_FPK_TILE(fpk_tile_bf16, loadw_bf16_full, 2)
                 for (int64_t r = lo; r < hi; r += 2) {                                     \
                     const uint8_t *w0 = grp + r * 16 * ESZ;                                \
                     if (r + 2 > hi)                                                        \
-                        TILE(m, w0, rb + r, t0, 1, 8, i0, i1, b + (r - lo) * 8, pfd, t0 == tb ? 2 : 0); \
+                        TILE(m, w0, rb + r, t0, 1, 8, i0, i1, b + (r - lo) * 8, pfd, t0 == tb ? FPK_PANEL_HINT : 0); \
                     else if (t0 == tb)                                                     \
-                        TILE(m, w0, rb + r, t0, 2, 8, i0, i1, b + (r - lo) * 8, pfd, 2);   \
+                        TILE(m, w0, rb + r, t0, 2, 8, i0, i1, b + (r - lo) * 8, pfd, FPK_PANEL_HINT); \
                     else                                                                   \
                         TILE(m, w0, rb + r, t0, 2, 8, i0, i1, b + (r - lo) * 8, pfd, 0);   \
                 }                                                                          \
@@ -488,7 +493,7 @@ DEFINE_FPK_TILE(fpk_tile_bf16, loadw_bf16_full, 2)
             }                                                                              \
             if (n8 == m->n) continue;                                                      \
             if (n8 + 1 == m->n && lo == 0 && hi == SP_PACK_ROWS) {                         \
-                TILE(m, grp, rb, n8, 16, 1, 0, m->k, NULL, FPK_PF_BYTES, 1);               \
+                TILE(m, grp, rb, n8, 16, 1, 0, m->k, NULL, FPK_PF_BYTES, FPK_PF_BYTES ? 1 : 0); \
                 continue;                                                                  \
             }                                                                              \
             NAME##_rest(m, grp, rb, lo, hi, n8);                                           \
