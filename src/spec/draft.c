@@ -315,8 +315,13 @@ static sp_status catch_up(sp_drafter *d, const int32_t *hist, int32_t n, sp_erro
     while (have < n) {
         int32_t m = n - have < d->max_batch ? n - have : d->max_batch;
         sp_batch b = {.tokens = hist + have, .n = m};
+        const double t0 = d->cnt.seconds;
         sp_status st = dforward(d, &b, d->logits, err);
         if (st) return st;
+        if (m > 2) {
+            d->cnt.gap_forwards++;
+            d->cnt.gap_seconds += d->cnt.seconds - t0;
+        }
         have += m;
     }
     return SP_OK;

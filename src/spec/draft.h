@@ -23,6 +23,10 @@ sp_status sp_drafter_reset(sp_drafter *d, sp_error *err);
 typedef struct sp_draft_counters {
     int64_t forwards;
     double seconds;
+    /* of which: catch-up forwards of more than two tokens (the cache brought
+     * level after plain steps; while drafting, a catch-up feeds one or two) */
+    int64_t gap_forwards;
+    double gap_seconds;
 } sp_draft_counters;
 const sp_draft_counters *sp_drafter_counters(const sp_drafter *d);
 

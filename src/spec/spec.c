@@ -42,12 +42,14 @@ struct sp_spec {
     double t_one;            /* EMA seconds per one-token target forward */
     double last_cost;        /* what the last target forward was charged (seconds) */
     int32_t since_one;       /* iterations since t_one was last measured directly */
+    int32_t n_one;           /* direct measurements of t_one so far */
     double r_draft;          /* EMA draft forward / t_one */
     double r_target[SP_SPEC_MAX_GAMMA + 2]; /* EMA k-token target forward / t_one ([1] = 1) */
     double r_over[SP_SPEC_MAX_GAMMA + 2];   /* EMA rest of an iteration (verification,
                                              * sampling) / t_one, by draft length */
-    double real_cost[2], real_tok[2]; /* realised: discounted cost (in t_one) and tokens of
-                                       * the iterations that decoded plainly [0] / drafted [1] */
+    double real_cost[2], real_tok[2], real_it[2]; /* realised: discounted cost (in t_one),
+                                       * tokens and count of the iterations that decoded
+                                       * plainly [0] / drafted [1] */
     int32_t plain_run;       /* iterations decoded plainly since speculation last ran */
     int32_t probe_every;     /* ... after which speculation is probed again */
     int64_t iters;           /* chain iterations since the last reset */
@@ -198,11 +200,12 @@ sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, s
 sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
     /* forget the adaptive estimates too: each prompt starts from scratch */
     s->first_a = s->first_b = s->next_a = s->next_b = s->t_one = s->r_draft = 0;
-    s->since_one = 0;
+    s->since_one = s->n_one = 0;
     memset(s->r_target, 0, sizeof s->r_target);
     memset(s->r_over, 0, sizeof s->r_over);
     memset(s->real_cost, 0, sizeof s->real_cost);
     memset(s->real_tok, 0, sizeof s->real_tok);
+    memset(s->real_it, 0, sizeof s->real_it);
     s->plain_run = s->probe_every = 0;
     s->iters = 0;
     sp_status st = sp_ctx_truncate(s->target, 0, err);
@@ -214,7 +217,9 @@ sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
 
 /* Parameters of the adaptive draft length (ALGORITHMS.md section 6). */
 #define ADAPT_DECAY 0.9          /* weight of the past in the acceptance counts, per iteration */
-#define ADAPT_PRIOR 0.5          /* acceptance rate assumed before any observation */
+#define ADAPT_PRIOR 0.75         /* acceptance rates start from this guess ... */
+#define ADAPT_PRIOR_W 2.0        /* ... worth this many observations: hopeful, so that one
+                                  * early rejection does not stop a good draft for long */
 #define ADAPT_RATE_MIN 0.01      /* rates are clamped to [MIN, MAX] so the model stays finite */
 #define ADAPT_RATE_MAX 0.99
 #define ADAPT_FLAT 0.98          /* take the longest gamma within 2% of the best rate */
@@ -225,11 +230,16 @@ sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
                                   * of the same kind */
 #define ADAPT_WARMUP_GAMMA 2     /* the first iteration's draft length (a warm-up: first-touch
                                   * costs make its timings worthless, so they are not kept) */
-#define ADAPT_FIRST_GAMMA 4      /* the third iteration's draft length (the second is plain) */
+#define ADAPT_PLAIN_FIRST 2      /* then this many plain iterations (t_one) ... */
+#define ADAPT_FIRST_GAMMA 4      /* ... and one drafting this many tokens */
 #define ADAPT_FRESH 4            /* a k-token forward within this many iterations of a one-token
                                   * one measures the ratio; later ones track t_one through it */
 #define ADAPT_PROBE_MIN 8        /* plain iterations before speculation is probed again ... */
 #define ADAPT_PROBE_MAX 256      /* ... doubling, up to this, while it keeps losing */
+#define ADAPT_EVIDENCE 3.0       /* drafting iterations (discounted) before what drafting has
+                                  * realised may overrule the model or space the probes out */
+#define ADAPT_EXPLORE 0.03       /* ... and far enough apart that probes which lose cost at most
+                                  * this share of the time spent decoding plainly */
 #define ADAPT_PROBE_HOPELESS 2048 /* ... or this when no draft length could pay even if every
                                    * draft token were accepted (measured costs) */
 
@@ -278,18 +288,18 @@ static double iter_cost(const sp_spec *s, int32_t g) {
  * speculation is probed again after probe_every plain iterations (doubling
  * while it keeps losing), so a change in acceptance (the text turned
  * repetitive, say) is noticed. After a short warm-up iteration whose
- * timings are not kept, one iteration decodes plainly and one drafts
- * ADAPT_FIRST_GAMMA tokens, so both costs are measured before the model
- * decides. */
+ * timings are not kept, ADAPT_PLAIN_FIRST iterations decode plainly and
+ * one drafts ADAPT_FIRST_GAMMA tokens, so both costs are measured before
+ * the model decides. */
 static int32_t choose_gamma(sp_spec *s, int32_t gmax) {
     /* the first two iterations measure both sides: one speculative (a
      * middling length), one plain */
     const int64_t it = s->iters++;
     if (it == 0) return gmax < ADAPT_WARMUP_GAMMA ? gmax : ADAPT_WARMUP_GAMMA;
-    if (it == 1) return 0;
-    if (it == 2) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
-    double a1 = s->first_b > 0 ? s->first_a / s->first_b : ADAPT_PRIOR;
-    double an = s->next_b > 0 ? s->next_a / s->next_b : a1;
+    if (it <= ADAPT_PLAIN_FIRST) return 0;
+    if (it == ADAPT_PLAIN_FIRST + 1) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
+    double a1 = (s->first_a + ADAPT_PRIOR_W * ADAPT_PRIOR) / (s->first_b + ADAPT_PRIOR_W);
+    double an = (s->next_a + ADAPT_PRIOR_W * ADAPT_PRIOR) / (s->next_b + ADAPT_PRIOR_W);
     a1 = a1 < ADAPT_RATE_MIN ? ADAPT_RATE_MIN : a1 > ADAPT_RATE_MAX ? ADAPT_RATE_MAX : a1;
     an = an < ADAPT_RATE_MIN ? ADAPT_RATE_MIN : an > ADAPT_RATE_MAX ? ADAPT_RATE_MAX : an;
     double rate[SP_SPEC_MAX_GAMMA + 1] = {0}, best_rate = -1;
@@ -307,7 +317,7 @@ static int32_t choose_gamma(sp_spec *s, int32_t gmax) {
      * the drafting iterations so far gave fewer tokens per second (every cost
      * included: draft catch-up, verification, bookkeeping) than the plain
      * ones, decode plainly and leave drafting to the probes below */
-    if (best > 0 && s->real_tok[0] > 0 && s->real_tok[1] > 0 &&
+    if (best > 0 && s->real_tok[0] > 0 && s->real_it[1] >= ADAPT_EVIDENCE &&
         s->real_tok[1] * s->real_cost[0] < s->real_tok[0] * s->real_cost[1])
         best = 0;
     if (best > 0) {
@@ -327,13 +337,30 @@ static int32_t choose_gamma(sp_spec *s, int32_t gmax) {
         }
         if (ub < rate[0]) every = ADAPT_PROBE_HOPELESS;
     }
-    if (++s->plain_run < every) return 0;
     /* probe: the best speculative length under the current estimates */
-    s->plain_run = 0;
-    if (s->probe_every < ADAPT_PROBE_MAX) s->probe_every *= 2;
     int32_t probe = 1;
     for (int32_t g = 1; g <= gmax; g++)
         if (rate[g] > rate[probe]) probe = g;
+    /* if nothing has changed, a probe loses what it costs beyond the plain
+     * steps its tokens would have taken: by the model, or (when the guard
+     * above overruled it) as drafting iterations have realised it. Once
+     * there is evidence (a couple of drafting iterations are no verdict: one
+     * rejected first token makes any draft look hopeless), space the probes
+     * so that this stays within ADAPT_EXPLORE of the plain time. */
+    const double c0 = iter_cost(s, 0);
+    double loss = iter_cost(s, probe) * (1 - rate[probe] / rate[0]);
+    if (s->real_it[1] > 0 && s->real_tok[0] > 0) {
+        const double real_loss =
+            (s->real_cost[1] - s->real_tok[1] * s->real_cost[0] / s->real_tok[0]) / s->real_it[1];
+        loss = real_loss > loss ? real_loss : loss;
+    }
+    if (c0 > 0 && loss > 0 && s->real_it[1] >= ADAPT_EVIDENCE) {
+        const double spaced = loss / (ADAPT_EXPLORE * c0);
+        if (spaced > every) every = spaced < ADAPT_PROBE_HOPELESS ? (int32_t)spaced : ADAPT_PROBE_HOPELESS;
+    }
+    if (++s->plain_run < every) return 0;
+    s->plain_run = 0;
+    if (s->probe_every < ADAPT_PROBE_MAX) s->probe_every *= 2;
     return probe;
 }
 
@@ -406,7 +433,11 @@ static sp_status target_pass(sp_spec *s, const int32_t *hist, int32_t n, const i
     if (s->iters <= 1) {
         /* the adaptive controller's warm-up iteration: not measured */
     } else if (B == 1) {
-        ema(&s->t_one, cost);
+        /* the plain mean of the first few, then the average: the ratios
+         * measured next are only as good as this */
+        if (s->n_one < 1 / ADAPT_EMA) s->t_one = (s->t_one * s->n_one + cost) / (s->n_one + 1);
+        else ema(&s->t_one, cost);
+        s->n_one++;
         s->r_target[1] = 1;
         s->since_one = 0;
     } else if (B <= SP_SPEC_MAX_GAMMA + 1 && s->t_one > 0) {
@@ -489,9 +520,9 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
     sp_spec *s = g->s;
     sp_spec_stats *st = g->stats;
     const sp_draft_counters *dc = sp_drafter_counters(s->drafter);
-    double t0 = sp_now(), dsec0 = dc->seconds;
+    double t0 = sp_now(), dsec0 = dc->seconds, dgap0 = dc->gap_seconds;
     const double t_fwd0 = st->t_target;
-    int64_t dfw0 = dc->forwards;
+    int64_t dfw0 = dc->forwards, dgapf0 = dc->gap_forwards;
     int32_t gamma = s->prm.adaptive ? choose_gamma(s, s->prm.gamma) : s->prm.gamma;
     if (gamma > remaining - 1) gamma = remaining - 1;
     int32_t nd = 0;
@@ -532,6 +563,7 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
         s->real_cost[arm] =
             ADAPT_REAL_DECAY * s->real_cost[arm] + in_t_one(s, t_draft_it + s->last_cost + over);
         s->real_tok[arm] = ADAPT_REAL_DECAY * s->real_tok[arm] + g->n_emit;
+        s->real_it[arm] = ADAPT_REAL_DECAY * s->real_it[arm] + 1;
     }
     if (nd > 0) {
         s->first_a = ADAPT_DECAY * s->first_a + (g->tau >= 1);
@@ -540,8 +572,11 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
             s->next_a = ADAPT_DECAY * s->next_a + (g->tau - 1);
             s->next_b = ADAPT_DECAY * s->next_b + (g->tau - 1) + (g->tau < nd ? 1 : 0);
         }
-        int64_t df = dc->forwards - dfw0;
-        if (df > 0) ema(&s->r_draft, in_t_one(s, (dc->seconds - dsec0) / (double)df));
+        /* per draft forward, leaving out the catch-up after plain steps (a
+         * one-off when drafting resumes; the realised rate counts it) */
+        int64_t df = (dc->forwards - dfw0) - (dc->gap_forwards - dgapf0);
+        double dsec = (dc->seconds - dsec0) - (dc->gap_seconds - dgap0);
+        if (df > 0) ema(&s->r_draft, in_t_one(s, dsec / (double)df));
     }
     rc = sp_ctx_truncate(s->target, g->n + g->tau, err);
     if (!rc) rc = sp_drafter_accept_chain(s->drafter, g->n, g->tau, err);
