@@ -252,9 +252,17 @@ static int pk6k_value(const uint8_t *unit, int i, int e) {
     return (((j >= 2 ? lo >> 4 : lo & 0x0F) | ((hi >> (2 * j)) & 3) << 4)) - 32;
 }
 
-/* The reference over packed Q6_K: mm_k_ref's sums and float expression
- * (Q6_K has no mins: dmin = 0, summ = 0). */
-static void mm_packed_q6k_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+/* Scale of sub-block s16 (of 16) of row i in a packed Q6_K unit. */
+static int pk6k_scale(const uint8_t *unit, int i, int s16) { return (int8_t)unit[PK6K_SC + 16 * s16 + i]; }
+
+/* The reference over a packed K-quant without mins (Q6_K, IQ4_XS):
+ * mm_k_ref's integer sum (sub-blocks of 16 with signed scales) and float
+ * expression (dmin = 0, summ = 0), the values read from the interleaved
+ * bytes: value(unit, i, e) is element e (< 256) of row i, scale(unit, i,
+ * s16) its sub-block's scale; the rows' f16 d sit at d_off in the unit. */
+typedef int (*pk_value_fn)(const uint8_t *unit, int i, int e);
+static void mm_packed_nomin_ref(const sp_mm *m, int64_t r0, int64_t r1, size_t unit_bytes, size_t d_off,
+                                pk_value_fn value, pk_value_fn scale) {
     const int64_t k = m->k, nb = k / SP_QK_K;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *grp = m->w + (r / SP_PACK_ROWS) * m->w_stride;
@@ -263,23 +271,27 @@ static void mm_packed_q6k_ref(const sp_mm *m, int64_t r0, int64_t r1) {
             const void *xr = (const uint8_t *)m->x + t * m->x_stride;
             float acc = 0;
             for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *unit = grp + (size_t)b * PK6K_UNIT;
+                const uint8_t *unit = grp + (size_t)b * unit_bytes;
                 const int8_t *xq = sp_act_qs(xr) + b * SP_QK_K;
                 int32_t sumi = 0;
                 const int32_t summ = 0;
                 for (int s16 = 0; s16 < 16; s16++) {
                     int32_t dot = 0;
-                    for (int l = 0; l < 16; l++) dot += pk6k_value(unit, i, 16 * s16 + l) * xq[16 * s16 + l];
-                    sumi += (int8_t)unit[PK6K_SC + 16 * s16 + i] * dot;
+                    for (int l = 0; l < 16; l++) dot += value(unit, i, 16 * s16 + l) * xq[16 * s16 + l];
+                    sumi += scale(unit, i, s16) * dot;
                 }
                 uint16_t hd;
-                memcpy(&hd, unit + PK6K_D + 2 * i, 2);
+                memcpy(&hd, unit + d_off + 2 * (size_t)i, 2);
                 const float xd = sp_actk_d(xr, k)[b], dmin = 0.0f;
                 acc += (xd * sp_fp16_to_fp32(hd)) * (float)sumi - (xd * dmin) * (float)summ;
             }
             m->y[t * m->ld_y + r] = acc;
         }
     }
+}
+
+static void mm_packed_q6k_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    mm_packed_nomin_ref(m, r0, r1, PK6K_UNIT, PK6K_D, pk6k_value, pk6k_scale);
 }
 
 static void pack_q6k(const uint8_t *w, size_t w_stride, int64_t rows, int64_t k, uint8_t *dst) {
@@ -399,40 +411,21 @@ static void pack_q32(sp_ggml_type t, const uint8_t *w, size_t w_stride, int64_t 
 /* Packed IQ4_XS (ops.h): one unit of 2240 bytes per super-block. */
 enum { PKXS_UNIT = 2240, PKXS_SC = 2048, PKXS_D = 2176 };
 
-/* The reference over packed IQ4_XS: mm_k_ref's integer sum (sumi over the
- * 16 sub-blocks of 16 with their signed scales; no mins) and float
- * expression, the values read from the interleaved bytes. */
+/* Value of element e (< 256) of row i in a packed IQ4_XS unit: sub-block
+ * s8 = e / 32 holds its 32 nibbles in Q4_0's chunk order, looked up in the
+ * IQ4_NL grid; and the scale of sub-block s16 (of 16: s8 = s16 / 2). */
+static int pkxs_value(const uint8_t *unit, int i, int e) {
+    const int s8 = e / 32, j = e % 32;
+    const uint8_t v = unit[256 * s8 + 64 * ((j % 16) / 4) + 4 * i + j % 4];
+    return sp_iq4nl_values[j < 16 ? v & 0x0F : v >> 4];
+}
+static int pkxs_scale(const uint8_t *unit, int i, int s16) {
+    const int s8 = s16 / 2;
+    return (int8_t)unit[PKXS_SC + 32 * (s8 / 2) + 2 * i + s8 % 2];
+}
+
 static void mm_packed_iq4xs_ref(const sp_mm *m, int64_t r0, int64_t r1) {
-    const int64_t k = m->k, nb = k / SP_QK_K;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *grp = m->w + (r / SP_PACK_ROWS) * m->w_stride;
-        const int i = (int)(r % SP_PACK_ROWS);
-        for (int32_t t = 0; t < m->n; t++) {
-            const void *xr = (const uint8_t *)m->x + t * m->x_stride;
-            float acc = 0;
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *unit = grp + (size_t)b * PKXS_UNIT;
-                const int8_t *xq = sp_act_qs(xr) + b * SP_QK_K;
-                int32_t sumi = 0;
-                const int32_t summ = 0;
-                for (int s16 = 0; s16 < 16; s16++) {
-                    const int s8 = s16 / 2;
-                    int32_t dot = 0;
-                    for (int l = 0; l < 16; l++) { /* element 32 s8 + e, e = 16 (s16 % 2) + l */
-                        const int e = 16 * (s16 % 2) + l;
-                        const uint8_t v = unit[256 * s8 + 64 * ((e % 16) / 4) + 4 * i + e % 4];
-                        dot += sp_iq4nl_values[e < 16 ? v & 0x0F : v >> 4] * xq[32 * s8 + e];
-                    }
-                    sumi += (int8_t)unit[PKXS_SC + 32 * (s8 / 2) + 2 * i + s8 % 2] * dot;
-                }
-                uint16_t hd;
-                memcpy(&hd, unit + PKXS_D + 2 * i, 2);
-                const float xd = sp_actk_d(xr, k)[b], dmin = 0.0f;
-                acc += (xd * sp_fp16_to_fp32(hd)) * (float)sumi - (xd * dmin) * (float)summ;
-            }
-            m->y[t * m->ld_y + r] = acc;
-        }
-    }
+    mm_packed_nomin_ref(m, r0, r1, PKXS_UNIT, PKXS_D, pkxs_value, pkxs_scale);
 }
 
 static void pack_iq4xs(const uint8_t *w, size_t w_stride, int64_t rows, int64_t k, uint8_t *dst) {
