@@ -812,6 +812,19 @@ AI void pk45k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf,
         _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, y[t]);
 }
 
+/* The float step of a packed K-quant without mins (IQ4_XS, Q6_K), 16 rows
+ * at once: y[t] += (d_x d_w) float(sumi[t]), mm_k_ref's expression with
+ * dmin = 0; d16 holds the rows' f16 d, dd is where the activation rows keep
+ * their per-super-block d. */
+AI void pk_nomin_step(__m512 *y, const __m512i *sumi, const uint8_t *const *xs, int64_t dd, int64_t b,
+                      const uint8_t *d16, const int NT) {
+    const __m512 wd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)d16));
+    UNROLL for (int t = 0; t < NT; t++) {
+        const __m512 xd = _mm512_set1_ps(((const float *)(xs[t] + dd))[b]);
+        y[t] = _mm512_add_ps(y[t], _mm512_mul_ps(_mm512_mul_ps(xd, wd), _mm512_cvtepi32_ps(sumi[t])));
+    }
+}
+
 /* IQ4_XS over packed weights (ops.h): per super-block and token tile, the
  * 8 sub-blocks of 32 go one at a time: 8 vectors of unsigned bytes u = table
  * value + 128 (vpshufb of the nibbles), the rows' signed scales widened to
@@ -868,11 +881,7 @@ AI void pkxs_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
                 sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(dot, sc));
             }
         }
-        const __m512 wd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + 2176)));
-        UNROLL for (int t = 0; t < NT; t++) {
-            const __m512 xd = _mm512_set1_ps(((const float *)(xs[t] + dd))[b]);
-            y[t] = _mm512_add_ps(y[t], _mm512_mul_ps(_mm512_mul_ps(xd, wd), _mm512_cvtepi32_ps(sumi[t])));
-        }
+        pk_nomin_step(y, sumi, xs, dd, b, unit + 2176, NT);
     }
     UNROLL for (int t = 0; t < NT; t++)
         _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, y[t]);
@@ -1061,11 +1070,7 @@ AI void pk6k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
                 sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(_mm512_mullo_epi32(da, sa), _mm512_mullo_epi32(db, sb)));
             }
         }
-        const __m512 wd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + 3392)));
-        UNROLL for (int t = 0; t < NT; t++) {
-            const __m512 xd = _mm512_set1_ps(((const float *)(xs[t] + dd))[b]);
-            y[t] = _mm512_add_ps(y[t], _mm512_mul_ps(_mm512_mul_ps(xd, wd), _mm512_cvtepi32_ps(sumi[t])));
-        }
+        pk_nomin_step(y, sumi, xs, dd, b, unit + 3392, NT);
     }
     UNROLL for (int t = 0; t < NT; t++)
         _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, y[t]);
