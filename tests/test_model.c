@@ -159,6 +159,24 @@ static void test_batch_equals_sequential(void **state) {
     }
 }
 
+/* A small random model of weight type `type` at `path` (dim 256, 2 layers,
+ * 8 heads / 4 KV heads, FFN 512, 72 vocabulary rows: a partial group of 16);
+ * arch NULL: mkmodel's default. */
+static void make_small_model(const char *path, const char *arch, sp_ggml_type type, uint64_t seed) {
+    sp_mkmodel_params mp = sp_mkmodel_default_params();
+    if (arch) mp.arch = arch;
+    mp.type = type;
+    mp.dim = 256;
+    mp.n_layers = 2;
+    mp.n_heads = 8;
+    mp.n_kv_heads = 4;
+    mp.ffn_dim = 512;
+    mp.n_vocab = 72;
+    mp.seed = seed;
+    sp_error err = {0};
+    if (sp_mkmodel(&mp, path, &err)) fail_msg("mkmodel: %s", err.msg);
+}
+
 /* The other formats with packed kernels (K-quants and IQ4_XS: rows of 256;
  * Q4_1, Q5_0, Q5_1, IQ4_NL; the float types again) the same way, on 1 and 2
  * threads; 72 vocabulary rows end in a partial group of 16 rows. */
@@ -170,17 +188,7 @@ static void test_batch_equals_sequential_kquants(void **state) {
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char p[512];
         snprintf(p, sizeof p, "%s/specula_test_k%d_%d.gguf", sp_tmpdir(), (int)i, (int)getpid());
-        sp_mkmodel_params mp = sp_mkmodel_default_params();
-        mp.type = types[i];
-        mp.dim = 256;
-        mp.n_layers = 2;
-        mp.n_heads = 8;
-        mp.n_kv_heads = 4;
-        mp.ffn_dim = 512;
-        mp.n_vocab = 72;
-        mp.seed = 12;
-        sp_error err = {0};
-        if (sp_mkmodel(&mp, p, &err)) fail_msg("mkmodel: %s", err.msg);
+        make_small_model(p, NULL, types[i], 12);
         sp_model *m = load(p, NULL);
         assert_int_equal(sp_model_cfg(m)->wtype, types[i]);
         batch_equals_sequential(m, 1);
@@ -216,18 +224,8 @@ static void test_tied_embeddings_packed(void **state) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         char p[512];
         snprintf(p, sizeof p, "%s/specula_test_tied%d_%d.gguf", sp_tmpdir(), (int)ti, (int)getpid());
-        sp_mkmodel_params mp = sp_mkmodel_default_params();
-        mp.arch = "qwen2";
-        mp.type = types[ti];
-        mp.dim = 256;
-        mp.n_layers = 2;
-        mp.n_heads = 8;
-        mp.n_kv_heads = 4;
-        mp.ffn_dim = 512;
-        mp.n_vocab = 72;
-        mp.seed = 13;
+        make_small_model(p, "qwen2", types[ti], 13);
         sp_error err = {0};
-        if (sp_mkmodel(&mp, p, &err)) fail_msg("mkmodel: %s", err.msg);
         enum { N = 9 };
         const int32_t toks[N] = {1, 5, 9, 14, 20, 33, 41, 60, 71};
         float la[N * 72], lb[N * 72];

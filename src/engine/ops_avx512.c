@@ -735,6 +735,17 @@ static void mm_iq4_nl_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(
 #undef PK32_TILE_Q51
 #undef PK32_TILE_NL
 
+/* The start of a packed K-quant tile: the token rows' activations, zeroed
+ * outputs; returns the offset at which an activation row keeps its
+ * per-super-block d. */
+AI int64_t pk_k_begin(const sp_mm *m, int32_t t0, const int NT, const uint8_t **xs, __m512 *y) {
+    UNROLL for (int t = 0; t < NT; t++) {
+        xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
+        y[t] = _mm512_setzero_ps();
+    }
+    return (const uint8_t *)sp_actk_d(xs[0], m->k) - xs[0];
+}
+
 /* Q4_K and Q5_K over packed weights (ops.h): per super-block and token
  * tile, the 8 sub-blocks of 32 go one at a time: 8 weight vectors (one
  * nibble half of 8 chunks; Q5_K adds 16 under its fifth-bit masks),
@@ -759,11 +770,7 @@ AI void pk45k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf,
     const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
     const uint8_t *xs[16];
     __m512 y[16];
-    UNROLL for (int t = 0; t < NT; t++) {
-        xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
-        y[t] = _mm512_setzero_ps();
-    }
-    const int64_t dd = (const uint8_t *)sp_actk_d(xs[0], k) - xs[0];
+    const int64_t dd = pk_k_begin(m, t0, NT, xs, y);
     const int64_t dp = (const uint8_t *)sp_actk_pairs(xs[0], k) - xs[0];
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *unit = grp + (size_t)b * us;
@@ -844,11 +851,7 @@ AI void pkxs_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
                                          _mm512_set1_epi8(-128)); /* table + 128 as unsigned bytes */
     const uint8_t *xs[16];
     __m512 y[16];
-    UNROLL for (int t = 0; t < NT; t++) {
-        xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
-        y[t] = _mm512_setzero_ps();
-    }
-    const int64_t dd = (const uint8_t *)sp_actk_d(xs[0], k) - xs[0];
+    const int64_t dd = pk_k_begin(m, t0, NT, xs, y);
     const int64_t dp = (const uint8_t *)sp_actk_pairs(xs[0], k) - xs[0];
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *unit = grp + (size_t)b * PKXS_UNIT;
@@ -914,11 +917,7 @@ AI void pk23k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf,
     const __m512i m3 = _mm512_set1_epi8(3), c4 = _mm512_set1_epi8(4), lo4 = _mm512_set1_epi32(0xF);
     const uint8_t *xs[16];
     __m512 y[16];
-    UNROLL for (int t = 0; t < NT; t++) {
-        xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
-        y[t] = _mm512_setzero_ps();
-    }
-    const int64_t dd = (const uint8_t *)sp_actk_d(xs[0], k) - xs[0];
+    const int64_t dd = pk_k_begin(m, t0, NT, xs, y);
     const int64_t du = q3 ? sp_actk_u8(xs[0], k) - xs[0] : 0;
     const int64_t dp = q3 ? 0 : (const uint8_t *)sp_actk_pairs16(xs[0], k) - xs[0];
     for (int64_t b = 0; b < nb; b++) {
@@ -1030,11 +1029,7 @@ AI void pk6k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), c32 = _mm512_set1_epi8(32);
     const uint8_t *xs[16];
     __m512 y[16];
-    UNROLL for (int t = 0; t < NT; t++) {
-        xs[t] = (const uint8_t *)m->x + (t0 + t) * m->x_stride;
-        y[t] = _mm512_setzero_ps();
-    }
-    const int64_t dd = (const uint8_t *)sp_actk_d(xs[0], k) - xs[0];
+    const int64_t dd = pk_k_begin(m, t0, NT, xs, y);
     const int64_t du = sp_actk_u8(xs[0], k) - xs[0];
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *unit = grp + (size_t)b * PK6K_UNIT;
