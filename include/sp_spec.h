@@ -74,8 +74,11 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
                            sp_gen_stats *gstats, sp_spec_stats *stats, sp_token_cb cb, void *ud,
                            sp_error *err);
 
-/* Reset the target and draft caches and the adaptive-gamma estimates so the
- * object can serve a new prompt from scratch. */
+/* Reset the target and draft caches so the object can serve a new prompt
+ * from scratch. The adaptive draft-length controller keeps what it measured
+ * (costs, and the acceptance evidence weighed down by half), so the next
+ * prompt starts from the last one's estimates instead of warming up again;
+ * outputs do not depend on it (any draft length is lossless). */
 sp_status sp_spec_reset(sp_spec *s, sp_error *err);
 
 /* A target forward in place of sp_forward, so that a server can evaluate

@@ -309,6 +309,51 @@ static void test_adaptive_uses_cost(void **state) {
     sp_model_free(m);
 }
 
+/* A new prompt on the same object keeps what the controller learned
+ * (sp_spec_reset): charged per row, drafting loses, and after one long
+ * request the next requests decode plainly from their first step, with no
+ * warm-up draft (a fresh object drafts 2 tokens first); charged a flat
+ * cost, drafting wins, and the next request drafts from its first step. */
+static void test_adaptive_carries_over(void **state) {
+    (void)state;
+    const char *path = sp_shared("models/stories260K.gguf");
+    sp_model *m = load(path);
+    sp_ctx *t = mkctx(m, 512);
+    shared_pass sh = shared_init(m);
+    sp_spec_params sp = parse_ok("draft=layerskip,skip=2,adaptive", false);
+    sp_gen_params gp = sp_gen_default_params();
+    gp.sampling.temperature = 0;
+    gp.stop_at_eog = false;
+    for (int mode = 1; mode <= 2; mode++) {
+        sh.cost_mode = mode;
+        sp_spec *s = NULL;
+        sp_error err = {0};
+        assert_int_equal(sp_spec_init(t, &sp, &s, &err), SP_OK);
+        sp_spec_set_forward(s, shared_forward, &sh);
+        int32_t out[200];
+        sp_spec_stats st;
+        gp.n_predict = 200;
+        assert_int_equal(sp_spec_generate(s, PROMPT, 5, &gp, out, 200, NULL, &st, NULL, NULL, &err), SP_OK);
+        assert_true(st.gamma_hist[2] >= 1); /* the fresh object's warm-up draft */
+        for (int r = 0; r < 3; r++) {
+            assert_int_equal(sp_spec_reset(s, &err), SP_OK);
+            gp.n_predict = 12;
+            assert_int_equal(sp_spec_generate(s, PROMPT, 5, &gp, out, 200, NULL, &st, NULL, NULL, &err),
+                             SP_OK);
+            const int64_t drafting = st.iterations - st.gamma_hist[0];
+            printf("carried over, cost mode %d: %lld iterations, %lld drafting\n", mode,
+                   (long long)st.iterations, (long long)drafting);
+            if (mode == 2) assert_int_equal(drafting, 0);
+            else assert_true(drafting == st.iterations && st.drafted >= 3 * st.iterations);
+        }
+        sp_spec_free(s);
+        assert_int_equal(sp_ctx_truncate(t, 0, &err), SP_OK);
+    }
+    shared_free(&sh);
+    sp_ctx_free(t);
+    sp_model_free(m);
+}
+
 /* ---- distribution of the first K tokens vs the exact target ---- */
 
 enum { K = 3 };
@@ -683,6 +728,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_greedy_shared_pass),
     cmocka_unit_test(test_sampled_shared_pass),
     cmocka_unit_test(test_adaptive_uses_cost),
+    cmocka_unit_test(test_adaptive_carries_over),
     cmocka_unit_test(test_distribution),
     cmocka_unit_test(test_padded_vocab),
     cmocka_unit_test(test_kv_after_rejections),
