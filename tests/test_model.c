@@ -373,6 +373,63 @@ static void test_tree_levels_from_past(void **state) {
     sp_model_free(m);
 }
 
+/* Generation stops at every end-of-generation id, not only EOS: a
+ * stories260K copy whose tokenizer.ggml.eot_token_id is the sixth greedy
+ * token (298, not among the five before it) stops right after emitting it,
+ * in plain and in speculative decoding (Q8_0 self-draft); without stopping,
+ * the 64 tokens are llama.cpp's. */
+static void test_generation_stops_at_eot(void **state) {
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/specula_eot_%d.gguf", sp_tmpdir(), (int)getpid());
+    sp_error err = {0};
+    sp_gguf *g = NULL;
+    if (sp_gguf_open(sp_shared("models/stories260K.gguf"), &g, &err)) fail_msg("%s", err.msg);
+    sp_gguf_writer *w = sp_gguf_writer_init();
+    sp_gguf_writer_copy_kv(w, g, NULL);
+    sp_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)REF_GEN[5]);
+    for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
+        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        assert_int_equal(sp_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, true, &err), SP_OK);
+    }
+    if (sp_gguf_writer_write(w, path, &err)) fail_msg("%s", err.msg);
+    sp_gguf_writer_free(w);
+    sp_gguf_close(g);
+    sp_model *m = load(path, NULL);
+    const sp_tokenizer *tok = sp_model_tokenizer(m);
+    assert_true(sp_tokenizer_is_eog(tok, REF_GEN[5]) && sp_tokenizer_is_eog(tok, sp_tokenizer_eos(tok)));
+    for (int stop = 0; stop < 2; stop++)
+        for (int spec = 0; spec < 2; spec++) {
+            sp_gen_params gp = sp_gen_default_params();
+            gp.n_predict = 64;
+            gp.sampling.temperature = 0;
+            gp.stop_at_eog = stop;
+            int32_t out[64];
+            sp_gen_stats st = {0};
+            sp_ctx *c = mkctx(m, 128, 1);
+            if (spec) {
+                sp_spec_params sp = sp_spec_default_params();
+                sp.draft.kind = SP_DRAFT_LOWBIT;
+                sp.draft.lowbit_type = SP_GGML_Q8_0;
+                sp.gamma = 4;
+                sp_spec *s = NULL;
+                if (sp_spec_init(c, &sp, &s, &err)) fail_msg("%s", err.msg);
+                if (sp_spec_generate(s, REF_PROMPT, 5, &gp, out, 64, &st, NULL, NULL, NULL, &err))
+                    fail_msg("%s", err.msg);
+                sp_spec_free(s);
+            } else if (sp_generate(c, REF_PROMPT, 5, &gp, out, 64, &st, NULL, NULL, &err)) {
+                fail_msg("%s", err.msg);
+            }
+            assert_int_equal(st.n_generated, stop ? 6 : 64);
+            assert_int_equal(st.hit_eog, stop);
+            assert_memory_equal(out, REF_GEN, (size_t)st.n_generated * sizeof out[0]);
+            sp_ctx_free(c);
+        }
+    sp_model_free(m);
+}
+
 /* stories260K copied with extra RoPE metadata: variant 0 linear scaling x2,
  * 1 rope_freqs.weight all 2.0 (Llama 3.1 style), 2 yarn (unsupported). */
 static const char *rope_variant(int variant) {
@@ -659,6 +716,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_tied_embeddings_packed),
     cmocka_unit_test(test_batch_equals_sequential_mixes),
     cmocka_unit_test(test_requantize),
+    cmocka_unit_test(test_generation_stops_at_eot),
     cmocka_unit_test(test_forward_errors),
     cmocka_unit_test(test_bad_model_files),
     cmocka_unit_test(test_fuzz_model_load),

@@ -642,6 +642,55 @@ static void test_gguf_bpe(void **state) {
     remove(path);
 }
 
+/* The end-of-generation ids of a vocabulary file: eos, eot and eom from
+ * the metadata plus the control tokens llama.cpp ends generation at by name. */
+static int eog_ids(const char *path, const char *key, uint32_t id, int32_t *ids, int cap) {
+    sp_error e = {0};
+    sp_gguf *g = NULL;
+    sp_tokenizer *t = NULL;
+    if (sp_gguf_open(path, &g, &e)) fail_msg("%s", e.msg);
+    if (key) { /* a copy with one id key set */
+        char out[512];
+        snprintf(out, sizeof out, "%s/eog_%d.gguf", sp_tmpdir(), (int)getpid());
+        sp_gguf_writer *w = sp_gguf_writer_init();
+        sp_gguf_writer_copy_kv(w, g, NULL);
+        sp_gguf_writer_set_u32(w, key, id);
+        if (sp_gguf_writer_write(w, out, &e)) fail_msg("%s", e.msg);
+        sp_gguf_writer_free(w);
+        sp_gguf_close(g);
+        if (sp_gguf_open(out, &g, &e)) fail_msg("%s", e.msg);
+    }
+    if (sp_tokenizer_load_gguf(g, &t, &e)) fail_msg("%s", e.msg);
+    int n = 0;
+    for (int32_t i = 0; i < sp_tokenizer_n_vocab(t); i++)
+        if (sp_tokenizer_is_eog(t, i) && n < cap) ids[n++] = i;
+    sp_tokenizer_free(t);
+    sp_gguf_close(g);
+    return n;
+}
+
+static void test_eog_sets(void **state) {
+    (void)state;
+    const char *l3 = sp_shared("reference/tokenizers/llama3-vocab.gguf");
+    int32_t ids[8];
+    /* Llama 3: eos <|end_of_text|> 128001, <|eom_id|> 128008, <|eot_id|> 128009 */
+    const int32_t want_l3[] = {128001, 128008, 128009};
+    assert_int_equal(eog_ids(l3, NULL, 0, ids, 8), 3);
+    assert_memory_equal(ids, want_l3, sizeof want_l3);
+    /* as Llama 3 Instruct files declare it (eos = <|eot_id|>): the same set,
+     * <|end_of_text|> by its name */
+    assert_int_equal(eog_ids(l3, "tokenizer.ggml.eos_token_id", 128009, ids, 8), 3);
+    assert_memory_equal(ids, want_l3, sizeof want_l3);
+    /* an eot id from the metadata joins them, whatever its type */
+    const int32_t want_eot[] = {9906, 128001, 128008, 128009};
+    assert_int_equal(eog_ids(l3, "tokenizer.ggml.eot_token_id", 9906, ids, 8), 4);
+    assert_memory_equal(ids, want_eot, sizeof want_eot);
+    /* Qwen3: <|endoftext|> 151643 and eos <|im_end|> 151645 */
+    const int32_t want_q3[] = {151643, 151645};
+    assert_int_equal(eog_ids(sp_shared("reference/tokenizers/qwen3-vocab.gguf"), NULL, 0, ids, 8), 2);
+    assert_memory_equal(ids, want_q3, sizeof want_q3);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_l2c_prompt_ids),      cmocka_unit_test(test_l2c_reference_decode),
     cmocka_unit_test(test_l2c_roundtrip_sample), cmocka_unit_test(test_l2c_byte_fallback),
@@ -652,5 +701,5 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_bpe_merges_by_rank),  cmocka_unit_test(test_bpe_pretokenize),
     cmocka_unit_test(test_bpe_byte_roundtrip),  cmocka_unit_test(test_bpe_user_defined),
     cmocka_unit_test(test_spec_errors),
-    cmocka_unit_test(test_gguf_bpe),        };
+    cmocka_unit_test(test_gguf_bpe),        cmocka_unit_test(test_eog_sets),        };
 SP_TEST_MAIN(tests)

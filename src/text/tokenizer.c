@@ -314,8 +314,14 @@ static void build_pieces_and_specials(sp_tokenizer *t) {
     add_eog(t, t->eos);
     add_eog(t, t->eot);
     add_eog(t, t->eom);
-    static const char *const eog_names[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>",
-                                            "<|end|>", "<end_of_turn>", "<|endoftext|>"};
+    /* llama.cpp's end-of-generation token texts (llama-vocab.cpp), so that
+     * e.g. a Llama 3 Instruct file whose eos is <|eot_id|> still stops at
+     * <|end_of_text|>; only control tokens, so plain text never ends a run */
+    static const char *const eog_names[] = {
+        "<|eot_id|>",      "<|eom_id|>", "<|im_end|>", "<|end|>",           "<end_of_turn>",
+        "<|endoftext|>",   "<|end_of_text|>", "<EOT>", "_<EOT>", "<end_of_utterance>"};
+    _Static_assert(3 + sizeof eog_names / sizeof eog_names[0] <= sizeof t->eog / sizeof t->eog[0],
+                   "eog holds eos, eot, eom and every named one");
     for (size_t i = 0; i < sizeof eog_names / sizeof eog_names[0]; i++) {
         int32_t id = sp_tok_lookup(t, eog_names[i], strlen(eog_names[i]));
         if (id >= 0 && t->types[id] == SP_TOKT_CONTROL) add_eog(t, id);

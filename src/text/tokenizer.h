@@ -82,7 +82,8 @@ struct sp_tokenizer {
     uint8_t *types;   /* [n_vocab] SP_TOKT_* */
     sp_tok_hash map;  /* token text -> id (later ids win on duplicates, as llama.cpp) */
     int32_t bos, eos, unk, eot, eom;
-    int32_t eog[8];   /* end-of-generation ids (eos, eot, eom, known EOT-like controls) */
+    int32_t eog[16];  /* end-of-generation ids (eos, eot, eom, known EOT-like controls:
+                         room for all 3 + 10 of them) */
     int32_t n_eog;
     bool add_bos;
     bool add_space_prefix;
