@@ -451,9 +451,13 @@ static void test_bpe_merges_by_rank(void **state) {
 
 static void expect_split(sp_tok_pre pre, const char *s, const char *const *want, int n) {
     size_t len = strlen(s), pos = 0;
+    uint8_t *cut = calloc(len + 1, 1);
+    sp_tok_pretok_split(pre, s, len, cut);
+    assert_true(cut[0] && cut[len]);
     int i = 0;
     while (pos < len) {
-        size_t end = sp_tok_pretok_next(pre, s, len, pos);
+        size_t end = pos + 1;
+        while (!cut[end]) end++;
         assert_true(i < n);
         if (end - pos != strlen(want[i]) || memcmp(s + pos, want[i], end - pos) != 0)
             print_error("word %d: got \"%.*s\" want \"%s\"\n", i, (int)(end - pos), s + pos,
@@ -464,6 +468,7 @@ static void expect_split(sp_tok_pre pre, const char *s, const char *const *want,
         i++;
     }
     assert_int_equal(i, n);
+    free(cut);
 }
 
 static void test_bpe_pretokenize(void **state) {
@@ -481,6 +486,26 @@ static void test_bpe_pretokenize(void **state) {
      * Sk), GPT-2, \p{N}+, [0-9]{3}, each splitting the previous pieces */
     const char *d[] = {"a", " ", "123", "4", ",", " b", "`", "c", " ", "\xd9\xa3\xd9\xa4"};
     expect_split(SP_PRE_DEFAULT, "a 1234, b`c \xd9\xa3\xd9\xa4", d, 10);
+    /* deepseek-coder: [\r\n], \s?\p{L}+, \s?\p{P}+, [CJK]+, \p{N}, each splitting
+     * the pieces of the ones before ("+" is a symbol: left between "(" and ")") */
+    const char *dc[] = {"don", "'", "t", " (", "+", ")", "\n", "\n", " ", " x", " ", "1", "2",
+                        "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e"};
+    expect_split(SP_PRE_DEEPSEEK_CODER, "don't (+)\n\n  x 12\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e", dc, 14);
+    /* U+3000 is white space (\s) to llama.cpp, not punctuation; Arabic letters
+     * are in no class */
+    const char *dc2[] = {"\xce\xa9mega", "\xe3\x80\x80\xc2\xab", "ok", "\xc2\xbb", " ", " \xd9\x85\xd8\xb1", " ",
+                         "\xd9\xa3", "\xd9\xa4", "5", "  "};
+    const char *om = "\xce\xa9mega\xe3\x80\x80\xc2\xabok\xc2\xbb  \xd9\x85\xd8\xb1 \xd9\xa3\xd9\xa4" "5  ";
+    expect_split(SP_PRE_DEEPSEEK_CODER, om, dc2, 11);
+    /* deepseek-llm: [\r\n], \s?[cased letters]+, \s?[!-/:-~ and CJK
+     * punctuation]+ (which holds the ASCII letters: "mega" leaves the Greek
+     * capital), \s+$, [CJK]+, \p{N}+ */
+    const char *dl[] = {"don", "'", "t", " (+)", "\n", "\n", " ", " x", " ", "12",
+                        "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e"};
+    expect_split(SP_PRE_DEEPSEEK_LLM, "don't (+)\n\n  x 12\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e", dl, 11);
+    const char *dl2[] = {"\xce\xa9", "mega", "\xe3\x80\x80\xc2\xab", "ok", "\xc2\xbb  \xd9\x85\xd8\xb1 ",
+                         "\xd9\xa3\xd9\xa4\x35", "  "}; /* \x35: "5" */
+    expect_split(SP_PRE_DEEPSEEK_LLM, om, dl2, 7);
 }
 
 static void test_bpe_byte_roundtrip(void **state) {

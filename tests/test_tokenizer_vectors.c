@@ -4,8 +4,9 @@
  * parsing must give llama.cpp's ids (.out, one line per string). The real
  * Llama 3 and Qwen3 vocabularies use the same vectors as llama.cpp's
  * llama-bpe and qwen2 files. Vocabularies whose pre-tokeniser Specula has
- * (SentencePiece; GPT-2, Llama 3, Qwen2, StarCoder/Refact/DeepSeek-coder
- * single digits, DeepSeek-llm digit runs, Falcon) must pass every string. */
+ * (SentencePiece; GPT-2, Llama 3, Qwen2, StarCoder/Refact single digits,
+ * DeepSeek-coder and DeepSeek-llm regex lists, Falcon) must pass every
+ * string. */
 #include "testutil.h"
 
 #include "specula.h"

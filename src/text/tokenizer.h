@@ -24,14 +24,13 @@ typedef enum sp_tok_pre {
     SP_PRE_GPT2 = 0,   /* GPT-2 regex ("gpt-2", "mpt", "olmo", ...) */
     SP_PRE_LLAMA3 = 1, /* "llama-bpe": Llama-3 regex, merges ignored for whole-token words */
     SP_PRE_QWEN2 = 2,  /* "qwen2": the Llama-3 regex with single digits (\p{N}), merges kept */
-    SP_PRE_DIGITS = 3, /* "starcoder", "refact", "deepseek-coder": each \p{N} alone, then the GPT-2 regex */
-    SP_PRE_NUMRUN = 4, /* "deepseek-llm": runs of \p{N} alone, then the GPT-2 regex (an
-                        * approximation of its regex set: its letter and CJK classes are not
-                        * modelled; llama.cpp's test vectors pass) */
+    SP_PRE_DIGITS = 3, /* "starcoder", "refact", ...: each \p{N} alone, then the GPT-2 regex */
+    SP_PRE_DEEPSEEK_LLM = 4, /* "deepseek-llm": llama.cpp's list of six regexes, in turn */
     SP_PRE_FALCON = 5, /* "falcon": punctuation runs, GPT-2 between them, then 3-digit groups */
-    SP_PRE_DEFAULT = 6 /* "default" or no tokenizer.ggml.pre (llama.cpp's default regex list):
-                        * runs of [\p{P}$+<=>^~|], GPT-2 between them, \p{N}+ split off, then
-                        * 3-digit groups */
+    SP_PRE_DEFAULT = 6, /* "default" or no tokenizer.ggml.pre (llama.cpp's default regex list):
+                         * runs of [\p{P}$+<=>^~|], GPT-2 between them, \p{N}+ split off, then
+                         * 3-digit groups */
+    SP_PRE_DEEPSEEK_CODER = 7 /* "deepseek-coder": llama.cpp's list of five regexes, in turn */
 } sp_tok_pre;
 
 /* Everything a tokenizer is built from. Arrays are copied; ids are -1 when
@@ -129,8 +128,9 @@ sp_status sp_tok_bpe_encode(const sp_tokenizer *t, const char *text, size_t len,
 uint32_t sp_tok_byte_to_cp(uint8_t b);
 /* Inverse map: byte for code point cp, or -1 if cp is not in the image. */
 int sp_tok_cp_to_byte(uint32_t cp);
-/* End (exclusive) of the pre-tokenisation word starting at pos < len. */
-size_t sp_tok_pretok_next(sp_tok_pre pre, const char *text, size_t len, size_t pos);
+/* Pre-tokenisation: sets cut[i] = 1 at every word boundary of text[0, len)
+ * (cut[0] and cut[len] included); cut has len + 1 bytes, zero on entry. */
+void sp_tok_pretok_split(sp_tok_pre pre, const char *text, size_t len, uint8_t *cut);
 /* Builds t->merges from "left right" strings; SP_ERR_FORMAT on a malformed one. */
 sp_status sp_tok_bpe_build_merges(sp_tokenizer *t, const sp_str *merges, int64_t n,
                                   sp_error *err);

@@ -192,15 +192,163 @@ static size_t next_falcon(const char *s, size_t len, size_t pos, bool deflt) {
     return end;
 }
 
-size_t sp_tok_pretok_next(sp_tok_pre pre, const char *text, size_t len, size_t pos) {
+/* ---- DeepSeek: llama.cpp's regex lists ----
+ * llama.cpp applies each regex of the list in turn to every piece the ones
+ * before it left: the matches and the text between them become the new
+ * pieces. Its classes, as it evaluates them: \s is ASCII white space or any
+ * other White_Space character (it maps those to \v first, so they match
+ * no other class); \p{L}, \p{P}, \p{N} are general categories; the rest
+ * are code point ranges.
+ * deepseek-coder: [\r\n]  \s?\p{L}+  \s?\p{P}+  [CJK]+  \p{N}
+ * deepseek-llm:   [\r\n]  \s?[LETTERS]+  \s?[PUNCT]+  \s+$  [CJK]+  \p{N}+ */
+
+typedef struct ds_range {
+    uint32_t first, last;
+} ds_range;
+
+/* deepseek-llm's letter class: Latin, Greek, Coptic, Cyrillic, Armenian,
+ * Georgian, Cherokee and other cased letters, as ranges in its regex */
+static const ds_range DS_LLM_LETTERS[] = {
+    {0x41, 0x5A}, {0x61, 0x7A}, {0xB5, 0xB5}, {0xC0, 0xD6}, {0xD8, 0xF6}, {0xF8, 0x1BA},
+    {0x1BC, 0x1BF}, {0x1C4, 0x293}, {0x295, 0x2AF}, {0x370, 0x373}, {0x376, 0x377}, {0x37B, 0x37D},
+    {0x37F, 0x37F}, {0x386, 0x386}, {0x388, 0x38A}, {0x38C, 0x38C}, {0x38E, 0x3A1}, {0x3A3, 0x3F5},
+    {0x3F7, 0x481}, {0x48A, 0x52F}, {0x531, 0x556}, {0x10A0, 0x10C5}, {0x13A0, 0x13F5},
+    {0x13F8, 0x13FD}, {0x1C90, 0x1CBA}, {0x1CBD, 0x1CBF}, {0x1D00, 0x1D2B}, {0x1D6B, 0x1D77},
+    {0x1D79, 0x1D9A}, {0x1E00, 0x1F15}, {0x1F18, 0x1F1D}, {0x1F20, 0x1F45}, {0x1F48, 0x1F4D},
+    {0x1F50, 0x1F57}, {0x1F59, 0x1F59}, {0x1F5B, 0x1F5B}, {0x1F5D, 0x1F5D}, {0x1F5F, 0x1F7D},
+    {0x1F80, 0x1FB4}, {0x1FB6, 0x1FBC}, {0x1FBE, 0x1FBE}, {0x1FC2, 0x1FC4}, {0x1FC6, 0x1FCC},
+    {0x1FD0, 0x1FD3}, {0x1FD6, 0x1FDB}, {0x1FE0, 0x1FEC}, {0x1FF2, 0x1FF4}, {0x1FF6, 0x1FFC},
+    {0x2102, 0x2102}, {0x2107, 0x2107}, {0x210A, 0x2113}, {0x2115, 0x2115}, {0x2119, 0x211D},
+    {0x2124, 0x2124}, {0x2126, 0x2126}, {0x2128, 0x2128}, {0x212A, 0x212D}, {0x212F, 0x2134},
+    {0x2139, 0x2139}, {0x213C, 0x213F}, {0x2145, 0x2149}, {0x214E, 0x214E}, {0x2183, 0x2184},
+    {0x2C00, 0x2C7B}, {0x2C7E, 0x2CE4}, {0x2CEB, 0x2CEE}, {0x2CF2, 0x2CF3}, {0xA640, 0xA66D},
+    {0xA680, 0xA69B}, {0xA722, 0xA76F}, {0xA771, 0xA787}, {0xA78B, 0xA78E}, {0xAB70, 0xABBF},
+    {0xFB00, 0xFB06}, {0xFB13, 0xFB17}, {0xFF21, 0xFF3A}, {0xFF41, 0xFF5A}, {0x10400, 0x1044F},
+    {0x104B0, 0x104D3}, {0x104D8, 0x104FB}, {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2},
+    {0x118A0, 0x118DF}, {0x1E900, 0x1E943},
+};
+/* deepseek-llm's punctuation: [!-/:-~！-／：-～‘-‟　-。] (ASCII letters
+ * included: they are split off by the letter regex before) */
+static const ds_range DS_LLM_PUNCTS[] = {{0x21, 0x2F},     {0x3A, 0x7E},     {0x2018, 0x201F},
+                                        {0x3000, 0x3002}, {0xFF01, 0xFF0F}, {0xFF1A, 0xFF5E}};
+/* [一-龥ࠀ-一가-퟿]: U+4E00-U+9FA5, U+0800-U+4E00, U+AC00-U+D7FF */
+static const ds_range DS_CJK[] = {{0x800, 0x9FA5}, {0xAC00, 0xD7FF}};
+
+static bool ds_in(const ds_range *r, size_t n, uint32_t cp) {
+    for (size_t i = 0; i < n; i++)
+        if (cp >= r[i].first && cp <= r[i].last) return true;
+    return false;
+}
+
+typedef enum {
+    DS_NEWLINE, DS_SPACE, DS_LETTER, DS_PUNCT, DS_NUMBER, DS_LLM_LETTER, DS_LLM_PUNCT, DS_CJK_RUN
+} ds_cls;
+
+static bool ds_is(ds_cls c, uint32_t cp) {
+    if (c == DS_NEWLINE) return cp == '\r' || cp == '\n';
+    const bool ws = cp < 0x80 ? cp == ' ' || (cp >= 0x09 && cp <= 0x0D)
+                              : cp <= 0x10FFFF && sp_unicode_class(cp) == SP_UCL_SPACE;
+    if (c == DS_SPACE) return ws;
+    if (ws) return false;
+    switch (c) {
+    case DS_LETTER: return cp <= 0x10FFFF && sp_unicode_class(cp) == SP_UCL_LETTER;
+    case DS_PUNCT: return cp <= 0x10FFFF && sp_unicode_class(cp) == SP_UCL_PUNCT;
+    case DS_NUMBER: return cp <= 0x10FFFF && sp_unicode_class(cp) == SP_UCL_NUMBER;
+    case DS_LLM_LETTER: return ds_in(DS_LLM_LETTERS, sizeof DS_LLM_LETTERS / sizeof DS_LLM_LETTERS[0], cp);
+    case DS_LLM_PUNCT: return ds_in(DS_LLM_PUNCTS, sizeof DS_LLM_PUNCTS / sizeof DS_LLM_PUNCTS[0], cp);
+    case DS_CJK_RUN: return ds_in(DS_CJK, sizeof DS_CJK / sizeof DS_CJK[0], cp);
+    default: return false;
+    }
+}
+
+static inline bool ds_at(ds_cls c, const char *s, size_t end, size_t q, size_t *clen) {
+    uint32_t cp;
+    *clen = sp_utf8_decode(s + q, end - q, &cp);
+    return ds_is(c, cp);
+}
+
+/* One regex of a list: \s?C+ (ws_prefix, run), C+ (run), C (neither), or
+ * \s+$ (trailing). */
+typedef struct ds_regex {
+    ds_cls c;
+    bool ws_prefix, run, trailing;
+} ds_regex;
+
+/* Leftmost match of r in s[pos, end) (a piece ends at end): its start, or
+ * end if none; *mend gets its end. */
+static size_t ds_find(const ds_regex *r, const char *s, size_t end, size_t pos, size_t *mend) {
+    size_t l, l2;
+    if (r->trailing) { /* the white space that reaches the end of the piece */
+        size_t t = pos;
+        for (size_t q = pos; q < end; q += l)
+            if (!ds_at(DS_SPACE, s, end, q, &l)) t = q + l;
+        *mend = end;
+        return t;
+    }
+    for (size_t q = pos; q < end; q += l) {
+        size_t from;
+        if (ds_at(r->c, s, end, q, &l)) from = q;
+        else if (r->ws_prefix && ds_at(DS_SPACE, s, end, q, &l) &&
+                 q + l < end && ds_at(r->c, s, end, q + l, &l2))
+            from = q + l;
+        else continue;
+        size_t e = from;
+        do {
+            ds_at(r->c, s, end, e, &l2);
+            e += l2;
+        } while (r->run && e < end && ds_at(r->c, s, end, e, &l2));
+        *mend = e;
+        return q;
+    }
+    *mend = end;
+    return end;
+}
+
+static const ds_regex DS_CODER[] = {{DS_NEWLINE, false, false, false}, {DS_LETTER, true, true, false},
+                                    {DS_PUNCT, true, true, false},    {DS_CJK_RUN, false, true, false},
+                                    {DS_NUMBER, false, false, false}};
+static const ds_regex DS_LLM[] = {{DS_NEWLINE, false, false, false},  {DS_LLM_LETTER, true, true, false},
+                                  {DS_LLM_PUNCT, true, true, false},  {DS_SPACE, false, false, true},
+                                  {DS_CJK_RUN, false, true, false},   {DS_NUMBER, false, true, false}};
+
+static void ds_split(const ds_regex *list, size_t n, const char *s, size_t len, uint8_t *cut) {
+    for (size_t i = 0; i < n; i++)
+        for (size_t a = 0; a < len;) {
+            size_t b = a + 1;
+            while (b < len && !cut[b]) b++;
+            for (size_t p = a, me; p < b; p = me) {
+                size_t ms = ds_find(&list[i], s, b, p, &me);
+                if (ms >= b) break;
+                cut[ms] = cut[me] = 1;
+            }
+            a = b;
+        }
+}
+
+static size_t pretok_next(sp_tok_pre pre, const char *text, size_t len, size_t pos) {
     switch (pre) {
     case SP_PRE_LLAMA3: return next_llama3(text, len, pos, 3);
     case SP_PRE_QWEN2: return next_llama3(text, len, pos, 1);
     case SP_PRE_DIGITS: return next_digits(text, len, pos, false);
-    case SP_PRE_NUMRUN: return next_digits(text, len, pos, true);
     case SP_PRE_FALCON: return next_falcon(text, len, pos, false);
     case SP_PRE_DEFAULT: return next_falcon(text, len, pos, true);
     default: return next_gpt2(text, len, pos);
+    }
+}
+
+void sp_tok_pretok_split(sp_tok_pre pre, const char *text, size_t len, uint8_t *cut) {
+    cut[0] = cut[len] = 1;
+    if (pre == SP_PRE_DEEPSEEK_CODER) {
+        ds_split(DS_CODER, sizeof DS_CODER / sizeof DS_CODER[0], text, len, cut);
+    } else if (pre == SP_PRE_DEEPSEEK_LLM) {
+        ds_split(DS_LLM, sizeof DS_LLM / sizeof DS_LLM[0], text, len, cut);
+    } else {
+        for (size_t pos = 0; pos < len;) {
+            size_t end = pretok_next(pre, text, len, pos);
+            SP_ASSERT(end > pos && end <= len);
+            cut[end] = 1;
+            pos = end;
+        }
     }
 }
 
@@ -349,18 +497,21 @@ sp_status sp_tok_bpe_encode(const sp_tokenizer *t, const char *text, size_t len,
     bpe_sym *sym = malloc(len * sizeof *sym);
     bpe_bigram *heap = malloc(len * 3 * sizeof *heap);
     char *mapped = malloc(len * 2);
+    uint8_t *cut = calloc(len + 1, 1);
     sp_status st = SP_OK;
-    if (!sym || !heap || !mapped) {
+    if (!sym || !heap || !mapped || !cut) {
         st = sp_fail(err, SP_ERR_NOMEM, "tokenizer: out of memory encoding %zu bytes", len);
         goto done;
     }
+    sp_tok_pretok_split(t->pre, text, len, cut);
     for (size_t pos = 0; pos < len;) {
-        size_t end = sp_tok_pretok_next(t->pre, text, len, pos);
-        SP_ASSERT(end > pos && end <= len);
+        size_t end = pos + 1;
+        while (!cut[end]) end++;
         if ((st = emit_word(t, text + pos, end - pos, sym, heap, mapped, o, err)) != SP_OK) break;
         pos = end;
     }
 done:
+    free(cut);
     free(sym);
     free(heap);
     free(mapped);

@@ -85,8 +85,8 @@ static const struct {
     {"llama-v3", SP_PRE_LLAMA3},     {"falcon3", SP_PRE_LLAMA3},      {"qwen2", SP_PRE_QWEN2},
     {"stablelm2", SP_PRE_QWEN2},     {"starcoder", SP_PRE_DIGITS},    {"refact", SP_PRE_DIGITS},
     {"command-r", SP_PRE_DIGITS},    {"smollm", SP_PRE_DIGITS},       {"codeshell", SP_PRE_DIGITS},
-    {"exaone", SP_PRE_DIGITS},       {"minerva-7b", SP_PRE_DIGITS},   {"deepseek-coder", SP_PRE_DIGITS},
-    {"deepseek-llm", SP_PRE_NUMRUN}, {"falcon", SP_PRE_FALCON},
+    {"exaone", SP_PRE_DIGITS},       {"minerva-7b", SP_PRE_DIGITS},   {"deepseek-coder", SP_PRE_DEEPSEEK_CODER},
+    {"deepseek-llm", SP_PRE_DEEPSEEK_LLM}, {"falcon", SP_PRE_FALCON},
 };
 
 bool sp_tokenizer_pre_known(const char *name) {
