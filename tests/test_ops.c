@@ -121,6 +121,50 @@ static void test_simd_matches_reference(void **state) {
     }
 }
 
+/* F32/F16/BF16: every ISA's kernel gives the scalar reference's bits (16
+ * FMA lanes over the elements l mod 16, then sp_reduce16: tinyBLAS's order,
+ * which llama.cpp's F32 matmuls use, so SPECULA_ISA=scalar also gives its
+ * logits on F32 files, see test_golden); and the scalar F32 reference is
+ * that formula, recomputed here. k with partial last vectors and half
+ * vectors (the AVX2 kernel's 8-lane halves). */
+static void test_float_isa_bit_identical(void **state) {
+    (void)state;
+    const sp_ggml_type types[] = {SP_GGML_F32, SP_GGML_F16, SP_GGML_BF16};
+    const int64_t ks[] = {1, 7, 8, 9, 16, 17, 24, 40, 1624};
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            fixture f;
+            fx_make(&f, types[ti], 19, ks[ki], 5, 9000 + 10 * ti + ki);
+            const size_t bytes = (size_t)(f.n * f.rows) * sizeof(float);
+            float *yr = malloc(bytes), *ys = malloc(bytes);
+            sp_mm m = fx_mm(&f, 0, f.n, yr);
+            sp_ops_mm_isa(f.type, SP_ISA_SCALAR)(&m, 0, f.rows);
+            if (f.type == SP_GGML_F32)
+                for (int64_t r = 0; r < f.rows; r++)
+                    for (int32_t t = 0; t < f.n; t++) {
+                        const float *w = (const float *)(f.w + r * f.w_stride), *x = f.x + t * f.k;
+                        float a[16] = {0};
+                        for (int64_t i = 0; i < f.k; i++) a[i % 16] = fmaf(w[i], x[i], a[i % 16]);
+                        const float want = sp_reduce16(a), got = yr[t * f.rows + r];
+                        if (memcmp(&want, &got, sizeof got))
+                            fail_msg("scalar F32 k=%lld row %lld token %d: %.9g, 16-lane FMA sum %.9g",
+                                     (long long)f.k, (long long)r, t, got, want);
+                    }
+            for (int isa = SP_ISA_SCALAR + 1; isa <= (int)sp_ops_best_isa(); isa++) {
+                memset(ys, 0xFF, bytes);
+                m.y = ys;
+                sp_ops_mm_isa(f.type, (sp_isa)isa)(&m, 0, f.rows);
+                for (int64_t i = 0; i < f.n * f.rows; i++)
+                    if (memcmp(&ys[i], &yr[i], sizeof ys[i]))
+                        fail_msg("%s %s k=%lld: y[%lld] = %.9g, scalar %.9g", sp_ops_isa_name((sp_isa)isa),
+                                 sp_ggml_type_name(f.type), (long long)f.k, (long long)i, ys[i], yr[i]);
+            }
+            free(yr);
+            free(ys);
+            fx_free(&f);
+        }
+}
+
 /* The reference itself against a double-precision product of the
  * dequantised weights (quantised activations add their own error for q8). */
 static void test_reference_accuracy(void **state) {
@@ -718,6 +762,7 @@ static void test_isa_selection(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_simd_matches_reference),
+    cmocka_unit_test(test_float_isa_bit_identical),
     cmocka_unit_test(test_read_sum_isa_identical),
     cmocka_unit_test(test_reference_accuracy),
     cmocka_unit_test(test_batch_and_split_invariance),

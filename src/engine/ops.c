@@ -16,17 +16,25 @@
 
 /* ---------------- scalar reference matmuls ---------------- */
 
-/* F32/F16/BF16 weights: widen each weight to f32, one sequential sum per
- * output. W is the stored element type, CONV turns one into a float. */
+/* F32/F16/BF16 weights: widen each weight to f32; per output 16 lanes
+ * a[l] = fmaf(w_i, x_i, a[l]) over the elements i = l mod 16 in order, then
+ * sp_reduce16(a): the arithmetic of the AVX2 and AVX-512 kernels (one
+ * 16-lane FMA vector, _mm512_reduce_add_ps) and of llama.cpp's F32 matmuls
+ * (tinyBLAS), so every ISA gives the same bits and the scalar tier gives
+ * llama.cpp's logits on F32 files too. W is the stored element type, CONV
+ * turns one into a float; IDX(i) is element i's index in the row. */
+#define FLOAT_DOT16(W, CONV, IDX)                                                        \
+    float a[16] = {0};                                                                   \
+    for (int64_t i = 0; i < m->k; i++) a[i % 16] = fmaf(CONV(w[IDX(i)]), x[i], a[i % 16]); \
+    m->y[t * m->ld_y + r] = sp_reduce16(a)
+#define ROW_IDX(i) (i)
 #define DEFINE_FLOAT_REF(NAME, W, CONV)                                                  \
     static void NAME(const sp_mm *m, int64_t r0, int64_t r1) {                          \
         for (int64_t r = r0; r < r1; r++) {                                              \
             const W *w = (const W *)(m->w + r * m->w_stride);                            \
             for (int32_t t = 0; t < m->n; t++) {                                         \
                 const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride); \
-                float acc = 0;                                                           \
-                for (int64_t i = 0; i < m->k; i++) acc += CONV(w[i]) * x[i];             \
-                m->y[t * m->ld_y + r] = acc;                                             \
+                FLOAT_DOT16(W, CONV, ROW_IDX);                                           \
             }                                                                            \
         }                                                                                \
     }
@@ -38,18 +46,17 @@ DEFINE_FLOAT_REF(mm_bf16_ref, uint16_t, sp_bf16_to_fp32)
 
 /* Packed F32/F16/BF16 (ops.h): element i of row 16g + l is at byte
  * (i / 16) * 256 * ESZ + l * 16 * ESZ + (i % 16) * ESZ of group g. The twin
- * of the references above over that layout (the same sequential sums, so
+ * of the references above over that layout (the same sums, so
  * bit-identical to them); W, CONV as above. */
 static bool is_fpk(sp_ggml_type t) { return t == SP_GGML_F32 || t == SP_GGML_F16 || t == SP_GGML_BF16; }
+#define PACKED_IDX(i) ((i) / 16 * 256 + (i) % 16)
 #define DEFINE_FLOAT_PK_REF(NAME, W, CONV)                                                \
     static void NAME(const sp_mm *m, int64_t r0, int64_t r1) {                           \
         for (int64_t r = r0; r < r1; r++) {                                               \
             const W *w = (const W *)(m->w + (r / SP_PACK_ROWS) * m->w_stride) + 16 * (r % SP_PACK_ROWS); \
             for (int32_t t = 0; t < m->n; t++) {                                          \
                 const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride); \
-                float acc = 0;                                                            \
-                for (int64_t i = 0; i < m->k; i++) acc += CONV(w[i / 16 * 256 + i % 16]) * x[i]; \
-                m->y[t * m->ld_y + r] = acc;                                              \
+                FLOAT_DOT16(W, CONV, PACKED_IDX);                                         \
             }                                                                             \
         }                                                                                 \
     }

@@ -11,7 +11,9 @@
  *
  * Activations are prepared for the weight type the way ggml prepares them,
  * so that quantised results agree with llama.cpp's:
- *  - F32/F16/BF16 weights read x as plain f32;
+ *  - F32/F16/BF16 weights read x as plain f32 (every ISA sums an output
+ *    in 16 FMA lanes, element i into lane i mod 16, then sp_reduce16:
+ *    tinyBLAS's order, the same bits on every ISA);
  *  - 32-block weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) read the "q8"
  *    layout: per 32-block, amax = max|x|, d = amax/127 kept as ggml keeps it
  *    (rounded to f16), q = round-to-nearest-even(x * 127/amax) (ggml's x86
@@ -112,9 +114,9 @@
  * 16j..16j+15 at element 16i of the step (zeros past the row end), so a
  * group is one sequential stream and a row's 16-element vectors are one
  * step apart. The kernels over it keep the unpacked kernels' per-row
- * arithmetic (AVX-512: the same 16-lane FMA sequence and final reduction;
- * scalar: the same sequential sum), so they are bit-identical to the
- * ordinary kernel of their ISA, not to each other. */
+ * arithmetic (the same 16-lane FMA sequence and final reduction), so they
+ * are bit-identical to the ordinary kernels, which are bit-identical
+ * across ISAs (the scalar reference emulates the 16 lanes with fmaf). */
 #ifndef SP_OPS_H
 #define SP_OPS_H
 
