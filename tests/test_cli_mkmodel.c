@@ -43,8 +43,8 @@ static void test_mkmodel_makes_loadable_model(void **state) {
     char path[512], args[1024], out[4096];
     snprintf(path, sizeof path, "%s/sp_test_cli_%d.gguf", sp_tmpdir(), (int)getpid());
     snprintf(args, sizeof args,
-             "mkmodel --out '%s' --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 40 "
-             "--ctx 128 --type q8_0 --seed 7", path);
+             "mkmodel --out '%s' --dim=64 -layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 40 "
+             "-ctx=128 --type q8_0 --seed 7", path); /* getopt_long_only: --k=v and one dash work */
     int rc = run_cli(args, out, sizeof out);
     if (rc != 0) {
         remove(path);
@@ -162,6 +162,8 @@ static void test_mkmodel_bad_flags(void **state) {
         {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed -1",
          "--seed must be"},
         {"mkmodel --bogus", "unknown option '--bogus'"},
+        {"mkmodel --out x.gguf --dim=6x4", "--dim must be an integer"},
+        {"mkmodel --out x.gguf stray", "unexpected argument 'stray'"},
         {"bench-forward", "needs a model"},
         {"bench-forward -m x.gguf --reps 0", "--reps must be"},
         {"bench-forward -m x.gguf --bound-mb 0", "--bound-mb must be"},

@@ -119,6 +119,9 @@ static void test_bad_input(void **state) {
         {"distill -m T --draft-shape 32,1,4,2,64 --data X --out Y --steps 0", "--steps"},
         {"distill -m T --data X --out Y", "--draft-shape"},
         {"train --shape 32,1,2,1,64 --data X --out Y --on-policy 0.5", "unknown option"},
+        {"train --shape 32,1,2,1,64 --data X --out Y -m T", "unknown option '-m'"},
+        {"train --shape 32,1,2,1,64 --data X --out Y --steps=0", "--steps must be"},
+        {"train --shape 32,1,2,1,64 --data X --out Y -t", "-t needs a value"},
         {"distill -m T --draft-shape 32,1,4,2,64 --data X --out Y --on-policy 2", "--on-policy"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

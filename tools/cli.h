@@ -1,7 +1,7 @@
 /* cli.h: subcommand table entries and small shared helpers for the CLI.
  *
- * Option parsing: generate, run, bench and verify-sim parse with
- * getopt_long_only (sp_cli_next), so every long option may be written with
+ * Option parsing: every command parses with getopt_long_only
+ * (sp_cli_next), so every long option may be written with
  * two dashes or with one, the way llama.cpp spells its multi-letter flags
  * (-md, -zd); a single letter after one dash is always the short option
  * (-m, -n, -t, ...), and "--" ends the options. Values follow as the next

@@ -44,60 +44,54 @@ static const char *default_vocab(char *buf, size_t n) {
 int cmd_mkmodel(int argc, char **argv) {
     sp_mkmodel_params p = sp_mkmodel_default_params();
     const char *out = NULL;
-    long long v, dim = -1, layers = -1, heads = -1, kv_heads = -1, ffn = -1, vocab = -1, seed = -1;
+    long long dim = -1, layers = -1, heads = -1, kv_heads = -1, ffn = -1, vocab = -1, seed = -1,
+              n_ctx = -1, pad = -1;
     int type = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-#define INTFLAG(NAME, LO, HI, DST)                                   \
-    else if (!strcmp(a, NAME)) {                                     \
-        if (sp_cli_int(a, val, LO, HI, &v)) return 2;                \
-        DST = v;                                                     \
-        i++;                                                         \
-    }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            mk_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--out") || !strcmp(a, "-o")) {
-            if (!val) goto missing;
-            out = val;
-            i++;
-        } else if (!strcmp(a, "--vocab-from")) {
-            if (!val) goto missing;
-            p.vocab_from = val;
-            i++;
-        } else if (!strcmp(a, "--arch")) {
-            if (!val) goto missing;
-            p.arch = val; /* checked by sp_mkmodel, which names the ones it writes */
-            i++;
-        } else if (!strcmp(a, "--type")) {
-            if (!val) goto missing;
-            p.mix_k_m = !strcasecmp(val, "q4_K_M") || !strcasecmp(val, "q5_K_M");
-            type = p.mix_k_m ? (tolower((unsigned char)val[1]) == '4' ? SP_GGML_Q4_K : SP_GGML_Q5_K) : parse_type(val);
+    enum { O_VOCAB_FROM = SP_OPT_CMD, O_ARCH, O_TYPE, O_DIM, O_LAYERS, O_HEADS, O_KV_HEADS, O_FFN,
+           O_VOCAB, O_CTX, O_PAD_VOCAB, O_SEED };
+    static const struct option longopts[] = {
+        {"out", required_argument, NULL, 'o'},        {"vocab-from", required_argument, NULL, O_VOCAB_FROM},
+        {"arch", required_argument, NULL, O_ARCH},    {"type", required_argument, NULL, O_TYPE},
+        {"dim", required_argument, NULL, O_DIM},      {"layers", required_argument, NULL, O_LAYERS},
+        {"heads", required_argument, NULL, O_HEADS},  {"kv-heads", required_argument, NULL, O_KV_HEADS},
+        {"ffn", required_argument, NULL, O_FFN},      {"vocab", required_argument, NULL, O_VOCAB},
+        {"ctx", required_argument, NULL, O_CTX},      {"pad-vocab", required_argument, NULL, O_PAD_VOCAB},
+        {"seed", required_argument, NULL, O_SEED},    {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    /* integer options: id, range, destination */
+    const struct {
+        int id;
+        long long lo, hi, *dst;
+    } ints[] = {{O_DIM, 2, 16384, &dim},        {O_LAYERS, 1, 256, &layers},     {O_HEADS, 1, 1024, &heads},
+                {O_KV_HEADS, 1, 1024, &kv_heads}, {O_FFN, 1, 65536, &ffn},       {O_VOCAB, 4, 4096, &vocab},
+                {O_CTX, 1, 1 << 20, &n_ctx},    {O_PAD_VOCAB, 0, 1 << 20, &pad}, {O_SEED, 0, INT64_MAX, &seed}};
+    const char *flag;
+    int opt;
+    optind = 0;
+    while ((opt = sp_cli_next(argc, argv, "o:h", longopts, "mkmodel", &flag)) != -1) {
+        switch (opt) {
+        case 'h': mk_usage(stdout); return 0;
+        case 'o': out = optarg; break;
+        case O_VOCAB_FROM: p.vocab_from = optarg; break;
+        case O_ARCH: p.arch = optarg; break; /* checked by sp_mkmodel, which names the ones it writes */
+        case O_TYPE:
+            p.mix_k_m = !strcasecmp(optarg, "q4_K_M") || !strcasecmp(optarg, "q5_K_M");
+            type = p.mix_k_m ? (tolower((unsigned char)optarg[1]) == '4' ? SP_GGML_Q4_K : SP_GGML_Q5_K)
+                             : parse_type(optarg);
             if (type < 0) {
-                fprintf(stderr, "specula: --type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q4_K, q5_K, q6_K, q4_K_M or q5_K_M, got '%s'\n", val);
+                fprintf(stderr, "specula: %s must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q4_K, q5_K, q6_K, q4_K_M or q5_K_M, got '%s'\n", flag, optarg);
                 return 2;
             }
-            i++;
+            break;
+        case '?': return 2;
+        default:
+            for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+                if (ints[i].id == opt && sp_cli_int(flag, optarg, ints[i].lo, ints[i].hi, ints[i].dst)) return 2;
+            break;
         }
-        INTFLAG("--dim", 2, 16384, dim)
-        INTFLAG("--layers", 1, 256, layers)
-        INTFLAG("--heads", 1, 1024, heads)
-        INTFLAG("--kv-heads", 1, 1024, kv_heads)
-        INTFLAG("--ffn", 1, 65536, ffn)
-        INTFLAG("--vocab", 4, 4096, vocab)
-        INTFLAG("--ctx", 1, 1 << 20, p.n_ctx)
-        INTFLAG("--pad-vocab", 0, 1 << 20, p.pad_vocab)
-        INTFLAG("--seed", 0, INT64_MAX, seed)
-        else {
-            fprintf(stderr, "specula: unknown option '%s' for mkmodel\n", a);
-            return 2;
-        }
-        continue;
-    missing:
-        fprintf(stderr, "specula: %s needs a value\n", a);
-        return 2;
-#undef INTFLAG
     }
+    if (n_ctx >= 0) p.n_ctx = (int32_t)n_ctx;
+    if (pad >= 0) p.pad_vocab = (int32_t)pad;
     const char *need = !out ? "--out" : dim < 0 ? "--dim" : layers < 0 ? "--layers"
                      : heads < 0 ? "--heads" : kv_heads < 0 ? "--kv-heads" : ffn < 0 ? "--ffn"
                      : type < 0 ? "--type" : seed < 0 ? "--seed" : NULL;

@@ -121,77 +121,107 @@ static int run(int argc, char **argv, bool distill) {
         p.loss.kind = SP_LOSS_FKL;
         p.lr = 3e-3f;
     }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (a[0] == '-' && a[1] == '-') a++; /* --flag and -flag alike */
-#define STR(NAME, DST)                                                                   \
-    else if (!strcmp(a, NAME)) {                                                         \
-        if (!val) goto missing;                                                          \
-        DST = val;                                                                       \
-        i++;                                                                             \
-    }
-#define INT(NAME, LO, HI, DST)                                                           \
-    else if (!strcmp(a, NAME)) {                                                         \
-        if (sp_cli_int(argv[i], val, LO, HI, &v)) return 2;                              \
-        DST = v;                                                                         \
-        i++;                                                                             \
-    }
-#define FLT(NAME, LO, HI, DST)                                                           \
-    else if (!strcmp(a, NAME)) {                                                         \
-        if (sp_cli_float(argv[i], val, LO, HI, &d)) return 2;                            \
-        DST = d;                                                                         \
-        i++;                                                                             \
-    }
-        if (!strcmp(a, "-h") || !strcmp(a, "-help")) {
-            train_usage(stdout, distill);
-            return 0;
-        }
-        STR("-data", data) STR("-out", out) STR("-o", out) STR("-csv", csv) STR("-png", png)
-        STR("-eval", eval) STR("-vocab-from", vocab)
-        INT("-steps", 1, 100000000, p.steps) INT("-batch", 1, 4096, p.batch)
-        INT("-seq", 2, 4096, p.seq_len) INT("-accum", 1, 4096, p.accum)
-        INT("-warmup", 0, 100000000, p.warmup) INT("-seed", 0, (1LL << 62), p.seed)
-        INT("-t", 1, 256, threads) INT("-threads", 1, 256, threads)
-        FLT("-lr", 1e-8, 10, p.lr) FLT("-lr-min", 0, 10, p.lr_min)
-        FLT("-weight-decay", 0, 10, p.adamw.weight_decay) FLT("-clip", 0, 1e9, p.adamw.clip)
-        else if (!strcmp(a, "-quiet")) quiet = true;
-        else if (!strcmp(a, "-type")) {
-            if (!val) goto missing;
-            if (!strcasecmp(val, "f32")) type = SP_GGML_F32;
-            else if (!strcasecmp(val, "f16")) type = SP_GGML_F16;
-            else if (!strcasecmp(val, "q8_0")) type = SP_GGML_Q8_0;
+    enum { O_DATA = SP_OPT_CMD, O_CSV, O_PNG, O_EVAL, O_VOCAB_FROM, O_STEPS, O_BATCH, O_SEQ, O_ACCUM,
+           O_WARMUP, O_SEED, O_LR, O_LR_MIN, O_WD, O_CLIP, O_QUIET, O_TYPE, O_SHAPE, O_INIT, O_LOSS,
+           O_ON_POLICY, O_TOPK };
+#define COMMON_OPTIONS                                                                               \
+    {"data", required_argument, NULL, O_DATA}, {"out", required_argument, NULL, 'o'},               \
+        {"csv", required_argument, NULL, O_CSV}, {"png", required_argument, NULL, O_PNG},           \
+        {"eval", required_argument, NULL, O_EVAL}, {"vocab-from", required_argument, NULL, O_VOCAB_FROM}, \
+        {"steps", required_argument, NULL, O_STEPS}, {"batch", required_argument, NULL, O_BATCH},   \
+        {"seq", required_argument, NULL, O_SEQ}, {"accum", required_argument, NULL, O_ACCUM},       \
+        {"warmup", required_argument, NULL, O_WARMUP}, {"seed", required_argument, NULL, O_SEED},   \
+        {"threads", required_argument, NULL, 't'}, {"lr", required_argument, NULL, O_LR},           \
+        {"lr-min", required_argument, NULL, O_LR_MIN}, {"weight-decay", required_argument, NULL, O_WD}, \
+        {"clip", required_argument, NULL, O_CLIP}, {"quiet", no_argument, NULL, O_QUIET},           \
+        {"type", required_argument, NULL, O_TYPE}, {"help", no_argument, NULL, 'h'}
+    static const struct option train_opts[] = {
+        COMMON_OPTIONS, {"shape", required_argument, NULL, O_SHAPE}, {"init", required_argument, NULL, O_INIT},
+        {NULL, 0, NULL, 0}};
+    static const struct option distill_opts[] = {
+        COMMON_OPTIONS,
+        {"draft-shape", required_argument, NULL, O_SHAPE},
+        {"draft-init", required_argument, NULL, O_INIT},
+        {"model", required_argument, NULL, 'm'},
+        {"loss", required_argument, NULL, O_LOSS},
+        {"on-policy", required_argument, NULL, O_ON_POLICY},
+        {"topk", required_argument, NULL, O_TOPK},
+        {NULL, 0, NULL, 0}};
+#undef COMMON_OPTIONS
+    /* numeric settings: id, range, destination (one of the three) */
+    const struct {
+        int id;
+        double lo, hi;
+        int64_t *i64;
+        int32_t *i32;
+        float *f32;
+    } nums[] = {
+        {O_STEPS, 1, 100000000, &p.steps, NULL, NULL},   {O_BATCH, 1, 4096, NULL, &p.batch, NULL},
+        {O_SEQ, 2, 4096, NULL, &p.seq_len, NULL},         {O_ACCUM, 1, 4096, NULL, &p.accum, NULL},
+        {O_WARMUP, 0, 100000000, &p.warmup, NULL, NULL}, {O_TOPK, 0, 1 << 20, NULL, &p.topk, NULL},
+        {O_LR, 1e-8, 10, NULL, NULL, &p.lr},              {O_LR_MIN, 0, 10, NULL, NULL, &p.lr_min},
+        {O_WD, 0, 10, NULL, NULL, &p.adamw.weight_decay}, {O_CLIP, 0, 1e9, NULL, NULL, &p.adamw.clip}};
+    const char *flag;
+    int opt;
+    optind = 0;
+    while ((opt = sp_cli_next(argc, argv, distill ? "m:o:t:h" : "o:t:h", distill ? distill_opts : train_opts,
+                              cmd, &flag)) != -1) {
+        switch (opt) {
+        case 'h': train_usage(stdout, distill); return 0;
+        case '?': return 2;
+        case O_DATA: data = optarg; break;
+        case 'o': out = optarg; break;
+        case O_CSV: csv = optarg; break;
+        case O_PNG: png = optarg; break;
+        case O_EVAL: eval = optarg; break;
+        case O_VOCAB_FROM: vocab = optarg; break;
+        case O_SHAPE: shape_s = optarg; break;
+        case O_INIT: init = optarg; break;
+        case 'm': target = optarg; break;
+        case O_QUIET: quiet = true; break;
+        case 't':
+            if (sp_cli_int(flag, optarg, 1, 256, &threads)) return 2;
+            break;
+        case O_SEED:
+            if (sp_cli_int(flag, optarg, 0, 1LL << 62, &v)) return 2;
+            p.seed = (uint64_t)v;
+            break;
+        case O_ON_POLICY:
+            if (sp_cli_float(flag, optarg, 0, 1, &p.on_policy)) return 2;
+            break;
+        case O_TYPE:
+            if (!strcasecmp(optarg, "f32")) type = SP_GGML_F32;
+            else if (!strcasecmp(optarg, "f16")) type = SP_GGML_F16;
+            else if (!strcasecmp(optarg, "q8_0")) type = SP_GGML_Q8_0;
             else {
-                fprintf(stderr, "specula: %s must be f32, f16 or q8_0, got '%s'\n", argv[i], val);
+                fprintf(stderr, "specula: %s must be f32, f16 or q8_0, got '%s'\n", flag, optarg);
                 return 2;
             }
-            i++;
-        }
-        else if (distill && !strcmp(a, "-m")) { if (!val) goto missing; target = val; i++; }
-        STR(distill ? "-draft-shape" : "-shape", shape_s)
-        STR(distill ? "-draft-init" : "-init", init)
-        else if (distill && !strcmp(a, "-loss")) {
+            break;
+        case O_LOSS: {
             sp_error e;
-            if (!val) goto missing;
-            if (sp_loss_parse(val, &p.loss, &e) || p.loss.kind == SP_LOSS_CE) {
-                fprintf(stderr, "specula: %s: %s\n", argv[i], p.loss.kind == SP_LOSS_CE ? "distillation takes fkl, rkl, jsd[:BETA] or tvd" : e.msg);
+            if (sp_loss_parse(optarg, &p.loss, &e) || p.loss.kind == SP_LOSS_CE) {
+                fprintf(stderr, "specula: %s: %s\n", flag,
+                        p.loss.kind == SP_LOSS_CE ? "distillation takes fkl, rkl, jsd[:BETA] or tvd" : e.msg);
                 return 2;
             }
-            i++;
+            break;
         }
-        FLT(distill ? "-on-policy" : "-\x01", 0, 1, p.on_policy)
-        INT(distill ? "-topk" : "-\x01", 0, 1 << 20, p.topk)
-        else {
-            fprintf(stderr, "specula %s: unknown option '%s' (try 'specula %s --help')\n", cmd, argv[i], cmd);
-            return 2;
+        default:
+            for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+                if (nums[i].id != opt) continue;
+                if (nums[i].f32) {
+                    if (sp_cli_float(flag, optarg, nums[i].lo, nums[i].hi, &d)) return 2;
+                    *nums[i].f32 = (float)d;
+                } else {
+                    if (sp_cli_int(flag, optarg, (long long)nums[i].lo, (long long)nums[i].hi, &v)) return 2;
+                    if (nums[i].i64) *nums[i].i64 = v;
+                    else *nums[i].i32 = (int32_t)v;
+                }
+            }
+            break;
         }
-        continue;
-    missing:
-        fprintf(stderr, "specula: %s needs a value\n", argv[i]);
-        return 2;
     }
-#undef STR
-#undef INT
-#undef FLT
     if (distill && !target) return fprintf(stderr, "specula distill: -m TARGET is required\n"), 2;
     if (!data || !out) return fprintf(stderr, "specula %s: --data and --out are required\n", cmd), 2;
     if (!!init == !!shape_s)
