@@ -18,6 +18,8 @@
 
 #define N_KS 5
 static const int32_t KS[N_KS] = {1, 2, 4, 8, 16};
+/* tokens per forward when filling the cache to the depth (the library's default batch) */
+#define FILL SP_CTX_DEFAULT_BATCH
 
 typedef struct bench_opts {
     const char *model;
@@ -55,7 +57,7 @@ static int32_t tok_at(int64_t i, int32_t n_vocab) {
 
 /* Forward n tokens starting at the cache's current end. */
 static sp_status fwd(sp_ctx *c, int32_t n, int64_t seq0, bool all, float *logits, sp_error *err) {
-    int32_t tok[64];
+    int32_t tok[FILL];
     const int32_t V = sp_model_cfg(sp_ctx_model(c))->n_vocab;
     for (int32_t i = 0; i < n; i++) tok[i] = tok_at(seq0 + i, V);
     sp_batch b = {.tokens = tok, .n = n, .logits_all = all};
@@ -158,10 +160,10 @@ int cmd_bench_forward(int argc, char **argv) {
     sp_ctx_params cp = sp_ctx_default_params();
     const int64_t need = (o.decode > o.depth + KS[N_KS - 1] ? o.decode : o.depth + KS[N_KS - 1]) + 1;
     cp.n_ctx = (int32_t)need;
-    cp.max_batch = 64;
+    cp.max_batch = FILL;
     cp.n_threads = (int32_t)o.threads;
     if (sp_ctx_init(m, &cp, &c, &err)) goto fail;
-    logits = malloc((size_t)64 * (size_t)cfg->n_vocab * sizeof(float));
+    logits = malloc((size_t)FILL * (size_t)cfg->n_vocab * sizeof(float));
     times = malloc((size_t)o.reps * sizeof(double));
     if (!logits || !times) {
         sp_fail(&err, SP_ERR_NOMEM, "out of memory");
@@ -187,7 +189,7 @@ int cmd_bench_forward(int argc, char **argv) {
     /* k-token forwards at a fixed depth */
     if (sp_ctx_truncate(c, 0, &err)) goto fail;
     for (int64_t done = 0; done < o.depth;) {
-        int32_t n = o.depth - done > 64 ? 64 : (int32_t)(o.depth - done);
+        int32_t n = o.depth - done > FILL ? FILL : (int32_t)(o.depth - done);
         if (fwd(c, n, done, false, logits, &err)) goto fail;
         done += n;
     }
