@@ -13,9 +13,7 @@
  * which moves the positions after it, see tests/test_golden.c). Greedy ids:
  * where the logits must be llama.cpp's, all 32 equal (top-2 margins go down
  * to 5e-4 on these random models); the q8_0 files with the fast kernels,
- * equal until the first near tie (top-2 margin below 0.1). Under
- * SPECULA_ISA=scalar the f32 files are held to 1e-4 (gemma 5e-3) and the
- * near-tie rule, as its F32 matmul sums in another order. Besides what
+ * equal until the first near tie (top-2 margin below 0.1). Besides what
  * test_golden lists, this needs the query scale where llama.cpp's graph
  * puts it (phi3 and gemma2 scale the queries, the others the scores),
  * ggml's GELU table (its FMA), and sliding-window slots kept in their
@@ -147,19 +145,11 @@ static void test_arch_logits(void **state) {
                 double ma = compare_seq(m, file, "seqA16", SEQ_A, 16, pos, &misprinted);
                 double mb = compare_seq(m, file, "seqB24", SEQ_B, 24, pos + 16, &misprinted);
                 qsort(pos, 40, sizeof pos[0], cmp_double);
-                /* the scalar tier sums F32 matmuls in row order, not in
-                 * tinyBLAS's 16 lanes: there the f32 files are held to
-                 * 1e-4 (gemma 5e-3, its GELU table amplifies) instead */
-                const bool f32_exact = sp_ops_isa() != SP_ISA_SCALAR;
-                const bool exact = q ? ggml : f32_exact;
+                const bool exact = ggml || !q;
                 bool gok;
                 int compared = compare_greedy(m, file, exact, &gok);
                 const double mx = fmax(ma, mb);
-                const double f32_tol = strncmp(file, "gemma", 5) ? 1e-4 : 5e-3;
-                const bool ok = (exact   ? misprinted == 0 && compared == 32
-                                 : q     ? mx < 0.1 && pos[20] <= 1e-4
-                                         : mx < f32_tol) &&
-                                gok;
+                const bool ok = (exact ? misprinted == 0 && compared == 32 : mx < 0.1 && pos[20] <= 1e-4) && gok;
                 printf("arch %-4s %-18s max|diff| A %.2e B %.2e  median position %.2e  printed differently %5d  "
                        "greedy %d/32 %s%s\n",
                        ggml ? "ggml" : "fast", file, ma, mb, pos[20], misprinted, compared,
