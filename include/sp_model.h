@@ -42,7 +42,8 @@ typedef struct sp_model sp_model;
 #define SP_CTX_DEFAULT_BATCH 64
 
 typedef struct sp_model_params {
-    /* llama2.c checkpoints need their tokenizer.bin; NULL: no tokenizer. */
+    /* llama2.c checkpoints need their tokenizer.bin; NULL: no tokenizer.
+     * A GGUF model carries its own: SP_ERR_ARG if this is set for one. */
     const char *tokenizer_path;
     /* Weights stay resident: by default every page of the mapping is read
      * in at load (a cold or evicted mapping would otherwise be read from

@@ -114,6 +114,13 @@ static void test_cli_refuses_odd_files(void **state) {
         expect_cli_error(a, "model");
         snprintf(a, sizeof a, "generate -m '%s' -z '%s' -p hi -n 2", bin, p);
         expect_cli_error(a, "tokenizer");
+        /* a GGUF has its own tokenizer: -z / -zd for one is refused, not ignored */
+        snprintf(a, sizeof a, "generate -m '%s' -z '%s' -p hi -n 2", m, p);
+        expect_cli_error(a, "-z: ");
+        snprintf(a, sizeof a, "generate -m '%s' -md '%s' -zd '%s' -p hi -n 2", m, m, p);
+        expect_cli_error(a, "-zd: ");
+        snprintf(a, sizeof a, "tokenize -m '%s' -z '%s' -p hi", m, p);
+        expect_cli_error(a, "-z: ");
         snprintf(a, sizeof a, "generate -m '%s' -f '%s' -n 2", m, p);
         expect_cli_error(a, "prompt file");
         snprintf(a, sizeof a, "bench -m '%s' --prompts '%s' -n 2", m, p);

@@ -577,6 +577,15 @@ static void expect_load_error(const char *path, sp_status want, const char *need
 static void test_bad_model_files(void **state) {
     (void)state;
     expect_load_error("/nonexistent/model.gguf", SP_ERR_IO, "cannot open");
+    { /* a tokenizer for a GGUF model (which has its own) is refused, not ignored */
+        sp_error err = {0};
+        sp_model *m = NULL;
+        sp_model_params mp = sp_model_default_params();
+        mp.tokenizer_path = sp_shared("models/tok512.bin");
+        assert_int_equal(sp_model_load(sp_shared("models/stories260K.gguf"), &mp, &m, &err), SP_ERR_ARG);
+        assert_null(m);
+        assert_non_null(strstr(err.msg, "tokenizer_path"));
+    }
     char *p = write_tmp("empty", "", 0);
     expect_load_error(p, SP_ERR_FORMAT, NULL);
     p = write_tmp("text", "hello, this is not a model file at all........", 47);

@@ -158,6 +158,8 @@ void sp_cli_online_print(FILE *f, sp_online *on);
  * r->draft_model (several -md are refused unless r->multi_draft). Prints one line and returns 1 on failure (nothing is left
  * loaded then); 0 on success. */
 int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel);
+/* Whether path is a GGUF file (its magic); false when it cannot be read. */
+bool sp_cli_is_gguf(const char *path);
 
 /* Loads the drafts after the first (r->draft_models[1..]) into dms[1..]
  * (dms[0] is the one sp_cli_load_models loaded). Prints one line and

@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "sp_file.h"
 #include "sp_utf8.h"
 
 int sp_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
@@ -164,20 +166,43 @@ int sp_cli_spec_opt(int opt, const char *arg, sp_spec_config *c) {
     return 1;
 }
 
-/* Load settings of the target (draft false) or of a draft model. */
-static sp_model_params load_params(const sp_cli_run_opts *r, bool draft) {
-    sp_model_params mp = sp_model_default_params();
-    mp.tokenizer_path = draft && r->draft_tokenizer ? r->draft_tokenizer : r->tokenizer;
-    mp.mlock = r->mlock;
-    mp.no_prefault = r->no_prefault;
-    mp.tokenizer_pre = r->tokenizer_pre;
-    return mp;
+bool sp_cli_is_gguf(const char *path) {
+    int fd;
+    uint64_t size;
+    sp_error e;
+    char magic[4] = {0};
+    if (sp_file_open(path, "model", &fd, &size, &e)) return false; /* the load will say why */
+    const ssize_t got = size >= 4 ? pread(fd, magic, 4, 0) : 0;
+    close(fd);
+    return got == 4 && !memcmp(magic, "GGUF", 4);
+}
+
+/* Load settings of the target (draft false) or of the draft model `path`:
+ * the tokenizer is -z's (the target's), -zd's (a draft's), or for a
+ * llama2.c draft without -zd the target's -z. Prints one line naming the
+ * flag and returns -1 when a tokenizer flag is given for a GGUF model
+ * (which has its own, and would ignore it). */
+static int load_params(const sp_cli_run_opts *r, bool draft, const char *path, sp_model_params *mp) {
+    *mp = sp_model_default_params();
+    const char *tok = draft ? r->draft_tokenizer : r->tokenizer;
+    if (tok && sp_cli_is_gguf(path)) {
+        fprintf(stderr, "specula: %s: %s is a GGUF model with its own tokenizer (%s is for llama2.c checkpoints)\n",
+                draft ? "-zd" : "-z", path, draft ? "-zd" : "-z");
+        return -1;
+    }
+    if (draft && !tok && r->tokenizer && !sp_cli_is_gguf(path)) tok = r->tokenizer;
+    mp->tokenizer_path = tok;
+    mp->mlock = r->mlock;
+    mp->no_prefault = r->no_prefault;
+    mp->tokenizer_pre = r->tokenizer_pre;
+    return 0;
 }
 
 int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel) {
     sp_error err = {0};
     *model = *dmodel = NULL;
-    sp_model_params mp = load_params(r, false);
+    sp_model_params mp;
+    if (load_params(r, false, r->model, &mp)) return 1;
     if (sp_model_load(r->model, &mp, model, &err)) {
         fprintf(stderr, "specula: %s\n", err.msg);
         return 1;
@@ -195,9 +220,8 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
         return 1;
     }
     if (r->draft_model) {
-        mp = load_params(r, true);
-        if (sp_model_load(r->draft_model, &mp, dmodel, &err)) {
-            fprintf(stderr, "specula: %s\n", err.msg);
+        if (load_params(r, true, r->draft_model, &mp) || sp_model_load(r->draft_model, &mp, dmodel, &err)) {
+            if (err.msg[0]) fprintf(stderr, "specula: %s\n", err.msg);
             sp_model_free(*model);
             *model = NULL;
             return 1;
@@ -209,7 +233,8 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
 int sp_cli_load_more_drafts(const sp_cli_run_opts *r, sp_model **dms) {
     sp_error err = {0};
     for (int d = 1; d < r->n_draft_models; d++) {
-        sp_model_params mp = load_params(r, true);
+        sp_model_params mp;
+        if (load_params(r, true, r->draft_models[d], &mp)) return 1;
         if (sp_model_load(r->draft_models[d], &mp, &dms[d], &err)) {
             fprintf(stderr, "specula: %s\n", err.msg);
             return 1;

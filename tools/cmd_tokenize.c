@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "specula.h"
@@ -73,13 +72,12 @@ int cmd_tokenize(int argc, char **argv) {
     int32_t *ids = NULL;
     int rc = 1;
     /* a GGUF (full or vocabulary-only): only its tokenizer is read */
-    int fd;
-    uint64_t size;
-    char magic[4] = {0};
-    if (sp_file_open(model, "model", &fd, &size, &err)) goto fail;
-    ssize_t got = size >= 4 ? pread(fd, magic, 4, 0) : 0;
-    close(fd);
-    if (got == 4 && !memcmp(magic, "GGUF", 4)) {
+    if (sp_cli_is_gguf(model)) {
+        if (tokz) {
+            fprintf(stderr, "specula: -z: %s is a GGUF model with its own tokenizer (-z is for llama2.c checkpoints)\n",
+                    model);
+            return 2;
+        }
         if (sp_gguf_open(model, &g, &err) || sp_tokenizer_load_gguf_pre(g, pre, &own, &err)) goto fail;
         t = own;
     } else {

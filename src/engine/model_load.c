@@ -516,10 +516,16 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
     char magic[4] = {0};
     ssize_t got = fsize >= 4 ? pread(fd, magic, 4, 0) : 0;
     close(fd);
+    const bool gguf = got == 4 && !memcmp(magic, "GGUF", 4);
+    /* a tokenizer given for a GGUF model would be ignored (the file has its own): refused */
+    if (gguf && params && params->tokenizer_path)
+        return sp_fail(err, SP_ERR_ARG,
+                       "tokenizer_path: %s is a GGUF model, whose tokenizer is in the file (a separate "
+                       "tokenizer is for llama2.c checkpoints)", path);
     sp_model *m = calloc(1, sizeof *m);
     if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     sp_status st;
-    if (got == 4 && !memcmp(magic, "GGUF", 4))
+    if (gguf)
         st = load_gguf(m, path, params, err);
     else
         st = load_llama2c(m, path, params, err);
