@@ -12,15 +12,9 @@
  * processes still slows it). */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+#include "sp_clock.h"
 
 #include "sp_model.h"
-
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -71,12 +65,12 @@ int main(int argc, char **argv) {
         double best = 1e30;
         for (int r = 0; r < reps; r++) {
             sp_batch b = {.tokens = tok, .n = ks[ki], .logits_all = true};
-            const double t0 = cpu_now();
+            const double t0 = sp_thread_cpu_now();
             if (sp_forward(c, &b, logits, &err)) {
                 fprintf(stderr, "forward_cpu_bench: %s\n", err.msg);
                 return 1;
             }
-            const double t = cpu_now() - t0;
+            const double t = sp_thread_cpu_now() - t0;
             best = t < best ? t : best;
             if (sp_ctx_truncate(c, depth, &err)) return 1;
         }

@@ -17,28 +17,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include "sp_clock.h"
 
 #include "ops.h"
 #include "quant.h"
 #include "sp_rng.h"
 
-/* The thread's CPU time: on a machine shared with other processes, time
- * spent descheduled does not count against the kernel (stalls on memory
- * still do). */
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double run(sp_mm_kernel kern, sp_mm *m, int64_t rows, double min_s, long *reps_out) {
     long reps = 0;
-    double t0 = cpu_now(), t;
+    double t0 = sp_thread_cpu_now(), t;
     do {
         kern(m, 0, rows);
         reps++;
-        t = cpu_now() - t0;
+        t = sp_thread_cpu_now() - t0;
     } while (t < min_s);
     *reps_out = reps;
     return t / (double)reps;

@@ -21,9 +21,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-
 #include "ops.h"
+#include "sp_clock.h"
 
 enum { ACC = 12 };
 
@@ -31,12 +30,6 @@ enum { ACC = 12 };
  * left the accumulators in memory with gcc -O2 (half the rate). */
 #define ACC12(OP) \
     do { OP(0); OP(1); OP(2); OP(3); OP(4); OP(5); OP(6); OP(7); OP(8); OP(9); OP(10); OP(11); } while (0)
-
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* n iterations of 16 dependent adds; returns the sum (kept live). */
 static uint64_t add_chain(uint64_t n) {
@@ -147,9 +140,9 @@ static int has_avx512bf16(void) {
 static double rate(double (*fn)(uint64_t), double per_iter, double secs, double *sink) {
     uint64_t n = 1 << 16;
     for (;;) {
-        const double t0 = cpu_now();
+        const double t0 = sp_thread_cpu_now();
         *sink += fn(n);
-        const double t = cpu_now() - t0;
+        const double t = sp_thread_cpu_now() - t0;
         if (t >= secs) return per_iter * (double)n / t;
         n *= 2;
     }
