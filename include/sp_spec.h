@@ -75,10 +75,10 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
                            sp_error *err);
 
 /* Reset the target and draft caches so the object can serve a new prompt
- * from scratch. The adaptive draft-length controller keeps what it measured
- * (costs, and the acceptance evidence weighed down by half), so the next
- * prompt starts from the last one's estimates instead of warming up again;
- * outputs do not depend on it (any draft length is lossless). */
+ * from scratch. The adaptive draft-length controller keeps the costs it
+ * measured (so the next prompt needs no warm-up) and forgets what the text
+ * decided (acceptance); outputs do not depend on it (any draft length is
+ * lossless). */
 sp_status sp_spec_reset(sp_spec *s, sp_error *err);
 
 /* A target forward in place of sp_forward, so that a server can evaluate

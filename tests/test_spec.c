@@ -309,9 +309,9 @@ static void test_adaptive_uses_cost(void **state) {
     sp_model_free(m);
 }
 
-/* A new prompt on the same object keeps what the controller learned
- * (sp_spec_reset): charged per row, drafting loses, and after one long
- * request the next requests decode plainly from their first step, with no
+/* A new prompt on the same object keeps the costs the controller measured
+ * (sp_spec_reset): charged per row, no draft length can pay, and after one
+ * long request the next ones decode plainly from their first step, with no
  * warm-up draft (a fresh object drafts 2 tokens first); charged a flat
  * cost, drafting wins, and the next request drafts from its first step. */
 static void test_adaptive_carries_over(void **state) {

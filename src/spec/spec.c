@@ -248,34 +248,32 @@ sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
                                   * this share of the time spent decoding plainly */
 #define ADAPT_PROBE_HOPELESS 2048 /* ... or this when no draft length could pay even if every
                                    * draft token were accepted (measured costs) */
-#define ADAPT_CARRY 0.5          /* a new prompt keeps the measured costs and realised rates and
-                                  * this share of the acceptance evidence */
 
 /* A new prompt on the same object (sp_spec_reset): the costs, kept as
- * ratios to the one-token forward, hold for any text, and so do the
- * realised rates of plain and drafting iterations; the acceptance of the
- * last prompt is the best guess for the next, weighed down to ADAPT_CARRY
- * so the new text soon speaks for itself. The warm-up and measuring
- * iterations are not repeated and the probe schedule continues: short
- * requests paid them every time. Measured side by side (synth-1b Q8_0 with
- * its Q4_K self-draft, 8 prompts x 48 tokens x 2 repeats): T=0, where no
- * static length wins, 0.89x plain before, 0.98x with this (0.90-0.94x when
- * the realised rates were halved too: the evidence threshold was never
- * reached and the probes were not spaced); T=1, a marginal draft (gamma 4
- * 1.09-1.10x), 1.01x before, 0.98x with this, the decision of the first
- * prompt holding for the rest. t_one belongs to the old, longer context:
- * until a plain step measures it again, drafting iterations track it
- * through the ratios (since_one past ADAPT_FRESH). Before both costs are
- * measured there is nothing to carry: start from scratch. */
+ * ratios to the one-token forward, hold for any text, so they carry over
+ * and the warm-up and measuring iterations are not repeated; what the text
+ * decides (acceptance, the realised rates, the probe schedule) starts
+ * afresh from the hopeful prior, so each prompt's first steps draft while
+ * the draft's cache is level with the prompt (the cheapest probe there is).
+ * Carrying the verdict too was tried and lost: the first prompt's "plain"
+ * held for every later one where drafting paid (synth-1b F16 with its Q4_K
+ * self-draft, T=1, 8 prompts x 48 tokens: 0.93x plain where gamma 4 gave
+ * 1.30x; with this 1.29x against 1.33x, before the carry-over 0.93x against
+ * 1.21x). t_one belongs to the old, longer context: until a plain step
+ * measures it again, drafting iterations track it through the ratios
+ * (since_one past ADAPT_FRESH). Before both costs are measured there is
+ * nothing to carry: start from scratch. */
 static void adapt_carry(sp_spec *s) {
     if (!(s->n_one > 0 && s->r_draft > 0)) {
         adapt_forget(s);
         return;
     }
-    s->first_a *= ADAPT_CARRY;
-    s->first_b *= ADAPT_CARRY;
-    s->next_a *= ADAPT_CARRY;
-    s->next_b *= ADAPT_CARRY;
+    /* the costs stay; what the text decides starts afresh */
+    s->first_a = s->first_b = s->next_a = s->next_b = 0;
+    memset(s->real_cost, 0, sizeof s->real_cost);
+    memset(s->real_tok, 0, sizeof s->real_tok);
+    memset(s->real_it, 0, sizeof s->real_it);
+    s->plain_run = s->probe_every = 0;
     s->since_one = ADAPT_FRESH;
     s->iters = ADAPT_PLAIN_FIRST + 2; /* past the first iterations' schedule */
 }
