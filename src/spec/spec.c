@@ -51,6 +51,8 @@ struct sp_spec {
                                        * tokens and count of the iterations that decoded
                                        * plainly [0] / drafted [1] */
     int32_t plain_run;       /* iterations decoded plainly since speculation last ran */
+    bool probe_first;        /* a new prompt with carried costs: its first iteration drafts
+                              * ADAPT_FIRST_GAMMA tokens (unless drafting is hopeless) */
     int32_t probe_every;     /* ... after which speculation is probed again */
     int64_t iters;           /* chain iterations since the last reset */
     sp_spec_observer observer; /* sees the target rows of verified positions */
@@ -208,6 +210,7 @@ static void adapt_forget(sp_spec *s) {
     memset(s->real_it, 0, sizeof s->real_it);
     s->plain_run = s->probe_every = 0;
     s->iters = 0;
+    s->probe_first = false;
 }
 
 static void adapt_carry(sp_spec *s);
@@ -251,18 +254,22 @@ sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
 
 /* A new prompt on the same object (sp_spec_reset): the costs, kept as
  * ratios to the one-token forward, hold for any text, so they carry over
- * and the warm-up and measuring iterations are not repeated; what the text
- * decides (acceptance, the realised rates, the probe schedule) starts
- * afresh from the hopeful prior, so each prompt's first steps draft while
- * the draft's cache is level with the prompt (the cheapest probe there is).
- * Carrying the verdict too was tried and lost: the first prompt's "plain"
- * held for every later one where drafting paid (synth-1b F16 with its Q4_K
- * self-draft, T=1, 8 prompts x 48 tokens: 0.93x plain where gamma 4 gave
- * 1.30x; with this 1.29x against 1.33x, before the carry-over 0.93x against
- * 1.21x). t_one belongs to the old, longer context: until a plain step
- * measures it again, drafting iterations track it through the ratios
- * (since_one past ADAPT_FRESH). Before both costs are measured there is
- * nothing to carry: start from scratch. */
+ * and the warm-up and plain measuring iterations are not repeated; what the
+ * text decides (acceptance, the realised rates, the probe schedule) starts
+ * afresh, and the prompt's first iteration drafts ADAPT_FIRST_GAMMA tokens
+ * to measure it while the draft's cache is level with the prompt (the
+ * cheapest probe there is; skipped when no length could pay). Measured side
+ * by side on synth-1b, 8 prompts x 48 tokens (adaptive / best static gamma):
+ * F16 + Q4_K self-draft, T=1: 1.38x / 1.39x (before the carry-over 1.32x /
+ * 1.63x); F16 + Q8_0, T=1: 1.14x / 1.18x (before 1.34x / 1.38x); Q8_0 + Q4_K,
+ * T=0, where no static length wins: 0.90x (before 0.85x). Carrying the
+ * verdict as well lost where drafting paid (F16 + Q4_K, T=1: 0.93x against
+ * 1.30x): the first prompt's "plain" held for the rest; starting from the
+ * prior without the first draft lost too (F16 + Q8_0, T=1: 0.99x against
+ * 1.29x: at the prior no length pays). t_one belongs to the old, longer
+ * context: until a plain step measures it again, drafting iterations track
+ * it through the ratios (since_one past ADAPT_FRESH). Before both costs are
+ * measured there is nothing to carry: start from scratch. */
 static void adapt_carry(sp_spec *s) {
     if (!(s->n_one > 0 && s->r_draft > 0)) {
         adapt_forget(s);
@@ -276,6 +283,7 @@ static void adapt_carry(sp_spec *s) {
     s->plain_run = s->probe_every = 0;
     s->since_one = ADAPT_FRESH;
     s->iters = ADAPT_PLAIN_FIRST + 2; /* past the first iterations' schedule */
+    s->probe_first = true;
 }
 
 /* Cost t[k] for a batch size k (k = from .. SP_SPEC_MAX_GAMMA + 1): measured,
@@ -361,6 +369,7 @@ static int32_t choose_gamma(sp_spec *s, int32_t gmax) {
     if (best > 0) {
         s->plain_run = 0;
         s->probe_every = ADAPT_PROBE_MIN;
+        s->probe_first = false;
         return best;
     }
     if (s->probe_every == 0) s->probe_every = ADAPT_PROBE_MIN;
@@ -395,6 +404,10 @@ static int32_t choose_gamma(sp_spec *s, int32_t gmax) {
     if (c0 > 0 && loss > 0 && s->real_it[1] >= ADAPT_EVIDENCE) {
         const double spaced = loss / (ADAPT_EXPLORE * c0);
         if (spaced > every) every = spaced < ADAPT_PROBE_HOPELESS ? (int32_t)spaced : ADAPT_PROBE_HOPELESS;
+    }
+    if (s->probe_first) { /* a new prompt: the first steps measure its acceptance */
+        s->probe_first = false;
+        if (every != ADAPT_PROBE_HOPELESS) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
     }
     if (++s->plain_run < every) return 0;
     s->plain_run = 0;
