@@ -213,15 +213,6 @@ static void adapt_forget(sp_spec *s) {
     s->probe_first = false;
 }
 
-static void adapt_carry(sp_spec *s);
-
-sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
-    adapt_carry(s);
-    sp_status st = sp_ctx_truncate(s->target, 0, err);
-    if (!st && s->drafter) st = sp_drafter_reset(s->drafter, err);
-    return st;
-}
-
 /* ---------------------------------------------------------- adaptive gamma */
 
 /* Parameters of the adaptive draft length (ALGORITHMS.md section 6). */
@@ -284,6 +275,13 @@ static void adapt_carry(sp_spec *s) {
     s->since_one = ADAPT_FRESH;
     s->iters = ADAPT_PLAIN_FIRST + 2; /* past the first iterations' schedule */
     s->probe_first = true;
+}
+
+sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
+    adapt_carry(s);
+    sp_status st = sp_ctx_truncate(s->target, 0, err);
+    if (!st && s->drafter) st = sp_drafter_reset(s->drafter, err);
+    return st;
 }
 
 /* Cost t[k] for a batch size k (k = from .. SP_SPEC_MAX_GAMMA + 1): measured,
