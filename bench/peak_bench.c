@@ -53,8 +53,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double loop_dpbusd
     const __m512i a = _mm512_set1_epi32(g_seed_i), b = _mm512_set1_epi32(g_seed_i);
     __m512i acc[ACC];
     for (int j = 0; j < ACC; j++) acc[j] = _mm512_set1_epi32(j);
-    for (uint64_t i = 0; i < n; i++)
-        {
+    for (uint64_t i = 0; i < n; i++) {
 #define STEP(j) acc[j] = _mm512_dpbusd_epi32(acc[j], a, b)
         ACC12(STEP);
 #undef STEP
@@ -68,8 +67,7 @@ __attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static double loop_d
     const __m256i a = _mm256_set1_epi32(g_seed_i), b = _mm256_set1_epi32(g_seed_i);
     __m256i acc[ACC];
     for (int j = 0; j < ACC; j++) acc[j] = _mm256_set1_epi32(j);
-    for (uint64_t i = 0; i < n; i++)
-        {
+    for (uint64_t i = 0; i < n; i++) {
 #define STEP(j) acc[j] = _mm256_dpbusd_epi32(acc[j], a, b)
         ACC12(STEP);
 #undef STEP
@@ -85,8 +83,7 @@ __attribute__((target("avx512f"))) static double loop_fma512(uint64_t n) {
     const __m512 a = _mm512_set1_ps(g_seed_f), b = _mm512_set1_ps(g_seed_f);
     __m512 acc[ACC];
     for (int j = 0; j < ACC; j++) acc[j] = _mm512_set1_ps((float)j);
-    for (uint64_t i = 0; i < n; i++)
-        {
+    for (uint64_t i = 0; i < n; i++) {
 #define STEP(j) acc[j] = _mm512_fmadd_ps(a, b, acc[j])
         ACC12(STEP);
 #undef STEP
@@ -100,8 +97,7 @@ __attribute__((target("avx2,fma"))) static double loop_fma256(uint64_t n) {
     const __m256 a = _mm256_set1_ps(g_seed_f), b = _mm256_set1_ps(g_seed_f);
     __m256 acc[ACC];
     for (int j = 0; j < ACC; j++) acc[j] = _mm256_set1_ps((float)j);
-    for (uint64_t i = 0; i < n; i++)
-        {
+    for (uint64_t i = 0; i < n; i++) {
 #define STEP(j) acc[j] = _mm256_fmadd_ps(a, b, acc[j])
         ACC12(STEP);
 #undef STEP
@@ -117,8 +113,7 @@ __attribute__((target("avx512f,avx512bf16"))) static double loop_dpbf16(uint64_t
     const __m512bh a = (__m512bh)_mm512_set1_epi32(g_seed_i), b = (__m512bh)_mm512_set1_epi32(g_seed_i);
     __m512 acc[ACC];
     for (int j = 0; j < ACC; j++) acc[j] = _mm512_set1_ps((float)j);
-    for (uint64_t i = 0; i < n; i++)
-        {
+    for (uint64_t i = 0; i < n; i++) {
 #define STEP(j) acc[j] = _mm512_dpbf16_ps(acc[j], a, b)
         ACC12(STEP);
 #undef STEP

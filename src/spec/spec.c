@@ -199,16 +199,22 @@ sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, s
     return SP_OK;
 }
 
-/* Forget every adaptive estimate (a new object's state). */
-static void adapt_forget(sp_spec *s) {
-    s->first_a = s->first_b = s->next_a = s->next_b = s->t_one = s->r_draft = 0;
-    s->since_one = s->n_one = 0;
-    memset(s->r_target, 0, sizeof s->r_target);
-    memset(s->r_over, 0, sizeof s->r_over);
+/* Forget what the text decided: acceptance, realised rates, probe schedule. */
+static void adapt_forget_text(sp_spec *s) {
+    s->first_a = s->first_b = s->next_a = s->next_b = 0;
     memset(s->real_cost, 0, sizeof s->real_cost);
     memset(s->real_tok, 0, sizeof s->real_tok);
     memset(s->real_it, 0, sizeof s->real_it);
     s->plain_run = s->probe_every = 0;
+}
+
+/* Forget every adaptive estimate (a new object's state). */
+static void adapt_forget(sp_spec *s) {
+    adapt_forget_text(s);
+    s->t_one = s->r_draft = 0;
+    s->since_one = s->n_one = 0;
+    memset(s->r_target, 0, sizeof s->r_target);
+    memset(s->r_over, 0, sizeof s->r_over);
     s->iters = 0;
     s->probe_first = false;
 }
@@ -266,12 +272,7 @@ static void adapt_carry(sp_spec *s) {
         adapt_forget(s);
         return;
     }
-    /* the costs stay; what the text decides starts afresh */
-    s->first_a = s->first_b = s->next_a = s->next_b = 0;
-    memset(s->real_cost, 0, sizeof s->real_cost);
-    memset(s->real_tok, 0, sizeof s->real_tok);
-    memset(s->real_it, 0, sizeof s->real_it);
-    s->plain_run = s->probe_every = 0;
+    adapt_forget_text(s); /* the costs stay */
     s->since_one = ADAPT_FRESH;
     s->iters = ADAPT_PLAIN_FIRST + 2; /* past the first iterations' schedule */
     s->probe_first = true;
