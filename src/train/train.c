@@ -712,13 +712,16 @@ sp_status sp_tmodel_load(const char *path, sp_tmodel **out, sp_error *err) {
     sp_status st = sp_model_load(path, NULL, &sm, err);
     if (st) return st;
     const sp_model_config *cfg = sp_model_cfg(sm);
-    bool plain = !cfg->rope_neox && cfg->rope_scale == 1.0f && !sm->rope_factors &&
+    bool plain = !cfg->rope_neox && cfg->rope_scale == 1.0f && !sm->rope_factors && !sm->rope_long &&
+                 !sm->rope_short && !sm->output.bias && !sm->output.scale && !(sm->kq_scale > 0) &&
                  cfg->head_dim * cfg->n_heads == cfg->dim && cfg->rot_dim == cfg->head_dim &&
                  !(sm->embed_scale > 0 && sm->embed_scale != 1.0f) && !sm->geglu &&
                  !(sm->attn_softcap > 0) && !(sm->final_softcap > 0);
     for (int32_t l = 0; plain && l < cfg->n_layers; l++) {
         const sp_layer *L = &sm->layers[l];
-        plain = !L->bq && !L->bk && !L->bv && !L->q_norm && !L->k_norm && !L->post_attn_norm &&
+        const sp_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) plain = plain && !ws[i]->bias && !ws[i]->scale;
+        plain = plain && !L->q_norm && !L->k_norm && !L->post_attn_norm &&
                 !L->post_ffn_norm && L->window <= 0 && !L->rope_local;
     }
     if (!plain) {
