@@ -25,7 +25,7 @@
 /* The files of reference/arch2026/models (without .gguf) checked here. */
 static const char *FILES[] = {
     "llama-dense-f16", "qwen2-dense-f16",  "qwen3-dense-f16",
-    "phi3-dense-f16",  "gemma2-dense-f16", "gemma3-dense-f16",
+    "phi3-dense-f16",  "gemma2-dense-f16", "gemma3-dense-f16", "qwen35-dense-f16",
 };
 
 #define MAX_IDS 64

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "deltanet.h"
 #include "model_internal.h"
 #include "threadpool.h"
 #include "ops.h"
@@ -40,6 +41,8 @@ struct sp_ctx {
     float *rope_cs;       /* [B][rot_dim] cos/sin per new token */
     sp_rope_freqs rope_local; /* the same for rope_local layers (gemma3) */
     float *rope_cs_local;     /* [B][rot_dim] for them, or NULL */
+    float *gate;          /* [B][q_dim] attention output gates (model attn_gated), or NULL */
+    sp_rstate *rs;        /* the recurrent layers' state (deltanet.h), or NULL */
 };
 
 sp_ctx_params sp_ctx_default_params(void) {
@@ -54,9 +57,20 @@ int32_t sp_ctx_n_past(const sp_ctx *c) { return c->kv.n; }
 sp_kv *sp_ctx_kv(sp_ctx *c) { return &c->kv; }
 sp_pool *sp_ctx_pool(sp_ctx *c) { return c->pool; }
 
-sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err) { return sp_kv_truncate(&c->kv, n, err); }
+/* The recurrent state first: it may refuse a rollback the cache allows. */
+sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err) {
+    if (c->rs && n >= 0 && n <= c->kv.n) {
+        sp_status st = sp_rstate_truncate(c->rs, n, err);
+        if (st) return st;
+    }
+    return sp_kv_truncate(&c->kv, n, err);
+}
 
 sp_status sp_ctx_keep(sp_ctx *c, int32_t start, const int32_t *idx, int32_t m, sp_error *err) {
+    if (c->rs) {
+        sp_status st = sp_rstate_keep(c->rs, start, idx, m, err);
+        if (st) return st;
+    }
     return sp_kv_keep(&c->kv, start, idx, m, err);
 }
 
@@ -94,6 +108,8 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->pos);
     free(c->rope_cs);
     free(c->rope_cs_local);
+    free(c->gate);
+    sp_rstate_free(c->rs);
     free(c);
 }
 
@@ -138,6 +154,7 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     const int64_t q_dim = (int64_t)cfg->n_heads * cfg->head_dim;
     const int64_t wide = q_dim > cfg->dim ? q_dim : cfg->dim;
     int64_t maxk = wide > cfg->ffn_dim ? wide : cfg->ffn_dim;
+    if ((int64_t)m->dn.n_v * m->dn.hv > maxk) maxk = (int64_t)m->dn.n_v * m->dn.hv;
     /* act rows must fit the widest input of any matrix type present */
     c->act_stride = 0;
     for (int t = 0; t < SP_GGML_TYPE_COUNT; t++)
@@ -146,7 +163,13 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     int nth = sp_pool_n_threads(c->pool);
     c->x = alloc64(B * (size_t)cfg->dim * 4);
     c->xb = alloc64(B * (size_t)wide * 4);
-    c->q = alloc64(B * (size_t)q_dim * 4);
+    c->q = alloc64(B * (size_t)q_dim * 4 * (m->attn_gated ? 2 : 1));
+    if (m->attn_gated) c->gate = alloc64(B * (size_t)q_dim * 4);
+    if (m->dn.n_layers > 0 &&
+        (st = sp_rstate_init(m, p->max_batch, sp_pool_n_threads(c->pool), &c->rs, err))) {
+        sp_ctx_free(c);
+        return st;
+    }
     c->hb = alloc64(B * (size_t)cfg->ffn_dim * 4);
     c->hb2 = alloc64(B * (size_t)cfg->ffn_dim * 4);
     c->x2 = alloc64(B * (size_t)cfg->dim * 4);
@@ -172,7 +195,7 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
         }
     }
     if (!c->x || !c->xb || !c->q || !c->kb || !c->vb || !c->hb || !c->hb2 || !c->x2 || !c->act || !c->att ||
-        !c->att_idx || !c->pos || !c->rope_cs) {
+        !c->att_idx || !c->pos || !c->rope_cs || (m->attn_gated && !c->gate)) {
         sp_ctx_free(c);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
     }
@@ -341,6 +364,13 @@ static void job_exec(sp_ctx *c, mm_job *j) {
     job_affine(j);
 }
 
+void sp_ctx_matmul(sp_ctx *c, const sp_mm_out *mm, int n_mm, const float *x, int64_t ld_x, int32_t n) {
+    SP_ASSERT(n_mm >= 1 && n_mm <= 3 && n <= c->max_batch);
+    mm_job j = {0};
+    for (int i = 0; i < n_mm; i++) job_add(c, &j, mm[i].w, x, ld_x, n, mm[i].y, mm[i].ld_y);
+    job_exec(c, &j);
+}
+
 /* Attention of the n new tokens (queries in c->q) over the cache. */
 typedef struct att_job {
     sp_ctx *c;          /* the sequence's context: its cache and score scratch */
@@ -440,10 +470,11 @@ static void attention_block(sp_ctx *c, const seq_rows *sq, int n_seq, int32_t l,
     for (int32_t t = 0; t < n; t++)
         sp_rmsnorm(c->xb + t * wide, c->x + t * dim, L->attn_norm, dim, cfg->norm_eps);
     mm_job j = {0};
-    job_add(c, &j, &L->wq, c->xb, wide, n, c->q, q_dim);
+    job_add(c, &j, &L->wq, c->xb, wide, n, c->q, c->gate ? 2 * q_dim : q_dim);
     job_add(c, &j, &L->wk, c->xb, wide, n, kd, kv_dim);
     job_add(c, &j, &L->wv, c->xb, wide, n, vd, kv_dim);
     job_exec(c, &j);
+    if (c->gate) sp_gated_attn_split(c->q, c->gate, n, cfg->n_heads, (int32_t)hd);
     if (L->q_norm) /* qwen3: RMSNorm of each query and key head before RoPE */
         for (int32_t t = 0; t < n; t++) {
             float *q = c->q + t * q_dim, *k = kd + t * kv_dim;
@@ -483,12 +514,28 @@ static void attention_block(sp_ctx *c, const seq_rows *sq, int n_seq, int32_t l,
         else
             sp_pool_run(c->pool, att_job_run, &a);
     }
+    if (c->gate) sp_gated_attn_apply(c->xb, wide, c->gate, n, q_dim);
     mm_job jo = {0};
     job_add(c, &jo, &L->wo, c->xb, wide, n, c->x2, dim);
     job_exec(c, &jo);
     if (L->post_attn_norm) /* gemma: the block's output is normed before the residual */
         for (int32_t t = 0; t < n; t++)
             sp_rmsnorm(c->x2 + t * dim, c->x2 + t * dim, L->post_attn_norm, dim, cfg->norm_eps);
+    for (int64_t i = 0; i < n * dim; i++) c->x[i] += c->x2[i];
+}
+
+/* One layer's recurrent block (deltanet.h) for the new tokens of every
+ * sequence: norm, the Gated DeltaNet mix over each sequence's own state,
+ * the residual add. */
+static void recurrent_block(sp_ctx *c, const seq_rows *sq, int n_seq, int32_t l, int32_t n) {
+    const sp_model_config *cfg = &c->m->cfg;
+    const int64_t dim = cfg->dim, q_dim = (int64_t)cfg->n_heads * cfg->head_dim;
+    const int64_t wide = q_dim > dim ? q_dim : dim;
+    for (int32_t t = 0; t < n; t++)
+        sp_rmsnorm(c->xb + t * wide, c->x + t * dim, c->m->layers[l].attn_norm, dim, cfg->norm_eps);
+    sp_dn_seq ds[SP_FORWARD_MAX_SEQS];
+    for (int i = 0; i < n_seq; i++) ds[i] = (sp_dn_seq){.rs = sq[i].c->rs, .row0 = sq[i].row0, .n = sq[i].n};
+    sp_deltanet_forward(c, ds, n_seq, l, n, c->xb, wide, c->x2);
     for (int64_t i = 0; i < n * dim; i++) c->x[i] += c->x2[i];
 }
 
@@ -563,6 +610,10 @@ static sp_status check_seq(sp_ctx *lead, seq_rows *q, sp_error *err) {
             if (!b->mask[(int64_t)i * w + (n_past + i - mask_base)])
                 return sp_fail(err, SP_ERR_ARG, "mask row %d does not let token %d see itself", i, i);
     }
+    if (c->rs) {
+        sp_status st = sp_rstate_check(c->rs, b, n_past, err);
+        if (st) return st;
+    }
     q->n = n;
     q->n_past = n_past;
     q->mask_base = mask_base;
@@ -581,6 +632,7 @@ static sp_status forward_seqs(sp_ctx *c, seq_rows *sq, int n_seq, int32_t n, con
 
     for (int32_t t = 0; t < n; t++) {
         sp_rope_cs(c->rope_cs + (int64_t)t * cfg->rot_dim, c->pos[t], &c->rope, cfg->rot_dim);
+        sp_imrope_text(c->rope_cs + (int64_t)t * cfg->rot_dim, m->rope_sections, cfg->rot_dim);
         if (c->rope_cs_local)
             sp_rope_cs(c->rope_cs_local + (int64_t)t * cfg->rot_dim, c->pos[t], &c->rope_local, cfg->rot_dim);
     }
@@ -592,11 +644,19 @@ static sp_status forward_seqs(sp_ctx *c, seq_rows *sq, int n_seq, int32_t n, con
     if (m->embed_scale > 0) /* gemma */
         for (int64_t i = 0; i < (int64_t)n * dim; i++) c->x[i] *= m->embed_scale;
 
+    for (int i = 0; i < n_seq; i++)
+        if (sq[i].c->rs) sp_rstate_begin(sq[i].c->rs, sq[i].b, sq[i].n_past);
     for (int32_t l = 0; l < cfg->n_layers; l++) {
         if (skip && skip[l]) continue;
-        attention_block(c, sq, n_seq, l, n);
+        if (m->layers[l].dn)
+            recurrent_block(c, sq, n_seq, l, n);
+        else
+            attention_block(c, sq, n_seq, l, n);
         ffn_block(c, l, n);
     }
+
+    for (int i = 0; i < n_seq; i++)
+        if (sq[i].c->rs) sp_rstate_end(sq[i].c->rs);
 
     /* the rows that want logits, packed: all of a sequence's or its last */
     int32_t rows = 0;

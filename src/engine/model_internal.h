@@ -40,7 +40,17 @@ typedef struct sp_layer {
     const float *post_attn_norm, *post_ffn_norm; /* [dim] norms of the block outputs (gemma) or NULL */
     int32_t window;         /* > 0: sliding-window layer (attends to the last `window` positions) */
     bool rope_local;        /* uses the local RoPE table (gemma3's sliding layers) */
+    struct sp_deltanet *dn; /* a Gated DeltaNet layer in place of attention (deltanet.h), or NULL */
 } sp_layer;
+
+/* The Gated DeltaNet layers' shape (qwen35, deltanet.h); zero without them. */
+typedef struct sp_dn_shape {
+    int32_t n_layers;     /* recurrent layers */
+    int32_t d_conv;       /* convolution width (ssm.conv_kernel) */
+    int32_t hk, hv;       /* key and value head sizes (ssm.state_size; equal) */
+    int32_t n_k, n_v;     /* key heads (ssm.group_count), value heads (ssm.time_step_rank) */
+    int32_t conv_dim;     /* 2 n_k hk + n_v hv */
+} sp_dn_shape;
 
 struct sp_model {
     sp_model_config cfg;
@@ -69,12 +79,33 @@ struct sp_model {
     float rope_theta_local; /* > 0: RoPE base of the rope_local layers (gemma2, gemma3) */
     float rope_scale_local; /* their linear position scale (0: 1) */
     float kq_scale;       /* > 0: the attention scale instead of 1/sqrt(head_dim) (gemma 27B) */
+    bool attn_gated;      /* the q projection gives per head [query | gate] and the attention
+                           * output is multiplied by sigmoid(gate) (qwen35) */
+    int32_t rope_sections[4]; /* IMRoPE sections (qwen35; all 0: plain RoPE) */
+    sp_dn_shape dn;
     void **owned;         /* buffers made at load time (converted norms, requantised weights) */
     int n_owned, cap_owned;
 };
 
 /* Allocate a buffer owned by the model (freed with it); NULL on failure. */
 void *sp_model_alloc(sp_model *m, size_t bytes);
+
+/* model_load.c's tensor binding: a matrix [rows, cols] (optional: an
+ * absent tensor leaves w zeroed) and an f32 vector (optional: NULL). */
+sp_status sp_model_bind_matrix(sp_model *m, const char *path, const char *name, int64_t cols,
+                               int64_t rows, bool optional, sp_weight *w, sp_error *err);
+sp_status sp_model_bind_vector(sp_model *m, const char *path, const char *name, int64_t n,
+                               bool optional, const float **out, sp_error *err);
+
+/* model.c's matmuls for other layer files: y_i = W_i x (with each weight's
+ * scale and bias, sp_weight) for up to 3 weights sharing an input of n rows
+ * (ld_x apart; W_i->cols floats each), on c's pool. */
+typedef struct sp_mm_out {
+    const sp_weight *w;
+    float *y;             /* n rows of w->rows floats, ld_y apart */
+    int64_t ld_y;
+} sp_mm_out;
+void sp_ctx_matmul(sp_ctx *c, const sp_mm_out *mm, int n_mm, const float *x, int64_t ld_x, int32_t n);
 
 /* The KV cache and worker pool of a context (the speculation loop and the
  * drafters use them; not part of the public API). */

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "deltanet.h"
 #include "model_internal.h"
 #include "ops.h"
 #include "sp_file.h"
@@ -60,6 +61,11 @@ uint64_t sp_model_weight_bytes(const sp_model *m) {
         n += weight_bytes(&L->wq) + weight_bytes(&L->wk) + weight_bytes(&L->wv) +
              weight_bytes(&L->wo) + weight_bytes(&L->w1) + weight_bytes(&L->w2) +
              weight_bytes(&L->w3);
+        if (L->dn) {
+            sp_weight *dw[SP_DELTANET_N_WEIGHTS];
+            sp_deltanet_weights(L->dn, dw);
+            for (int i = 0; i < SP_DELTANET_N_WEIGHTS; i++) n += weight_bytes(dw[i]);
+        }
     }
     return n;
 }
@@ -140,6 +146,18 @@ static sp_status bind_vector(sp_model *m, const char *path, const char *name, in
     return SP_OK;
 }
 
+sp_status sp_model_bind_matrix(sp_model *m, const char *path, const char *name, int64_t cols,
+                               int64_t rows, bool optional, sp_weight *w, sp_error *err) {
+    return bind_matrix(m, path, name, cols, rows, optional, w, err);
+}
+
+sp_status sp_model_bind_vector(sp_model *m, const char *path, const char *name, int64_t n,
+                               bool optional, const float **out, sp_error *err) {
+    *out = NULL;
+    if (optional && !sp_gguf_find_tensor(m->gguf, name)) return SP_OK;
+    return bind_vector(m, path, name, n, out, err);
+}
+
 static sp_status get_u32_or(const sp_gguf *g, const char *key, uint32_t def, int32_t *out,
                             sp_error *err) {
     uint32_t v = def;
@@ -194,16 +212,20 @@ typedef struct arch_info {
                           * 2 gemma2 (default 4096; pattern default 2);
                           * 3 gemma3 (only when > 0; pattern default 6) */
     int gemma;           /* 2 or 3: embeddings x sqrt(dim), GELU gate, post-block norms */
+    bool hybrid;         /* qwen35: Gated DeltaNet layers (deltanet.h) beside gated attention
+                          * (q projection [query | gate] per head), IMRoPE sections, the FFN
+                          * norm named post_attention_norm */
 } arch_info;
 
 static const arch_info ARCHS[] = {
-    /*               neox   qk_nrm fused  q_pre  freqs  lng/sh wo_b   ffn_b  ffn_s  out_b  swa gemma */
-    {"llama",  false, false, false, false, true,  false, true,  true,  true,  false, 0, 0},
-    {"qwen2",  true,  false, false, false, false, false, false, false, false, true,  0, 0},
-    {"qwen3",  true,  true,  false, false, false, false, false, false, true,  false, 0, 0},
-    {"phi3",   true,  false, true,  true,  false, true,  false, false, false, true,  1, 0},
-    {"gemma2", true,  false, false, true,  false, false, false, false, false, false, 2, 2},
-    {"gemma3", true,  true,  false, false, false, false, false, false, false, false, 3, 3},
+    /*               neox   qk_nrm fused  q_pre  freqs  lng/sh wo_b   ffn_b  ffn_s  out_b  swa gemma hybrid */
+    {"llama",  false, false, false, false, true,  false, true,  true,  true,  false, 0, 0, false},
+    {"qwen2",  true,  false, false, false, false, false, false, false, false, true,  0, 0, false},
+    {"qwen3",  true,  true,  false, false, false, false, false, false, true,  false, 0, 0, false},
+    {"phi3",   true,  false, true,  true,  false, true,  false, false, false, true,  1, 0, false},
+    {"gemma2", true,  false, false, true,  false, false, false, false, false, false, 2, 2, false},
+    {"gemma3", true,  true,  false, false, false, false, false, false, false, false, 3, 3, false},
+    {"qwen35", true,  true,  false, false, false, false, false, false, true,  false, 0, 0, true},
 };
 /* gemma3: llama.cpp of 2026-09 scales its queries, that of 2025-05 (which
  * made ../shared/reference/arch) its scores; the scores' order gives both
@@ -362,6 +384,22 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
         if ((ai->gemma == 2 && c->n_layers == 46) || (ai->gemma == 3 && c->n_layers == 62))
             m->kq_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     }
+    if (ai->hybrid) {
+        /* text positions in IMRoPE's first three sections, 0 in the fourth */
+        m->attn_gated = true;
+        const sp_gguf_kv *ks = sp_gguf_find(g, KEY("rope.dimension_sections"));
+        if (ks && ks->type == SP_GGUF_ARRAY && ks->arr_type <= SP_GGUF_INT32) {
+            for (uint64_t i = 0; i < 4 && i < ks->arr_n; i++) {
+                const int64_t v = sp_gguf_arr_int(ks, i);
+                if (v < 0 || v > 4096) return sp_fail(err, SP_ERR_FORMAT, "%s: bad %s[%d] = %lld", path, key, (int)i, (long long)v);
+                m->rope_sections[i] = (int32_t)v;
+            }
+        } else if (ks) {
+            return sp_fail(err, SP_ERR_FORMAT, "%s: metadata %s is not an array of integers", path, key);
+        }
+        if (m->rope_sections[0] + m->rope_sections[1] + m->rope_sections[2] + m->rope_sections[3] > c->rot_dim)
+            return sp_fail(err, SP_ERR_FORMAT, "%s: %s add up to more than the %d rotated dimensions", path, key, c->rot_dim);
+    }
 #undef KEY
     return SP_OK;
 }
@@ -394,7 +432,7 @@ static sp_status opt_rope_factors(sp_model *m, const char *path, const char *nam
 static sp_status bind_qkv(sp_model *m, const char *path, int l, sp_layer *L, sp_error *err) {
     const sp_model_config *c = &m->cfg;
     const int64_t dim = c->dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
-    const int64_t q_dim = (int64_t)c->n_heads * c->head_dim;
+    const int64_t q_dim = (int64_t)c->n_heads * c->head_dim * (m->attn_gated ? 2 : 1);
     char nm[96];
     sp_status st;
 #define T(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
@@ -443,17 +481,23 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
         free(sliding);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for layers");
     }
-    st = ai->gemma ? read_swa_pattern(m, path, a, ai->gemma == 2 ? 2 : 6, sliding, err) : SP_OK;
+    /* sliding: the recurrent layers of a hybrid */
+    st = ai->gemma    ? read_swa_pattern(m, path, a, ai->gemma == 2 ? 2 : 6, sliding, err)
+         : ai->hybrid ? sp_deltanet_config(m, path, a, sliding, err)
+                      : SP_OK;
     for (int l = 0; !st && l < c->n_layers; l++) {
         sp_layer *L = &m->layers[l];
         char nm[96];
+        const bool rec = ai->hybrid && sliding[l];
 #define T(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
         if ((st = bind_vector(m, path, T("attn_norm.weight"), dim, &L->attn_norm, err)) ||
-            (st = bind_vector(m, path, T("ffn_norm.weight"), dim, &L->ffn_norm, err)) ||
-            (st = bind_qkv(m, path, l, L, err)) ||
-            (st = bind_matrix(m, path, T("attn_output.weight"), q_dim, dim, false, &L->wo, err)) ||
-            (st = opt_vector(m, path, T("attn_output.scale"), 1, &L->wo.scale, err)) ||
-            (ai->wo_bias && (st = opt_vector(m, path, T("attn_output.bias"), dim, &L->wo.bias, err))) ||
+            (st = bind_vector(m, path, ai->hybrid ? T("post_attention_norm.weight") : T("ffn_norm.weight"), dim,
+                              &L->ffn_norm, err)) ||
+            (rec && (st = sp_deltanet_bind(m, path, l, err))) ||
+            (!rec && ((st = bind_qkv(m, path, l, L, err)) ||
+                      (st = bind_matrix(m, path, T("attn_output.weight"), q_dim, dim, false, &L->wo, err)) ||
+                      (st = opt_vector(m, path, T("attn_output.scale"), 1, &L->wo.scale, err)) ||
+                      (ai->wo_bias && (st = opt_vector(m, path, T("attn_output.bias"), dim, &L->wo.bias, err))))) ||
             (st = bind_matrix(m, path, T("ffn_down.weight"), ffn, dim, false, &L->w2, err)))
             break;
         if (ai->ffn_fused) {
@@ -477,17 +521,17 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
              (st = opt_vector(m, path, T("ffn_down.scale"), 1, &L->w2.scale, err))))
             break;
         L->w1.bias_first = L->w2.bias_first = L->w3.bias_first = true; /* llama.cpp's build_ffn */
-        if (ai->qk_norm &&
+        if (ai->qk_norm && !rec &&
             ((st = bind_vector(m, path, T("attn_q_norm.weight"), c->head_dim, &L->q_norm, err)) ||
              (st = bind_vector(m, path, T("attn_k_norm.weight"), c->head_dim, &L->k_norm, err))))
             break;
-        if (ai->gemma) {
+        if (ai->gemma && !ai->hybrid) {
             if ((st = bind_vector(m, path, T("post_attention_norm.weight"), dim, &L->post_attn_norm, err)) ||
                 (st = bind_vector(m, path, T("post_ffw_norm.weight"), dim, &L->post_ffn_norm, err)))
                 break;
             L->window = sliding[l] ? c->sliding_window : 0;
             L->rope_local = sliding[l];
-        } else {
+        } else if (!ai->hybrid) {
             L->window = c->sliding_window;
         }
 #undef T
@@ -550,7 +594,7 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
     const arch_info *ai = arch_find(a);
     if (!ai)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)",
+                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen35)",
                        path, a);
 
     if ((st = read_config(m, path, a, ai, err))) return st;
@@ -577,7 +621,7 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
           (st = opt_rope_factors(m, path, "rope_factors_short.weight", &m->rope_short, err)))))
         return st;
     if ((st = bind_layers(m, path, a, ai, err))) return st;
-    c->wtype = m->layers[0].wq.type;
+    c->wtype = m->layers[0].wq.data ? m->layers[0].wq.type : m->layers[0].w1.type; /* qwen35: recurrent */
     set_desc(m, a);
     return load_vocab(m, path, a, p, err);
 }
@@ -705,6 +749,9 @@ static sp_status pack_weights(sp_model *m, const sp_file_map *fm, sp_error *err)
         sp_layer *L = &m->layers[l];
         sp_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
         for (size_t i = 0; !st && i < sizeof ws / sizeof ws[0]; i++) st = pack_weight(m, ws[i], fm, err);
+        sp_weight *dw[SP_DELTANET_N_WEIGHTS];
+        if (L->dn) sp_deltanet_weights(L->dn, dw);
+        for (int i = 0; !st && L->dn && i < SP_DELTANET_N_WEIGHTS; i++) st = pack_weight(m, dw[i], fm, err);
     }
     return st;
 }
@@ -757,8 +804,9 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
  * nearest lower-precision type that fits any length. */
 static sp_status requant_matrix(sp_model *dst, const sp_weight *src, sp_ggml_type type,
                                 sp_weight *out, float *row, sp_error *err) {
-    if (sp_ggml_blck_size(type) > 1 && src->cols % sp_ggml_blck_size(type)) type = SP_GGML_F16;
     *out = *src;
+    if (!src->data) return SP_OK; /* absent (a recurrent layer's attention) */
+    if (sp_ggml_blck_size(type) > 1 && src->cols % sp_ggml_blck_size(type)) type = SP_GGML_F16;
     out->packed = NULL;
     out->type = type;
     out->row_bytes = sp_ggml_row_size(type, src->cols);
@@ -798,10 +846,14 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
     m->rope_short = src->rope_short;
     m->n_ctx_orig = src->n_ctx_orig;
     m->kq_scale = src->kq_scale;
+    m->attn_gated = src->attn_gated;
+    memcpy(m->rope_sections, src->rope_sections, sizeof m->rope_sections);
+    m->dn = src->dn;
     m->layers = calloc((size_t)src->cfg.n_layers, sizeof *m->layers);
     int64_t maxc = src->cfg.dim > src->cfg.ffn_dim ? src->cfg.dim : src->cfg.ffn_dim;
     if ((int64_t)src->cfg.n_heads * src->cfg.head_dim > maxc)
         maxc = (int64_t)src->cfg.n_heads * src->cfg.head_dim;
+    if ((int64_t)src->dn.n_v * src->dn.hv > maxc) maxc = (int64_t)src->dn.n_v * src->dn.hv;
     float *row = malloc((size_t)maxc * sizeof(float));
     sp_status st = (!m->layers || !row) ? sp_fail(err, SP_ERR_NOMEM, "out of memory") : SP_OK;
     for (int l = 0; !st && l < src->cfg.n_layers; l++) {
@@ -816,6 +868,19 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
             (st = requant_matrix(m, &S->w2, type, &D->w2, row, err)) ||
             (st = requant_matrix(m, &S->w3, type, &D->w3, row, err)))
             break;
+        if (S->dn) { /* a recurrent layer: its own copy with requantised matrices */
+            sp_deltanet *dn = sp_model_alloc(m, sizeof *dn);
+            if (!dn) {
+                st = sp_fail(err, SP_ERR_NOMEM, "out of memory");
+                break;
+            }
+            *dn = *S->dn;
+            sp_weight *sw[SP_DELTANET_N_WEIGHTS], *dw[SP_DELTANET_N_WEIGHTS];
+            sp_deltanet_weights(S->dn, sw);
+            sp_deltanet_weights(dn, dw);
+            for (int i = 0; !st && i < SP_DELTANET_N_WEIGHTS; i++) st = requant_matrix(m, sw[i], type, dw[i], row, err);
+            D->dn = dn;
+        }
     }
     if (!st) st = requant_matrix(m, &src->output, type, &m->output, row, err);
     free(row);
