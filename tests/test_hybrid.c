@@ -1,0 +1,316 @@
+/* Hybrid recurrent models (qwen35: Gated DeltaNet layers beside gated
+ * attention; ../shared/reference/arch2026/models/qwen35-dense-f16.gguf,
+ * whose logits test_arch2026 checks against llama.cpp's): the recurrent
+ * state under everything speculation does to a context, each against plain
+ * token-by-token decoding, bit for bit:
+ *  - a batch gives the logits of the same tokens fed one at a time, with
+ *    several sequences in one sp_forward_multi too;
+ *  - accepting j of k draft tokens (sp_ctx_truncate into the last batch)
+ *    leaves the state of j + 1 plain steps, for every j;
+ *  - a tree batch gives each node the logits of its own path, and keeping a
+ *    path (sp_ctx_keep) leaves that path's state;
+ *  - a draft context's rollback over its last single-token forwards;
+ *  - rollbacks the state cannot serve are refused with one line and leave
+ *    the context as it was;
+ *  - greedy speculative decoding on the hybrid target equals plain greedy
+ *    decoding with n-gram, low-bit self-draft, layer-skip and separate-model
+ *    drafts, chains and trees. */
+#include "testutil.h"
+
+#include <math.h>
+
+#include "specula.h"
+#include "spec_testutil.h"
+
+#define V 128 /* the reference file's vocabulary */
+
+static sp_model *hybrid(void) {
+    return load(sp_shared("reference/arch2026/models/qwen35-dense-f16.gguf"));
+}
+
+static sp_ctx *mkctx(const sp_model *m, int32_t max_batch) {
+    sp_error err = {0};
+    sp_ctx *c = NULL;
+    sp_ctx_params p = sp_ctx_default_params();
+    p.n_ctx = 256;
+    p.max_batch = max_batch;
+    if (sp_ctx_init(m, &p, &c, &err)) fail_msg("ctx: %s", err.msg);
+    return c;
+}
+
+/* Deterministic ids in [0, V). */
+static void ids(int32_t *out, int n, uint32_t seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        out[i] = (int32_t)((seed >> 8) % V);
+    }
+}
+
+static void fwd(sp_ctx *c, const int32_t *tok, int n, bool all, float *logits) {
+    sp_error err = {0};
+    sp_batch b = {.tokens = tok, .n = n, .logits_all = all};
+    if (sp_forward(c, &b, logits, &err)) fail_msg("forward: %s", err.msg);
+}
+
+static void same_rows(const float *a, const float *b, int rows, const char *what) {
+    for (int r = 0; r < rows; r++)
+        if (memcmp(a + (int64_t)r * V, b + (int64_t)r * V, V * sizeof(float)))
+            fail_msg("%s: row %d differs", what, r);
+}
+
+static void test_batch_equals_steps(void **state) {
+    (void)state;
+    sp_model *m = hybrid();
+    sp_ctx *a = mkctx(m, 64), *b = mkctx(m, 64);
+    int32_t t[40];
+    ids(t, 40, 7);
+    float *la = malloc(40 * V * sizeof(float)), *lb = malloc(40 * V * sizeof(float));
+    fwd(a, t, 40, true, la);
+    for (int i = 0; i < 40; i++) fwd(b, t + i, 1, false, lb + (int64_t)i * V);
+    same_rows(la, lb, 40, "one batch against single tokens");
+    /* uneven chunks */
+    sp_error err = {0};
+    assert_int_equal(sp_ctx_truncate(a, 0, &err), SP_OK);
+    fwd(a, t, 3, true, la);
+    fwd(a, t + 3, 17, true, la + 3 * V);
+    fwd(a, t + 20, 20, true, la + 20 * V);
+    same_rows(la, lb, 40, "chunks against single tokens");
+    /* two sequences in one pass: each its own state */
+    sp_ctx *c = mkctx(m, 64);
+    assert_int_equal(sp_ctx_truncate(a, 0, &err), SP_OK);
+    assert_int_equal(sp_ctx_truncate(b, 0, &err), SP_OK);
+    int32_t u[12];
+    ids(u, 12, 99);
+    fwd(b, t, 12, false, lb);
+    sp_ctx *ctxs[2] = {a, c};
+    sp_batch bs[2] = {{.tokens = t, .n = 12, .logits_all = true}, {.tokens = u, .n = 5, .logits_all = true}};
+    assert_int_equal(sp_forward_multi(ctxs, bs, 2, la, &err), SP_OK);
+    sp_ctx *d = mkctx(m, 64);
+    fwd(d, u, 5, true, lb);
+    same_rows(la + 12 * V, lb, 5, "second sequence of a shared pass");
+    fwd(b, t + 12, 1, false, lb); /* b: t[0..12] */
+    fwd(a, t + 12, 1, false, la);
+    same_rows(la, lb, 1, "first sequence after a shared pass");
+    free(la);
+    free(lb);
+    sp_ctx_free(a);
+    sp_ctx_free(b);
+    sp_ctx_free(c);
+    sp_ctx_free(d);
+    sp_model_free(m);
+}
+
+/* A verification batch of the last token and k drafts, j accepted: the
+ * context then continues as if it had decoded j + 1 tokens plainly. */
+static void test_truncate_after_batch(void **state) {
+    (void)state;
+    sp_model *m = hybrid();
+    sp_ctx *a = mkctx(m, 64), *b = mkctx(m, 64);
+    int32_t t[24];
+    ids(t, 24, 3);
+    float la[8 * V], lb[8 * V];
+    sp_error err = {0};
+    const int P = 10, K = 6;
+    for (int j = 0; j <= K; j++) {
+        assert_int_equal(sp_ctx_truncate(a, 0, &err), SP_OK);
+        assert_int_equal(sp_ctx_truncate(b, 0, &err), SP_OK);
+        fwd(a, t, P, false, la);
+        fwd(a, t + P, K + 1, true, la);
+        assert_int_equal(sp_ctx_truncate(a, P + j + 1, &err), SP_OK);
+        assert_int_equal(sp_ctx_n_past(a), P + j + 1);
+        fwd(a, t + 20, 2, true, la);
+        fwd(b, t, P, false, lb);
+        for (int i = 0; i <= j; i++) fwd(b, t + P + i, 1, false, lb);
+        fwd(b, t + 20, 2, true, lb);
+        same_rows(la, lb, 2, "after a truncated batch");
+        /* and again from there: rolling back within the last batch twice */
+        assert_int_equal(sp_ctx_truncate(a, P + j + 1, &err), SP_OK);
+        fwd(a, t + 21, 1, false, la);
+        assert_int_equal(sp_ctx_truncate(b, P + j + 1, &err), SP_OK);
+        fwd(b, t + 21, 1, false, lb);
+        same_rows(la, lb, 1, "after a second truncation");
+    }
+    sp_ctx_free(a);
+    sp_ctx_free(b);
+    sp_model_free(m);
+}
+
+/* Tail token 0, nodes 1..7 under it: parents as below. */
+static const int32_t PARENT[8] = {-1, 0, 0, 1, 1, 2, 3, 6};
+
+static void test_tree_paths(void **state) {
+    (void)state;
+    sp_model *m = hybrid();
+    sp_ctx *a = mkctx(m, 64), *b = mkctx(m, 64);
+    int32_t t[20], pos[8];
+    ids(t, 20, 11);
+    const int P = 6, N = 8;
+    uint8_t mask[8 * 8] = {0};
+    int depth[8];
+    for (int i = 0; i < N; i++) {
+        depth[i] = PARENT[i] < 0 ? 0 : depth[PARENT[i]] + 1;
+        pos[i] = P + depth[i];
+        for (int a2 = i; a2 >= 0; a2 = PARENT[a2]) mask[i * N + a2] = 1;
+    }
+    float la[8 * V], lb[8 * V];
+    sp_error err = {0};
+    fwd(a, t, P, false, la);
+    sp_batch tb = {.tokens = t + P, .pos = pos, .n = N, .mask = mask, .logits_all = true};
+    assert_int_equal(sp_forward(a, &tb, la, &err), SP_OK);
+    /* every node's logits are those of its path decoded plainly */
+    for (int i = 0; i < N; i++) {
+        int32_t path[8], len = 0;
+        for (int a2 = i; a2 >= 0; a2 = PARENT[a2]) path[len++] = a2;
+        assert_int_equal(sp_ctx_truncate(b, 0, &err), SP_OK);
+        fwd(b, t, P, false, lb);
+        for (int k = len - 1; k >= 0; k--) fwd(b, t + P + path[k], 1, false, lb);
+        same_rows(la + (int64_t)i * V, lb, 1, "tree node");
+    }
+    /* keep the path 0-2-5 (batch tokens 0, 2, 5): then continue */
+    const int32_t idx[2] = {1, 4}; /* relative to start = P + 1 */
+    assert_int_equal(sp_ctx_keep(a, P + 1, idx, 2, &err), SP_OK);
+    assert_int_equal(sp_ctx_n_past(a), P + 3);
+    fwd(a, t + 18, 2, true, la);
+    assert_int_equal(sp_ctx_truncate(b, 0, &err), SP_OK);
+    fwd(b, t, P, false, lb);
+    const int32_t plain[3] = {t[P], t[P + 2], t[P + 5]};
+    fwd(b, plain, 3, false, lb);
+    fwd(b, t + 18, 2, true, lb);
+    same_rows(la, lb, 2, "after keeping a tree path");
+    /* a set of nodes that is not a path is refused, the context unchanged */
+    assert_int_equal(sp_ctx_truncate(a, P, &err), SP_OK);
+    assert_int_equal(sp_forward(a, &tb, la, &err), SP_OK);
+    const int32_t bad[2] = {1, 2}; /* nodes 2 and 3: siblings' children */
+    assert_int_equal(sp_ctx_keep(a, P + 1, bad, 2, &err), SP_ERR_ARG);
+    assert_non_null(strstr(err.msg, "not a child"));
+    assert_int_equal(sp_ctx_n_past(a), P + N);
+    sp_ctx_free(a);
+    sp_ctx_free(b);
+    sp_model_free(m);
+}
+
+/* A draft context: single-token forwards rolled back to an earlier one. */
+static void test_draft_rollback(void **state) {
+    (void)state;
+    sp_model *m = hybrid();
+    sp_ctx *a = mkctx(m, 16), *b = mkctx(m, 16);
+    int32_t t[30];
+    ids(t, 30, 5);
+    float la[V], lb[V];
+    sp_error err = {0};
+    fwd(a, t, 8, false, la);
+    for (int i = 0; i < 7; i++) fwd(a, t + 8 + i, 1, false, la);
+    assert_int_equal(sp_ctx_truncate(a, 10, &err), SP_OK);
+    fwd(a, t + 25, 1, false, la);
+    fwd(b, t, 10, false, lb);
+    fwd(b, t + 25, 1, false, lb);
+    same_rows(la, lb, 1, "draft rollback over single-token forwards");
+    /* further back than the snapshots reach: refused, nothing changed */
+    assert_int_equal(sp_ctx_truncate(a, 0, &err), SP_OK);
+    fwd(a, t, 4, false, la);
+    for (int i = 0; i < 12; i++) fwd(a, t + 4 + i, 1, false, la);
+    assert_int_equal(sp_ctx_truncate(a, 2, &err), SP_ERR_UNSUPPORTED);
+    assert_null(strchr(err.msg, '\n'));
+    assert_int_equal(sp_ctx_n_past(a), 16);
+    assert_int_equal(sp_ctx_truncate(a, 5, &err), SP_ERR_UNSUPPORTED);
+    fwd(a, t + 16, 1, false, la);
+    assert_int_equal(sp_ctx_truncate(b, 0, &err), SP_OK);
+    fwd(b, t, 9, false, lb);
+    fwd(b, t + 9, 8, false, lb);
+    same_rows(la, lb, 1, "after a refused rollback");
+    /* a tree continued from an earlier batch's nodes: refused */
+    uint8_t mask[2] = {1, 1};
+    int32_t pos = 17;
+    sp_batch tb = {.tokens = t, .pos = &pos, .n = 1, .mask = mask, .mask_from_past = true, .mask_base = 16};
+    assert_int_equal(sp_forward(a, &tb, la, &err), SP_ERR_UNSUPPORTED);
+    assert_int_equal(sp_ctx_n_past(a), 17);
+    sp_ctx_free(a);
+    sp_ctx_free(b);
+    sp_model_free(m);
+}
+
+/* ---- speculation ---- */
+
+static int32_t run(sp_ctx *t, const sp_spec_params *sp, const int32_t *prompt, int32_t np, int32_t n,
+                   int32_t *out, sp_spec_stats *stats) {
+    sp_error err = {0};
+    sp_spec *s = NULL;
+    if (sp_spec_init(t, sp, &s, &err)) fail_msg("spec init: %s", err.msg);
+    sp_gen_params gp = sp_gen_default_params();
+    gp.n_predict = n;
+    gp.sampling.temperature = 0;
+    gp.stop_at_eog = false;
+    sp_gen_stats gs;
+    if (sp_spec_generate(s, prompt, np, &gp, out, n, &gs, stats, NULL, NULL, &err))
+        fail_msg("spec generate (%s): %s", sp_drafter_name(sp->draft.kind), err.msg);
+    sp_spec_free(s);
+    assert_int_equal(sp_ctx_truncate(t, 0, &err), SP_OK);
+    return gs.n_generated;
+}
+
+static void test_greedy_speculation(void **state) {
+    (void)state;
+    sp_model *tm = hybrid();
+    const char *dp = tiny_model(0, V, 17, 3.0f);
+    sp_model *dm = load(dp);
+    sp_ctx *t = mkctx(tm, 64);
+    int32_t prompt[12];
+    ids(prompt, 6, 1);
+    memcpy(prompt + 6, prompt, 6 * sizeof(int32_t)); /* repetition for the n-gram draft */
+    enum { N = 48 };
+    int32_t ref[N], out[N];
+    sp_spec_params plain = sp_spec_default_params();
+    assert_int_equal(run(t, &plain, prompt, 12, N, ref, NULL), N);
+    static const struct {
+        sp_drafter_kind kind;
+        sp_verifier ver;
+        int32_t gamma;
+        const char *tree;
+    } CFGS[] = {
+        {SP_DRAFT_NGRAM, SP_VERIFIER_BLOCK, 4, NULL},
+        {SP_DRAFT_NGRAM, SP_VERIFIER_TOKEN, 6, NULL},
+        {SP_DRAFT_LOWBIT, SP_VERIFIER_BLOCK, 5, NULL},
+        {SP_DRAFT_LOWBIT, SP_VERIFIER_TOKEN, 8, NULL},
+        {SP_DRAFT_LAYERSKIP, SP_VERIFIER_BLOCK, 3, NULL},
+        {SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, 4, NULL},
+        {SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, 0, "3x2x2"},
+        {SP_DRAFT_MODEL, SP_VERIFIER_GREEDY, 0, "2x2"},
+    };
+    for (size_t i = 0; i < sizeof CFGS / sizeof CFGS[0]; i++) {
+        sp_spec_params sp = sp_spec_default_params();
+        sp.draft.kind = CFGS[i].kind;
+        sp.draft.draft_model = dm;
+        sp.draft.lowbit_type = SP_GGML_Q8_0;
+        sp.verifier = CFGS[i].ver;
+        if (CFGS[i].gamma) sp.gamma = CFGS[i].gamma;
+        /* layer 0 (recurrent) skipped: the draft context's state keeps it as it was */
+        snprintf(sp.draft.skip_layers, sizeof sp.draft.skip_layers, "0");
+        if (CFGS[i].tree) {
+            sp_error err = {0};
+            if (sp_tree_shape_parse(CFGS[i].tree, &sp.tree, &err)) fail_msg("%s", err.msg);
+        }
+        sp_spec_stats st;
+        const int32_t no = run(t, &sp, prompt, 12, N, out, &st);
+        int32_t j = 0;
+        while (j < no && j < N && out[j] == ref[j]) j++;
+        printf("hybrid greedy %-9s %-8s %-6s accepted %3lld of %3lld drafted, equal to plain for %d/%d tokens\n",
+               sp_drafter_name(CFGS[i].kind), sp_verifier_name(CFGS[i].ver), CFGS[i].tree ? CFGS[i].tree : "chain",
+               (long long)st.accepted, (long long)st.drafted, j, N);
+        if (no != N || j != N) fail_msg("config %zu differs from plain greedy at token %d", i, j);
+        if (CFGS[i].kind != SP_DRAFT_MODEL) assert_true(st.accepted > 0); /* rollbacks were exercised */
+    }
+    sp_ctx_free(t);
+    sp_model_free(tm);
+    sp_model_free(dm);
+    unlink(dp);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_batch_equals_steps),
+    cmocka_unit_test(test_truncate_after_batch),
+    cmocka_unit_test(test_tree_paths),
+    cmocka_unit_test(test_draft_rollback),
+    cmocka_unit_test(test_greedy_speculation),
+};
+
+SP_TEST_MAIN(tests)
