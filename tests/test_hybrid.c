@@ -8,7 +8,8 @@
  *  - accepting j of k draft tokens (sp_ctx_truncate into the last batch)
  *    leaves the state of j + 1 plain steps, for every j;
  *  - a tree batch gives each node the logits of its own path, and keeping a
- *    path (sp_ctx_keep) leaves that path's state;
+ *    path (sp_ctx_keep) leaves that path's state; also for a tree grown
+ *    level by level over several forwards, as the drafters grow theirs;
  *  - a draft context's rollback over its last single-token forwards;
  *  - rollbacks the state cannot serve are refused with one line and leave
  *    the context as it was;
@@ -189,6 +190,52 @@ static void test_tree_paths(void **state) {
     sp_model_free(m);
 }
 
+/* A draft tree grown level by level (each level one forward whose mask
+ * reaches into the earlier levels, as the drafters do): each node gets its
+ * path's logits, and keeping a path leaves its state. */
+static void test_tree_levels(void **state) {
+    (void)state;
+    sp_model *m = hybrid();
+    sp_ctx *a = mkctx(m, 16), *b = mkctx(m, 16);
+    int32_t t[20];
+    ids(t, 20, 23);
+    const int P = 5;
+    float la[4 * V], lb[V];
+    sp_error err = {0};
+    fwd(a, t, P, false, la);
+    /* level 1: A = t[5], B = t[6], both children of the last prefix token */
+    int32_t pos1[2] = {P, P};
+    uint8_t m1[4] = {1, 0, 0, 1};
+    sp_batch l1 = {.tokens = t + P, .pos = pos1, .n = 2, .mask = m1, .mask_from_past = true, .mask_base = P,
+                   .logits_all = true};
+    assert_int_equal(sp_forward(a, &l1, la, &err), SP_OK);
+    /* level 2: C = t[7] under A (slot P), D = t[8] under B (slot P + 1) */
+    int32_t pos2[2] = {P + 1, P + 1};
+    uint8_t m2[8] = {1, 0, 1, 0, 0, 1, 0, 1};
+    sp_batch l2 = {.tokens = t + P + 2, .pos = pos2, .n = 2, .mask = m2, .mask_from_past = true, .mask_base = P,
+                   .logits_all = true};
+    assert_int_equal(sp_forward(a, &l2, la + 2 * V, &err), SP_OK);
+    static const int PATHS[4][2] = {{5, -1}, {6, -1}, {5, 7}, {6, 8}};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(sp_ctx_truncate(b, 0, &err), SP_OK);
+        fwd(b, t, P, false, lb);
+        for (int k = 0; k < 2 && PATHS[i][k] >= 0; k++) fwd(b, t + PATHS[i][k], 1, false, lb);
+        same_rows(la + (int64_t)i * V, lb, 1, "node of a tree grown by levels");
+    }
+    /* keep B, D: then continue */
+    const int32_t idx[2] = {1, 3};
+    assert_int_equal(sp_ctx_keep(a, P, idx, 2, &err), SP_OK);
+    fwd(a, t + 15, 1, false, la);
+    assert_int_equal(sp_ctx_truncate(b, 0, &err), SP_OK);
+    fwd(b, t, P, false, lb);
+    const int32_t path[3] = {t[6], t[8], t[15]};
+    fwd(b, path, 3, false, lb);
+    same_rows(la, lb, 1, "after keeping a path of a tree grown by levels");
+    sp_ctx_free(a);
+    sp_ctx_free(b);
+    sp_model_free(m);
+}
+
 /* A draft context: single-token forwards rolled back to an earlier one. */
 static void test_draft_rollback(void **state) {
     (void)state;
@@ -218,11 +265,12 @@ static void test_draft_rollback(void **state) {
     fwd(b, t, 9, false, lb);
     fwd(b, t + 9, 8, false, lb);
     same_rows(la, lb, 1, "after a refused rollback");
-    /* a tree continued from an earlier batch's nodes: refused */
-    uint8_t mask[2] = {1, 1};
+    /* a tree continued from tokens before the last forward: refused */
+    uint8_t mask[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     int32_t pos = 17;
-    sp_batch tb = {.tokens = t, .pos = &pos, .n = 1, .mask = mask, .mask_from_past = true, .mask_base = 16};
+    sp_batch tb = {.tokens = t, .pos = &pos, .n = 1, .mask = mask, .mask_from_past = true, .mask_base = 10};
     assert_int_equal(sp_forward(a, &tb, la, &err), SP_ERR_UNSUPPORTED);
+    assert_null(strchr(err.msg, '\n'));
     assert_int_equal(sp_ctx_n_past(a), 17);
     sp_ctx_free(a);
     sp_ctx_free(b);
@@ -275,12 +323,15 @@ static void test_greedy_speculation(void **state) {
         {SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, 4, NULL},
         {SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, 0, "3x2x2"},
         {SP_DRAFT_MODEL, SP_VERIFIER_GREEDY, 0, "2x2"},
+        {SP_DRAFT_LOWBIT, SP_VERIFIER_NAIVE, 0, "2x2x2x2"},
+        {SP_DRAFT_LOWBIT, SP_VERIFIER_MC, 0, "3x2"},
+        {SP_DRAFT_LAYERSKIP, SP_VERIFIER_GREEDY, 0, "4x2x1"},
     };
     for (size_t i = 0; i < sizeof CFGS / sizeof CFGS[0]; i++) {
         sp_spec_params sp = sp_spec_default_params();
         sp.draft.kind = CFGS[i].kind;
         sp.draft.draft_model = dm;
-        sp.draft.lowbit_type = SP_GGML_Q8_0;
+        sp.draft.lowbit_type = SP_GGML_Q4_0;
         sp.verifier = CFGS[i].ver;
         if (CFGS[i].gamma) sp.gamma = CFGS[i].gamma;
         /* layer 0 (recurrent) skipped: the draft context's state keeps it as it was */
@@ -309,6 +360,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_batch_equals_steps),
     cmocka_unit_test(test_truncate_after_batch),
     cmocka_unit_test(test_tree_paths),
+    cmocka_unit_test(test_tree_levels),
     cmocka_unit_test(test_draft_rollback),
     cmocka_unit_test(test_greedy_speculation),
 };

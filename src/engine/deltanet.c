@@ -132,29 +132,37 @@ void sp_deltanet_weights(sp_deltanet *dn, sp_weight *out[SP_DELTANET_N_WEIGHTS])
 
 /* -------------------------------------------------------------- state */
 
+/* The log: entry e is the token at position anchor_pos + e, with its qkv
+ * row, decay g [n_v] and beta [n_v] per layer, and its parent entry (-1:
+ * the anchor slot's state): the previous token in a chain, the nearest
+ * visible earlier token under a tree mask. A forward starts a new log at
+ * the current state unless it continues a tree of the logged tokens
+ * (mask_from_past below n_past), which appends to it. */
 struct sp_rstate {
     const sp_model *m;
     sp_dn_shape s;
     float eps;
-    int32_t max_batch, nth;
+    int32_t max_batch, log_cap, nth;
     size_t conv_n, ssm_n;  /* floats of one layer's conv window, S matrices */
     float *conv;           /* [SLOTS][n_layers][d_conv - 1][conv_dim], oldest row first */
     float *ssm;            /* [SLOTS][n_layers][n_v][hv][hk] */
     int32_t pos[SP_RSTATE_SLOTS]; /* tokens each slot's state has seen; -1: free */
-    int cur;
-    /* the last forward: started at last_n_past from slot src, writing dst */
-    int src, dst;
-    int32_t last_n_past, last_n; /* last_n 0: no log */
-    int32_t *parent;       /* [max_batch] each token's parent in the batch, -1: the state before */
+    bool prefix[SP_RSTATE_SLOTS]; /* the state of the chain of positions 0..pos-1 (not a tree path) */
+    int cur;               /* the current state's slot */
+    int32_t n_past;        /* tokens the current state has seen */
+    int anchor;            /* the log's starting slot (-1: no log) */
+    int32_t anchor_pos, n_log;
+    int dst;               /* the slot a forward writes */
+    int32_t first;         /* a forward's first entry */
+    int32_t *parent;       /* [log_cap] */
     size_t log_stride;     /* conv_dim + 2 n_v */
-    float *log;            /* [n_layers][max_batch][log_stride]: qkv row, g [n_v], beta [n_v] */
+    float *log;            /* [n_layers][log_cap][log_stride] */
     bool *done;            /* [n_layers] layers this forward advanced */
+    float *cv;             /* [log_cap][conv_dim] conv outputs of the entries a run reads */
     /* scratch of a forward (as the lead context: rows of every sequence) */
-    float *qkv, *z, *beta, *alpha, *cv, *y; /* [B][conv_dim], [B][vdim], [B][n_v] x 2, [B][conv_dim], [B][vdim] */
+    float *qkv, *z, *beta, *alpha, *y; /* [B][conv_dim], [B][vdim], [B][n_v] x 2, [B][vdim] */
     float *work;           /* [nth][hv * hk] */
-    int32_t *ent, *par;    /* [max_batch] node lists of a recomputation */
-    int32_t *iota;         /* [max_batch] 0, 1, ...: a forward's log entries */
-    int32_t *paths;        /* [nth][max_batch] tree paths of the recurrence's threads */
+    int32_t *paths;        /* [nth][log_cap] tree paths of the recurrence's threads */
 };
 
 static float *conv_at(const sp_rstate *rs, int slot, int r) {
@@ -164,7 +172,7 @@ static float *ssm_at(const sp_rstate *rs, int slot, int r) {
     return rs->ssm + ((size_t)slot * (size_t)rs->s.n_layers + (size_t)r) * rs->ssm_n;
 }
 static float *log_at(const sp_rstate *rs, int r, int32_t e) {
-    return rs->log + ((size_t)r * (size_t)rs->max_batch + (size_t)e) * rs->log_stride;
+    return rs->log + ((size_t)r * (size_t)rs->log_cap + (size_t)e) * rs->log_stride;
 }
 
 void sp_rstate_free(sp_rstate *rs) {
@@ -174,16 +182,13 @@ void sp_rstate_free(sp_rstate *rs) {
     free(rs->parent);
     free(rs->log);
     free(rs->done);
+    free(rs->cv);
     free(rs->qkv);
     free(rs->z);
     free(rs->beta);
     free(rs->alpha);
-    free(rs->cv);
     free(rs->y);
     free(rs->work);
-    free(rs->ent);
-    free(rs->par);
-    free(rs->iota);
     free(rs->paths);
     free(rs);
 }
@@ -192,6 +197,7 @@ static void zero_slot(sp_rstate *rs, int slot) {
     memset(conv_at(rs, slot, 0), 0, (size_t)rs->s.n_layers * rs->conv_n * sizeof(float));
     memset(ssm_at(rs, slot, 0), 0, (size_t)rs->s.n_layers * rs->ssm_n * sizeof(float));
     rs->pos[slot] = 0;
+    rs->prefix[slot] = true;
 }
 
 sp_status sp_rstate_init(const sp_model *m, int32_t max_batch, int n_threads, sp_rstate **out,
@@ -204,57 +210,65 @@ sp_status sp_rstate_init(const sp_model *m, int32_t max_batch, int n_threads, sp
     rs->s = *s;
     rs->eps = m->cfg.norm_eps;
     rs->max_batch = max_batch;
+    rs->log_cap = 2 * max_batch;
     rs->nth = n_threads < 1 ? 1 : n_threads;
     rs->conv_n = (size_t)(s->d_conv - 1) * (size_t)s->conv_dim;
     rs->ssm_n = (size_t)s->n_v * (size_t)s->hv * (size_t)s->hk;
     rs->log_stride = (size_t)s->conv_dim + 2 * (size_t)s->n_v;
     const size_t B = (size_t)max_batch, L = (size_t)s->n_layers, vdim = (size_t)s->n_v * (size_t)s->hv;
+    const size_t cap = (size_t)rs->log_cap;
     rs->conv = malloc((rs->conv_n ? rs->conv_n : 1) * L * SP_RSTATE_SLOTS * sizeof(float));
     rs->ssm = malloc(rs->ssm_n * L * SP_RSTATE_SLOTS * sizeof(float));
-    rs->parent = malloc(B * sizeof(int32_t));
-    rs->log = malloc(L * B * rs->log_stride * sizeof(float));
+    rs->parent = malloc(cap * sizeof(int32_t));
+    rs->log = malloc(L * cap * rs->log_stride * sizeof(float));
     rs->done = calloc(L, sizeof(bool));
+    rs->cv = malloc(cap * (size_t)s->conv_dim * sizeof(float));
     rs->qkv = malloc(B * (size_t)s->conv_dim * sizeof(float));
-    rs->cv = malloc(B * (size_t)s->conv_dim * sizeof(float));
     rs->z = malloc(B * vdim * sizeof(float));
     rs->y = malloc(B * vdim * sizeof(float));
     rs->beta = malloc(B * (size_t)s->n_v * sizeof(float));
     rs->alpha = malloc(B * (size_t)s->n_v * sizeof(float));
     rs->work = malloc((size_t)rs->nth * (size_t)s->hv * (size_t)s->hk * sizeof(float));
-    rs->ent = malloc(B * sizeof(int32_t));
-    rs->par = malloc(B * sizeof(int32_t));
-    rs->iota = malloc(B * sizeof(int32_t));
-    rs->paths = malloc((size_t)rs->nth * B * sizeof(int32_t));
-    if (!rs->conv || !rs->ssm || !rs->parent || !rs->log || !rs->done || !rs->qkv || !rs->cv || !rs->z ||
-        !rs->y || !rs->beta || !rs->alpha || !rs->work || !rs->ent || !rs->par || !rs->iota || !rs->paths) {
+    rs->paths = malloc((size_t)rs->nth * cap * sizeof(int32_t));
+    if (!rs->conv || !rs->ssm || !rs->parent || !rs->log || !rs->done || !rs->cv || !rs->qkv || !rs->z ||
+        !rs->y || !rs->beta || !rs->alpha || !rs->work || !rs->paths) {
         const double mib = (double)(rs->conv_n + rs->ssm_n) * (double)L * SP_RSTATE_SLOTS * 4 / (1 << 20);
         sp_rstate_free(rs);
         return sp_fail(err, SP_ERR_NOMEM, "cannot allocate the recurrent state (%.1f MiB in %d snapshots)", mib,
                        SP_RSTATE_SLOTS);
     }
-    for (int32_t i = 0; i < max_batch; i++) rs->iota[i] = i;
     for (int i = 0; i < SP_RSTATE_SLOTS; i++) rs->pos[i] = -1;
     zero_slot(rs, 0);
     rs->cur = 0;
-    rs->src = rs->dst = -1;
+    rs->anchor = rs->dst = -1;
     *out = rs;
     return SP_OK;
 }
 
+static bool continues_tree(const sp_batch *b, int32_t n_past) {
+    return b->mask && b->mask_from_past && b->mask_base < n_past;
+}
+
+/* Whether the log holds every cached token since its anchor. */
+static bool log_whole(const sp_rstate *rs) {
+    return rs->anchor >= 0 && rs->pos[rs->anchor] == rs->anchor_pos && rs->anchor_pos + rs->n_log == rs->n_past;
+}
+
 sp_status sp_rstate_check(const sp_rstate *rs, const sp_batch *b, int32_t n_past, sp_error *err) {
-    (void)rs;
-    if (b->mask && b->mask_from_past && b->mask_base < n_past)
+    if (!continues_tree(b, n_past)) return SP_OK;
+    if (!log_whole(rs) || b->mask_base < rs->anchor_pos || rs->n_log + b->n > rs->log_cap)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "a model with recurrent layers cannot continue a tree cached by an earlier batch "
-                       "(mask base %d below the %d cached tokens)", b->mask_base, n_past);
+                       "a model with recurrent layers continues a tree only over the tokens of its last "
+                       "forwards (from %d, at most %d tokens), not from mask base %d", rs->anchor_pos,
+                       rs->log_cap, b->mask_base);
     return SP_OK;
 }
 
-/* A slot to write: a free one, else the oldest snapshot; never `keep`. */
-static int free_slot(const sp_rstate *rs, int keep) {
+/* A slot to write: a free one, else the oldest; never a or b. */
+static int free_slot(const sp_rstate *rs, int a, int b) {
     int best = -1;
     for (int i = 0; i < SP_RSTATE_SLOTS; i++) {
-        if (i == keep) continue;
+        if (i == a || i == b) continue;
         if (rs->pos[i] < 0) return i;
         if (best < 0 || rs->pos[i] < rs->pos[best]) best = i;
     }
@@ -262,73 +276,90 @@ static int free_slot(const sp_rstate *rs, int keep) {
     return best;
 }
 
+static bool is_chain(const int32_t *par, int32_t n) {
+    for (int32_t t = 0; t < n; t++)
+        if (par[t] != t - 1) return false;
+    return true;
+}
+
 void sp_rstate_begin(sp_rstate *rs, const sp_batch *b, int32_t n_past) {
-    SP_ASSERT(rs->pos[rs->cur] == n_past && b->n <= rs->max_batch);
-    rs->src = rs->cur;
-    rs->dst = free_slot(rs, rs->cur);
-    rs->pos[rs->dst] = -1;
-    rs->last_n_past = n_past;
-    rs->last_n = b->n;
-    /* a token's parent: the nearest earlier token of the batch it sees */
-    for (int32_t i = 0; i < b->n; i++) {
-        int32_t p = i - 1;
-        if (b->mask) {
-            const uint8_t *row = b->mask + (int64_t)i * b->n;
-            while (p >= 0 && !row[p]) p--;
-        }
-        rs->parent[i] = p;
+    SP_ASSERT(rs->n_past == n_past && b->n <= rs->max_batch);
+    const bool cont = continues_tree(b, n_past);
+    if (!cont) { /* a new log from the current state */
+        rs->anchor = rs->cur;
+        rs->anchor_pos = n_past;
+        rs->n_log = 0;
     }
+    SP_ASSERT(log_whole(rs) && rs->n_log + b->n <= rs->log_cap);
+    rs->dst = free_slot(rs, rs->anchor, rs->cur);
+    rs->pos[rs->dst] = -1;
+    rs->first = rs->n_log;
+    /* a token's parent: the nearest earlier slot it sees at or after the
+     * mask base, else the slot before the base; as log entries */
+    const int32_t base = b->mask ? (b->mask_from_past ? b->mask_base : n_past) : n_past;
+    const int32_t w = n_past + b->n - base;
+    for (int32_t i = 0; i < b->n; i++) {
+        int32_t p = n_past + i - 1;
+        if (b->mask) {
+            const uint8_t *row = b->mask + (int64_t)i * w;
+            while (p >= base && !row[p - base]) p--;
+        }
+        rs->parent[rs->first + i] = p - rs->anchor_pos;
+    }
+    rs->n_log += b->n;
     memset(rs->done, 0, (size_t)rs->s.n_layers * sizeof(bool));
 }
 
 void sp_rstate_end(sp_rstate *rs) {
     for (int32_t r = 0; r < rs->s.n_layers; r++)
-        if (!rs->done[r]) { /* a skipped layer keeps its state */
-            memcpy(conv_at(rs, rs->dst, r), conv_at(rs, rs->src, r), rs->conv_n * sizeof(float));
-            memcpy(ssm_at(rs, rs->dst, r), ssm_at(rs, rs->src, r), rs->ssm_n * sizeof(float));
+        if (!rs->done[r]) { /* a skipped layer: the state it had (of the last node's path start) */
+            memcpy(conv_at(rs, rs->dst, r), conv_at(rs, rs->cur, r), rs->conv_n * sizeof(float));
+            memcpy(ssm_at(rs, rs->dst, r), ssm_at(rs, rs->cur, r), rs->ssm_n * sizeof(float));
         }
-    rs->pos[rs->dst] = rs->last_n_past + rs->last_n;
+    rs->n_past = rs->anchor_pos + rs->n_log;
+    rs->pos[rs->dst] = rs->n_past;
+    rs->prefix[rs->dst] = is_chain(rs->parent, rs->n_log) && rs->prefix[rs->anchor];
     rs->cur = rs->dst;
 }
 
 /* ---------------------------------------------------------- recurrence */
 
-/* A run of the recurrence of one layer over nodes 0..n-1: node t is log
- * entry ent[t], its parent node par[t] (-1: the state of slot src). */
+/* A run of one layer's recurrence over log entries [first, first + n) from
+ * the anchor slot: their outputs (y, optional) and the state after the last
+ * one's path (into dst). */
 typedef struct dn_run {
     sp_rstate *rs;         /* the sequence's state (log, slots) */
     const sp_deltanet *dn;
     int32_t r;             /* recurrent layer index */
     int src, dst;
-    const int32_t *ent, *par;
-    int32_t n;
-    bool chain;            /* par[t] == t - 1 for every t */
-    float *cv;             /* [n][conv_dim] scratch: conv outputs */
+    int32_t first, n;
+    bool chain;            /* entries 0..first+n-1 form a chain from the anchor and first = 0 */
     float *y;              /* [n][n_v hv] outputs, or NULL */
     float *work;           /* the lead's per-thread matrices [nth][hv hk] */
-    int32_t *paths;        /* the lead's per-thread node paths [nth][path_cap] */
+    int32_t *paths;        /* the lead's per-thread paths [nth][path_cap] */
     int32_t path_cap;
 } dn_run;
 
-/* The qkv row `back` steps up node t's path (0: its own), or a row of the
- * source conv window when the path leaves the batch. */
-static const float *past_row(const dn_run *u, int32_t t, int32_t back) {
-    int32_t node = t;
-    for (int32_t s = 0; s < back; s++) node = node >= 0 ? u->par[node] : node - 1;
-    if (node >= 0) return log_at(u->rs, u->r, u->ent[node]);
+/* The qkv row `back` steps up entry e's path (0: its own), or a row of the
+ * anchor's conv window when the path leaves the log. */
+static const float *past_row(const dn_run *u, int32_t e, int32_t back) {
+    const int32_t *par = u->rs->parent;
+    int32_t node = e;
+    for (int32_t s = 0; s < back; s++) node = node >= 0 ? par[node] : node - 1;
+    if (node >= 0) return log_at(u->rs, u->r, node);
     /* node -1 is the newest row of the window, d_conv - 2 */
     return conv_at(u->rs, u->src, u->r) + (int64_t)(u->rs->s.d_conv - 1 + node) * u->rs->s.conv_dim;
 }
 
-/* cv[t] = silu(conv1d) of node t, then q and k heads L2-normed as
+/* cv[e] = silu(conv1d) of entry e, then its q and k heads L2-normed as
  * llama.cpp does (RMSNorm with eps / n, times 1 / sqrt(n)). */
-static void conv_nodes(const dn_run *u) {
+static void conv_entries(const dn_run *u, int32_t lo, int32_t hi) {
     const sp_dn_shape *s = &u->rs->s;
     const int32_t K = s->d_conv, C = s->conv_dim;
     const float *rows[64];
-    for (int32_t t = 0; t < u->n; t++) {
-        for (int32_t i = 0; i < K; i++) rows[i] = past_row(u, t, K - 1 - i);
-        float *o = u->cv + (int64_t)t * C;
+    for (int32_t e = lo; e < hi; e++) {
+        for (int32_t i = 0; i < K; i++) rows[i] = past_row(u, e, K - 1 - i);
+        float *o = u->rs->cv + (int64_t)e * C;
         for (int32_t c = 0; c < C; c++) {
             const float *w = u->dn->conv + (int64_t)c * K;
             float sum = 0.0f;
@@ -347,13 +378,13 @@ static void conv_nodes(const dn_run *u) {
     }
 }
 
-/* The conv window after the last node: its path's last d_conv - 1 rows. */
+/* The conv window after the run's last entry: its path's last d_conv - 1 rows. */
 static void conv_window(const dn_run *u) {
     const int32_t K = u->rs->s.d_conv, C = u->rs->s.conv_dim;
     float *dst = conv_at(u->rs, u->dst, u->r);
     SP_ASSERT(u->dst != u->src);
     for (int32_t i = 0; i < K - 1; i++)
-        memcpy(dst + (int64_t)i * C, past_row(u, u->n - 1, K - 2 - i), (size_t)C * sizeof(float));
+        memcpy(dst + (int64_t)i * C, past_row(u, u->first + u->n - 1, K - 2 - i), (size_t)C * sizeof(float));
 }
 
 /* One token on head matrix S [hv][hk]: decay, delta update, output (o may
@@ -378,37 +409,39 @@ static void delta_step(float *S, int32_t hk, int32_t hv, const float *q, const f
         }
 }
 
-/* Head h of a run on matrix S (the caller's scratch). */
+/* Head h of a run on matrix S (the caller's scratch); path: its scratch. */
 static void run_head(const dn_run *u, int32_t h, float *S, int32_t *path) {
     const sp_dn_shape *s = &u->rs->s;
     const int32_t hk = s->hk, hv = s->hv, kh = h % s->n_k, C = s->conv_dim;
     const int64_t vdim = (int64_t)s->n_v * hv;
     const size_t mat = (size_t)hk * (size_t)hv;
     const float *S0 = ssm_at(u->rs, u->src, u->r) + (size_t)h * mat;
-#define STEP(t, out)                                                                                        \
+    const int32_t *par = u->rs->parent;
+#define STEP(e, out)                                                                                        \
     do {                                                                                                    \
-        const float *c_ = u->cv + (int64_t)(t) * C, *l_ = log_at(u->rs, u->r, u->ent[t]) + C;               \
+        const float *c_ = u->rs->cv + (int64_t)(e) * C, *l_ = log_at(u->rs, u->r, e) + C;                   \
         delta_step(S, hk, hv, c_ + (int64_t)kh * hk, c_ + (int64_t)(s->n_k + kh) * hk,                      \
                    c_ + (int64_t)2 * s->n_k * hk + (int64_t)h * hv, l_[h], l_[s->n_v + h], out);            \
     } while (0)
+#define OUT(e) (u->y ? u->y + (int64_t)((e) - u->first) * vdim + (int64_t)h * hv : NULL)
     if (u->chain) {
         memcpy(S, S0, mat * sizeof(float));
-        for (int32_t t = 0; t < u->n; t++) STEP(t, u->y ? u->y + (int64_t)t * vdim + (int64_t)h * hv : NULL);
+        for (int32_t e = 0; e < u->n; e++) STEP(e, OUT(e));
     } else {
-        /* a tree: each node from the source along its own path */
-        for (int32_t t = 0; t < u->n; t++) {
-            if (!u->y && t < u->n - 1) continue;
+        /* a tree: each entry from the anchor along its own path */
+        for (int32_t e = u->first; e < u->first + u->n; e++) {
+            if (!u->y && e < u->first + u->n - 1) continue;
             int32_t len = 0;
-            for (int32_t a = t; a >= 0; a = u->par[a]) {
-                SP_ASSERT(len < u->path_cap && u->par[a] < a);
+            for (int32_t a = e; a >= 0; a = par[a]) {
+                SP_ASSERT(len < u->path_cap && par[a] < a);
                 path[len++] = a;
             }
             memcpy(S, S0, mat * sizeof(float));
-            for (int32_t i = len - 1; i >= 0; i--)
-                STEP(path[i], i == 0 && u->y ? u->y + (int64_t)t * vdim + (int64_t)h * hv : NULL);
+            for (int32_t i = len - 1; i >= 0; i--) STEP(path[i], i == 0 ? OUT(e) : NULL);
         }
     }
 #undef STEP
+#undef OUT
     memcpy(ssm_at(u->rs, u->dst, u->r) + (size_t)h * mat, S, mat * sizeof(float));
 }
 
@@ -429,10 +462,11 @@ static void dn_job_run(void *arg, int ith, int nth) {
     }
 }
 
-static bool is_chain(const int32_t *par, int32_t n) {
-    for (int32_t t = 0; t < n; t++)
-        if (par[t] != t - 1) return false;
-    return true;
+/* Conv outputs a run reads: its own entries, and in a tree every earlier
+ * entry (paths reach back to the anchor). */
+static void run_prepare(const dn_run *u) {
+    conv_entries(u, u->chain ? u->first : 0, u->first + u->n);
+    conv_window(u);
 }
 
 void sp_deltanet_forward(sp_ctx *c, const sp_dn_seq *sq, int n_seq, int32_t l, int32_t n,
@@ -448,11 +482,12 @@ void sp_deltanet_forward(sp_ctx *c, const sp_dn_seq *sq, int n_seq, int32_t l, i
     const sp_mm_out ma = {&dn->walpha, lead->alpha, nv};
     sp_ctx_matmul(c, &ma, 1, in, ld_in, n);
     dn_run runs[SP_FORWARD_MAX_SEQS];
+    uint64_t steps = 0;
     for (int i = 0; i < n_seq; i++) {
         sp_rstate *rs = sq[i].rs;
         for (int32_t t = 0; t < sq[i].n; t++) {
             const int64_t row = sq[i].row0 + t;
-            float *e = log_at(rs, r, t);
+            float *e = log_at(rs, r, rs->first + t);
             memcpy(e, lead->qkv + row * C, (size_t)C * sizeof(float));
             for (int32_t h = 0; h < nv; h++) {
                 const float a = lead->alpha[row * nv + h] + dn->dt_bias[h];
@@ -461,17 +496,17 @@ void sp_deltanet_forward(sp_ctx *c, const sp_dn_seq *sq, int n_seq, int32_t l, i
                 e[C + nv + h] = 1.0f / (1.0f + expf(-lead->beta[row * nv + h]));
             }
         }
-        runs[i] = (dn_run){.rs = rs, .dn = dn, .r = r, .src = rs->src, .dst = rs->dst, .ent = rs->iota,
-                           .par = rs->parent, .n = sq[i].n, .chain = is_chain(rs->parent, sq[i].n),
-                           .cv = lead->cv + (int64_t)sq[i].row0 * C, .y = lead->y + (int64_t)sq[i].row0 * vdim,
-                           .work = lead->work, .paths = lead->paths, .path_cap = lead->max_batch};
-        conv_nodes(&runs[i]);
-        conv_window(&runs[i]);
+        const bool chain = rs->first == 0 && is_chain(rs->parent, rs->n_log);
+        runs[i] = (dn_run){.rs = rs, .dn = dn, .r = r, .src = rs->anchor, .dst = rs->dst, .first = rs->first,
+                           .n = sq[i].n, .chain = chain, .y = lead->y + (int64_t)sq[i].row0 * vdim,
+                           .work = lead->work, .paths = lead->paths, .path_cap = lead->log_cap};
+        run_prepare(&runs[i]);
         rs->done[r] = true;
+        steps += chain ? (uint64_t)sq[i].n : (uint64_t)sq[i].n * (uint64_t)rs->n_log;
     }
     dn_job job = {.runs = runs, .n_runs = n_seq, .n_v = nv};
-    /* per token and head about 4 hk hv multiply-adds */
-    const uint64_t work = (uint64_t)n * (uint64_t)nv * (uint64_t)hv * (uint64_t)s->hk * 4;
+    /* per token step and head about 4 hk hv multiply-adds */
+    const uint64_t work = steps * (uint64_t)nv * (uint64_t)hv * (uint64_t)s->hk * 4;
     if (work < (1u << 17) || lead->nth == 1)
         dn_job_run(&job, 0, 1);
     else
@@ -490,79 +525,70 @@ void sp_deltanet_forward(sp_ctx *c, const sp_dn_seq *sq, int n_seq, int32_t l, i
 
 /* ------------------------------------------------------------ rollback */
 
-/* Recomputes, from the last forward's source slot, the state after the
- * path ent[0..len-1] of its log (a chain) into a free slot at position
- * `pos`; makes it current. */
-static void recompute(sp_rstate *rs, int32_t len, int32_t pos) {
+/* Log entries 0..len-1 (a chain) from the anchor into a free slot: the
+ * state after them, made current at position anchor_pos + len. */
+static void recompute(sp_rstate *rs, int32_t len) {
     const sp_model *m = rs->m;
-    int dst = -1;
-    for (int i = 0; i < SP_RSTATE_SLOTS && dst < 0; i++)
-        if (rs->pos[i] < 0 && i != rs->src) dst = i;
-    SP_ASSERT(dst >= 0);
-    for (int32_t t = 0; t < len; t++) rs->par[t] = t - 1;
+    SP_ASSERT(len >= 1 && is_chain(rs->parent, len));
+    const int dst = free_slot(rs, rs->anchor, -1);
     for (int32_t l = 0; l < m->cfg.n_layers; l++) {
         const sp_deltanet *dn = m->layers[l].dn;
         if (!dn) continue;
-        dn_run u = {.rs = rs, .dn = dn, .r = dn->index, .src = rs->src, .dst = dst, .ent = rs->ent,
-                    .par = rs->par, .n = len, .chain = true, .cv = rs->cv, .y = NULL, .work = rs->work,
-                    .paths = rs->paths, .path_cap = rs->max_batch};
-        conv_nodes(&u);
-        conv_window(&u);
+        dn_run u = {.rs = rs, .dn = dn, .r = dn->index, .src = rs->anchor, .dst = dst, .first = 0, .n = len,
+                    .chain = true, .y = NULL, .work = rs->work, .paths = rs->paths, .path_cap = rs->log_cap};
+        run_prepare(&u);
         for (int32_t h = 0; h < rs->s.n_v; h++) run_head(&u, h, rs->work, rs->paths);
     }
-    rs->pos[dst] = pos;
+    rs->n_log = len;
+    rs->n_past = rs->anchor_pos + len;
+    rs->pos[dst] = rs->n_past;
+    rs->prefix[dst] = rs->prefix[rs->anchor];
     rs->cur = dst;
 }
 
-/* Frees every slot past n (states of tokens rolled back). */
+/* Frees the slots past n and the tree states. */
 static void drop_after(sp_rstate *rs, int32_t n) {
     for (int i = 0; i < SP_RSTATE_SLOTS; i++)
-        if (rs->pos[i] > n) rs->pos[i] = -1;
-}
-
-/* Whether the last forward's log can serve positions (last_n_past, n]. */
-static bool log_covers(const sp_rstate *rs, int32_t n) {
-    return rs->last_n > 0 && rs->src >= 0 && rs->pos[rs->src] == rs->last_n_past && n > rs->last_n_past &&
-           n <= rs->last_n_past + rs->last_n;
+        if (rs->pos[i] > n || (rs->pos[i] >= 0 && !rs->prefix[i])) rs->pos[i] = -1;
 }
 
 sp_status sp_rstate_truncate(sp_rstate *rs, int32_t n, sp_error *err) {
-    const int32_t have = rs->pos[rs->cur];
+    const int32_t have = rs->n_past;
     if (n < 0 || n > have)
         return sp_fail(err, SP_ERR_ARG, "cannot truncate a recurrent state of %d tokens to %d", have, n);
-    if (n == have) return SP_OK;
+    if (n == have && rs->prefix[rs->cur]) return SP_OK;
     int exact = -1;
     for (int i = 0; i < SP_RSTATE_SLOTS; i++)
-        if (rs->pos[i] == n) exact = i;
+        if (rs->pos[i] == n && rs->prefix[i]) exact = i;
     if (exact >= 0) {
         drop_after(rs, n);
         rs->cur = exact;
+        rs->n_past = n;
+        if (rs->anchor >= 0 && n >= rs->anchor_pos && rs->pos[rs->anchor] == rs->anchor_pos)
+            rs->n_log = n - rs->anchor_pos < rs->n_log ? n - rs->anchor_pos : rs->n_log;
         return SP_OK;
     }
     if (n == 0) {
         drop_after(rs, 0);
-        const int z = free_slot(rs, -1);
+        const int z = free_slot(rs, -1, -1);
         zero_slot(rs, z);
         rs->cur = z;
-        rs->last_n = 0;
+        rs->n_past = 0;
+        rs->anchor = -1;
         return SP_OK;
     }
-    if (!log_covers(rs, n))
+    const int32_t k = n - rs->anchor_pos;
+    if (!log_whole(rs) || k <= 0 || !is_chain(rs->parent, k))
         return sp_fail(err, SP_ERR_UNSUPPORTED,
                        "cannot roll the recurrent state back to %d tokens: it keeps the states after the last "
-                       "%d forwards and the positions inside the last one", n, SP_RSTATE_SLOTS - 1);
-    /* the path of batch token n - last_n_past - 1 */
-    int32_t len = 0;
-    for (int32_t a = n - rs->last_n_past - 1; a >= 0; a = rs->parent[a]) len++;
-    int32_t i = len;
-    for (int32_t a = n - rs->last_n_past - 1; a >= 0; a = rs->parent[a]) rs->ent[--i] = a;
-    drop_after(rs, n);
-    recompute(rs, len, n);
+                       "%d forwards and the chain of tokens its last forwards logged", n, SP_RSTATE_SLOTS - 1);
+    drop_after(rs, rs->anchor_pos);
+    recompute(rs, k);
     return SP_OK;
 }
 
 sp_status sp_rstate_keep(sp_rstate *rs, int32_t start, const int32_t *idx, int32_t m, sp_error *err) {
-    const int32_t have = rs->pos[rs->cur];
+    const int32_t have = rs->n_past;
     if (start < 0 || start > have || m < 0 || start + m > have)
         return sp_fail(err, SP_ERR_ARG, "bad keep range (start %d, %d entries, %d tokens)", start, m, have);
     bool prefix = true;
@@ -572,25 +598,34 @@ sp_status sp_rstate_keep(sp_rstate *rs, int32_t start, const int32_t *idx, int32
         prefix &= idx[i] == i;
     }
     if (prefix) return sp_rstate_truncate(rs, start + m, err);
-    const int32_t p0 = rs->last_n_past;
-    if (!log_covers(rs, have) || rs->last_n_past + rs->last_n != have || start < p0)
+    const int32_t p0 = rs->anchor_pos;
+    if (!log_whole(rs) || start < p0)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "a recurrent state keeps only tokens of the last forward (from %d), not from %d", p0, start);
-    /* the path: the batch's tokens before start, then the kept ones */
-    int32_t len = 0;
-    for (int32_t e = 0; e < start - p0; e++) rs->ent[len++] = e;
-    for (int32_t i = 0; i < m; i++) rs->ent[len++] = start - p0 + idx[i];
-    for (int32_t i = 0; i < len; i++)
-        if (rs->parent[rs->ent[i]] != (i ? rs->ent[i - 1] : -1))
-            return sp_fail(err, SP_ERR_ARG, "kept token %d is not a child of the one kept before it", rs->ent[i]);
-    drop_after(rs, start);
-    recompute(rs, len, start + m);
-    /* the log now holds the path as a chain */
-    for (int32_t r = 0; r < rs->s.n_layers; r++)
-        for (int32_t i = 0; i < len; i++)
-            if (rs->ent[i] != i) memcpy(log_at(rs, r, i), log_at(rs, r, rs->ent[i]), rs->log_stride * sizeof(float));
-    for (int32_t i = 0; i < len; i++) rs->parent[i] = i - 1;
-    rs->last_n = len;
+                       "a recurrent state keeps only tokens its last forwards logged (from %d), not from %d", p0,
+                       start);
+    /* the path: the logged tokens before start, then the kept ones */
+    const int32_t len = start - p0 + m;
+    for (int32_t i = 0; i < len; i++) {
+        const int32_t e = i < start - p0 ? i : start - p0 + idx[i - (start - p0)];
+        const int32_t want = i == 0 ? -1 : (i - 1 < start - p0 ? i - 1 : start - p0 + idx[i - 1 - (start - p0)]);
+        if (rs->parent[e] != want)
+            return sp_fail(err, SP_ERR_ARG, "kept token %d is not a child of the one kept before it", p0 + e);
+    }
+    /* the log holds the path as a chain (entries only move down) */
+    for (int32_t i = start - p0; i < len; i++) {
+        const int32_t e = start - p0 + idx[i - (start - p0)];
+        for (int32_t r = 0; r < rs->s.n_layers && e != i; r++)
+            memcpy(log_at(rs, r, i), log_at(rs, r, e), rs->log_stride * sizeof(float));
+        rs->parent[i] = i - 1;
+    }
+    drop_after(rs, p0);
+    if (len == 0) { /* nothing since the anchor */
+        rs->cur = rs->anchor;
+        rs->n_past = p0;
+        rs->n_log = 0;
+        return SP_OK;
+    }
+    recompute(rs, len);
     return SP_OK;
 }
 

@@ -49,12 +49,18 @@ void sp_deltanet_weights(sp_deltanet *dn, sp_weight *out[SP_DELTANET_N_WEIGHTS])
 
 /* Snapshot slots: the state after each of the last SP_RSTATE_SLOTS - 1
  * forwards is kept (a forward reads one slot and writes another, so a
- * snapshot costs no copy), and the last forward's inputs to the recurrence
- * (qkv rows, decay, beta; a few KB per token and layer) are logged. Rolling
- * back to a forward's boundary restores its slot; to a position inside the
- * last forward (accepting j of k draft tokens, or a path of a tree) it
- * recomputes the recurrence for those tokens from the slot the forward
- * started from: no matmuls, a few per cent of the forward's arithmetic. */
+ * snapshot costs no copy), and the recurrence inputs of the tokens since a
+ * forward's start (qkv rows, decay, beta: conv_dim + 2 n_v floats per token
+ * and layer) are logged, with each token's parent (the previous token, or
+ * under a tree mask the nearest earlier token it sees). Rolling back to a
+ * forward's boundary restores its slot; to a position inside the last
+ * forward (accepting j of k draft tokens), or keeping a tree path, replays
+ * the logged recurrence of those tokens from the slot the log starts at:
+ * no matmuls, the recurrence's share of one forward of those tokens. A
+ * forward whose tree mask reaches back into earlier forwards (a drafter
+ * growing a tree level by level) appends to the log; each of its nodes is
+ * computed from the log's start along its own path. The log holds up to
+ * 2 x max_batch tokens. */
 #define SP_RSTATE_SLOTS 10
 
 typedef struct sp_rstate sp_rstate;
@@ -65,8 +71,9 @@ sp_status sp_rstate_init(const sp_model *m, int32_t max_batch, int n_threads, sp
                          sp_error *err);
 void sp_rstate_free(sp_rstate *rs);
 
-/* Whether a batch can run on this state: a tree mask must stay within the
- * batch (mask_from_past with mask_base below n_past is refused). */
+/* Whether a batch can run on this state: a tree mask reaching below n_past
+ * (mask_from_past) must stay within the logged tokens, and the log must
+ * have room for the batch (SP_ERR_UNSUPPORTED otherwise). */
 sp_status sp_rstate_check(const sp_rstate *rs, const sp_batch *b, int32_t n_past, sp_error *err);
 /* Starts a forward of b at n_past (after sp_rstate_check): the token
  * parents (a tree mask's nearest visible earlier token; a chain's previous
@@ -74,12 +81,12 @@ sp_status sp_rstate_check(const sp_rstate *rs, const sp_batch *b, int32_t n_past
 void sp_rstate_begin(sp_rstate *rs, const sp_batch *b, int32_t n_past);
 void sp_rstate_end(sp_rstate *rs);
 /* The state after the first n tokens (sp_ctx_truncate). SP_ERR_UNSUPPORTED
- * when n is neither 0, a boundary of one of the last forwards, nor inside
- * the last one. */
+ * when n is neither 0, a kept boundary of a forward, nor inside the logged
+ * chain of tokens. */
 sp_status sp_rstate_truncate(sp_rstate *rs, int32_t n, sp_error *err);
 /* The state after positions [0, start) and then start + idx[0..m-1]
- * (sp_ctx_keep): those tokens must lie in the last forward and form a path
- * of its tree (each one's parent the one before). */
+ * (sp_ctx_keep): those tokens must be logged and form a path of the tree
+ * (each one's parent the one before; SP_ERR_ARG otherwise). */
 sp_status sp_rstate_keep(sp_rstate *rs, int32_t start, const int32_t *idx, int32_t m, sp_error *err);
 
 /* ---- the layer ---- */
