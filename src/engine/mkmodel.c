@@ -164,6 +164,59 @@ static sp_status add_ones(sp_gguf_writer *w, const char *name, int64_t n, sp_err
     return st;
 }
 
+/* A [n] f32 vector of values lo + (hi - lo) u, u uniform. */
+static sp_status add_uniform(sp_gguf_writer *w, const char *name, int64_t n, float lo, float hi, sp_rng *rng,
+                             sp_error *err) {
+    float *v = malloc((size_t)n * sizeof(float));
+    if (!v) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * (float)sp_rng_uniform(rng);
+    int64_t ne[1] = {n};
+    sp_status st = sp_gguf_writer_add_tensor(w, name, SP_GGML_F32, 1, ne, v, false, err);
+    free(v);
+    return st;
+}
+
+/* Layer l of a qwen35 model: a Gated DeltaNet layer (rec) or gated
+ * attention, then the FFN normed by post_attention_norm. tm: attn_v and
+ * ffn_down's type. */
+static sp_status add_qwen35_layer(sp_gguf_writer *w, const sp_mkmodel_params *p, int32_t l, bool rec, int32_t S,
+                                  int32_t nk, int32_t nv, int32_t conv_dim, sp_ggml_type tm, sp_rng *rng,
+                                  sp_error *err) {
+    const int32_t hd = p->dim / p->n_heads, q_dim = p->n_heads * hd, kv_dim = p->n_kv_heads * hd;
+    const float sd = 1.0f / sqrtf((float)p->dim), sf = 1.0f / sqrtf((float)p->ffn_dim);
+    char nm[96];
+    sp_status st;
+#define N(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+    if ((st = add_ones(w, N("attn_norm.weight"), p->dim, err)) ||
+        (st = add_ones(w, N("post_attention_norm.weight"), p->dim, err)) ||
+        (st = add_random(w, N("ffn_gate.weight"), p->type, p->dim, p->ffn_dim, sd, rng, err)) ||
+        (st = add_random(w, N("ffn_up.weight"), p->type, p->dim, p->ffn_dim, sd, rng, err)) ||
+        (st = add_random(w, N("ffn_down.weight"), tm, p->ffn_dim, p->dim, sf, rng, err)))
+        return st;
+    if (!rec)
+        return (st = add_random(w, N("attn_q.weight"), p->type, p->dim, 2 * q_dim, sd, rng, err)) ||
+                       (st = add_random(w, N("attn_k.weight"), p->type, p->dim, kv_dim, sd, rng, err)) ||
+                       (st = add_random(w, N("attn_v.weight"), tm, p->dim, kv_dim, sd, rng, err)) ||
+                       (st = add_random(w, N("attn_output.weight"), p->type, q_dim, p->dim, sd, rng, err)) ||
+                       (st = add_ones(w, N("attn_q_norm.weight"), hd, err)) ||
+                       (st = add_ones(w, N("attn_k_norm.weight"), hd, err))
+                   ? st
+                   : SP_OK;
+    if ((st = add_random(w, N("attn_qkv.weight"), p->type, p->dim, conv_dim, sd, rng, err)) ||
+        (st = add_random(w, N("attn_gate.weight"), p->type, p->dim, nv * S, sd, rng, err)) ||
+        (st = add_random(w, N("ssm_beta.weight"), p->type, p->dim, nv, sd, rng, err)) ||
+        (st = add_random(w, N("ssm_alpha.weight"), p->type, p->dim, nv, sd, rng, err)) ||
+        (st = add_random(w, N("ssm_out.weight"), p->type, nv * S, p->dim, 1.0f / sqrtf((float)(nv * S)), rng, err)) ||
+        (st = add_random(w, N("ssm_conv1d.weight"), SP_GGML_F32, 4, conv_dim, 0.5f, rng, err)) ||
+        (st = add_uniform(w, N("ssm_dt.bias"), nv, -1.0f, 1.0f, rng, err)) ||
+        (st = add_uniform(w, N("ssm_a"), nv, -1.5f, -0.1f, rng, err)) ||
+        (st = add_ones(w, N("ssm_norm.weight"), S, err)))
+        return st;
+#undef N
+    (void)nk;
+    return SP_OK;
+}
+
 /* The layers llama-quantize's _M mixes give more bits: the first and last
  * eighth of n layers and every third one in between. */
 static bool more_bits(int32_t l, int32_t n) { return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2; }
@@ -176,12 +229,12 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
                        "bad model shape: dim %d, layers %d, heads %d, kv heads %d, ffn %d (need "
                        "heads | dim, kv heads | heads, even head size)",
                        p->dim, p->n_layers, p->n_heads, p->n_kv_heads, p->ffn_dim);
-    static const char *const ARCHS[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
+    static const char *const ARCHS[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen35"};
     bool arch_ok = !p->arch || !*p->arch;
     for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0] && !arch_ok; i++) arch_ok = !strcmp(p->arch, ARCHS[i]);
     if (!arch_ok)
         return sp_fail(err, SP_ERR_ARG, "architecture '%s' is not one mkmodel writes (llama, qwen2, qwen3, "
-                       "phi3, gemma2, gemma3)", p->arch);
+                       "phi3, gemma2, gemma3, qwen35)", p->arch);
     if (!sp_quant_supported(p->type))
         return sp_fail(err, SP_ERR_UNSUPPORTED, "cannot write weights of type %s",
                        sp_ggml_type_name(p->type));
@@ -198,6 +251,11 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     if (!p->vocab_from && (p->n_vocab < 4 || p->n_vocab > 4096))
         return sp_fail(err, SP_ERR_ARG, "made-up vocabulary size must be in [4, 4096], got %d",
                        p->n_vocab);
+    if (p->arch && !strcmp(p->arch, "qwen35")) {
+        const int32_t hd0 = p->dim / p->n_heads, S = hd0 < 128 ? hd0 : 128;
+        if (p->dim % S || p->n_layers < 1)
+            return sp_fail(err, SP_ERR_ARG, "qwen35: dim %d must be a multiple of the recurrent head size %d", p->dim, S);
+    }
     sp_gguf_writer *w = sp_gguf_writer_init();
     if (!w) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     int32_t n_vocab = p->n_vocab;
@@ -211,6 +269,13 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     const char *arch = p->arch && *p->arch ? p->arch : "llama";
     const bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3"), phi3 = !strcmp(arch, "phi3");
     const bool gemma2 = !strcmp(arch, "gemma2"), gemma3 = !strcmp(arch, "gemma3");
+    /* qwen35: three of every four layers Gated DeltaNet (value heads of S =
+     * min(head size, 128), dim / S of them, half as many key heads), the
+     * rest gated attention with a quarter of each head rotated (IMRoPE
+     * sections 11:11:10 of its pairs, as Qwen3.5) */
+    const bool q35 = !strcmp(arch, "qwen35");
+    const int32_t dn_s = hd < 128 ? hd : 128, dn_v = p->dim / dn_s, dn_k = dn_v % 2 ? dn_v : dn_v / 2;
+    const int32_t dn_conv = 2 * dn_k * dn_s + dn_v * dn_s, rot = q35 ? (hd / 4 + 1) / 2 * 2 : hd;
     char key[128];
 #define K(s) (snprintf(key, sizeof key, "%s." s, arch), key)
     sp_gguf_writer_set_str(w, "general.architecture", arch);
@@ -221,10 +286,20 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     sp_gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)p->ffn_dim);
     sp_gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)p->n_heads);
     sp_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)p->n_kv_heads);
-    sp_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)hd);
+    sp_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)rot);
+    if (q35) {
+        const int32_t pairs = rot / 2, s0 = pairs * 11 / 32, sec[4] = {s0, s0, pairs - 2 * s0, 0};
+        sp_gguf_writer_set_arr_i32(w, K("rope.dimension_sections"), sec, 4);
+        sp_gguf_writer_set_u32(w, K("full_attention_interval"), 4);
+        sp_gguf_writer_set_u32(w, K("ssm.conv_kernel"), 4);
+        sp_gguf_writer_set_u32(w, K("ssm.state_size"), (uint32_t)dn_s);
+        sp_gguf_writer_set_u32(w, K("ssm.group_count"), (uint32_t)dn_k);
+        sp_gguf_writer_set_u32(w, K("ssm.time_step_rank"), (uint32_t)dn_v);
+        sp_gguf_writer_set_u32(w, K("ssm.inner_size"), (uint32_t)(dn_v * dn_s));
+    }
     sp_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)n_vocab);
-    sp_gguf_writer_set_f32(w, K("rope.freq_base"), qwen2 || qwen3 || gemma3 ? 1e6f : 10000.0f);
-    sp_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), qwen2 || qwen3 ? 1e-6f : 1e-5f);
+    sp_gguf_writer_set_f32(w, K("rope.freq_base"), qwen2 || qwen3 || gemma3 || q35 ? 1e6f : 10000.0f);
+    sp_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), qwen2 || qwen3 || q35 ? 1e-6f : 1e-5f);
     if (gemma2 || gemma3) sp_gguf_writer_set_u32(w, K("attention.sliding_window"), 4096);
     if (gemma2) {
         sp_gguf_writer_set_f32(w, K("attn_logit_softcapping"), 50.0f);
@@ -247,6 +322,10 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
         const sp_ggml_type tm = more_bits(l, p->n_layers) ? t6 : p->type; /* attn_v, ffn_down */
 #define N(s) (snprintf(nm, sizeof nm, "blk.%d." s ".weight", l), nm)
 #define NB(s) (snprintf(nm, sizeof nm, "blk.%d." s ".bias", l), nm)
+        if (q35) {
+            if ((st = add_qwen35_layer(w, p, l, (l + 1) % 4 != 0, dn_s, dn_k, dn_v, dn_conv, tm, &rng, err))) break;
+            continue;
+        }
         if ((st = add_ones(w, N("attn_norm"), p->dim, err)) ||
             (st = add_random(w, N("attn_output"), p->type, p->dim, p->dim, sd, &rng, err)) ||
             (st = add_ones(w, N("ffn_norm"), p->dim, err)) ||
