@@ -69,6 +69,9 @@ void sp_model_free(sp_model *m);
  * (the copy must be freed before src). */
 sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model **out,
                               sp_error *err);
+/* True for the types sp_model_requantize can make (the weight types Specula
+ * can write as well as compute with). */
+bool sp_model_requantize_supported(sp_ggml_type type);
 
 const sp_model_config *sp_model_cfg(const sp_model *m);
 const sp_tokenizer *sp_model_tokenizer(const sp_model *m);
@@ -97,6 +100,9 @@ void sp_ctx_free(sp_ctx *c);
 const sp_model *sp_ctx_model(const sp_ctx *c);
 int32_t sp_ctx_n_ctx(const sp_ctx *c);
 int32_t sp_ctx_max_batch(const sp_ctx *c);
+/* The worker pool the context computes on: the params' pool, or the one it
+ * made for n_threads (a context sharing its pool, e.g. a draft's, passes it). */
+sp_pool *sp_ctx_pool(sp_ctx *c);
 /* Tokens currently in the KV cache. */
 int32_t sp_ctx_n_past(const sp_ctx *c);
 /* Roll back: keep only the first n cached tokens. */
