@@ -443,7 +443,9 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
         free(sliding);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for layers");
     }
-    st = ai->gemma ? read_swa_pattern(m, path, a, ai->gemma == 2 ? 2 : 6, sliding, err) : SP_OK;
+    /* gemma3 without a window has no sliding layers (nor their RoPE) */
+    st = ai->gemma && c->sliding_window > 0 ? read_swa_pattern(m, path, a, ai->gemma == 2 ? 2 : 6, sliding, err)
+                                            : SP_OK;
     for (int l = 0; !st && l < c->n_layers; l++) {
         sp_layer *L = &m->layers[l];
         char nm[96];
