@@ -1,5 +1,6 @@
 # Specula build. `make` builds the library, the CLI and the tests;
-# `make check` runs the suite; `make check SAN=1` runs it under ASan+UBSan.
+# `make check` runs the suite; `make check SAN=1` runs it under ASan+UBSan
+# (with float-cast-overflow, which GCC's -fsanitize=undefined leaves out).
 # Sources are globbed: a new src/LAYER/*.c, tools/*.c or tests/test_*.c needs no edit here.
 # src/ is split by layer: base (status, files, clock, threads), engine (GGUF,
 # kernels, the forward pass, samplers), text (tokenizers, Unicode, chat
@@ -12,7 +13,8 @@ SAN     ?= 0
 TEST_JOBS ?= 2
 ifeq ($(SAN),1)
 BUILD   ?= build-san
-OPT     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT     := -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer \
+           -fno-sanitize-recover=undefined,float-cast-overflow
 else
 BUILD   ?= build
 OPT     := -O2 -g

@@ -705,8 +705,9 @@ static sp_status batch_forward(sp_ctx *ctx, const sp_batch *b, bool spec, float 
     else B.head = &j;
     B.tail = &j;
     B.n_pending++;
-    long wait_ns = (long)(B.last_pass * 0.5e9);
-    wait_ns = wait_ns < 20000 ? 20000 : wait_ns > 1000000 ? 1000000 : wait_ns;
+    /* half the last pass, clamped to [20 us, 1 ms] before the conversion */
+    const double half = B.last_pass * 0.5e9;
+    const long wait_ns = !(half >= 20000) ? 20000 : half > 1000000 ? 1000000 : (long)half;
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_nsec += wait_ns;
