@@ -173,6 +173,7 @@ static const char *variant(variant_kind v) {
         sp_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 100);
     }
     float nanv[64];
+    const float two[2] = {1, 1};
     for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
         const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
         char name[128];
@@ -184,7 +185,6 @@ static const char *variant(variant_kind v) {
             nanv[7] = NAN;
             data = nanv;
         }
-        const float two[2] = {1, 1};
         if (v == V_SCALE_SHAPE && !strcmp(name, "blk.1.ffn_up.scale")) {
             ne[0] = 2; /* two floats where llama.cpp wants one */
             data = two;
@@ -219,7 +219,84 @@ static void test_arch2026_refusals(void **state) {
     }
 }
 
+/* phi3-dense-f16 without its q/k/v scales (a fused matrix has one), as
+ * separate q/k/v (form 0), fused into attn_qkv with the three separate
+ * biases (1), or with attn_qkv.bias (2). */
+static const char *phi3_form(int form) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/arch2026_phi3_%d.gguf", sp_tmpdir(), form);
+    sp_error err = {0};
+    sp_gguf *g = NULL;
+    if (sp_gguf_open(sp_shared("reference/arch2026/models/phi3-dense-f16.gguf"), &g, &err)) fail_msg("%s", err.msg);
+    sp_gguf_writer *w = sp_gguf_writer_init();
+    sp_gguf_writer_copy_kv(w, g, NULL);
+    for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
+        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        const bool qkv = strstr(name, ".attn_q.") || strstr(name, ".attn_k.") || strstr(name, ".attn_v.");
+        if (qkv && (strstr(name, ".scale") || (form > 0 && strstr(name, ".weight")) ||
+                    (form == 2 && strstr(name, ".bias"))))
+            continue;
+        assert_int_equal(sp_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, true, &err), SP_OK);
+    }
+    for (int l = 0; form > 0 && l < 2; l++) {
+        static const char *KIND[2][3] = {{"attn_q.weight", "attn_k.weight", "attn_v.weight"},
+                                         {"attn_q.bias", "attn_k.bias", "attn_v.bias"}};
+        for (int b = 0; b < (form == 2 ? 2 : 1); b++) {
+            const sp_gguf_tensor *p[3];
+            size_t bytes[3], total = 0;
+            int64_t rows = 0;
+            for (int k = 0; k < 3; k++) {
+                char name[64];
+                snprintf(name, sizeof name, "blk.%d.%s", l, KIND[b][k]);
+                p[k] = sp_gguf_find_tensor(g, name);
+                assert_non_null(p[k]);
+                const int64_t r = p[k]->n_dims > 1 ? p[k]->ne[1] : 1;
+                bytes[k] = sp_ggml_row_size(p[k]->type, p[k]->ne[0]) * (size_t)r;
+                total += bytes[k];
+                rows += b ? p[k]->ne[0] : r;
+            }
+            uint8_t *cat = malloc(total), *o = cat;
+            for (int k = 0; k < 3; k++) o = (uint8_t *)memcpy(o, p[k]->data, bytes[k]) + bytes[k];
+            int64_t ne[2] = {b ? rows : p[0]->ne[0], rows};
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.attn_qkv.%s", l, b ? "bias" : "weight");
+            assert_int_equal(sp_gguf_writer_add_tensor(w, name, p[0]->type, b ? 1 : 2, ne, cat, false, &err), SP_OK);
+            free(cat);
+        }
+    }
+    if (sp_gguf_writer_write(w, path, &err)) fail_msg("%s", err.msg);
+    sp_gguf_writer_free(w);
+    sp_gguf_close(g);
+    return path;
+}
+
+/* Fused or separate q/k/v, biases fused or separate: the same logits. */
+static void test_arch2026_fused_qkv(void **state) {
+    (void)state;
+    int32_t ids[MAX_IDS];
+    const int n = read_ids("reference/arch2026/logits/seqB.ids", ids, MAX_IDS);
+    float *lg[3];
+    for (int form = 0; form < 3; form++) {
+        sp_model *m = NULL;
+        sp_error err = {0};
+        if (sp_model_load(phi3_form(form), NULL, &m, &err)) fail_msg("form %d: %s", form, err.msg);
+        const int V = sp_model_cfg(m)->n_vocab;
+        lg[form] = malloc((size_t)n * V * sizeof(float));
+        sp_ctx *c = mkctx(m);
+        sp_batch b = {.tokens = ids, .n = n, .logits_all = true};
+        if (sp_forward(c, &b, lg[form], &err)) fail_msg("form %d: %s", form, err.msg);
+        sp_ctx_free(c);
+        sp_model_free(m);
+    }
+    assert_memory_equal(lg[0], lg[1], (size_t)n * 128 * sizeof(float));
+    assert_memory_equal(lg[0], lg[2], (size_t)n * 128 * sizeof(float));
+    for (int form = 0; form < 3; form++) free(lg[form]);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_arch2026_fused_qkv),
     cmocka_unit_test(test_arch2026_logits),
     cmocka_unit_test(test_arch2026_refusals),
 };

@@ -209,8 +209,8 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
     }
     if (!sp_model_tokenizer(*model) && !r->ids_only) {
         if (sp_cli_is_gguf(r->model))
-            fprintf(stderr, "specula: %s has no usable tokenizer (e.g. llama.cpp's test vocabulary): "
-                            "give the prompt as token ids (--prompt-ids 1,2,3)\n", r->model);
+            fprintf(stderr, "specula: %s has no usable tokenizer (e.g. llama.cpp's test vocabulary): it runs "
+                            "on token ids only (generate --prompt-ids 1,2,3, specula logits)\n", r->model);
         else
             fprintf(stderr, "specula: %s has no tokenizer; give one with -z tokenizer.bin\n", r->model);
         sp_model_free(*model);

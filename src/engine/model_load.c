@@ -1,5 +1,5 @@
 /* model_load: bind Llama weights from a GGUF file or a llama2.c checkpoint,
- * validating every shape, and make re-quantised copies for self-drafting. */
+ * validating every shape. */
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
@@ -70,7 +70,7 @@ uint64_t sp_model_weight_bytes(const sp_model *m) {
     return n;
 }
 
-static void set_desc(sp_model *m, const char *arch) {
+void sp_model_set_desc(sp_model *m, const char *arch) {
     const sp_model_config *c = &m->cfg;
     snprintf(m->desc, sizeof m->desc, "%s %dL d%d h%d/%d ffn%d v%d %s", arch, c->n_layers, c->dim,
              c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab, sp_ggml_type_name(c->wtype));
@@ -481,10 +481,11 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
         free(sliding);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for layers");
     }
-    /* sliding: the recurrent layers of a hybrid */
-    st = ai->gemma    ? read_swa_pattern(m, path, a, ai->gemma == 2 ? 2 : 6, sliding, err)
-         : ai->hybrid ? sp_deltanet_config(m, path, a, sliding, err)
-                      : SP_OK;
+    /* sliding: the recurrent layers of a hybrid; gemma3 without a window has
+     * no sliding layers (nor their RoPE) */
+    st = ai->hybrid                            ? sp_deltanet_config(m, path, a, sliding, err)
+         : ai->gemma && c->sliding_window > 0 ? read_swa_pattern(m, path, a, ai->gemma == 2 ? 2 : 6, sliding, err)
+                                              : SP_OK;
     for (int l = 0; !st && l < c->n_layers; l++) {
         sp_layer *L = &m->layers[l];
         char nm[96];
@@ -622,7 +623,7 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
         return st;
     if ((st = bind_layers(m, path, a, ai, err))) return st;
     c->wtype = m->layers[0].wq.data ? m->layers[0].wq.type : m->layers[0].w1.type; /* qwen35: recurrent */
-    set_desc(m, a);
+    sp_model_set_desc(m, a);
     return load_vocab(m, path, a, p, err);
 }
 
@@ -703,7 +704,7 @@ static sp_status load_llama2c(sp_model *m, const char *path, const sp_model_para
     else
         MAT(m->output, V, dim);
 #undef MAT
-    set_desc(m, "llama2.c");
+    sp_model_set_desc(m, "llama2.c");
     if (p && p->tokenizer_path) {
         st = sp_tokenizer_load_llama2c(p->tokenizer_path, c->n_vocab, &m->tok, err);
         if (st) return st;
@@ -742,8 +743,7 @@ static sp_status pack_weight(sp_model *m, sp_weight *w, const sp_file_map *fm, s
     return SP_OK;
 }
 
-/* fm: the file mapping whose pages packed matrices release, or NULL. */
-static sp_status pack_weights(sp_model *m, const sp_file_map *fm, sp_error *err) {
+sp_status sp_model_pack_weights(sp_model *m, const sp_file_map *fm, sp_error *err) {
     sp_status st = pack_weight(m, &m->output, fm, err);
     for (int l = 0; !st && l < m->cfg.n_layers; l++) {
         sp_layer *L = &m->layers[l];
@@ -787,113 +787,12 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
     }
     if (!st) {
         const sp_file_map fm = m->gguf ? sp_gguf_mapping(m->gguf) : (sp_file_map){0};
-        st = pack_weights(m, m->gguf && !(params && params->mlock) ? &fm : NULL, err);
+        st = sp_model_pack_weights(m, m->gguf && !(params && params->mlock) ? &fm : NULL, err);
     }
     if (st) {
         sp_model_free(m);
         return st;
     }
-    *out = m;
-    return SP_OK;
-}
-
-/* ------------------------------------------------------------ requantise */
-
-/* Rows whose length is not a multiple of the block size (e.g. stories260K's
- * FFN of 172) cannot hold a block format; those matrices become F16, the
- * nearest lower-precision type that fits any length. */
-static sp_status requant_matrix(sp_model *dst, const sp_weight *src, sp_ggml_type type,
-                                sp_weight *out, float *row, sp_error *err) {
-    *out = *src;
-    if (!src->data) return SP_OK; /* absent (a recurrent layer's attention) */
-    if (sp_ggml_blck_size(type) > 1 && src->cols % sp_ggml_blck_size(type)) type = SP_GGML_F16;
-    out->packed = NULL;
-    out->type = type;
-    out->row_bytes = sp_ggml_row_size(type, src->cols);
-    uint8_t *buf = sp_model_alloc(dst, out->row_bytes * (size_t)src->rows);
-    if (!buf) return sp_fail(err, SP_ERR_NOMEM, "out of memory re-quantising weights");
-    for (int64_t r = 0; r < src->rows; r++) {
-        sp_dequantize_row(src->type, src->data + r * src->row_bytes, row, src->cols);
-        sp_quantize_row(type, row, buf + r * out->row_bytes, src->cols);
-    }
-    out->data = buf;
-    return SP_OK;
-}
-
-sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model **out,
-                              sp_error *err) {
-    *out = NULL;
-    if (!sp_quant_supported(type))
-        return sp_fail(err, SP_ERR_UNSUPPORTED, "cannot re-quantise to type %s",
-                       sp_ggml_type_name(type));
-    sp_model *m = calloc(1, sizeof *m);
-    if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
-    m->cfg = src->cfg;
-    m->cfg.wtype = type;
-    m->tok = src->tok;
-    m->owns_tok = false;
-    m->tok_embd = src->tok_embd;
-    m->out_norm = src->out_norm;
-    m->rope_factors = src->rope_factors;
-    m->embed_scale = src->embed_scale;
-    m->geglu = src->geglu;
-    m->q_prescale = src->q_prescale;
-    m->attn_softcap = src->attn_softcap;
-    m->final_softcap = src->final_softcap;
-    m->rope_theta_local = src->rope_theta_local;
-    m->rope_scale_local = src->rope_scale_local;
-    m->rope_long = src->rope_long;
-    m->rope_short = src->rope_short;
-    m->n_ctx_orig = src->n_ctx_orig;
-    m->kq_scale = src->kq_scale;
-    m->attn_gated = src->attn_gated;
-    memcpy(m->rope_sections, src->rope_sections, sizeof m->rope_sections);
-    m->dn = src->dn;
-    m->layers = calloc((size_t)src->cfg.n_layers, sizeof *m->layers);
-    int64_t maxc = src->cfg.dim > src->cfg.ffn_dim ? src->cfg.dim : src->cfg.ffn_dim;
-    if ((int64_t)src->cfg.n_heads * src->cfg.head_dim > maxc)
-        maxc = (int64_t)src->cfg.n_heads * src->cfg.head_dim;
-    if ((int64_t)src->dn.n_v * src->dn.hv > maxc) maxc = (int64_t)src->dn.n_v * src->dn.hv;
-    float *row = malloc((size_t)maxc * sizeof(float));
-    sp_status st = (!m->layers || !row) ? sp_fail(err, SP_ERR_NOMEM, "out of memory") : SP_OK;
-    for (int l = 0; !st && l < src->cfg.n_layers; l++) {
-        const sp_layer *S = &src->layers[l];
-        sp_layer *D = &m->layers[l];
-        *D = *S; /* norms, biases, q/k norms; the matrices are replaced below */
-        if ((st = requant_matrix(m, &S->wq, type, &D->wq, row, err)) ||
-            (st = requant_matrix(m, &S->wk, type, &D->wk, row, err)) ||
-            (st = requant_matrix(m, &S->wv, type, &D->wv, row, err)) ||
-            (st = requant_matrix(m, &S->wo, type, &D->wo, row, err)) ||
-            (st = requant_matrix(m, &S->w1, type, &D->w1, row, err)) ||
-            (st = requant_matrix(m, &S->w2, type, &D->w2, row, err)) ||
-            (st = requant_matrix(m, &S->w3, type, &D->w3, row, err)))
-            break;
-        if (S->dn) { /* a recurrent layer: its own copy with requantised matrices */
-            sp_deltanet *dn = sp_model_alloc(m, sizeof *dn);
-            if (!dn) {
-                st = sp_fail(err, SP_ERR_NOMEM, "out of memory");
-                break;
-            }
-            *dn = *S->dn;
-            sp_weight *sw[SP_DELTANET_N_WEIGHTS], *dw[SP_DELTANET_N_WEIGHTS];
-            sp_deltanet_weights(S->dn, sw);
-            sp_deltanet_weights(dn, dw);
-            for (int i = 0; !st && i < SP_DELTANET_N_WEIGHTS; i++) st = requant_matrix(m, sw[i], type, dw[i], row, err);
-            D->dn = dn;
-        }
-    }
-    if (!st) st = requant_matrix(m, &src->output, type, &m->output, row, err);
-    free(row);
-    if (!st) st = pack_weights(m, NULL, err);
-    if (st) {
-        sp_model_free(m);
-        return st;
-    }
-    char base[sizeof src->desc];
-    snprintf(base, sizeof base, "%s", src->desc);
-    char *sp = strchr(base, ' ');
-    if (sp) *sp = 0;
-    set_desc(m, base);
     *out = m;
     return SP_OK;
 }
