@@ -525,6 +525,35 @@ static void test_distribution(void **state) {
     unlink(dp);
 }
 
+/* The same on a hybrid recurrent target (qwen35 from mkmodel: three Gated
+ * DeltaNet layers and one gated attention layer), whose state is rolled
+ * back by replaying its logged recurrence after each verification: a
+ * separate draft (chain and tree), and the hybrid's own low-bit and
+ * layer-skip drafts, whose trees grow over several forwards. */
+static void test_distribution_hybrid(void **state) {
+    (void)state;
+    char tp[512];
+    snprintf(tp, sizeof tp, "%s/specula_spec_hybrid_%d.gguf", sp_tmpdir(), (int)getpid());
+    sp_mkmodel_params mp = sp_mkmodel_default_params();
+    mp.arch = "qwen35";
+    mp.dim = 32, mp.n_layers = 4, mp.n_heads = 2, mp.n_kv_heads = 1, mp.ffn_dim = 64;
+    mp.n_vocab = 8, mp.seed = 31, mp.logit_scale = 2.0f;
+    sp_error err = {0};
+    if (sp_mkmodel(&mp, tp, &err)) fail_msg("mkmodel: %s", err.msg);
+    const char *dp = tiny_model(3, 8, 22, 2.0f);
+    sp_model *tm = load(tp), *dm = load(dp);
+    const long N = SP_SLOW ? 1500 : 6000;
+    sp_sampler_params plain = sp_sampler_default_params();
+    distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, NULL, &plain, N);
+    distribution_case(tm, dm, SP_DRAFT_LOWBIT, SP_VERIFIER_TOKEN, NULL, &plain, N);
+    distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, "2x2", &plain, N);
+    distribution_case(tm, dm, SP_DRAFT_LAYERSKIP, SP_VERIFIER_MC, "3x1", &plain, N);
+    sp_model_free(tm);
+    sp_model_free(dm);
+    unlink(tp);
+    unlink(dp);
+}
+
 /* Qwen-style padded vocabularies: a target of 8 real tokens padded to 11
  * ids, drafts padded to 13 ids or not at all. The padding is never sampled
  * (its random logits would often be the argmax), speculation keeps the
@@ -730,6 +759,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_adaptive_uses_cost),
     cmocka_unit_test(test_adaptive_carries_over),
     cmocka_unit_test(test_distribution),
+    cmocka_unit_test(test_distribution_hybrid),
     cmocka_unit_test(test_padded_vocab),
     cmocka_unit_test(test_kv_after_rejections),
     cmocka_unit_test(test_bad_configs),
