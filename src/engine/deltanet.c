@@ -161,7 +161,6 @@ struct sp_rstate {
     float *cv;             /* [log_cap][conv_dim] conv outputs of the entries a run reads */
     /* scratch of a forward (as the lead context: rows of every sequence) */
     float *qkv, *z, *beta, *alpha, *y; /* [B][conv_dim], [B][vdim], [B][n_v] x 2, [B][vdim] */
-    float *work;           /* [nth][hv * hk] */
     int32_t *paths;        /* [nth][log_cap] tree paths of the recurrence's threads */
 };
 
@@ -188,7 +187,6 @@ void sp_rstate_free(sp_rstate *rs) {
     free(rs->beta);
     free(rs->alpha);
     free(rs->y);
-    free(rs->work);
     free(rs->paths);
     free(rs);
 }
@@ -228,10 +226,9 @@ sp_status sp_rstate_init(const sp_model *m, int32_t max_batch, int n_threads, sp
     rs->y = malloc(B * vdim * sizeof(float));
     rs->beta = malloc(B * (size_t)s->n_v * sizeof(float));
     rs->alpha = malloc(B * (size_t)s->n_v * sizeof(float));
-    rs->work = malloc((size_t)rs->nth * (size_t)s->hv * (size_t)s->hk * sizeof(float));
     rs->paths = malloc((size_t)rs->nth * cap * sizeof(int32_t));
     if (!rs->conv || !rs->ssm || !rs->parent || !rs->log || !rs->done || !rs->cv || !rs->qkv || !rs->z ||
-        !rs->y || !rs->beta || !rs->alpha || !rs->work || !rs->paths) {
+        !rs->y || !rs->beta || !rs->alpha || !rs->paths) {
         const double mib = (double)(rs->conv_n + rs->ssm_n) * (double)L * SP_RSTATE_SLOTS * 4 / (1 << 20);
         sp_rstate_free(rs);
         return sp_fail(err, SP_ERR_NOMEM, "cannot allocate the recurrent state (%.1f MiB in %d snapshots)", mib,
@@ -335,7 +332,6 @@ typedef struct dn_run {
     int32_t first, n;
     bool chain;            /* entries 0..first+n-1 form a chain from the anchor and first = 0 */
     float *y;              /* [n][n_v hv] outputs, or NULL */
-    float *work;           /* the lead's per-thread matrices [nth][hv hk] */
     int32_t *paths;        /* the lead's per-thread paths [nth][path_cap] */
     int32_t path_cap;
 } dn_run;
@@ -387,35 +383,46 @@ static void conv_window(const dn_run *u) {
         memcpy(dst + (int64_t)i * C, past_row(u, u->first + u->n - 1, K - 2 - i), (size_t)C * sizeof(float));
 }
 
-/* One token on head matrix S [hv][hk]: decay, delta update, output (o may
- * be NULL), as ggml's fused gated_delta_net. */
+/* dot(a, b) over n floats in 8 lanes (lane l sums elements l, l + 8, ...;
+ * then the lanes pairwise): a fixed order the compiler can vectorise. */
+static inline float dot8(const float *a, const float *b, int32_t n) {
+    float acc[8] = {0};
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* One token on head matrix S [hv][hk], row by row: decay, delta update,
+ * output (o may be NULL), the operations of ggml's fused gated_delta_net
+ * (sums in dot8's order). Blocks of 8 so the compiler vectorises them. */
 static void delta_step(float *S, int32_t hk, int32_t hv, const float *q, const float *k, const float *v,
                        float g, float beta, float *o) {
     const float eg = expf(g), scale = 1.0f / sqrtf((float)hv);
-    for (int64_t i = 0; i < (int64_t)hk * hv; i++) S[i] *= eg;
+    const int32_t n8 = hk / 8 * 8;
     for (int32_t j = 0; j < hv; j++) {
         float *row = S + (int64_t)j * hk;
-        float sum = 0.0f;
-        for (int32_t i = 0; i < hk; i++) sum += row[i] * k[i];
-        const float d = (v[j] - sum) * beta;
-        for (int32_t i = 0; i < hk; i++) row[i] += k[i] * d;
+        for (int32_t i = 0; i < n8; i += 8)
+            for (int l = 0; l < 8; l++) row[i + l] *= eg;
+        for (int32_t i = n8; i < hk; i++) row[i] *= eg;
+        const float d = (v[j] - dot8(row, k, hk)) * beta;
+        for (int32_t i = 0; i < n8; i += 8)
+            for (int l = 0; l < 8; l++) row[i + l] += k[i + l] * d;
+        for (int32_t i = n8; i < hk; i++) row[i] += k[i] * d;
+        if (o) o[j] = dot8(row, q, hk) * scale;
     }
-    if (o)
-        for (int32_t j = 0; j < hv; j++) {
-            const float *row = S + (int64_t)j * hk;
-            float sum = 0.0f;
-            for (int32_t i = 0; i < hk; i++) sum += row[i] * q[i];
-            o[j] = sum * scale;
-        }
 }
 
-/* Head h of a run on matrix S (the caller's scratch); path: its scratch. */
-static void run_head(const dn_run *u, int32_t h, float *S, int32_t *path) {
+/* Head h of a run, computed in place in the dst slot's matrix; path: the
+ * caller's scratch. */
+static void run_head(const dn_run *u, int32_t h, int32_t *path) {
     const sp_dn_shape *s = &u->rs->s;
     const int32_t hk = s->hk, hv = s->hv, kh = h % s->n_k, C = s->conv_dim;
     const int64_t vdim = (int64_t)s->n_v * hv;
     const size_t mat = (size_t)hk * (size_t)hv;
     const float *S0 = ssm_at(u->rs, u->src, u->r) + (size_t)h * mat;
+    float *S = ssm_at(u->rs, u->dst, u->r) + (size_t)h * mat;
     const int32_t *par = u->rs->parent;
 #define STEP(e, out)                                                                                        \
     do {                                                                                                    \
@@ -442,7 +449,6 @@ static void run_head(const dn_run *u, int32_t h, float *S, int32_t *path) {
     }
 #undef STEP
 #undef OUT
-    memcpy(ssm_at(u->rs, u->dst, u->r) + (size_t)h * mat, S, mat * sizeof(float));
 }
 
 /* Several runs' heads as one pool job: task i = run i / n_v, head i % n_v. */
@@ -457,8 +463,7 @@ static void dn_job_run(void *arg, int ith, int nth) {
     const int64_t tasks = (int64_t)j->n_runs * j->n_v;
     for (int64_t i = ith; i < tasks; i += nth) {
         const dn_run *u = &j->runs[i / j->n_v];
-        run_head(u, (int32_t)(i % j->n_v), u->work + (size_t)ith * (size_t)u->rs->s.hk * (size_t)u->rs->s.hv,
-                 u->paths + (size_t)ith * (size_t)u->path_cap);
+        run_head(u, (int32_t)(i % j->n_v), u->paths + (size_t)ith * (size_t)u->path_cap);
     }
 }
 
@@ -499,7 +504,7 @@ void sp_deltanet_forward(sp_ctx *c, const sp_dn_seq *sq, int n_seq, int32_t l, i
         const bool chain = rs->first == 0 && is_chain(rs->parent, rs->n_log);
         runs[i] = (dn_run){.rs = rs, .dn = dn, .r = r, .src = rs->anchor, .dst = rs->dst, .first = rs->first,
                            .n = sq[i].n, .chain = chain, .y = lead->y + (int64_t)sq[i].row0 * vdim,
-                           .work = lead->work, .paths = lead->paths, .path_cap = lead->log_cap};
+                           .paths = lead->paths, .path_cap = lead->log_cap};
         run_prepare(&runs[i]);
         rs->done[r] = true;
         steps += chain ? (uint64_t)sq[i].n : (uint64_t)sq[i].n * (uint64_t)rs->n_log;
@@ -535,9 +540,9 @@ static void recompute(sp_rstate *rs, int32_t len) {
         const sp_deltanet *dn = m->layers[l].dn;
         if (!dn) continue;
         dn_run u = {.rs = rs, .dn = dn, .r = dn->index, .src = rs->anchor, .dst = dst, .first = 0, .n = len,
-                    .chain = true, .y = NULL, .work = rs->work, .paths = rs->paths, .path_cap = rs->log_cap};
+                    .chain = true, .y = NULL, .paths = rs->paths, .path_cap = rs->log_cap};
         run_prepare(&u);
-        for (int32_t h = 0; h < rs->s.n_v; h++) run_head(&u, h, rs->work, rs->paths);
+        for (int32_t h = 0; h < rs->s.n_v; h++) run_head(&u, h, rs->paths);
     }
     rs->n_log = len;
     rs->n_past = rs->anchor_pos + len;
