@@ -44,14 +44,19 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+# examples/ use the public API only: built with include/ alone on the path
+EX_SRC  := $(wildcard examples/*.c)
+EX_BIN  := $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
+EX_CFLAGS := -std=c11 $(OPT) -Wall -Wextra -Werror -pthread -Iinclude $(EXTRA_CFLAGS)
 
-.PHONY: all lib cli tests benches check run deps clean fuzz fuzz-run
-all: cli tests benches
+.PHONY: all lib cli tests benches examples check run deps clean fuzz fuzz-run
+all: cli tests benches examples
 
 lib: $(BUILD)/libspecula.a
 cli: $(BUILD)/specula
 tests: $(TEST_BIN)
 benches: $(BENCH_BIN)
+examples: $(EX_BIN)
 
 $(BUILD)/obj/%_avx2.o: src/%_avx2.c
 	@mkdir -p $(dir $@)
@@ -81,8 +86,12 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libspecula.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(BUILD)/libspecula.a -o $@ $(LDLIBS)
 
-# The CLI binary is needed by the tests that drive it end to end.
-check: $(TEST_BIN) $(BUILD)/specula
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libspecula.a
+	@mkdir -p $(dir $@)
+	$(CC) $(EX_CFLAGS) $< $(BUILD)/libspecula.a -o $@ $(LDLIBS)
+
+# The CLI binary and the examples are needed by the tests that run them.
+check: $(TEST_BIN) $(BUILD)/specula $(EX_BIN)
 	@scripts/check_layers.sh
 	@scripts/run_tests.sh $(BUILD) $(TEST_JOBS)
 
