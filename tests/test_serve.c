@@ -320,6 +320,8 @@ static void test_bad_requests(void **state) {
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"stop\":[1]}"), 400, "stop");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"stream\":\"yes\"}"), 400, "stream");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"speculative\":{\"gamma\":1000}}"), 400, "gamma");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"speculative\":5}"), 400,
+                 "speculative: speculative settings: expected a JSON object, got an integer");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"speculative\":{\"verifier\":\"nope\"}}"), 400,
                  "verifier");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"speculative\":{\"drafter\":\"model\"}}"), 400,

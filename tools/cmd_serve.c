@@ -4,7 +4,7 @@
  * Endpoints: POST /v1/completions, POST /v1/chat/completions, GET
  * /v1/models, GET /health, GET /metrics (Prometheus text). A request's
  * "speculative" object goes through the speculation configuration layer
- * (sp_spec_config_json over the server's defaults), so it is validated with
+ * (sp_spec_config_json_text over the server's defaults), so it is validated with
  * the CLI's messages. Requests run on --parallel slots, each with its own
  * KV cache and speculation state; beyond them requests wait in a queue of
  * --queue places, then get 503. With --parallel above 1, requests are
@@ -293,7 +293,11 @@ static int parse_common(const json_t *j, req *r, apierr *e) {
             sp_spec_config c;
             sp_spec_config_init(&c, &S.defaults);
             sp_error se = {0};
-            if (sp_spec_config_json(&c, v, &se) || sp_spec_config_finish(&c, S.dm != NULL, &se))
+            char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+            if (!txt) return bad(e, 500, "speculative", NULL, "speculative: out of memory");
+            sp_status st = sp_spec_config_json_text(&c, txt, strlen(txt), &se);
+            free(txt);
+            if (st || sp_spec_config_finish(&c, S.dm != NULL, &se))
                 return bad(e, 400, "speculative", NULL, "speculative: %s", se.msg);
             r->spec = c.params;
             if (c.off_by_n_max) r->spec.draft.kind = SP_DRAFT_NONE;

@@ -341,7 +341,8 @@ static const char *json_kind(const json_t *v) {
     return "?";
 }
 
-sp_status sp_spec_config_json(sp_spec_config *c, const json_t *obj, sp_error *err) {
+/* Applies a parsed JSON value (an object, else the error names its kind). */
+static sp_status config_json(sp_spec_config *c, const json_t *obj, sp_error *err) {
     if (!obj || !json_is_object(obj))
         return sp_fail(err, SP_ERR_ARG, "speculative settings: expected a JSON object, got %s",
                        obj ? json_kind(obj) : "nothing");
@@ -384,11 +385,11 @@ sp_status sp_spec_config_json(sp_spec_config *c, const json_t *obj, sp_error *er
 sp_status sp_spec_config_json_text(sp_spec_config *c, const char *text, size_t len,
                                    sp_error *err) {
     json_error_t je;
-    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!j)
         return sp_fail(err, SP_ERR_ARG, "speculative settings: not valid JSON (%s at column %d)",
                        je.text, je.column);
-    sp_status st = sp_spec_config_json(c, j, err);
+    sp_status st = config_json(c, j, err);
     json_decref(j);
     return st;
 }
