@@ -13,7 +13,7 @@
 
 #include "cli.h"
 #include "sp_clock.h"
-#include "sp_sysinfo.h"
+#include "dev/sp_sysinfo.h"
 #include "specula.h"
 
 #define N_KS 5
