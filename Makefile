@@ -93,6 +93,7 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libspecula.a
 # The CLI binary and the examples are needed by the tests that run them.
 check: $(TEST_BIN) $(BUILD)/specula $(EX_BIN)
 	@scripts/check_layers.sh
+	@scripts/check_api.sh
 	@scripts/run_tests.sh $(BUILD) $(TEST_JOBS)
 
 run: $(BUILD)/specula

@@ -1,8 +1,10 @@
-/* Tests of scripts/check_layers.sh: it passes on this tree, and on a copy
- * of the tree with one bad include injected (a back-edge to a higher layer,
- * another folder's internal header, an internal header in a tool or in a
- * public header) or with README.md stating another layer order, it fails
- * and names the offence. */
+/* Tests of scripts/check_layers.sh and scripts/check_api.sh: they pass on
+ * this tree; on a copy of the tree with one bad include injected (a
+ * back-edge to a higher layer, another folder's internal header, an
+ * internal header in a tool or in a public header) or with README.md
+ * stating another layer order, check_layers fails and names the offence;
+ * with a function declaration added to a public header, or a header
+ * DESIGN.md does not list, check_api fails. */
 #include "testutil.h"
 
 #include <libgen.h>
@@ -49,10 +51,14 @@ static const char *copy_tree(const char *name) {
     return dir;
 }
 
-static int check(const char *dir, char *out, size_t cap) {
+static int check_script(const char *script, const char *dir, char *out, size_t cap) {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "sh '%s/scripts/check_layers.sh' '%s' 2>&1", repo(), dir);
+    snprintf(cmd, sizeof cmd, "sh '%s/scripts/%s' '%s' 2>&1", repo(), script, dir);
     return sh(cmd, out, cap);
+}
+
+static int check(const char *dir, char *out, size_t cap) {
+    return check_script("check_layers.sh", dir, out, cap);
 }
 
 /* Appends `line` to dir/file. */
@@ -109,11 +115,27 @@ static void test_stated_order_checked(void **state) {
     assert_non_null(strstr(out, "README.md does not state the layer order"));
 }
 
+static void test_api_count_checked(void **state) {
+    (void)state;
+    char out[8192];
+    assert_int_equal(check_script("check_api.sh", repo(), out, sizeof out), 0);
+    assert_string_equal(out, "");
+    const char *d = copy_tree("api");
+    inject(d, "include/sp_clock.h", "double sp_clock_extra(void);");
+    inject(d, "include/sp_extra.h", "int sp_extra(void);");
+    assert_int_equal(check_script("check_api.sh", d, out, sizeof out), 1);
+    printf("%s", out);
+    assert_non_null(strstr(out, "sp_clock.h has 3 function declarations, the table says 2"));
+    assert_non_null(strstr(out, "no row for sp_extra.h (1 function declarations)"));
+    assert_non_null(strstr(out, "the headers make 'The public API: 24 headers, 210 function declarations'"));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_tree_passes),
     cmocka_unit_test(test_back_edge_fails),
     cmocka_unit_test(test_internal_header_fails),
     cmocka_unit_test(test_stated_order_checked),
+    cmocka_unit_test(test_api_count_checked),
 };
 
 SP_TEST_MAIN(tests)
