@@ -8,7 +8,7 @@
 
 static const char *example_bin(void) {
     static char bin[1100];
-    const char *cli = sp_cli_bin(); /* BUILD/tests/../specula */
+    const char *cli = cli_bin(); /* BUILD/tests/../specula */
     snprintf(bin, sizeof bin, "%.*s/examples/simple", (int)(strrchr(cli, '/') - cli), cli);
     return bin;
 }
@@ -33,7 +33,7 @@ static void test_simple_matches_greedy(void **state) {
     assert_int_equal(run(args, SP_CAPTURE_STDOUT, got, sizeof got), 0);
     assert_int_equal(run(args, SP_CAPTURE_STDERR, info, sizeof info), 0);
     snprintf(args, sizeof args, "generate -m '%s' -p 'Once upon a time' -n 40 --temp 0 --draft none", m);
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, want, sizeof want), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, want, sizeof want), 0);
     printf("simple: %s%s", got, info);
     assert_true(strlen(got) > strlen("Once upon a time") + 20);
     assert_string_equal(got, want);

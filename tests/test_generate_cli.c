@@ -20,7 +20,7 @@ static const char *REF_TEXT =
 static json_t *gen_json(const char *args) {
     static char buf[1 << 16], cmd[8192];
     snprintf(cmd, sizeof cmd, "generate %s --json", args);
-    int rc = sp_cli_run(cmd, SP_CAPTURE_STDOUT, buf, sizeof buf);
+    int rc = cli_run(cmd, SP_CAPTURE_STDOUT, buf, sizeof buf);
     if (rc) fail_msg("specula %s exited %d", cmd, rc);
     assert_int_equal(sp_count_lines(buf), 1);
     json_error_t je;
@@ -135,7 +135,7 @@ static void expect_error(const char *args, int code, const char *needle) {
     static char buf[1 << 16];
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s", args);
-    int rc = sp_cli_run(cmd, SP_CAPTURE_STDERR, buf, sizeof buf);
+    int rc = cli_run(cmd, SP_CAPTURE_STDERR, buf, sizeof buf);
     if (rc != code) fail_msg("'%s': exit %d, want %d (stderr: %s)", args, rc, code, buf);
     if (sp_count_lines(buf) != 1) fail_msg("'%s': stderr has %d lines: %s", args, sp_count_lines(buf), buf);
     if (needle && !strstr(buf, needle)) fail_msg("'%s': stderr '%s' lacks '%s'", args, buf, needle);
@@ -152,7 +152,7 @@ static void test_bad_input(void **state) {
     assert_int_equal(system(a), 0);
     snprintf(a, sizeof a, "mkmodel --out '%s' --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --vocab 40 --type f32 --seed 1", small);
     static char out[4096];
-    assert_int_equal(sp_cli_run(a, SP_CAPTURE_STDERR, out, sizeof out), 0);
+    assert_int_equal(cli_run(a, SP_CAPTURE_STDERR, out, sizeof out), 0);
 
     expect_error("generate", 2, "model");
     expect_error("generate -m /nonexistent.gguf -p hi", 1, "cannot open");
@@ -227,7 +227,7 @@ static void test_json_invalid_utf8(void **state) {
              "mkmodel --out '%s' --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --type f32 "
              "--seed 1 --vocab-from '%s'",
              path, sp_shared("models/stories260K.gguf"));
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, out, sizeof out), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, out, sizeof out), 0);
     snprintf(args, sizeof args, "-m '%s' -p hi -n 64 --temp 1 --seed 1", path);
     json_t *j = gen_json(args); /* parses: valid JSON */
     json_t *text = json_object_get(j, "text");
@@ -267,7 +267,7 @@ static void test_run_demo(void **state) {
     (void)state;
     static char buf[1 << 16];
     setenv("SPECULA_SHARED", sp_shared(""), 1);
-    assert_int_equal(sp_cli_run("run -n 40", SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+    assert_int_equal(cli_run("run -n 40", SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
     assert_non_null(strstr(buf, "Once upon a time, there was a little girl named Lily"));
 }
 
@@ -285,7 +285,7 @@ static void test_isa_forced(void **state) {
         setenv("SPECULA_ISA", names[i], 1);
         snprintf(probe, sizeof probe, "generate %s -n 1", args);
         static char buf[1 << 12];
-        int rc = sp_cli_run(probe, SP_CAPTURE_STDERR, buf, sizeof buf);
+        int rc = cli_run(probe, SP_CAPTURE_STDERR, buf, sizeof buf);
         if (rc != 0) { /* an ISA this CPU lacks: refused by name, nothing run */
             assert_non_null(strstr(buf, "lacks"));
             assert_int_equal(sp_count_lines(buf), 1);
@@ -310,10 +310,10 @@ static void test_mlock(void **state) {
     const char *m = sp_shared("models/stories260K.gguf");
     char cmd[4096], out[4096];
     snprintf(cmd, sizeof cmd, "generate -m '%s' -p Once -n 4 --mlock", m);
-    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_non_null(strstr(out, "Once"));
     snprintf(cmd, sizeof cmd, "generate -m '%s' -p Once -n 4 --no-prefault", m);
-    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
 #if defined(__SANITIZE_ADDRESS__)
     /* AddressSanitizer replaces mlock with a no-op: the refusal is tested in
      * the plain and clang builds */
@@ -321,7 +321,7 @@ static void test_mlock(void **state) {
     return;
 #endif
     snprintf(cmd, sizeof cmd, "sh -c \"ulimit -l 0; %s '%s' generate -m '%s' -p Once -n 4 --mlock\" 2>&1",
-             geteuid() == 0 ? "setpriv --bounding-set=-ipc_lock --" : "exec", sp_cli_bin(), m);
+             geteuid() == 0 ? "setpriv --bounding-set=-ipc_lock --" : "exec", cli_bin(), m);
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     size_t len = fread(out, 1, sizeof out - 1, f);

@@ -35,7 +35,7 @@ typedef struct server {
 static server start(const char *const *extra) {
     int p[2];
     assert_int_equal(pipe(p), 0);
-    const char *argv[40] = {sp_cli_bin(), "serve", "-m", stories(), "--port", "0"};
+    const char *argv[40] = {cli_bin(), "serve", "-m", stories(), "--port", "0"};
     int n = 6;
     for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
     argv[n] = NULL;
@@ -169,7 +169,7 @@ static const char *choice_text(json_t *j) {
 static void generate_text(const char *prompt, int n, char *out, size_t cap) {
     char args[2048], buf[8192];
     snprintf(args, sizeof args, "generate -m '%s' -p '%s' -n %d --temp 0", stories(), prompt, n);
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
     assert_true(strncmp(buf, prompt, strlen(prompt)) == 0);
     snprintf(out, cap, "%s", buf + strlen(prompt));
     size_t len = strlen(out);
@@ -356,10 +356,10 @@ static void test_bad_flags(void **state) {
     (void)state;
     char args[1024], buf[1024];
     snprintf(args, sizeof args, "serve -m '%s' --parallel 2 --batching maybe", stories());
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
     assert_non_null(strstr(buf, "--batching must be auto, on or off"));
     snprintf(args, sizeof args, "serve -m '%s' --spec-cost cheap", stories());
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
     assert_non_null(strstr(buf, "--spec-cost must be share or wall"));
 }
 
@@ -515,7 +515,7 @@ static void test_batching(void **state) {
         snprintf(temp[i], sizeof temp[i], "%s", i >= NS && BATCH_SPECS[k].sampled ? "0.8" : "0");
         snprintf(args, sizeof args, "generate -m '%s' -p '%s' -n %d --temp %s --seed %d %s", stories(), pr, NTOK,
                  temp[i], 100 + i, BATCH_SPECS[k].flags);
-        assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+        assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
         snprintf(want[i], sizeof want[i], "%s", buf + strlen(pr));
         size_t len = strlen(want[i]);
         if (len && want[i][len - 1] == '\n') want[i][len - 1] = 0;
@@ -573,7 +573,7 @@ static void test_batching(void **state) {
 static void test_openai_client(void **state) {
     (void)state;
     char script[1024], mod[1024], bin[1024];
-    snprintf(bin, sizeof bin, "%s", sp_cli_bin());
+    snprintf(bin, sizeof bin, "%s", cli_bin());
     const char *dir = dirname(bin);
     snprintf(script, sizeof script, "%s/../tests/js/openai_client.mjs", dir);
     snprintf(mod, sizeof mod, "%s/../tests/js/node_modules/openai/package.json", dir);
@@ -632,7 +632,7 @@ static void test_online(void **state) {
     assert_int_equal(stop(&s), 0);
     char args[1024], buf[1024];
     snprintf(args, sizeof args, "serve -m '%s' --online", stories());
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
     assert_non_null(strstr(buf, "--online"));
 }
 
@@ -655,7 +655,7 @@ static void test_routing(void **state) {
              "mkmodel --out '%s' --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --vocab-from '%s' "
              "--type f32 --seed 3",
              fresh, stories());
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 0);
     const char *extra[] = {"-md", stories(), "-md", fresh, "--gamma", "3", "--online", "--online-sync",
                            "--online-every", "32", "--online-steps", "1", NULL};
     server s = start(extra);

@@ -11,7 +11,7 @@ static json_t *hist_json(const int64_t *h, int n) {
     return a;
 }
 
-json_t *sp_cli_spec_json(const sp_spec_stats *s) {
+json_t *cli_spec_json(const sp_spec_stats *s) {
     json_t *j = json_object();
     json_object_set_new(j, "drafter", json_string(s->drafter));
     json_object_set_new(j, "verifier", json_string(s->verifier));
@@ -34,7 +34,7 @@ json_t *sp_cli_spec_json(const sp_spec_stats *s) {
     return j;
 }
 
-void sp_cli_spec_print(FILE *f, const sp_spec_stats *s) {
+void cli_spec_print(FILE *f, const sp_spec_stats *s) {
     fprintf(f,
             "[spec %s/%s] iterations %lld, drafted %lld, accepted %lld (rate %.3f), mean accepted "
             "%.2f, block efficiency %.2f, target forwards %lld, draft forwards %lld\n"

@@ -79,15 +79,15 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
     const char *flag;
     int opt;
     optind = 0;
-    while ((opt = sp_cli_next(argc, argv, "m:t:h", longopts, "bench-forward", &flag)) != -1) {
+    while ((opt = cli_next(argc, argv, "m:t:h", longopts, "bench-forward", &flag)) != -1) {
         int bad = 0;
         switch (opt) {
         case 'm': o->model = optarg; break;
-        case 't': bad = sp_cli_int(flag, optarg, 1, 256, &o->threads); break;
-        case O_REPS: bad = sp_cli_int(flag, optarg, 1, 10000, &o->reps); break;
-        case O_DEPTH: bad = sp_cli_int(flag, optarg, 0, 1 << 16, &o->depth); break;
-        case O_DECODE: bad = sp_cli_int(flag, optarg, 1, 1 << 16, &o->decode); break;
-        case O_BOUND: bad = sp_cli_int(flag, optarg, 1, 1 << 16, &o->bound_mb); break;
+        case 't': bad = cli_int(flag, optarg, 1, 256, &o->threads); break;
+        case O_REPS: bad = cli_int(flag, optarg, 1, 10000, &o->reps); break;
+        case O_DEPTH: bad = cli_int(flag, optarg, 0, 1 << 16, &o->depth); break;
+        case O_DECODE: bad = cli_int(flag, optarg, 1, 1 << 16, &o->decode); break;
+        case O_BOUND: bad = cli_int(flag, optarg, 1, 1 << 16, &o->bound_mb); break;
         case O_JSON: o->json = true; break;
         case 'h': bench_usage(stdout); return -1;
         default: return 2;

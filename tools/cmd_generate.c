@@ -33,9 +33,9 @@ static void gen_usage(FILE *f) {
 
 void sp_gen_opts_init(sp_gen_opts *o, const sp_spec_params *base) {
     memset(o, 0, sizeof *o);
-    sp_cli_run_opts_default(&o->run);
+    cli_run_opts_default(&o->run);
     sp_spec_config_init(&o->cfg, base);
-    sp_cli_online_opts_default(&o->online);
+    cli_online_opts_default(&o->online);
 }
 
 int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool need_model) {
@@ -53,10 +53,10 @@ int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool ne
     const char *flag;
     int c, r;
     optind = 0;
-    while ((c = sp_cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "p:f:h", LONGOPTS, cmd, &flag)) != -1) {
+    while ((c = cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "p:f:h", LONGOPTS, cmd, &flag)) != -1) {
         if (c == '?') return 2;
-        if ((r = sp_cli_run_opt(c, flag, optarg, &o->run)) || (r = sp_cli_spec_opt(c, optarg, &o->cfg)) ||
-            (r = sp_cli_online_opt(c, flag, optarg, &o->online))) {
+        if ((r = cli_run_opt(c, flag, optarg, &o->run)) || (r = cli_spec_opt(c, optarg, &o->cfg)) ||
+            (r = cli_online_opt(c, flag, optarg, &o->online))) {
             if (r < 0) return 2;
             continue;
         }
@@ -79,7 +79,7 @@ int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool ne
     }
     if (o->prompt_ids) { /* the list's form now, its range once the model is loaded */
         int32_t *ids, n;
-        if (sp_cli_ids(o->prompt_ids_flag, o->prompt_ids, &ids, &n)) return 2;
+        if (cli_ids(o->prompt_ids_flag, o->prompt_ids, &ids, &n)) return 2;
         free(ids);
     }
     sp_error e = {0};
@@ -176,9 +176,9 @@ static void gen_free(gen_run *g) {
  * speculation settings) and the speculation object. 0 or 1 after one line. */
 static int gen_setup(const sp_gen_opts *o, gen_run *g) {
     sp_error err = {0};
-    sp_cli_run_opts run = o->run;
+    cli_run_opts run = o->run;
     run.ids_only = o->prompt_ids != NULL;
-    if (sp_cli_load_models(&run, &g->model, &g->dmodel)) return 1;
+    if (cli_load_models(&run, &g->model, &g->dmodel)) return 1;
     sp_spec_params sp = o->spec;
     sp.draft.draft_model = g->dmodel;
     if (sp_sampler_params_check(&o->run.sampling, &err)) goto fail;
@@ -195,7 +195,7 @@ static int gen_setup(const sp_gen_opts *o, gen_run *g) {
     cp.max_batch = sp_spec_config_batch(&sp);
     if (sp_ctx_init(g->model, &cp, &g->ctx, &err) || sp_spec_init(g->ctx, &sp, &g->spec, &err))
         goto fail;
-    if (o->online.on && sp_cli_online_start(&o->online, o->run.draft_model, g->spec, g->dmodel, &g->online))
+    if (o->online.on && cli_online_start(&o->online, o->run.draft_model, g->spec, g->dmodel, &g->online))
         return 1;
     return 0;
 fail:
@@ -216,8 +216,8 @@ static int gen_prompt(const sp_gen_opts *o, gen_run *g) {
     }
     if (o->prompt_ids) {
         int32_t *ids, n;
-        if (sp_cli_ids(o->prompt_ids_flag, o->prompt_ids, &ids, &n)) return 1;
-        const int bad = sp_cli_ids_check(o->prompt_ids_flag, ids, n, sp_model_cfg(g->model)->n_vocab);
+        if (cli_ids(o->prompt_ids_flag, o->prompt_ids, &ids, &n)) return 1;
+        const int bad = cli_ids_check(o->prompt_ids_flag, ids, n, sp_model_cfg(g->model)->n_vocab);
         if (!bad && n > n_ctx)
             fprintf(stderr, "specula: %s: %d ids, more than the context size %d\n", o->prompt_ids_flag, n, n_ctx);
         if (bad || n > n_ctx) {
@@ -286,7 +286,7 @@ static int gen_decode(const sp_gen_opts *o, gen_run *g) {
 static int gen_print_json(const sp_gen_opts *o, const gen_run *g, double tps) {
     size_t bad = 0;
     json_t *j = json_object(), *toks = json_array();
-    json_t *text = sp_cli_json_text(g->ss.text ? g->ss.text : "", g->ss.len, &bad);
+    json_t *text = cli_json_text(g->ss.text ? g->ss.text : "", g->ss.len, &bad);
     int rc = j && toks && text ? 0 : 1;
     for (int32_t i = 0; !rc && i < g->gs.n_generated; i++)
         rc |= json_array_append_new(toks, json_integer(g->out[i]));
@@ -306,8 +306,8 @@ static int gen_print_json(const sp_gen_opts *o, const gen_run *g, double tps) {
     rc |= json_object_set_new(j, "stopped_at_eos", json_boolean(g->gs.hit_eog));
     rc |= json_object_set_new(j, "model", json_string(sp_model_desc(g->model)));
     if (o->spec.draft.kind != SP_DRAFT_NONE)
-        rc |= json_object_set_new(j, "spec", sp_cli_spec_json(&g->sst));
-    if (g->online) rc |= json_object_set_new(j, "online", sp_cli_online_json(g->online));
+        rc |= json_object_set_new(j, "spec", cli_spec_json(&g->sst));
+    if (g->online) rc |= json_object_set_new(j, "online", cli_online_json(g->online));
     char *s = rc ? NULL : json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(j);
     if (!s) {
@@ -335,8 +335,8 @@ int sp_gen_main(const sp_gen_opts *o, sp_gen_result *res) {
                     "\n[%s] prompt %d tokens (%.1f ms), generated %d tokens in %.3f s: %.1f tokens/s\n",
                     sp_model_desc(g.model), g.n_prompt, g.gs.t_prefill * 1e3, g.gs.n_generated, secs,
                     tps);
-            if (o->spec.draft.kind != SP_DRAFT_NONE) sp_cli_spec_print(stderr, &g.sst);
-            if (g.online) sp_cli_online_print(stderr, g.online);
+            if (o->spec.draft.kind != SP_DRAFT_NONE) cli_spec_print(stderr, &g.sst);
+            if (g.online) cli_online_print(stderr, g.online);
         }
     }
     gen_free(&g);

@@ -31,16 +31,16 @@ int cmd_logits(int argc, char **argv) {
     long long threads = 1, n_ctx = 0;
     int opt;
     optind = 0;
-    while ((opt = sp_cli_next(argc, argv, "m:t:c:h", longopts, "logits", &flag)) != -1) {
+    while ((opt = cli_next(argc, argv, "m:t:c:h", longopts, "logits", &flag)) != -1) {
         switch (opt) {
         case 'm': model = optarg; break;
         case O_IDS: ids_s = optarg, ids_flag = flag; break;
         case O_JSON: json = true; break;
         case 't':
-            if (sp_cli_int(flag, optarg, 1, 512, &threads)) return 2;
+            if (cli_int(flag, optarg, 1, 512, &threads)) return 2;
             break;
         case 'c':
-            if (sp_cli_int(flag, optarg, 1, 1 << 24, &n_ctx)) return 2;
+            if (cli_int(flag, optarg, 1, 1 << 24, &n_ctx)) return 2;
             break;
         case 'h': logits_usage(stdout); return 0;
         default: return 2;
@@ -51,7 +51,7 @@ int cmd_logits(int argc, char **argv) {
         return 2;
     }
     int32_t *ids = NULL, n = 0;
-    if (sp_cli_ids(ids_flag, ids_s, &ids, &n)) return 2;
+    if (cli_ids(ids_flag, ids_s, &ids, &n)) return 2;
     sp_error err = {0};
     sp_model *m = NULL;
     sp_ctx *c = NULL;
@@ -61,7 +61,7 @@ int cmd_logits(int argc, char **argv) {
     mp.no_prefault = true;
     if (sp_model_load(model, &mp, &m, &err)) goto fail;
     const int32_t V = sp_model_cfg(m)->n_vocab;
-    if (sp_cli_ids_check(ids_flag, ids, n, V)) {
+    if (cli_ids_check(ids_flag, ids, n, V)) {
         rc = 2;
         goto done;
     }

@@ -68,7 +68,7 @@ int cmd_mkmodel(int argc, char **argv) {
     const char *flag;
     int opt;
     optind = 0;
-    while ((opt = sp_cli_next(argc, argv, "o:h", longopts, "mkmodel", &flag)) != -1) {
+    while ((opt = cli_next(argc, argv, "o:h", longopts, "mkmodel", &flag)) != -1) {
         switch (opt) {
         case 'h': mk_usage(stdout); return 0;
         case 'o': out = optarg; break;
@@ -86,7 +86,7 @@ int cmd_mkmodel(int argc, char **argv) {
         case '?': return 2;
         default:
             for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-                if (ints[i].id == opt && sp_cli_int(flag, optarg, ints[i].lo, ints[i].hi, ints[i].dst)) return 2;
+                if (ints[i].id == opt && cli_int(flag, optarg, ints[i].lo, ints[i].hi, ints[i].dst)) return 2;
             break;
         }
     }
