@@ -5,7 +5,7 @@
 # src/ is split by layer, lowest first (SRC_DIRS; scripts/check_layers.sh
 # reads the order from it): base (status, files, clock, threads, GGUF
 # reading), text (tokenizers, Unicode, chat templates), engine (kernels, the
-# forward pass, samplers), spec (verifiers, drafters, the speculative loop),
+# forward pass, samplers), speculation (verifiers, drafters, the speculative loop),
 # train (losses, trainer, distillation, online learning); then tools/.
 # Internal headers are found by name.
 
@@ -22,7 +22,7 @@ BUILD   ?= build
 OPT     := -O2 -g
 endif
 
-SRC_DIRS := base text engine spec train
+SRC_DIRS := base text engine speculation train
 SRC_INC  := $(SRC_DIRS:%=-Isrc/%)
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -Wall -Wextra -Werror -pthread -Iinclude $(SRC_INC) -Itools $(EXTRA_CFLAGS)
 LDFLAGS := $(OPT) -pthread

@@ -1,5 +1,5 @@
 /* sp_draft: drafters, the proposal side of speculative decoding: their kinds
- * and settings (the drafter objects themselves are internal, src/spec/draft.h).
+ * and settings (the drafter objects themselves are internal, src/speculation/draft.h).
  *
  * Kinds:
  *   model      a separate small model with the same vocabulary

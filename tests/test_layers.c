@@ -87,7 +87,7 @@ static void test_back_edge_fails(void **state) {
     assert_int_equal(check(d, out, sizeof out), 0); /* the copy alone passes */
     inject(d, "src/base/rng.c", "#include \"sp_spec.h\"");
     assert_int_equal(check(d, out, sizeof out), 1);
-    assert_non_null(strstr(out, "src/base/rng.c (base) includes sp_spec.h (spec), a layer above it"));
+    assert_non_null(strstr(out, "src/base/rng.c (base) includes sp_spec.h (speculation), a layer above it"));
     assert_int_equal(count_lines(out), 1);
 }
 
@@ -95,11 +95,11 @@ static void test_internal_header_fails(void **state) {
     (void)state;
     char out[8192];
     const char *d = copy_tree("internal");
-    inject(d, "src/spec/tree.c", "#include \"kv.h\"");           /* below, but not an interface */
+    inject(d, "src/speculation/tree.c", "#include \"kv.h\"");           /* below, but not an interface */
     inject(d, "tools/cli_util.c", "#include \"ops.h\"");         /* a tool past the public API */
     inject(d, "include/sp_model.h", "#include \"model_internal.h\""); /* a public header */
     assert_int_equal(check(d, out, sizeof out), 1);
-    assert_non_null(strstr(out, "src/spec/tree.c includes kv.h, internal to src/engine"));
+    assert_non_null(strstr(out, "src/speculation/tree.c includes kv.h, internal to src/engine"));
     assert_non_null(strstr(out, "tools/cli_util.c includes ops.h, internal to src/engine"));
     assert_non_null(strstr(out, "include/sp_model.h includes model_internal.h"));
     assert_int_equal(count_lines(out), 3);
