@@ -359,7 +359,7 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
         m->embed_scale = sqrtf((float)c->dim);
         m->geglu = true;
         /* the 27B models scale the queries by 1/sqrt(dim / heads) */
-        if ((ai->gemma == 2 && c->n_layers == 46) || (ai->gemma == 3 && c->n_layers == 62))
+        if (c->n_heads > 0 && ((ai->gemma == 2 && c->n_layers == 46) || (ai->gemma == 3 && c->n_layers == 62)))
             m->kq_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     }
 #undef KEY
