@@ -153,7 +153,7 @@ static void test_arch2026_logits(void **state) {
 
 /* ---- what the loader refuses ---- */
 
-typedef enum { V_EXPERTS, V_ROPE_NAN, V_VOCAB_LEN, V_SCALE_SHAPE, V_ROPE_TYPE } variant_kind;
+typedef enum { V_EXPERTS, V_ROPE_NAN, V_VOCAB_LEN, V_SCALE_SHAPE, V_ROPE_TYPE, V_ATTN_FACTOR } variant_kind;
 
 /* llama-dense-f16 rewritten with one defect; returns its path. */
 static const char *variant(variant_kind v) {
@@ -167,6 +167,7 @@ static const char *variant(variant_kind v) {
     sp_gguf_writer_copy_kv(w, g, NULL);
     if (v == V_EXPERTS) sp_gguf_writer_set_u32(w, "llama.expert_count", 4);
     if (v == V_ROPE_TYPE) sp_gguf_writer_set_str(w, "llama.rope.scaling.type", "yarn");
+    if (v == V_ATTN_FACTOR) sp_gguf_writer_set_f32(w, "llama.rope.scaling.attn_factor", 0.5f);
     if (v == V_VOCAB_LEN) {
         sp_str toks[100];
         for (int i = 0; i < 100; i++) toks[i] = (sp_str){"t", 1};
@@ -208,6 +209,7 @@ static void test_arch2026_refusals(void **state) {
         {V_VOCAB_LEN, "tokenizer.ggml.tokens has 100 entries"},
         {V_SCALE_SHAPE, "blk.1.ffn_up.scale"},
         {V_ROPE_TYPE, "llama.rope.scaling.type"},
+        {V_ATTN_FACTOR, "llama.rope.scaling.attn_factor"},
     };
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         sp_model *m = NULL;

@@ -173,7 +173,8 @@ static sp_status get_f32_or(const sp_gguf *g, const char *key, float def, float 
  *    attention.value_length, attention.layer_norm_rms_epsilon,
  *    rope.dimension_count, rope.freq_base, rope.scaling.type (absent:
  *    linear), rope.scaling.factor (or rope.scale_linear; absent or 0: no
- *    scaling), expert_count (refused when > 0: no experts here).
+ *    scaling), rope.scaling.attn_factor (refused unless 1), expert_count
+ *    (refused when > 0: no experts here).
  *  - the rest per row of ARCHS below. Keys a file carries that its
  *    architecture does not read (llama.cpp's test files write nearly all of
  *    them) are not read here either. */
@@ -231,6 +232,13 @@ static sp_status read_rope_scaling(const sp_gguf *g, const char *path, const cha
                                    sp_error *err) {
     char key[128];
     *scale = 1.0f;
+    /* rope.scaling.attn_factor multiplies llama.cpp's RoPE cos/sin: only 1 here */
+    float af = 1.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", a);
+    sp_status st = get_f32_or(g, key, 1.0f, &af, err);
+    if (st) return st;
+    if (af != 1.0f)
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: %s = %g is not supported (only 1)", path, key, (double)af);
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     const sp_gguf_kv *sk = sp_gguf_find(g, key);
     char ty[32] = "linear";
@@ -246,7 +254,7 @@ static sp_status read_rope_scaling(const sp_gguf *g, const char *path, const cha
     float f = 0.0f;
     snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
     if (!sp_gguf_find(g, key)) snprintf(key, sizeof key, "%s.rope.scale_linear", a);
-    sp_status st = get_f32_or(g, key, 0.0f, &f, err);
+    st = get_f32_or(g, key, 0.0f, &f, err);
     if (st) return st;
     if (f == 0.0f) return SP_OK; /* absent or 0: not set */
     if (!(f > 0.0f) || !isfinite(f))
