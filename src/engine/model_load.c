@@ -97,9 +97,20 @@ static sp_status check_config(const sp_model_config *c, const char *path, sp_err
 
 /* ------------------------------------------------------------------ GGUF */
 
+/* Marks the file's tensor `name` (if there) as one the architecture reads,
+ * bound or not (llama.cpp loads some it never uses, e.g. "NAME.input_scale"):
+ * a tensor no architecture row claims makes llama.cpp refuse the file
+ * ("wrong number of tensors"), and Specula with it (load_gguf). Every
+ * tensor bound through bind_matrix is claimed there. */
+static const sp_gguf_tensor *claim(sp_model *m, const char *name) {
+    const sp_gguf_tensor *t = sp_gguf_find_tensor(m->gguf, name);
+    if (t && m->claimed) m->claimed[t - sp_gguf_tensor_at(m->gguf, 0)] = 1; /* one array */
+    return t;
+}
+
 static sp_status bind_matrix(sp_model *m, const char *path, const char *name, int64_t cols,
                              int64_t rows, bool optional, sp_weight *w, sp_error *err) {
-    const sp_gguf_tensor *t = sp_gguf_find_tensor(m->gguf, name);
+    const sp_gguf_tensor *t = claim(m, name);
     memset(w, 0, sizeof *w);
     if (!t) {
         if (optional) return SP_OK;
@@ -177,7 +188,8 @@ static sp_status get_f32_or(const sp_gguf *g, const char *key, float def, float 
  *    (refused when > 0: no experts here).
  *  - the rest per row of ARCHS below. Keys a file carries that its
  *    architecture does not read (llama.cpp's test files write nearly all of
- *    them) are not read here either. */
+ *    them) are not read here either; a tensor it does not read refuses the
+ *    file, as in llama.cpp (claim). */
 typedef struct arch_info {
     const char *name;
     bool neox;           /* RoPE on halves of each head */
@@ -491,6 +503,18 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
             ((st = bind_vector(m, path, T("attn_q_norm.weight"), c->head_dim, &L->q_norm, err)) ||
              (st = bind_vector(m, path, T("attn_k_norm.weight"), c->head_dim, &L->k_norm, err))))
             break;
+        /* llama.cpp loads NAME.scale and NAME.input_scale of every matrix the
+         * layer has, applied or not (its generic pass in load_tensors) */
+        static const char *MATS[] = {"attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv",
+                                     "ffn_gate", "ffn_down", "ffn_up"};
+        for (size_t i = 0; i < sizeof MATS / sizeof MATS[0]; i++) {
+            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, MATS[i]);
+            if (!sp_gguf_find_tensor(m->gguf, nm)) continue;
+            snprintf(nm, sizeof nm, "blk.%d.%s.scale", l, MATS[i]);
+            claim(m, nm);
+            snprintf(nm, sizeof nm, "blk.%d.%s.input_scale", l, MATS[i]);
+            claim(m, nm);
+        }
         if (ai->gemma) {
             if ((st = bind_vector(m, path, T("post_attention_norm.weight"), dim, &L->post_attn_norm, err)) ||
                 (st = bind_vector(m, path, T("post_ffw_norm.weight"), dim, &L->post_ffn_norm, err)))
@@ -563,6 +587,8 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
                        "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)",
                        path, a);
 
+    m->claimed = calloc(sp_gguf_n_tensors(g) + 1, 1);
+    if (!m->claimed) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     if ((st = read_config(m, path, a, ai, err))) return st;
     sp_model_config *c = &m->cfg;
     const sp_gguf_tensor *te = sp_gguf_find_tensor(g, "token_embd.weight");
@@ -587,6 +613,16 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
           (st = opt_rope_factors(m, path, "rope_factors_short.weight", &m->rope_short, err)))))
         return st;
     if ((st = bind_layers(m, path, a, ai, err))) return st;
+    /* read by llama.cpp for these, unused by their causal graphs */
+    if (!strcmp(a, "qwen3")) claim(m, "cls.output.weight"); /* a reranker's head */
+    if (ai->gemma == 3) claim(m, "dense_2.weight"), claim(m, "dense_3.weight"); /* embedding heads */
+    for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++)
+        if (!m->claimed[i]) {
+            const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+            return sp_fail(err, SP_ERR_FORMAT,
+                           "%s: tensor '%.*s' is not one architecture '%s' has (llama.cpp refuses the file too)",
+                           path, (int)(t->name.len > 96 ? 96 : t->name.len), t->name.ptr, a);
+        }
     c->wtype = m->layers[0].wq.type;
     sp_model_set_desc(m, a);
     return load_vocab(m, path, a, p, err);
@@ -738,9 +774,11 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
     sp_model *m = calloc(1, sizeof *m);
     if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     sp_status st;
-    if (gguf)
+    if (gguf) {
         st = load_gguf(m, path, params, err);
-    else
+        free(m->claimed);
+        m->claimed = NULL;
+    } else
         st = load_llama2c(m, path, params, err);
     if (!st) {
         const bool prefault = !(params && params->no_prefault), lock = params && params->mlock;
