@@ -97,9 +97,20 @@ static sp_status check_config(const sp_model_config *c, const char *path, sp_err
 
 /* ------------------------------------------------------------------ GGUF */
 
+/* Marks the file's tensor `name` (if there) as one the architecture reads,
+ * bound or not (llama.cpp loads some it never uses, e.g. "NAME.input_scale"):
+ * a tensor no architecture row claims makes llama.cpp refuse the file
+ * ("wrong number of tensors"), and Specula with it (load_gguf). Every
+ * tensor bound through bind_matrix is claimed there. */
+static const sp_gguf_tensor *claim(sp_model *m, const char *name) {
+    const sp_gguf_tensor *t = sp_gguf_find_tensor(m->gguf, name);
+    if (t && m->claimed) m->claimed[t - sp_gguf_tensor_at(m->gguf, 0)] = 1; /* one array */
+    return t;
+}
+
 static sp_status bind_matrix(sp_model *m, const char *path, const char *name, int64_t cols,
                              int64_t rows, bool optional, sp_weight *w, sp_error *err) {
-    const sp_gguf_tensor *t = sp_gguf_find_tensor(m->gguf, name);
+    const sp_gguf_tensor *t = claim(m, name);
     memset(w, 0, sizeof *w);
     if (!t) {
         if (optional) return SP_OK;
@@ -168,15 +179,19 @@ static sp_status get_f32_or(const sp_gguf *g, const char *key, float def, float 
  *    with an optional bias (attn_qkv.bias, or all three separate biases
  *    with a fused matrix) and optional per-matrix "NAME.scale" [1]
  *    multiplying the matmul's output; attn_output and its optional scale.
- *    Keys: context_length, embedding_length, block_count,
- *    feed_forward_length, attention.head_count(_kv), attention.key_length,
- *    attention.value_length, attention.layer_norm_rms_epsilon,
+ *    Keys, required as llama.cpp requires them: context_length,
+ *    embedding_length, block_count, attention.layer_norm_rms_epsilon (and,
+ *    which these architectures cannot run without, attention.head_count,
+ *    feed_forward_length); optional: attention.head_count_kv,
+ *    attention.key_length, attention.value_length,
  *    rope.dimension_count, rope.freq_base, rope.scaling.type (absent:
  *    linear), rope.scaling.factor (or rope.scale_linear; absent or 0: no
- *    scaling), expert_count (refused when > 0: no experts here).
+ *    scaling), rope.scaling.attn_factor (refused unless 1), expert_count
+ *    (refused when > 0: no experts here).
  *  - the rest per row of ARCHS below. Keys a file carries that its
  *    architecture does not read (llama.cpp's test files write nearly all of
- *    them) are not read here either. */
+ *    them) are not read here either; a tensor it does not read refuses the
+ *    file, as in llama.cpp (claim). */
 typedef struct arch_info {
     const char *name;
     bool neox;           /* RoPE on halves of each head */
@@ -231,6 +246,13 @@ static sp_status read_rope_scaling(const sp_gguf *g, const char *path, const cha
                                    sp_error *err) {
     char key[128];
     *scale = 1.0f;
+    /* rope.scaling.attn_factor multiplies llama.cpp's RoPE cos/sin: only 1 here */
+    float af = 1.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", a);
+    sp_status st = get_f32_or(g, key, 1.0f, &af, err);
+    if (st) return st;
+    if (af != 1.0f)
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: %s = %g is not supported (only 1)", path, key, (double)af);
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     const sp_gguf_kv *sk = sp_gguf_find(g, key);
     char ty[32] = "linear";
@@ -246,7 +268,7 @@ static sp_status read_rope_scaling(const sp_gguf *g, const char *path, const cha
     float f = 0.0f;
     snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
     if (!sp_gguf_find(g, key)) snprintf(key, sizeof key, "%s.rope.scale_linear", a);
-    sp_status st = get_f32_or(g, key, 0.0f, &f, err);
+    st = get_f32_or(g, key, 0.0f, &f, err);
     if (st) return st;
     if (f == 0.0f) return SP_OK; /* absent or 0: not set */
     if (!(f > 0.0f) || !isfinite(f))
@@ -306,10 +328,10 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     if ((st = get_u32_or(g, KEY("attention.head_count_kv"), u, &c->n_kv_heads, err))) return st;
     if ((st = sp_gguf_get_u32(g, KEY("feed_forward_length"), &u, err))) return st;
     c->ffn_dim = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
-    if ((st = get_u32_or(g, KEY("context_length"), 2048, &c->n_ctx_train, err))) return st;
+    if ((st = sp_gguf_get_u32(g, KEY("context_length"), &u, err))) return st;
+    c->n_ctx_train = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
     if ((st = get_f32_or(g, KEY("rope.freq_base"), 10000.0f, &c->rope_theta, err))) return st;
-    if ((st = get_f32_or(g, KEY("attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps, err)))
-        return st;
+    if ((st = sp_gguf_get_f32(g, KEY("attention.layer_norm_rms_epsilon"), &c->norm_eps, err))) return st;
     c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
     /* key_length: a head size other than dim / heads (Mistral-NeMo, Qwen3) */
     if ((st = get_u32_or(g, KEY("attention.key_length"), (uint32_t)c->head_dim, &c->head_dim, err)))
@@ -359,7 +381,7 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
         m->embed_scale = sqrtf((float)c->dim);
         m->geglu = true;
         /* the 27B models scale the queries by 1/sqrt(dim / heads) */
-        if ((ai->gemma == 2 && c->n_layers == 46) || (ai->gemma == 3 && c->n_layers == 62))
+        if (c->n_heads > 0 && ((ai->gemma == 2 && c->n_layers == 46) || (ai->gemma == 3 && c->n_layers == 62)))
             m->kq_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     }
 #undef KEY
@@ -483,6 +505,18 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
             ((st = bind_vector(m, path, T("attn_q_norm.weight"), c->head_dim, &L->q_norm, err)) ||
              (st = bind_vector(m, path, T("attn_k_norm.weight"), c->head_dim, &L->k_norm, err))))
             break;
+        /* llama.cpp loads NAME.scale and NAME.input_scale of every matrix the
+         * layer has, applied or not (its generic pass in load_tensors) */
+        static const char *MATS[] = {"attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv",
+                                     "ffn_gate", "ffn_down", "ffn_up"};
+        for (size_t i = 0; i < sizeof MATS / sizeof MATS[0]; i++) {
+            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, MATS[i]);
+            if (!sp_gguf_find_tensor(m->gguf, nm)) continue;
+            snprintf(nm, sizeof nm, "blk.%d.%s.scale", l, MATS[i]);
+            claim(m, nm);
+            snprintf(nm, sizeof nm, "blk.%d.%s.input_scale", l, MATS[i]);
+            claim(m, nm);
+        }
         if (ai->gemma) {
             if ((st = bind_vector(m, path, T("post_attention_norm.weight"), dim, &L->post_attn_norm, err)) ||
                 (st = bind_vector(m, path, T("post_ffw_norm.weight"), dim, &L->post_ffn_norm, err)))
@@ -555,6 +589,8 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
                        "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)",
                        path, a);
 
+    m->claimed = calloc(sp_gguf_n_tensors(g) + 1, 1);
+    if (!m->claimed) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     if ((st = read_config(m, path, a, ai, err))) return st;
     sp_model_config *c = &m->cfg;
     const sp_gguf_tensor *te = sp_gguf_find_tensor(g, "token_embd.weight");
@@ -579,6 +615,16 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
           (st = opt_rope_factors(m, path, "rope_factors_short.weight", &m->rope_short, err)))))
         return st;
     if ((st = bind_layers(m, path, a, ai, err))) return st;
+    /* read by llama.cpp for these, unused by their causal graphs */
+    if (!strcmp(a, "qwen3")) claim(m, "cls.output.weight"); /* a reranker's head */
+    if (ai->gemma == 3) claim(m, "dense_2.weight"), claim(m, "dense_3.weight"); /* embedding heads */
+    for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++)
+        if (!m->claimed[i]) {
+            const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+            return sp_fail(err, SP_ERR_FORMAT,
+                           "%s: tensor '%.*s' is not one architecture '%s' has (llama.cpp refuses the file too)",
+                           path, (int)(t->name.len > 96 ? 96 : t->name.len), t->name.ptr, a);
+        }
     c->wtype = m->layers[0].wq.type;
     sp_model_set_desc(m, a);
     return load_vocab(m, path, a, p, err);
@@ -730,9 +776,11 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
     sp_model *m = calloc(1, sizeof *m);
     if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     sp_status st;
-    if (gguf)
+    if (gguf) {
         st = load_gguf(m, path, params, err);
-    else
+        free(m->claimed);
+        m->claimed = NULL;
+    } else
         st = load_llama2c(m, path, params, err);
     if (!st) {
         const bool prefault = !(params && params->no_prefault), lock = params && params->mlock;
