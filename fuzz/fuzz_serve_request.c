@@ -54,6 +54,7 @@ static void answer(const sp_serve_req *r) {
         text[len] = 0;
         stop = sp_serve_stop_scan(r, text, &len, k, sent);
         if (len > n || sent > len) abort();
+        if (stop) break; /* as the server: the rest goes out as the final chunk */
         const size_t upto = sp_serve_ready(r, text, len, false);
         if (upto > len) abort();
         if (upto > sent) {

@@ -91,7 +91,8 @@ static int parse_messages(const sp_serve_limits *L, const json_t *msgs, sp_serve
     if (!cm || !texts) rc = sp_serve_bad(e, 500, NULL, NULL, "out of memory");
     if (!rc) {
         sp_error se = {0};
-        if (sp_chat_render(L->tmpl, cm, (int)n, &r->text, &se)) rc = sp_serve_bad(e, 400, "messages", NULL, "%s", se.msg);
+        if (sp_chat_render(L->tmpl, cm, (int)n, &r->text, &se))
+            rc = sp_serve_bad(e, 400, "messages", NULL, "%s", se.msg);
     }
     for (size_t i = 0; texts && i < n; i++) free(texts[i]);
     free(texts);
@@ -151,7 +152,8 @@ static int parse_common(const sp_serve_limits *L, const json_t *j, sp_serve_req 
             if (json_is_null(v)) continue;
             const json_t *u = json_object_get(v, "include_usage");
             if (!json_is_object(v) || (u && !json_is_boolean(u)))
-                return sp_serve_bad(e, 400, key, NULL, "stream_options: must be an object with a boolean include_usage");
+                return sp_serve_bad(e, 400, key, NULL,
+                                    "stream_options: must be an object with a boolean include_usage");
             r->include_usage = json_is_true(u);
         } else if (!strcmp(key, "stop")) {
             if (json_is_null(v)) continue;
@@ -165,11 +167,15 @@ static int parse_common(const sp_serve_limits *L, const json_t *j, sp_serve_req 
             }
             int rc = 0;
             if (!json_is_array(v) || json_array_size(v) > SP_SERVE_N_STOP_MAX)
-                rc = sp_serve_bad(e, 400, key, NULL, "stop: must be a string or a list of at most %d strings", SP_SERVE_N_STOP_MAX);
+                rc = sp_serve_bad(e, 400, key, NULL, "stop: must be a string or a list of at most %d strings",
+                                  SP_SERVE_N_STOP_MAX);
             json_array_foreach(v, i, s) {
                 if (rc) break;
                 if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) > SP_SERVE_STOP_LEN_MAX)
-                    rc = sp_serve_bad(e, 400, key, NULL, "stop: each entry must be a string of 1 to %d bytes", SP_SERVE_STOP_LEN_MAX);
+                    rc = sp_serve_bad(e, 400, key, NULL, "stop: each entry must be a string of 1 to %d bytes",
+                                      SP_SERVE_STOP_LEN_MAX);
+                else if (strlen(json_string_value(s)) != json_string_length(s)) /* "\u0000" */
+                    rc = sp_serve_bad(e, 400, key, NULL, "stop: an entry holds a NUL character");
                 else
                     memcpy(r->stop[r->n_stop++], json_string_value(s), json_string_length(s) + 1);
             }
@@ -216,14 +222,15 @@ int sp_serve_parse(const sp_serve_limits *L, const char *body, size_t len, sp_se
     if (!rc && ep == SP_SERVE_CHAT) {
         if (L->tmpl == SP_CHAT_NONE)
             rc = sp_serve_bad(e, 400, "messages", NULL,
-                     "this model has no chat template Specula recognises; start the server with "
-                     "--chat-template NAME (%s)", sp_chat_names());
+                              "this model has no chat template Specula recognises; start the server with "
+                              "--chat-template NAME (%s)", sp_chat_names());
         else
             rc = parse_messages(L, json_object_get(j, "messages"), r, e);
         /* the family's end-of-turn text also ends the answer, should the
          * vocabulary not mark it as an end-of-generation token */
         const char *eot = sp_chat_end_of_turn(L->tmpl);
-        if (!rc && r->n_stop < SP_SERVE_N_STOP_MAX && *eot) snprintf(r->stop[r->n_stop++], SP_SERVE_STOP_LEN_MAX + 1, "%s", eot);
+        if (!rc && r->n_stop < SP_SERVE_N_STOP_MAX && *eot)
+            snprintf(r->stop[r->n_stop++], SP_SERVE_STOP_LEN_MAX + 1, "%s", eot);
     } else if (!rc) {
         const json_t *p = json_object_get(j, "prompt");
         if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
@@ -306,7 +313,7 @@ size_t sp_serve_ready(const sp_serve_req *r, const char *text, size_t len, bool 
     size_t hold = 0;
     for (int i = 0; i < r->n_stop; i++) {
         size_t sl = strlen(r->stop[i]);
-        for (size_t k = sl - 1; k > hold; k--) /* longest text suffix that starts stop i */
+        for (size_t k = sl ? sl - 1 : 0; k > hold; k--) /* longest text suffix that starts stop i */
             if (k <= len && !memcmp(text + len - k, r->stop[i], k)) {
                 hold = k;
                 break;
