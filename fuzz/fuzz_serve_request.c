@@ -54,6 +54,7 @@ static void answer(const serve_req *r) {
         text[len] = 0;
         stop = serve_stop_scan(r, text, &len, k, sent);
         if (len > n || sent > len) abort();
+        if (stop) break; /* as the server: the rest goes out as the final chunk */
         const size_t upto = serve_ready(r, text, len, false);
         if (upto > len) abort();
         if (upto > sent) {

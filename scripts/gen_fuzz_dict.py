@@ -21,7 +21,7 @@ header = src("include/sp_gguf.h")
 
 archs = []
 for text in loaders.values():
-    archs += re.findall(r'^\s*\{"([a-z0-9_]+)",\s*(?:true|false)', text, re.M)
+    archs += re.findall(r'^\s*\{"([a-z0-9_]+)",\s*(?:true|false|\d)', text, re.M)
 archs = sorted(set(archs))
 
 keys, tensors, words = set(), set(), set()
@@ -31,8 +31,8 @@ for text in loaders.values():
         keys.update(f"{a}.{k}" for a in archs)
     for k in re.findall(r'"((?:general|tokenizer|split)\.[a-z0-9_.]+)"', text):
         keys.add(k)
-    for t in re.findall(r'\bT\("([a-z0-9_]+)"\)', text):
-        tensors.add(f"blk.0.{t}.weight")
+    for t in re.findall(r'\bT\("([a-z0-9_.]+)"\)', text):  # "blk.%d." s, with or without the suffix
+        tensors.add(f"blk.0.{t}" if t.endswith((".weight", ".bias", ".scale")) else f"blk.0.{t}.weight")
     for t in re.findall(r'\bB\("([a-z0-9_]+)"\)', text):
         tensors.add(f"blk.0.{t}.bias")
     for t in re.findall(r'"([a-z0-9_.]+\.(?:weight|bias))"', text):

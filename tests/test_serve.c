@@ -318,6 +318,8 @@ static void test_bad_requests(void **state) {
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":0}"), 400, "max_tokens");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"bogus_field\":1}"), 400, "bogus_field");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"stop\":[1]}"), 400, "stop");
+    /* a NUL would end the stop string early (an empty one stopped every answer at once) */
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"stop\":[\"\\u0000a\"]}"), 400, "NUL");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"stream\":\"yes\"}"), 400, "stream");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"speculative\":{\"gamma\":1000}}"), 400, "gamma");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"speculative\":5}"), 400,

@@ -16,7 +16,9 @@
  * connection's reader drains; a client that
  * disconnects closes the pipe, which cancels its generation. SIGINT and
  * SIGTERM stop the daemon: in-flight generations are cancelled, every
- * connection finishes, everything is freed, exit 0. */
+ * connection finishes, everything is freed, exit 0. The request side
+ * (routing, body parsing and validation, stop strings, response objects)
+ * is tools/serve_request.c, which fuzz/fuzz_serve_request.c drives alone. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -91,7 +91,8 @@ static int parse_messages(const serve_limits *L, const json_t *msgs, serve_req *
     if (!cm || !texts) rc = serve_bad(e, 500, NULL, NULL, "out of memory");
     if (!rc) {
         sp_error se = {0};
-        if (sp_chat_render(L->tmpl, cm, (int)n, &r->text, &se)) rc = serve_bad(e, 400, "messages", NULL, "%s", se.msg);
+        if (sp_chat_render(L->tmpl, cm, (int)n, &r->text, &se))
+            rc = serve_bad(e, 400, "messages", NULL, "%s", se.msg);
     }
     for (size_t i = 0; texts && i < n; i++) free(texts[i]);
     free(texts);
@@ -151,7 +152,8 @@ static int parse_common(const serve_limits *L, const json_t *j, serve_req *r, se
             if (json_is_null(v)) continue;
             const json_t *u = json_object_get(v, "include_usage");
             if (!json_is_object(v) || (u && !json_is_boolean(u)))
-                return serve_bad(e, 400, key, NULL, "stream_options: must be an object with a boolean include_usage");
+                return serve_bad(e, 400, key, NULL,
+                                    "stream_options: must be an object with a boolean include_usage");
             r->include_usage = json_is_true(u);
         } else if (!strcmp(key, "stop")) {
             if (json_is_null(v)) continue;
@@ -165,11 +167,15 @@ static int parse_common(const serve_limits *L, const json_t *j, serve_req *r, se
             }
             int rc = 0;
             if (!json_is_array(v) || json_array_size(v) > SP_SERVE_N_STOP_MAX)
-                rc = serve_bad(e, 400, key, NULL, "stop: must be a string or a list of at most %d strings", SP_SERVE_N_STOP_MAX);
+                rc = serve_bad(e, 400, key, NULL, "stop: must be a string or a list of at most %d strings",
+                                  SP_SERVE_N_STOP_MAX);
             json_array_foreach(v, i, s) {
                 if (rc) break;
                 if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) > SP_SERVE_STOP_LEN_MAX)
-                    rc = serve_bad(e, 400, key, NULL, "stop: each entry must be a string of 1 to %d bytes", SP_SERVE_STOP_LEN_MAX);
+                    rc = serve_bad(e, 400, key, NULL, "stop: each entry must be a string of 1 to %d bytes",
+                                      SP_SERVE_STOP_LEN_MAX);
+                else if (strlen(json_string_value(s)) != json_string_length(s)) /* "\u0000" */
+                    rc = serve_bad(e, 400, key, NULL, "stop: an entry holds a NUL character");
                 else
                     memcpy(r->stop[r->n_stop++], json_string_value(s), json_string_length(s) + 1);
             }
@@ -180,11 +186,7 @@ static int parse_common(const serve_limits *L, const json_t *j, serve_req *r, se
             sp_spec_config c;
             sp_spec_config_init(&c, &L->defaults);
             sp_error se = {0};
-            char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-            if (!txt) return serve_bad(e, 500, "speculative", NULL, "speculative: out of memory");
-            sp_status st = sp_spec_config_json_text(&c, txt, strlen(txt), &se);
-            free(txt);
-            if (st || sp_spec_config_finish(&c, L->has_draft, &se))
+            if (sp_spec_config_json(&c, v, &se) || sp_spec_config_finish(&c, L->has_draft, &se))
                 return serve_bad(e, 400, "speculative", NULL, "speculative: %s", se.msg);
             r->spec = c.params;
             if (c.off_by_n_max) r->spec.draft.kind = SP_DRAFT_NONE;
@@ -220,14 +222,15 @@ int serve_parse(const serve_limits *L, const char *body, size_t len, serve_ep ep
     if (!rc && ep == SP_SERVE_CHAT) {
         if (L->tmpl == SP_CHAT_NONE)
             rc = serve_bad(e, 400, "messages", NULL,
-                     "this model has no chat template Specula recognises; start the server with "
-                     "--chat-template NAME (%s)", sp_chat_names());
+                              "this model has no chat template Specula recognises; start the server with "
+                              "--chat-template NAME (%s)", sp_chat_names());
         else
             rc = parse_messages(L, json_object_get(j, "messages"), r, e);
         /* the family's end-of-turn text also ends the answer, should the
          * vocabulary not mark it as an end-of-generation token */
         const char *eot = sp_chat_end_of_turn(L->tmpl);
-        if (!rc && r->n_stop < SP_SERVE_N_STOP_MAX && *eot) snprintf(r->stop[r->n_stop++], SP_SERVE_STOP_LEN_MAX + 1, "%s", eot);
+        if (!rc && r->n_stop < SP_SERVE_N_STOP_MAX && *eot)
+            snprintf(r->stop[r->n_stop++], SP_SERVE_STOP_LEN_MAX + 1, "%s", eot);
     } else if (!rc) {
         const json_t *p = json_object_get(j, "prompt");
         if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
@@ -310,7 +313,7 @@ size_t serve_ready(const serve_req *r, const char *text, size_t len, bool final)
     size_t hold = 0;
     for (int i = 0; i < r->n_stop; i++) {
         size_t sl = strlen(r->stop[i]);
-        for (size_t k = sl - 1; k > hold; k--) /* longest text suffix that starts stop i */
+        for (size_t k = sl ? sl - 1 : 0; k > hold; k--) /* longest text suffix that starts stop i */
             if (k <= len && !memcmp(text + len - k, r->stop[i], k)) {
                 hold = k;
                 break;
