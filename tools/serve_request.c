@@ -186,7 +186,11 @@ static int parse_common(const serve_limits *L, const json_t *j, serve_req *r, se
             sp_spec_config c;
             sp_spec_config_init(&c, &L->defaults);
             sp_error se = {0};
-            if (sp_spec_config_json(&c, v, &se) || sp_spec_config_finish(&c, L->has_draft, &se))
+            char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+            if (!txt) return serve_bad(e, 500, "speculative", NULL, "speculative: out of memory");
+            sp_status st = sp_spec_config_json_text(&c, txt, strlen(txt), &se);
+            free(txt);
+            if (st || sp_spec_config_finish(&c, L->has_draft, &se))
                 return serve_bad(e, 400, "speculative", NULL, "speculative: %s", se.msg);
             r->spec = c.params;
             if (c.off_by_n_max) r->spec.draft.kind = SP_DRAFT_NONE;
