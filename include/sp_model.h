@@ -88,6 +88,10 @@ typedef struct sp_ctx_params {
     int32_t max_batch;  /* most tokens per sp_forward call; default SP_CTX_DEFAULT_BATCH */
     int32_t n_threads;  /* used when pool is NULL; default 1 */
     sp_pool *pool;      /* shared worker pool (not owned), or NULL */
+    /* KV cache element types: SP_GGML_F32, SP_GGML_F16 (the default, as
+     * llama.cpp's) or SP_GGML_Q8_0 (needs a head size multiple of 32).
+     * The cache grows in chunks as tokens arrive, up to n_ctx. */
+    sp_ggml_type type_k, type_v;
 } sp_ctx_params;
 
 sp_ctx_params sp_ctx_default_params(void);
@@ -97,6 +101,13 @@ void sp_ctx_free(sp_ctx *c);
 const sp_model *sp_ctx_model(const sp_ctx *c);
 int32_t sp_ctx_n_ctx(const sp_ctx *c);
 int32_t sp_ctx_max_batch(const sp_ctx *c);
+/* Bytes the KV cache takes when full (n_ctx tokens), and now. */
+uint64_t sp_ctx_kv_bytes(const sp_ctx *c);
+uint64_t sp_ctx_kv_bytes_allocated(const sp_ctx *c);
+sp_ggml_type sp_ctx_type_k(const sp_ctx *c);
+sp_ggml_type sp_ctx_type_v(const sp_ctx *c);
+/* Parses a KV cache type name ("f32", "f16", "q8_0"); false if unknown. */
+bool sp_kv_type_parse(const char *name, sp_ggml_type *out);
 /* Tokens currently in the KV cache. */
 int32_t sp_ctx_n_past(const sp_ctx *c);
 /* Roll back: keep only the first n cached tokens. */

@@ -587,6 +587,76 @@ static void att_mix(const float *p, const int32_t *idx, const float *v, int64_t 
     }
 }
 
+/* ---- attention over an F16 cache (ops.h): 16 lanes as two halves ---- */
+
+AI __m256 load_h8f(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+static void att_scores_f16(const void *q, const void *k, size_t stride, int32_t n, int32_t hd, float scale,
+                           float *out) {
+    const uint16_t *qh = q;
+    const bool tiny = hd % 16 != 0; /* ggml's vec_dot_f16 (4 accumulators over 64-dim steps) */
+    const int32_t np = tiny ? hd / 64 * 64 : hd;
+    for (int32_t s = 0; s < n; s++) {
+        const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+        __m256 lo, hi;
+        if (tiny) {
+            __m256 a[8];
+            for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
+            for (int32_t i = 0; i < np; i += 64)
+                for (int j = 0; j < 8; j++)
+                    a[j] = _mm256_fmadd_ps(load_h8f(ks + i + 8 * j), load_h8f(qh + i + 8 * j), a[j]);
+            lo = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
+            hi = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
+        } else {
+            lo = hi = _mm256_setzero_ps();
+            for (int32_t i = 0; i < hd; i += 16) {
+                lo = _mm256_fmadd_ps(load_h8f(ks + i), load_h8f(qh + i), lo);
+                hi = _mm256_fmadd_ps(load_h8f(ks + i + 8), load_h8f(qh + i + 8), hi);
+            }
+        }
+        if (!tiny) {
+            out[s] = hsum16(lo, hi) * scale;
+            continue;
+        }
+        double d = hsum16(lo, hi);
+        for (int32_t i = np; i < hd; i++) d += (double)(sp_fp16_to_fp32(ks[i]) * sp_fp16_to_fp32(qh[i]));
+        out[s] = (float)d * scale;
+    }
+}
+
+static void att_mix_f16(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n, int32_t hd,
+                        float *o) {
+    if (hd > MIX_HD_MAX) {
+        const int32_t h0 = hd / 2 / 8 * 8;
+        att_mix_f16(p, idx, v, stride, n, h0, o);
+        att_mix_f16(p, idx, (const uint16_t *)v + h0, stride, n, hd - h0, o + h0);
+        return;
+    }
+    __m256 a[16][MIX_HD_MAX / 8];
+    const int32_t nb = (hd + 7) / 8;
+    for (int l = 0; l < 16; l++)
+        for (int32_t b = 0; b < nb; b++) a[l][b] = _mm256_setzero_ps();
+    for (int32_t r = 0; r < n; r++) {
+        const float p16 = sp_fp16_to_fp32(sp_fp32_to_fp16(p[r]));
+        if (p16 == 0.0f) continue;
+        const __m256 pr = _mm256_set1_ps(p16);
+        const uint16_t *vr = (const uint16_t *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
+        __m256 *ar = a[r & 15];
+        for (int32_t b = 0; b < nb; b++)
+            ar[b] = _mm256_fmadd_ps(_mm256_cvtph_ps(load_h8(vr, 8 * b, hd)), pr, ar[b]);
+    }
+    for (int32_t b = 0; b < nb; b++) {
+        __m256 h[8];
+        for (int l = 0; l < 8; l++) h[l] = _mm256_add_ps(a[l][b], a[l + 8][b]);
+        for (int l = 0; l < 4; l++) h[l] = _mm256_add_ps(h[l], h[l + 4]);
+        const __m256 r = _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
+        if (8 * b + 8 <= hd)
+            _mm256_storeu_ps(o + 8 * b, r);
+        else
+            _mm256_maskstore_ps(o + 8 * b, tail_mask(hd - 8 * b), r);
+    }
+}
+
 /* 2^e for integer lanes -126 <= e <= 127. */
 AI __m256 pow2i(__m256i e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)); }
 
@@ -659,6 +729,8 @@ void sp_ops_fill_avx2(sp_ops_table *t) {
     t->mm[SP_GGML_Q4_0] = mm_q4_0;
     t->att_scores = att_scores;
     t->att_mix = att_mix;
+    t->att_scores_kv[0] = att_scores_f16;
+    t->att_mix_kv[0] = att_mix_f16;
     t->softmax = softmax;
     t->swiglu = swiglu;
     sp_ops_fill_kquants_avx2(t);

@@ -1156,6 +1156,69 @@ static void att_mix(const float *p, const int32_t *idx, const float *v, int64_t 
     }
 }
 
+/* ---- attention over an F16 cache (ops.h), bit-identical to the scalar
+ * references in ops.c ---- */
+
+AI __m512 load_h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+
+static void att_scores_f16(const void *q, const void *k, size_t stride, int32_t n, int32_t hd, float scale,
+                           float *out) {
+    const uint16_t *qh = q;
+    if (hd % 16) { /* ggml's vec_dot_f16 */
+        const int32_t np = hd / 64 * 64;
+        for (int32_t s = 0; s < n; s++) {
+            const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+            __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int32_t i = 0; i < np; i += 64)
+                for (int j = 0; j < 4; j++)
+                    a[j] = _mm512_fmadd_ps(load_h16(ks + i + 16 * j), load_h16(qh + i + 16 * j), a[j]);
+            double d = hsum16(_mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3])));
+            for (int32_t i = np; i < hd; i++) d += (double)(sp_fp16_to_fp32(ks[i]) * sp_fp16_to_fp32(qh[i]));
+            out[s] = (float)d * scale;
+        }
+        return;
+    }
+    for (int32_t s = 0; s < n; s++) {
+        const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+        __m512 a = _mm512_setzero_ps();
+        for (int32_t i = 0; i < hd; i += 16) a = _mm512_fmadd_ps(load_h16(ks + i), load_h16(qh + i), a);
+        out[s] = hsum16(a) * scale;
+    }
+}
+
+/* As att_mix, the values widened from f16 and p rounded to f16. */
+static void att_mix_f16(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n, int32_t hd,
+                        float *o) {
+    if (hd > MIX_HD_MAX) {
+        const int32_t h0 = hd / 2 / 16 * 16;
+        att_mix_f16(p, idx, v, stride, n, h0, o);
+        att_mix_f16(p, idx, (const uint16_t *)v + h0, stride, n, hd - h0, o + h0);
+        return;
+    }
+    __m512 a[16][MIX_HD_MAX / 16];
+    const int32_t nb = (hd + 15) / 16;
+    for (int l = 0; l < 16; l++)
+        for (int32_t b = 0; b < nb; b++) a[l][b] = _mm512_setzero_ps();
+    for (int32_t r = 0; r < n; r++) {
+        const float p16 = sp_fp16_to_fp32(sp_fp32_to_fp16(p[r]));
+        if (p16 == 0.0f) continue;
+        const __m512 pr = _mm512_set1_ps(p16);
+        const uint16_t *vr = (const uint16_t *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
+        __m512 *ar = a[r & 15];
+        for (int32_t b = 0; b < nb; b++) {
+            const __m512 vv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes(hd - 16 * b), vr + 16 * b));
+            ar[b] = _mm512_fmadd_ps(vv, pr, ar[b]);
+        }
+    }
+    for (int32_t b = 0; b < nb; b++) {
+        __m512 h[8];
+        UNROLL for (int l = 0; l < 8; l++) h[l] = _mm512_add_ps(a[l][b], a[l + 8][b]);
+        UNROLL for (int l = 0; l < 4; l++) h[l] = _mm512_add_ps(h[l], h[l + 4]);
+        _mm512_mask_storeu_ps(o + 16 * b, lanes(hd - 16 * b),
+                              _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3])));
+    }
+}
+
 /* ---- q8 activations, bit-identical to act_q8_ref in ops.c (finite input
  * only; the caller routes rows holding inf/NaN to the reference) ----
  * max |x| is exact in any order; 127 / amax and x * id are the same scalar
@@ -1604,6 +1667,8 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->act_q8 = act_q8;
     t->att_scores = att_scores;
     t->att_mix = att_mix;
+    t->att_scores_kv[0] = att_scores_f16;
+    t->att_mix_kv[0] = att_mix_f16;
     t->softmax = softmax;
     t->swiglu = swiglu;
     t->mm[SP_GGML_F32] = mm_f32;
