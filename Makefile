@@ -1,10 +1,12 @@
 # Specula build. `make` builds the library, the CLI and the tests;
 # `make check` runs the suite; `make check SAN=1` runs it under ASan+UBSan.
 # Sources are globbed: a new src/LAYER/*.c, tools/*.c or tests/test_*.c needs no edit here.
-# src/ is split by layer: base (status, files, clock, threads), engine (GGUF,
-# kernels, the forward pass, samplers), text (tokenizers, Unicode, chat
-# templates), spec (verifiers, drafters, the speculative loop), train (losses,
-# trainer, distillation, online learning). Internal headers are found by name.
+# src/ is split by layer, lowest first (SRC_DIRS; scripts/check_layers.sh
+# reads the order from it): base (status, files, clock, threads, GGUF
+# reading), text (tokenizers, Unicode, chat templates), engine (kernels, the
+# forward pass, samplers), spec (verifiers, drafters, the speculative loop),
+# train (losses, trainer, distillation, online learning); then tools/.
+# Internal headers are found by name.
 
 CC      ?= cc
 SAN     ?= 0
@@ -18,7 +20,7 @@ BUILD   ?= build
 OPT     := -O2 -g
 endif
 
-SRC_DIRS := base engine text spec train
+SRC_DIRS := base text engine spec train
 SRC_INC  := $(SRC_DIRS:%=-Isrc/%)
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -Wall -Wextra -Werror -pthread -Iinclude $(SRC_INC) -Itools $(EXTRA_CFLAGS)
 LDFLAGS := $(OPT) -pthread

@@ -3,6 +3,7 @@
 #ifndef SP_MODEL_INTERNAL_H
 #define SP_MODEL_INTERNAL_H
 
+#include "sp_file.h"
 #include "sp_gguf.h"
 #include "sp_model.h"
 
@@ -62,11 +63,14 @@ struct sp_model {
 
 /* Allocate a buffer owned by the model (freed with it); NULL on failure. */
 void *sp_model_alloc(sp_model *m, size_t bytes);
+/* m->desc from its architecture name and configuration ("llama 5L d64 ..."). */
+void sp_model_set_desc(sp_model *m, const char *arch);
+/* Packed copies of the matmul weights, when the kernels in use want them
+ * (model_load.c); fm: the file mapping whose pages they release, or NULL. */
+sp_status sp_model_pack_weights(sp_model *m, const sp_file_map *fm, sp_error *err);
 
-/* The KV cache and worker pool of a context (the speculation loop and the
- * drafters use them; not part of the public API). */
+/* The KV cache of a context. */
 #include "kv.h"
 sp_kv *sp_ctx_kv(sp_ctx *c);
-sp_pool *sp_ctx_pool(sp_ctx *c);
 
 #endif

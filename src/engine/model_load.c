@@ -1,5 +1,5 @@
 /* model_load: bind Llama weights from a GGUF file or a llama2.c checkpoint,
- * validating every shape, and make re-quantised copies for self-drafting. */
+ * validating every shape. */
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
@@ -64,7 +64,7 @@ uint64_t sp_model_weight_bytes(const sp_model *m) {
     return n;
 }
 
-static void set_desc(sp_model *m, const char *arch) {
+void sp_model_set_desc(sp_model *m, const char *arch) {
     const sp_model_config *c = &m->cfg;
     snprintf(m->desc, sizeof m->desc, "%s %dL d%d h%d/%d ffn%d v%d %s", arch, c->n_layers, c->dim,
              c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab, sp_ggml_type_name(c->wtype));
@@ -368,7 +368,7 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
     }
     if ((st = bind_layers(m, path, ai, err))) return st;
     c->wtype = m->layers[0].wq.type;
-    set_desc(m, a);
+    sp_model_set_desc(m, a);
     if ((st = sp_tokenizer_load_gguf_pre(g, p ? p->tokenizer_pre : NULL, &m->tok, err))) return st;
     m->owns_tok = true;
     if (sp_tokenizer_n_vocab(m->tok) != c->n_vocab)
@@ -455,7 +455,7 @@ static sp_status load_llama2c(sp_model *m, const char *path, const sp_model_para
     else
         MAT(m->output, V, dim);
 #undef MAT
-    set_desc(m, "llama2.c");
+    sp_model_set_desc(m, "llama2.c");
     if (p && p->tokenizer_path) {
         st = sp_tokenizer_load_llama2c(p->tokenizer_path, c->n_vocab, &m->tok, err);
         if (st) return st;
@@ -494,8 +494,7 @@ static sp_status pack_weight(sp_model *m, sp_weight *w, const sp_file_map *fm, s
     return SP_OK;
 }
 
-/* fm: the file mapping whose pages packed matrices release, or NULL. */
-static sp_status pack_weights(sp_model *m, const sp_file_map *fm, sp_error *err) {
+sp_status sp_model_pack_weights(sp_model *m, const sp_file_map *fm, sp_error *err) {
     sp_status st = pack_weight(m, &m->output, fm, err);
     for (int l = 0; !st && l < m->cfg.n_layers; l++) {
         sp_layer *L = &m->layers[l];
@@ -536,90 +535,12 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
     }
     if (!st) {
         const sp_file_map fm = m->gguf ? sp_gguf_mapping(m->gguf) : (sp_file_map){0};
-        st = pack_weights(m, m->gguf && !(params && params->mlock) ? &fm : NULL, err);
+        st = sp_model_pack_weights(m, m->gguf && !(params && params->mlock) ? &fm : NULL, err);
     }
     if (st) {
         sp_model_free(m);
         return st;
     }
-    *out = m;
-    return SP_OK;
-}
-
-/* ------------------------------------------------------------ requantise */
-
-/* Rows whose length is not a multiple of the block size (e.g. stories260K's
- * FFN of 172) cannot hold a block format; those matrices become F16, the
- * nearest lower-precision type that fits any length. */
-static sp_status requant_matrix(sp_model *dst, const sp_weight *src, sp_ggml_type type,
-                                sp_weight *out, float *row, sp_error *err) {
-    if (sp_ggml_blck_size(type) > 1 && src->cols % sp_ggml_blck_size(type)) type = SP_GGML_F16;
-    *out = *src;
-    out->packed = NULL;
-    out->type = type;
-    out->row_bytes = sp_ggml_row_size(type, src->cols);
-    uint8_t *buf = sp_model_alloc(dst, out->row_bytes * (size_t)src->rows);
-    if (!buf) return sp_fail(err, SP_ERR_NOMEM, "out of memory re-quantising weights");
-    for (int64_t r = 0; r < src->rows; r++) {
-        sp_dequantize_row(src->type, src->data + r * src->row_bytes, row, src->cols);
-        sp_quantize_row(type, row, buf + r * out->row_bytes, src->cols);
-    }
-    out->data = buf;
-    return SP_OK;
-}
-
-sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model **out,
-                              sp_error *err) {
-    *out = NULL;
-    if (!sp_quant_supported(type))
-        return sp_fail(err, SP_ERR_UNSUPPORTED, "cannot re-quantise to type %s",
-                       sp_ggml_type_name(type));
-    sp_model *m = calloc(1, sizeof *m);
-    if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
-    m->cfg = src->cfg;
-    m->cfg.wtype = type;
-    m->tok = src->tok;
-    m->owns_tok = false;
-    m->tok_embd = src->tok_embd;
-    m->out_norm = src->out_norm;
-    m->rope_factors = src->rope_factors;
-    m->embed_scale = src->embed_scale;
-    m->geglu = src->geglu;
-    m->q_prescale = src->q_prescale;
-    m->attn_softcap = src->attn_softcap;
-    m->final_softcap = src->final_softcap;
-    m->rope_theta_local = src->rope_theta_local;
-    m->layers = calloc((size_t)src->cfg.n_layers, sizeof *m->layers);
-    int64_t maxc = src->cfg.dim > src->cfg.ffn_dim ? src->cfg.dim : src->cfg.ffn_dim;
-    if ((int64_t)src->cfg.n_heads * src->cfg.head_dim > maxc)
-        maxc = (int64_t)src->cfg.n_heads * src->cfg.head_dim;
-    float *row = malloc((size_t)maxc * sizeof(float));
-    sp_status st = (!m->layers || !row) ? sp_fail(err, SP_ERR_NOMEM, "out of memory") : SP_OK;
-    for (int l = 0; !st && l < src->cfg.n_layers; l++) {
-        const sp_layer *S = &src->layers[l];
-        sp_layer *D = &m->layers[l];
-        *D = *S; /* norms, biases, q/k norms; the matrices are replaced below */
-        if ((st = requant_matrix(m, &S->wq, type, &D->wq, row, err)) ||
-            (st = requant_matrix(m, &S->wk, type, &D->wk, row, err)) ||
-            (st = requant_matrix(m, &S->wv, type, &D->wv, row, err)) ||
-            (st = requant_matrix(m, &S->wo, type, &D->wo, row, err)) ||
-            (st = requant_matrix(m, &S->w1, type, &D->w1, row, err)) ||
-            (st = requant_matrix(m, &S->w2, type, &D->w2, row, err)) ||
-            (st = requant_matrix(m, &S->w3, type, &D->w3, row, err)))
-            break;
-    }
-    if (!st) st = requant_matrix(m, &src->output, type, &m->output, row, err);
-    free(row);
-    if (!st) st = pack_weights(m, NULL, err);
-    if (st) {
-        sp_model_free(m);
-        return st;
-    }
-    char base[sizeof src->desc];
-    snprintf(base, sizeof base, "%s", src->desc);
-    char *sp = strchr(base, ' ');
-    if (sp) *sp = 0;
-    set_desc(m, base);
     *out = m;
     return SP_OK;
 }
