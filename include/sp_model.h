@@ -155,7 +155,7 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
  * over its context alone, bit for bit. logits: the rows that want logits
  * (all of a sequence's when logits_all, else its last), sequence after
  * sequence. The contexts are distinct, of one model, without skipped
- * layers, and have at least as many threads as ctxs[0], whose pool and
+ * layers, with the same KV cache types, and have at least as many threads as ctxs[0], whose pool and
  * scratch do the work: the total of the batches' tokens is at most
  * ctxs[0]'s max batch. Errors as sp_forward's, naming the sequence; on an
  * error no cache has changed unless SP_ERR_NUMERIC. */

@@ -18,6 +18,13 @@ typedef struct sp_weight {
     const uint8_t *data;
     const uint8_t *packed;
     size_t packed_stride;
+    /* What the forward pass does to y = W x after the matmul, in llama.cpp's
+     * orders: y * scale[0] + bias, or (y + bias) * scale[0] when bias_first
+     * (its FFN matrices). scale: the file's per-matrix "NAME.scale" [1] that
+     * the architecture's graph applies; bias [rows]; either NULL: none. */
+    const float *scale;
+    const float *bias;
+    bool bias_first;
 } sp_weight;
 
 typedef struct sp_layer {
@@ -30,7 +37,6 @@ typedef struct sp_layer {
     sp_weight w1;           /* gate [ffn, dim] */
     sp_weight w2;           /* down [dim, ffn] */
     sp_weight w3;           /* up   [ffn, dim] */
-    const float *bq, *bk, *bv; /* q/k/v biases [q_dim], [kv_dim] (qwen2) or NULL */
     const float *q_norm, *k_norm; /* per-head RMSNorm weights [head_dim] (qwen3, gemma3) or NULL */
     const float *post_attn_norm, *post_ffn_norm; /* [dim] norms of the block outputs (gemma) or NULL */
     int32_t window;         /* > 0: sliding-window layer (attends to the last `window` positions) */
@@ -49,14 +55,23 @@ struct sp_model {
     sp_weight output;     /* [n_vocab, dim]; may alias tok_embd */
     const float *out_norm;
     const float *rope_factors; /* [rot_dim/2] frequency divisors (Llama 3.1 rope_freqs), or NULL */
+    /* phi3's rope_factors_long/short [rot_dim/2] (either may be NULL): a
+     * context of more than n_ctx_orig tokens uses the long ones, as llama.cpp
+     * picks them by its context size; rope_factors, when set, wins */
+    const float *rope_long, *rope_short;
+    int32_t n_ctx_orig;
     sp_layer *layers;
     float embed_scale;    /* > 0: embeddings multiplied by it (gemma: sqrt(dim)) */
     bool geglu;           /* FFN gate through GELU (gemma) instead of SiLU */
     float attn_softcap;   /* > 0: attention scores -> cap * tanh(score / cap) (gemma2) */
     bool q_prescale;      /* queries times 1/sqrt(head_dim) before the dot, not the scores
                            * after (phi3, gemma2: as llama.cpp's graphs; other last bits) */
+    bool q_prescale_lowp; /* the same when the cache is F16 or Q8_0 (the queries are then
+                           * rounded after the scale, as llama.cpp 2026-09 does: gemma3) */
     float final_softcap;  /* > 0: logits -> cap * tanh(logit / cap) (gemma2) */
-    float rope_theta_local; /* > 0: RoPE base of the rope_local layers, unscaled (gemma3) */
+    float rope_theta_local; /* > 0: RoPE base of the rope_local layers (gemma2, gemma3) */
+    float rope_scale_local; /* their linear position scale (0: 1) */
+    float kq_scale;       /* > 0: the attention scale instead of 1/sqrt(head_dim) (gemma 27B) */
     void **owned;         /* buffers made at load time (converted norms, requantised weights) */
     int n_owned, cap_owned;
 };
