@@ -213,6 +213,50 @@ static void test_kv_edits_every_type(void **state) {
     sp_model_free(m);
 }
 
+/* Grouped attention (attention.h) gives the same bits whatever the task
+ * cut, at a depth past two cache blocks, for each cache type: qwen2-untied
+ * has one KV head, so a 40-token batch spans three token chunks (equal
+ * with 1 and 2 threads) and with 2 threads a one-token decode splits the
+ * group's rows across the threads (equal to the same token's row in the
+ * batch, which is not split). */
+static void test_kv_grouped_cuts(void **state) {
+    (void)state;
+    sp_model *m = load_arch("qwen2-untied");
+    const int V = sp_model_cfg(m)->n_vocab;
+    enum { N = 600, B = 40 };
+    int32_t toks[N + B];
+    for (int i = 0; i < N + B; i++) toks[i] = 1 + (i * 53) % (V - 1);
+    float *one = malloc((size_t)V * sizeof(float)), *two = malloc((size_t)V * sizeof(float));
+    float *b1 = malloc((size_t)B * V * sizeof(float)), *b2 = malloc((size_t)B * V * sizeof(float));
+    const sp_ggml_type types[] = {SP_GGML_F32, SP_GGML_F16, SP_GGML_Q8_0};
+    sp_error err = {0};
+    for (int ti = 0; ti < 3; ti++) {
+        sp_ctx *c[2] = {mkctx(m, types[ti], types[ti], 1024, 1), mkctx(m, types[ti], types[ti], 1024, 2)};
+        for (int k = 0; k < 2; k++) {
+            for (int done = 0; done < N; done += 60) {
+                sp_batch bt = {.tokens = toks + done, .n = 60};
+                if (sp_forward(c[k], &bt, k ? b2 : b1, &err)) fail_msg("%s", err.msg); /* scratch */
+            }
+            sp_batch bb = {.tokens = toks + N, .n = B, .logits_all = true};
+            if (sp_forward(c[k], &bb, k ? b2 : b1, &err)) fail_msg("%s", err.msg);
+            assert_int_equal(sp_ctx_truncate(c[k], N, &err), SP_OK);
+            sp_batch bo = {.tokens = toks + N, .n = 1};
+            if (sp_forward(c[k], &bo, k ? two : one, &err)) fail_msg("%s", err.msg);
+        }
+        assert_memory_equal(b1, b2, (size_t)B * V * sizeof(float));
+        assert_memory_equal(one, two, (size_t)V * sizeof(float));
+        assert_memory_equal(one, b1, (size_t)V * sizeof(float));
+        assert_memory_equal(two, b2, (size_t)V * sizeof(float));
+        sp_ctx_free(c[0]);
+        sp_ctx_free(c[1]);
+    }
+    free(one);
+    free(two);
+    free(b1);
+    free(b2);
+    sp_model_free(m);
+}
+
 /* Bad cache settings are refused with one line. */
 static void test_kv_bad_types(void **state) {
     (void)state;
@@ -238,6 +282,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_kv_q8_0_close_to_llama),
     cmocka_unit_test(test_kv_growth_keeps_rows),
     cmocka_unit_test(test_kv_edits_every_type),
+    cmocka_unit_test(test_kv_grouped_cuts),
     cmocka_unit_test(test_kv_bad_types),
 };
 SP_TEST_MAIN(tests)

@@ -34,9 +34,8 @@ struct sp_ctx {
     uint8_t *act;         /* [3][B][act_stride] prepared activations, one slot per
                            * matmul of a job (a mixed file's wq/wk/wv may differ in type) */
     size_t act_stride;
-    float *att;           /* [nth][n_ctx] attention scores per thread */
-    int32_t *att_idx;     /* [nth][n_ctx] their visible slots (ops.h: ranks) */
-    uint8_t *att_q;       /* [nth][head_dim * 4 bytes] a query in the cache's dot type */
+    int32_t att_rows;     /* query rows per attention task (attention.h) */
+    uint8_t *att_scratch; /* [nth] sp_att_scratch_bytes(att_rows, n_ctx, head_dim) */
     int32_t *pos;         /* [B] */
     sp_rope_freqs rope;   /* RoPE angles (ops.h) */
     float *rope_cs;       /* [B][rot_dim] cos/sin per new token */
@@ -100,9 +99,7 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->hb2);
     free(c->x2);
     free(c->act);
-    free(c->att);
-    free(c->att_idx);
-    free(c->att_q);
+    free(c->att_scratch);
     free(c->pos);
     free(c->rope_cs);
     free(c->rope_cs_local);
@@ -167,9 +164,9 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     c->kb = alloc64(B * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim * 4);
     c->vb = alloc64(B * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim * 4);
     c->act = alloc64(3 * B * c->act_stride);
-    c->att = alloc64((size_t)nth * (size_t)n_ctx * 4);
-    c->att_idx = malloc((size_t)nth * (size_t)n_ctx * sizeof(int32_t));
-    c->att_q = alloc64((size_t)nth * (size_t)cfg->head_dim * 4);
+    SP_ASSERT(cfg->n_heads / cfg->n_kv_heads <= SP_ATT_ROWS_CAP);
+    c->att_rows = sp_att_rows_max(cfg->n_heads, cfg->n_kv_heads, p->max_batch, n_ctx);
+    c->att_scratch = alloc64((size_t)nth * sp_att_scratch_bytes(c->att_rows, n_ctx, cfg->head_dim));
     c->pos = malloc(B * sizeof(int32_t));
     c->rope_cs = malloc(B * (size_t)cfg->rot_dim * sizeof(float));
     /* phi3's long factors beyond its original context, as llama.cpp chooses them */
@@ -186,8 +183,8 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
             return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
         }
     }
-    if (!c->x || !c->xb || !c->q || !c->kb || !c->vb || !c->hb || !c->hb2 || !c->x2 || !c->act || !c->att ||
-        !c->att_idx || !c->att_q || !c->pos || !c->rope_cs) {
+    if (!c->x || !c->xb || !c->q || !c->kb || !c->vb || !c->hb || !c->hb2 || !c->x2 || !c->act ||
+        !c->att_scratch || !c->pos || !c->rope_cs) {
         sp_ctx_free(c);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
     }
@@ -427,7 +424,7 @@ static void attention_block(sp_ctx *c, const seq_rows *sq, int n_seq, int32_t l,
                         .mask_base = sq[i].mask_base, .mask_w = np + ns - sq[i].mask_base,
                         .mask = sq[i].b->mask, .window = L->window, .softcap = c->m->attn_softcap,
                         .out = c->xb + (int64_t)sq[i].row0 * wide, .out_stride = wide,
-                        .scores = sc->att, .idx = sc->att_idx, .qbuf = sc->att_q};
+                        .rows_max = sc->att_rows, .scratch = sc->att_scratch};
         /* per (token, head, slot): a dot, an exp and an axpy of head_dim,
          * several times a matmul's multiply-add per weight: split sooner */
         uint64_t att_work = (uint64_t)ns * (uint64_t)(np + ns) * (uint64_t)q_dim;

@@ -703,13 +703,14 @@ static void att_scores_ref(const float *q, const float *k, int64_t stride, int32
     for (int32_t s = 0; s < n; s++) out[s] = dot_ggml(q, k + s * stride, hd) * scale;
 }
 
-static void att_mix_ref(const float *p, const int32_t *idx, const float *v, int64_t stride, int32_t n,
-                        int32_t hd, float *o) {
-    for (int32_t i = 0; i < hd; i++) {
-        float a[16] = {0};
-        for (int32_t r = 0; r < n; r++)
-            if (p[r] != 0.0f) a[r % 16] = fmaf(v[(int64_t)(idx ? idx[r] : r) * stride + i], p[r], a[r % 16]);
-        o[i] = sp_reduce16(a);
+/* Accumulating mixes (ops.h): rank r into acc row r mod 16. */
+static void att_mix_acc_f32_ref(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                                int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    for (int32_t r = r0; r < r1; r++) {
+        if (p[r] == 0.0f) continue;
+        const float *vr = (const float *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
+        float *a = acc + (r & 15) * (int64_t)ld;
+        for (int32_t i = 0; i < hd; i++) a[i] = fmaf(vr[i], p[r], a[i]);
     }
 }
 
@@ -748,17 +749,14 @@ static void att_scores_f16_ref(const void *q, const void *k, size_t stride, int3
     }
 }
 
-static void att_mix_f16_ref(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n,
-                            int32_t hd, float *o) {
-    for (int32_t i = 0; i < hd; i++) {
-        float a[16] = {0};
-        for (int32_t r = 0; r < n; r++) {
-            const float pr = h2f(sp_fp32_to_fp16(p[r]));
-            if (pr == 0.0f) continue;
-            const uint16_t *vr = (const uint16_t *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
-            a[r % 16] = fmaf(h2f(vr[i]), pr, a[r % 16]);
-        }
-        o[i] = sp_reduce16(a);
+static void att_mix_acc_f16_ref(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                                int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    for (int32_t r = r0; r < r1; r++) {
+        const float pr = h2f(sp_fp32_to_fp16(p[r]));
+        if (pr == 0.0f) continue;
+        const uint16_t *vr = (const uint16_t *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
+        float *a = acc + (r & 15) * (int64_t)ld;
+        for (int32_t i = 0; i < hd; i++) a[i] = fmaf(h2f(vr[i]), pr, a[i]);
     }
 }
 
@@ -782,17 +780,16 @@ static void att_scores_q8_ref(const void *q, const void *k, size_t stride, int32
     }
 }
 
-static void att_mix_q8_ref(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n,
-                           int32_t hd, float *o) {
-    for (int32_t i = 0; i < hd; i++) {
-        float a[16] = {0};
-        for (int32_t r = 0; r < n; r++) {
-            if (p[r] == 0.0f) continue;
-            const sp_block_q8_0 *vb = (const sp_block_q8_0 *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
+static void att_mix_acc_q8_ref(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                               int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    for (int32_t r = r0; r < r1; r++) {
+        if (p[r] == 0.0f) continue;
+        const sp_block_q8_0 *vb = (const sp_block_q8_0 *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
+        float *a = acc + (r & 15) * (int64_t)ld;
+        for (int32_t i = 0; i < hd; i++) {
             const float x = h2f(vb[i / SP_QK].d) * (float)vb[i / SP_QK].qs[i % SP_QK];
-            a[r % 16] = fmaf(x, p[r], a[r % 16]);
+            a[i] = fmaf(x, p[r], a[i]);
         }
-        o[i] = sp_reduce16(a);
     }
 }
 
@@ -832,12 +829,12 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
         t->mm[SP_GGML_Q6_K] = t->mm[SP_GGML_IQ4_XS] = mm_k_ref;
     t->att_scores = att_scores_ref;
-    t->att_mix = att_mix_ref;
     t->softmax = sp_softmax;
     t->att_scores_kv[0] = att_scores_f16_ref;
-    t->att_mix_kv[0] = att_mix_f16_ref;
     t->att_scores_kv[1] = att_scores_q8_ref;
-    t->att_mix_kv[1] = att_mix_q8_ref;
+    t->att_mix_acc[0] = att_mix_acc_f32_ref;
+    t->att_mix_acc[1] = att_mix_acc_f16_ref;
+    t->att_mix_acc[2] = att_mix_acc_q8_ref;
     t->swiglu = sp_swiglu;
     t->act_q8 = act_q8_ref;
     t->read_sum = read_sum_ref;
@@ -1194,12 +1191,12 @@ static void fill_missing(sp_ops_table *t) {
     for (int i = 0; i < SP_GGML_TYPE_COUNT; i++)
         if (!t->mm[i]) t->mm[i] = ref->mm[i];
     if (!t->att_scores) t->att_scores = ref->att_scores;
-    if (!t->att_mix) t->att_mix = ref->att_mix;
     if (!t->softmax) t->softmax = ref->softmax;
     for (int i = 0; i < 2; i++) {
         if (!t->att_scores_kv[i]) t->att_scores_kv[i] = ref->att_scores_kv[i];
-        if (!t->att_mix_kv[i]) t->att_mix_kv[i] = ref->att_mix_kv[i];
     }
+    for (int i = 0; i < 3; i++)
+        if (!t->att_mix_acc[i]) t->att_mix_acc[i] = ref->att_mix_acc[i];
     if (!t->swiglu) t->swiglu = ref->swiglu;
     if (!t->act_q8) t->act_q8 = ref->act_q8;
     if (!t->read_sum) t->read_sum = ref->read_sum;
@@ -1297,7 +1294,6 @@ bool sp_ops_packs(sp_ggml_type wtype) {
 }
 
 sp_att_scores_fn sp_ops_att_scores(void) { return g_tables[sp_ops_isa()].att_scores; }
-sp_att_mix_fn sp_ops_att_mix(void) { return g_tables[sp_ops_isa()].att_mix; }
 sp_softmax_fn sp_ops_softmax(void) { return g_tables[sp_ops_isa()].softmax; }
 
 /* F32 through the float kernels (stride in floats there) */
@@ -1305,15 +1301,52 @@ static void att_scores_f32_kv(const void *q, const void *k, size_t stride, int32
                               float scale, float *out) {
     g_tables[sp_ops_isa()].att_scores(q, k, (int64_t)(stride / sizeof(float)), n, hd, scale, out);
 }
-static void att_mix_f32_kv(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n,
-                           int32_t hd, float *o) {
-    g_tables[sp_ops_isa()].att_mix(p, idx, v, (int64_t)(stride / sizeof(float)), n, hd, o);
-}
 sp_att_scores_kv_fn sp_ops_att_scores_kv(sp_ggml_type ktype) {
     return ktype == SP_GGML_F32 ? att_scores_f32_kv : g_tables[sp_ops_isa()].att_scores_kv[ktype == SP_GGML_Q8_0];
 }
+
+static int mix_index(sp_ggml_type t) { return t == SP_GGML_F32 ? 0 : t == SP_GGML_F16 ? 1 : 2; }
+sp_att_mix_acc_fn sp_ops_att_mix_acc(sp_ggml_type vtype) { return g_tables[sp_ops_isa()].att_mix_acc[mix_index(vtype)]; }
+
+void sp_att_mix_finish(const float *acc, int32_t ld, int32_t hd, float *o) {
+    /* sp_reduce16 of each column, written so that the loops vectorise */
+    for (int32_t i = 0; i < hd; i++) {
+        float h[8], q[4];
+        for (int l = 0; l < 8; l++) h[l] = acc[l * (int64_t)ld + i] + acc[(l + 8) * (int64_t)ld + i];
+        for (int l = 0; l < 4; l++) q[l] = h[l] + h[l + 4];
+        o[i] = (q[0] + q[2]) + (q[1] + q[3]);
+    }
+}
+
+/* The whole mix: acc on the stack for heads up to 1024, zeroed, one piece, finish. */
+enum { MIX_WHOLE_MAX = 1024 };
+static void mix_whole(sp_ggml_type t, const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n,
+                      int32_t hd, float *o) {
+    SP_ASSERT(hd <= MIX_WHOLE_MAX);
+    float acc[16 * MIX_WHOLE_MAX] __attribute__((aligned(64)));
+    memset(acc, 0, sizeof(float) * 16 * (size_t)hd);
+    sp_ops_att_mix_acc(t)(p, idx, v, stride, 0, n, hd, acc, hd);
+    sp_att_mix_finish(acc, hd, hd, o);
+}
+static void mix_f32(const float *p, const int32_t *idx, const float *v, int64_t stride, int32_t n, int32_t hd,
+                    float *o) {
+    mix_whole(SP_GGML_F32, p, idx, v, (size_t)stride * sizeof(float), n, hd, o);
+}
+static void mix_f32_kv(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n, int32_t hd,
+                       float *o) {
+    mix_whole(SP_GGML_F32, p, idx, v, stride, n, hd, o);
+}
+static void mix_f16_kv(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n, int32_t hd,
+                       float *o) {
+    mix_whole(SP_GGML_F16, p, idx, v, stride, n, hd, o);
+}
+static void mix_q8_kv(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n, int32_t hd,
+                      float *o) {
+    mix_whole(SP_GGML_Q8_0, p, idx, v, stride, n, hd, o);
+}
+sp_att_mix_fn sp_ops_att_mix(void) { return mix_f32; }
 sp_att_mix_kv_fn sp_ops_att_mix_kv(sp_ggml_type vtype) {
-    return vtype == SP_GGML_F32 ? att_mix_f32_kv : g_tables[sp_ops_isa()].att_mix_kv[vtype == SP_GGML_Q8_0];
+    return vtype == SP_GGML_F32 ? mix_f32_kv : vtype == SP_GGML_F16 ? mix_f16_kv : mix_q8_kv;
 }
 void sp_ops_att_query(sp_ggml_type ktype, const float *q, int32_t hd, void *dst) {
     sp_kv_convert_row(ktype, q, dst, hd);

@@ -296,6 +296,16 @@ typedef void (*sp_att_scores_kv_fn)(const void *q, const void *k, size_t stride,
                                     int32_t hd, float scale, float *out);
 typedef void (*sp_att_mix_kv_fn)(const float *p, const int32_t *idx, const void *v, size_t stride,
                                  int32_t n, int32_t hd, float *o);
+/* The mix in pieces (grouped attention walks the cache block by block for
+ * many query rows): adds ranks r0..r1-1 into acc, 16 rows of acc_ld floats
+ * (row l gathers the ranks r with r mod 16 == l, hd floats used), in rank
+ * order; sp_att_mix_finish then gives o[i] = sp_reduce16 over the rows.
+ * Zeroed acc, ranks 0..n-1 in any number of pieces, then finish: the mix's
+ * bits. */
+typedef void (*sp_att_mix_acc_fn)(const float *p, const int32_t *idx, const void *v, size_t stride,
+                                  int32_t r0, int32_t r1, int32_t hd, float *acc, int32_t acc_ld);
+sp_att_mix_acc_fn sp_ops_att_mix_acc(sp_ggml_type vtype);
+void sp_att_mix_finish(const float *acc, int32_t acc_ld, int32_t hd, float *o);
 /* The query q (hd floats) in the form the scores over a `ktype` cache
  * read: floats (F32), halves (F16) or q8_0 blocks (Q8_0) at dst, which
  * holds hd * 4 bytes. */
@@ -324,11 +334,11 @@ typedef struct sp_ops_table {
     sp_mm_kernel mm[SP_GGML_TYPE_COUNT];
     sp_mm_kernel mm_packed[SP_GGML_TYPE_COUNT]; /* over packed weights; NULL: none */
     sp_att_scores_fn att_scores; /* NULL: the scalar one */
-    sp_att_mix_fn att_mix;
     sp_softmax_fn softmax;       /* NULL: sp_softmax */
     /* over F16 / Q8_0 caches (index 0: F16, 1: Q8_0); NULL: scalar ones */
     sp_att_scores_kv_fn att_scores_kv[2];
-    sp_att_mix_kv_fn att_mix_kv[2];
+    /* the mix, accumulating (index 0: F32, 1: F16, 2: Q8_0); NULL: scalar */
+    sp_att_mix_acc_fn att_mix_acc[3];
     /* sp_swiglu for the ISA, bit-identical to it. NULL: sp_swiglu */
     sp_swiglu_fn swiglu;
     /* q8 activation row (see sp_ops_act_prepare); must be bit-identical to

@@ -1123,37 +1123,43 @@ static void att_scores(const float *q, const float *k, int64_t stride, int32_t n
     }
 }
 
-/* tinyBLAS's order (ops.h): 16 accumulator rows, one per rank mod 16 (in
- * L1, all head dims at once: each rank is one pass over its value row),
- * then sp_reduce16 across the rows, 16 dims at a time. */
+/* tinyBLAS's order (ops.h), accumulating: 16 accumulator rows, one per
+ * rank mod 16 (in L1, up to MIX_HD_MAX head dims at once: each rank is one
+ * pass over its value row), loaded from and stored back to acc. VLOAD(vr,
+ * b, w) loads 16 values of a row widened to f32 (lanes beyond w zero). */
 enum { MIX_HD_MAX = 256 };
-static void att_mix(const float *p, const int32_t *idx, const float *v, int64_t stride, int32_t n,
-                    int32_t hd, float *o) {
-    if (hd > MIX_HD_MAX) { /* larger heads: in halves */
-        const int32_t h0 = hd / 2 / 16 * 16;
-        att_mix(p, idx, v, stride, n, h0, o);
-        att_mix(p, idx, v + h0, stride, n, hd - h0, o + h0);
-        return;
+#define MIX_ACC_BODY(ROW_T, PR, VLOAD)                                                            \
+    for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {                                             \
+        const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = (w + 15) / 16;        \
+        __m512 a[16][MIX_HD_MAX / 16];                                                            \
+        for (int l = 0; l < 16; l++)                                                              \
+            for (int32_t b = 0; b < nb; b++)                                                      \
+                a[l][b] = _mm512_maskz_loadu_ps(lanes(w - 16 * b), acc + l * (int64_t)ld + d0 + 16 * b); \
+        for (int32_t r = r0; r < r1; r++) {                                                       \
+            const float pf = PR;                                                                  \
+            if (pf == 0.0f) continue;                                                             \
+            const __m512 pr = _mm512_set1_ps(pf);                                                 \
+            const ROW_T *vr = (const ROW_T *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride) + d0; \
+            __m512 *ar = a[r & 15];                                                               \
+            for (int32_t b = 0; b < nb; b++) ar[b] = _mm512_fmadd_ps(VLOAD(vr, b, w), pr, ar[b]); \
+        }                                                                                         \
+        for (int l = 0; l < 16; l++)                                                              \
+            for (int32_t b = 0; b < nb; b++)                                                      \
+                _mm512_mask_storeu_ps(acc + l * (int64_t)ld + d0 + 16 * b, lanes(w - 16 * b), a[l][b]); \
     }
-    __m512 a[16][MIX_HD_MAX / 16];
-    const int32_t nb = (hd + 15) / 16;
-    for (int l = 0; l < 16; l++)
-        for (int32_t b = 0; b < nb; b++) a[l][b] = _mm512_setzero_ps();
-    for (int32_t r = 0; r < n; r++) {
-        if (p[r] == 0.0f) continue;
-        const __m512 pr = _mm512_set1_ps(p[r]);
-        const float *vr = v + (int64_t)(idx ? idx[r] : r) * stride;
-        __m512 *ar = a[r & 15];
-        for (int32_t b = 0; b < nb; b++)
-            ar[b] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lanes(hd - 16 * b), vr + 16 * b), pr, ar[b]);
-    }
-    for (int32_t b = 0; b < nb; b++) {
-        __m512 h[8];
-        UNROLL for (int l = 0; l < 8; l++) h[l] = _mm512_add_ps(a[l][b], a[l + 8][b]);
-        UNROLL for (int l = 0; l < 4; l++) h[l] = _mm512_add_ps(h[l], h[l + 4]);
-        _mm512_mask_storeu_ps(o + 16 * b, lanes(hd - 16 * b),
-                              _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3])));
-    }
+
+#define VLOAD_F32(vr, b, w) _mm512_maskz_loadu_ps(lanes((w) - 16 * (b)), (vr) + 16 * (b))
+#define VLOAD_F16(vr, b, w) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes((w) - 16 * (b)), (vr) + 16 * (b)))
+
+static void att_mix_acc_f32(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                            int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(float, p[r], VLOAD_F32)
+}
+
+/* F16 values, p rounded to f16 (ops.h) */
+static void att_mix_acc_f16(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                            int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(uint16_t, sp_fp16_to_fp32(sp_fp32_to_fp16(p[r])), VLOAD_F16)
 }
 
 /* ---- attention over an F16 cache (ops.h), bit-identical to the scalar
@@ -1183,39 +1189,6 @@ static void att_scores_f16(const void *q, const void *k, size_t stride, int32_t 
         __m512 a = _mm512_setzero_ps();
         for (int32_t i = 0; i < hd; i += 16) a = _mm512_fmadd_ps(load_h16(ks + i), load_h16(qh + i), a);
         out[s] = hsum16(a) * scale;
-    }
-}
-
-/* As att_mix, the values widened from f16 and p rounded to f16. */
-static void att_mix_f16(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n, int32_t hd,
-                        float *o) {
-    if (hd > MIX_HD_MAX) {
-        const int32_t h0 = hd / 2 / 16 * 16;
-        att_mix_f16(p, idx, v, stride, n, h0, o);
-        att_mix_f16(p, idx, (const uint16_t *)v + h0, stride, n, hd - h0, o + h0);
-        return;
-    }
-    __m512 a[16][MIX_HD_MAX / 16];
-    const int32_t nb = (hd + 15) / 16;
-    for (int l = 0; l < 16; l++)
-        for (int32_t b = 0; b < nb; b++) a[l][b] = _mm512_setzero_ps();
-    for (int32_t r = 0; r < n; r++) {
-        const float p16 = sp_fp16_to_fp32(sp_fp32_to_fp16(p[r]));
-        if (p16 == 0.0f) continue;
-        const __m512 pr = _mm512_set1_ps(p16);
-        const uint16_t *vr = (const uint16_t *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
-        __m512 *ar = a[r & 15];
-        for (int32_t b = 0; b < nb; b++) {
-            const __m512 vv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes(hd - 16 * b), vr + 16 * b));
-            ar[b] = _mm512_fmadd_ps(vv, pr, ar[b]);
-        }
-    }
-    for (int32_t b = 0; b < nb; b++) {
-        __m512 h[8];
-        UNROLL for (int l = 0; l < 8; l++) h[l] = _mm512_add_ps(a[l][b], a[l + 8][b]);
-        UNROLL for (int l = 0; l < 4; l++) h[l] = _mm512_add_ps(h[l], h[l + 4]);
-        _mm512_mask_storeu_ps(o + 16 * b, lanes(hd - 16 * b),
-                              _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3])));
     }
 }
 
@@ -1666,9 +1639,9 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->read_sum = read_sum;
     t->act_q8 = act_q8;
     t->att_scores = att_scores;
-    t->att_mix = att_mix;
     t->att_scores_kv[0] = att_scores_f16;
-    t->att_mix_kv[0] = att_mix_f16;
+    t->att_mix_acc[0] = att_mix_acc_f32;
+    t->att_mix_acc[1] = att_mix_acc_f16;
     t->softmax = softmax;
     t->swiglu = swiglu;
     t->mm[SP_GGML_F32] = mm_f32;
