@@ -626,6 +626,8 @@ static void test_attention_kv_kernels(void **state) {
     for (int32_t i = 0; i < n * dim; i++) x[i] = (float)sp_rng_normal(&r);
     for (int i = 0; i < dim; i++) q[i] = (float)sp_rng_normal(&r);
     for (int i = 0; i < n; i++) p[i] = i % 5 == 3 ? 0.0f : (float)sp_rng_uniform(&r);
+    /* f16 subnormals, a value rounding to 0 and the tie at 2^-25 */
+    p[5] = 3e-6f, p[6] = 1e-9f, p[7] = 0x1p-25f, p[9] = 0x1.8p-24f;
     for (int i = 0; i < n; i++) idx[i] = i % 5 == 3 ? i : n - 1 - i;
     x[3 * dim] = NAN;
     const sp_isa saved = sp_ops_isa();

@@ -563,6 +563,9 @@ AI void acc_store(float *a, int32_t b, int32_t w, __m256 x) {
     else
         _mm256_maskstore_ps(a + 8 * b, tail_mask(w - 8 * b), x);
 }
+/* x rounded to f16 and back by F16C: round to nearest even, subnormals
+ * and overflow as sp_fp32_to_fp16 (the default MXCSR: no DAZ/FTZ). */
+AI float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
 #define MIX_ACC_BODY(ROW_T, PR, VLOAD8)                                                           \
     for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {                                             \
         const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = (w + 7) / 8;          \
@@ -591,7 +594,7 @@ static void att_mix_acc_f32(const float *p, const int32_t *idx, const void *v, s
 
 static void att_mix_acc_f16(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
                             int32_t hd, float *acc, int32_t ld) {
-    MIX_ACC_BODY(uint16_t, sp_fp16_to_fp32(sp_fp32_to_fp16(p[r])), VLOAD8_F16)
+    MIX_ACC_BODY(uint16_t, round_f16(p[r]), VLOAD8_F16)
 }
 
 /* ---- attention over an F16 cache (ops.h): 16 lanes as two halves ---- */

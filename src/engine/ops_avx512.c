@@ -1128,6 +1128,9 @@ static void att_scores(const float *q, const float *k, int64_t stride, int32_t n
  * pass over its value row), loaded from and stored back to acc. VLOAD(vr,
  * b, w) loads 16 values of a row widened to f32 (lanes beyond w zero). */
 enum { MIX_HD_MAX = 256 };
+/* x rounded to f16 and back by F16C: round to nearest even, subnormals
+ * and overflow as sp_fp32_to_fp16 (the default MXCSR: no DAZ/FTZ). */
+AI float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
 #define MIX_ACC_BODY(ROW_T, PR, VLOAD)                                                            \
     for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {                                             \
         const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = (w + 15) / 16;        \
@@ -1159,7 +1162,7 @@ static void att_mix_acc_f32(const float *p, const int32_t *idx, const void *v, s
 /* F16 values, p rounded to f16 (ops.h) */
 static void att_mix_acc_f16(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
                             int32_t hd, float *acc, int32_t ld) {
-    MIX_ACC_BODY(uint16_t, sp_fp16_to_fp32(sp_fp32_to_fp16(p[r])), VLOAD_F16)
+    MIX_ACC_BODY(uint16_t, round_f16(p[r]), VLOAD_F16)
 }
 
 /* ---- attention over an F16 cache (ops.h), bit-identical to the scalar
@@ -1181,6 +1184,18 @@ static void att_scores_f16(const void *q, const void *k, size_t stride, int32_t 
             double d = hsum16(_mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3])));
             for (int32_t i = np; i < hd; i++) d += (double)(sp_fp16_to_fp32(ks[i]) * sp_fp16_to_fp32(qh[i]));
             out[s] = (float)d * scale;
+        }
+        return;
+    }
+    enum { QMAX = 512 };
+    if (hd <= QMAX) { /* the query widened once */
+        float qf[QMAX] __attribute__((aligned(64)));
+        for (int32_t i = 0; i < hd; i += 16) _mm512_store_ps(qf + i, load_h16(qh + i));
+        for (int32_t s = 0; s < n; s++) {
+            const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+            __m512 a = _mm512_setzero_ps();
+            for (int32_t i = 0; i < hd; i += 16) a = _mm512_fmadd_ps(load_h16(ks + i), _mm512_load_ps(qf + i), a);
+            out[s] = hsum16(a) * scale;
         }
         return;
     }
