@@ -1,5 +1,6 @@
 # Specula build. `make` builds the library, the CLI and the tests;
-# `make check` runs the suite; `make check SAN=1` runs it under ASan+UBSan.
+# `make check` runs the suite; `make check SAN=1` runs it under ASan+UBSan
+# (with float-cast-overflow, which GCC's -fsanitize=undefined leaves out).
 # Sources are globbed: a new src/LAYER/*.c, tools/*.c or tests/test_*.c needs no edit here.
 # src/ is split by layer, lowest first (SRC_DIRS; scripts/check_layers.sh
 # reads the order from it): base (status, files, clock, threads, GGUF
@@ -14,7 +15,8 @@ SAN     ?= 0
 TEST_JOBS ?= 2
 ifeq ($(SAN),1)
 BUILD   ?= build-san
-OPT     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT     := -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer \
+           -fno-sanitize-recover=undefined,float-cast-overflow
 else
 BUILD   ?= build
 OPT     := -O2 -g
@@ -99,10 +101,14 @@ fuzz:
 	$(MAKE) lib BUILD=build-fuzz CC=clang SAN=0 \
 	  EXTRA_CFLAGS="-O1 -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined"
 	$(MAKE) $(FUZZ_BIN)
+# A harness may link CLI sources too: FUZZ_TOOLS_NAME (the server's
+# request side for fuzz_serve_request, without the HTTP server).
+FUZZ_TOOLS_serve_request := tools/serve_request.c tools/cli_util.c
+build-fuzz/fuzz_serve_request: $(FUZZ_TOOLS_serve_request) tools/serve_request.h tools/cli.h
 build-fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_util.h build-fuzz/libspecula.a
-	clang -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Iinclude $(SRC_INC) \
-	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $< build-fuzz/libspecula.a \
-	  -o $@ $(LDLIBS) -pthread
+	clang -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Iinclude $(SRC_INC) -Itools \
+	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $< $(FUZZ_TOOLS_$*) \
+	  build-fuzz/libspecula.a -o $@ $(LDLIBS) -pthread
 # The AVX-512 kernels (always-inlined tiles for every packed type and tile
 # width) took clang over 5 minutes with the sanitizer and coverage
 # instrumentation, a third of CI; the fuzz build compiles that one file
