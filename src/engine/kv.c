@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "quant.h"
+#include "toint.h"
 #include "sp_model.h"
 
 /* Slots allocated at init and the granularity of growth. */
@@ -135,8 +136,11 @@ void sp_kv_convert_row(sp_ggml_type t, const float *x, void *dst, int64_t n) {
                 memset(b[j].qs, 0, SP_QK);
                 continue;
             }
-            const float id = amax != 0 ? 127.0f / amax : 0.0f;
-            for (int i = 0; i < SP_QK; i++) b[j].qs[i] = (int8_t)nearbyintf(xb[i] * id);
+            /* a block below 2^-64 is scaled up first, so 127 / amax cannot
+             * overflow (the same real products: the same bits otherwise) */
+            const float up = amax < 0x1p-64f ? 0x1p64f : 1.0f;
+            const float id = amax != 0 ? 127.0f / (amax * up) : 0.0f;
+            for (int i = 0; i < SP_QK; i++) b[j].qs[i] = (int8_t)sp_toint_rne(xb[i] * up * id, -127, 127);
             b[j].d = sp_fp32_to_fp16(amax / 127.0f);
         }
     }
