@@ -148,8 +148,8 @@ static void test_kv_growth_keeps_rows(void **state) {
         enum { L = 2, KVD = 128, HD = 64, NCTX = 5000 };
         assert_int_equal(sp_kv_init(&kv, L, KVD, HD, NCTX, types[ti], types[ti], &err), SP_OK);
         assert_true(kv.n_alloc < NCTX);
-        float rows[KVD * 4];
-        for (int i = 0; i < KVD * 4; i++) rows[i] = (float)((i * 37) % 101) / 7.0f - 5.0f;
+        float rows[KVD * 5]; /* K rows 0-3, V rows 1-4 */
+        for (int i = 0; i < KVD * 5; i++) rows[i] = (float)((i * 37) % 101) / 7.0f - 5.0f;
         const int32_t first = kv.n_alloc;
         for (int32_t s = 0; s < first; s += 4)
             for (int32_t l = 0; l < L; l++) sp_kv_store(&kv, l, s, rows, rows + KVD, KVD, 4);
