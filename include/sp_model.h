@@ -97,6 +97,10 @@ typedef struct sp_ctx_params {
     int32_t max_batch;  /* most tokens per sp_forward call; default SP_CTX_DEFAULT_BATCH */
     int32_t n_threads;  /* used when pool is NULL; default 1 */
     sp_pool *pool;      /* shared worker pool (not owned), or NULL */
+    /* KV cache element types: SP_GGML_F32, SP_GGML_F16 (the default, as
+     * llama.cpp's) or SP_GGML_Q8_0 (needs a head size multiple of 32).
+     * The cache grows in chunks as tokens arrive, up to n_ctx. */
+    sp_ggml_type type_k, type_v;
 } sp_ctx_params;
 
 sp_ctx_params sp_ctx_default_params(void);
@@ -106,6 +110,13 @@ void sp_ctx_free(sp_ctx *c);
 const sp_model *sp_ctx_model(const sp_ctx *c);
 int32_t sp_ctx_n_ctx(const sp_ctx *c);
 int32_t sp_ctx_max_batch(const sp_ctx *c);
+/* Bytes the KV cache takes when full (n_ctx tokens), and now. */
+uint64_t sp_ctx_kv_bytes(const sp_ctx *c);
+uint64_t sp_ctx_kv_bytes_allocated(const sp_ctx *c);
+sp_ggml_type sp_ctx_type_k(const sp_ctx *c);
+sp_ggml_type sp_ctx_type_v(const sp_ctx *c);
+/* Parses a KV cache type name ("f32", "f16", "q8_0"); false if unknown. */
+bool sp_kv_type_parse(const char *name, sp_ggml_type *out);
 /* The worker pool the context computes on: the params' pool, or the one it
  * made for n_threads (a context sharing its pool, e.g. a draft's, passes it). */
 sp_pool *sp_ctx_pool(sp_ctx *c);
@@ -150,7 +161,7 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
  * over its context alone, bit for bit. logits: the rows that want logits
  * (all of a sequence's when logits_all, else its last), sequence after
  * sequence. The contexts are distinct, of one model, without skipped
- * layers, and have at least as many threads as ctxs[0], whose pool and
+ * layers, with the same KV cache types, and have at least as many threads as ctxs[0], whose pool and
  * scratch do the work: the total of the batches' tokens is at most
  * ctxs[0]'s max batch. Errors as sp_forward's, naming the sequence; on an
  * error no cache has changed unless SP_ERR_NUMERIC. */

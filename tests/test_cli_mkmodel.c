@@ -72,7 +72,8 @@ static void test_mkmodel_makes_loadable_model(void **state) {
     sp_model_free(m);
 
     /* bench-forward runs on it and reports the numbers asked for */
-    snprintf(args, sizeof args, "bench-forward -m '%s' -t 2 --reps 2 --depth 8 --decode 4 --bound-mb 16 --json", path);
+    snprintf(args, sizeof args,
+             "bench-forward -m '%s' -t 2 --reps 2 --depths 8,300 --decode 4 --bound-mb 16 -ctk f32 --json", path);
     rc = run_cli(args, out, sizeof out);
     remove(path);
     if (rc != 0) fail_msg("bench-forward exited %d: %s", rc, out);
@@ -95,6 +96,10 @@ static void test_mkmodel_makes_loadable_model(void **state) {
         json_decref(j);
     }
     assert_non_null(strstr(out, "\"k\":16"));
+    /* one row per depth, and the cache types asked for */
+    assert_non_null(strstr(out, "\"depth\":300"));
+    assert_non_null(strstr(out, "\"type_k\":\"f32\""));
+    assert_non_null(strstr(out, "\"type_v\":\"f16\""));
 }
 
 /* --type q5_K_M writes llama-quantize's mix: Q6_K for output.weight and for
@@ -168,6 +173,8 @@ static void test_mkmodel_bad_flags(void **state) {
         {"bench-forward -m x.gguf --reps 0", "--reps must be"},
         {"bench-forward -m x.gguf --bound-mb 0", "--bound-mb must be"},
         {"bench-forward -m x.gguf --bogus", "unknown option"},
+        {"bench-forward -m x.gguf --depths 8,4", "increase"},
+        {"bench-forward -m x.gguf -ctk q2", "KV cache type"},
     };
     char out[4096];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

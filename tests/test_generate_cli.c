@@ -170,7 +170,9 @@ static void test_bad_input(void **state) {
                                "--gamma 4", "--draft-p-min 0.5", "--draft ngram --skip-layers 1",
                                "--draft layerskip --skip-layers 1,", "--draft layerskip --skip-layers ,1",
                                "--draft ngram --draft-max 40", "--draft lowbit --lowbit q3_K",
-                               "--draft ngram --tree 2x2", "-p hi stray", "--json=1"};
+                               "--draft ngram --tree 2x2", "-p hi stray", "--json=1",
+                               /* KV cache types */
+                               "-ctk q4_0", "-ctv bogus", "--cache-type-k", "-ctv"};
     for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
         snprintf(a, sizeof a, "generate -m '%s' %s", m, bad_flags[i]);
         expect_error(a, 2, NULL);
@@ -195,6 +197,8 @@ static void test_bad_input(void **state) {
     expect_error(a, 1, "greedy");
     snprintf(a, sizeof a, "generate -m '%s' -p hi", sp_shared("models/stories260K.bin"));
     expect_error(a, 1, "tokenizer");
+    snprintf(a, sizeof a, "generate -m '%s' -ctk q8_0 -p hi", m); /* head size 8 */
+    expect_error(a, 1, "multiple of 32");
     unlink(tmp);
     unlink(small);
 }
@@ -211,6 +215,31 @@ static void test_plain_small_context(void **state) {
     assert_int_equal(json_array_size(toks), 2);
     for (int i = 0; i < 2; i++) assert_int_equal(json_integer_value(json_array_get(toks, i)), REF_GEN[i]);
     json_decref(j);
+}
+
+/* -ctk / -ctv reach the context and --json reports the cache: its types,
+ * capacity and bytes (stories260K: 5 layers x kv_dim 32 x 2 x 2 bytes per
+ * token at F16, x 4 at F32); the greedy text does not change here. */
+static void test_kv_flags_json(void **state) {
+    (void)state;
+    char args[4096];
+    const char *ctk[] = {"", "-ctk f32 --cache-type-v f32", "-ctk f16 -ctv f32"};
+    const double per_tok[] = {5 * 32 * 2 * 2, 5 * 32 * 2 * 4, 5 * 32 * (2 + 4)};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "-m '%s' -p 'Once upon a time' -n 2 -c 300 --temp 0 %s",
+                 sp_shared("models/stories260K.gguf"), ctk[i]);
+        json_t *j = gen_json(args);
+        json_t *kv = json_object_get(j, "kv_cache");
+        if (!kv) fail_msg("no kv_cache object");
+        assert_string_equal(json_string_value(json_object_get(kv, "type_k")), i == 1 ? "f32" : "f16");
+        assert_string_equal(json_string_value(json_object_get(kv, "type_v")), i == 0 ? "f16" : "f32");
+        assert_int_equal((int)sp_json_num(kv, "n_ctx"), 300);
+        assert_true(sp_json_num(kv, "bytes") == 300 * per_tok[i]);
+        assert_true(sp_json_num(kv, "bytes_allocated") == 256 * per_tok[i]);
+        json_t *toks = json_object_get(j, "tokens");
+        for (int t = 0; t < 2; t++) assert_int_equal(json_integer_value(json_array_get(toks, t)), REF_GEN[t]);
+        json_decref(j);
+    }
 }
 
 /* Reliability probe, item 4: --json is valid JSON whatever bytes come out.
@@ -340,6 +369,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_online_json),
     cmocka_unit_test(test_bad_input),
     cmocka_unit_test(test_plain_small_context),
+    cmocka_unit_test(test_kv_flags_json),
     cmocka_unit_test(test_json_invalid_utf8),
     cmocka_unit_test(test_run_demo),
 };

@@ -37,7 +37,7 @@ static char *read_text(const char *rel) {
 static void test_logits_text_and_json(void **state) {
     (void)state;
     static char out[1 << 17], args[2048];
-    snprintf(args, sizeof args, "logits -m '%s' --ids %s -t 2", model_path(), seq_a());
+    snprintf(args, sizeof args, "logits -m '%s' --ids %s -t 2 -ctk f32 -ctv f32", model_path(), seq_a());
     assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_int_equal(sp_count_lines(out), 16);
     const char *want = read_text("reference/arch2026/logits/llama-dense-f16.seqA.logits.txt");
@@ -52,7 +52,7 @@ static void test_logits_text_and_json(void **state) {
         text_vals[i] = g;
         p = e1, q = e2;
     }
-    snprintf(args, sizeof args, "logits -m '%s' --ids %s --json", model_path(), seq_a());
+    snprintf(args, sizeof args, "logits -m '%s' --ids %s --json --cache-type-k f32 --cache-type-v f32", model_path(), seq_a());
     assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_int_equal(sp_count_lines(out), 1);
     json_error_t je;
@@ -113,6 +113,7 @@ static void test_bad_input(void **state) {
         "generate -m '%s' --prompt-ids 1,x", "generate -m '%s' --prompt-ids 130",
         "generate -m '%s' -p hello",         "generate -m '%s' --prompt-ids 1 -p hello",
         "generate -m '%s' --prompt-ids 1,2,3,4,5 -c 4 -n 1",
+        "logits -m '%s' --ids 1 -ctk q4_0",   "logits -m '%s' --ids 1 -ctv",
     };
     static char out[8192], args[2048];
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {

@@ -51,7 +51,7 @@ int cli_next(int argc, char **argv, const char *shortopts, const struct option *
 
 /* Flags shared by generate and bench: -m, -z, -md, -zd, -n, -s/--seed, -t,
  * -c, --temp, --top-k, --top-p, --min-p, --mlock, --no-prefault,
- * --tokenizer-pre. */
+ * --tokenizer-pre, -ctk/--cache-type-k, -ctv/--cache-type-v. */
 #define SP_CLI_MAX_DRAFTS 8
 typedef struct cli_run_opts {
     const char *model, *tokenizer, *draft_model, *draft_tokenizer;
@@ -62,6 +62,7 @@ typedef struct cli_run_opts {
     bool multi_draft;
     long long n_predict, seed, threads, n_ctx;
     bool mlock, no_prefault; /* weight residency (sp_model_params) */
+    sp_ggml_type type_k, type_v; /* -ctk / -ctv: KV cache types (sp_ctx_params) */
     const char *tokenizer_pre; /* --tokenizer-pre: forced BPE pre-tokeniser, or NULL */
     bool ids_only; /* the input is token ids: a model without a tokenizer is fine */
     sp_sampler_params sampling;
@@ -83,7 +84,11 @@ void cli_run_opts_default(cli_run_opts *r);
         {"min-p", required_argument, NULL, SP_OPT_RUN + 5},                                    \
         {"mlock", no_argument, NULL, SP_OPT_RUN + 6},                                          \
         {"no-prefault", no_argument, NULL, SP_OPT_RUN + 7},                                    \
-        {"tokenizer-pre", required_argument, NULL, SP_OPT_RUN + 8}
+        {"tokenizer-pre", required_argument, NULL, SP_OPT_RUN + 8},                            \
+        {"ctk", required_argument, NULL, SP_OPT_RUN + 9},                                      \
+        {"cache-type-k", required_argument, NULL, SP_OPT_RUN + 9},                             \
+        {"ctv", required_argument, NULL, SP_OPT_RUN + 10},                                     \
+        {"cache-type-v", required_argument, NULL, SP_OPT_RUN + 10}
 
 /* Applies option `opt` (an id from SP_CLI_RUN_OPTIONS) with value arg.
  * Returns 1 if it was one of them, 0 if not, -1 after printing what is
@@ -182,6 +187,12 @@ int cli_make_dirs(const char *path);
 
 /* The speculation statistics as a JSON object / a short text summary. */
 json_t *cli_spec_json(const sp_spec_stats *s);
+/* The KV cache of a context as JSON: {"type_k", "type_v", "n_ctx", "bytes"
+ * (when full), "bytes_allocated"}; and as one line on stderr (at load). */
+json_t *cli_kv_json(const sp_ctx *c);
+void cli_kv_print(const sp_ctx *c);
+/* Sets the KV cache types of -ctk / -ctv in context parameters. */
+void cli_ctx_types(const cli_run_opts *r, sp_ctx_params *cp);
 void cli_spec_print(FILE *f, const sp_spec_stats *s);
 
 /* A JSON string of n bytes of generated text that may not be valid UTF-8

@@ -98,6 +98,9 @@ void cli_run_opts_default(cli_run_opts *r) {
     r->seed = 42;
     r->threads = 1;
     r->n_ctx = 0;
+    const sp_ctx_params cp = sp_ctx_default_params();
+    r->type_k = cp.type_k;
+    r->type_v = cp.type_v;
     r->sampling = sp_sampler_default_params();
 }
 
@@ -144,6 +147,13 @@ int cli_run_opt(int opt, const char *flag, const char *arg, cli_run_opts *r) {
             return -1;
         }
         r->tokenizer_pre = arg;
+        return 1;
+    case SP_OPT_RUN + 9:
+    case SP_OPT_RUN + 10:
+        if (!sp_kv_type_parse(arg, opt == SP_OPT_RUN + 9 ? &r->type_k : &r->type_v)) {
+            fprintf(stderr, "specula: %s: unknown KV cache type '%s' (f32, f16 or q8_0)\n", flag, arg);
+            return -1;
+        }
         return 1;
     default: return 0;
     }

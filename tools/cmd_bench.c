@@ -33,7 +33,7 @@ static void bench_usage(FILE *f) {
             "usage: specula bench -m MODEL [-z TOKENIZER] [-md DRAFT [-zd TOKENIZER]]\n"
             "         [--prompts FILE.jsonl] [--configs \"CFG;CFG;...\"] [-n N] [--repeat R]\n"
             "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
-            "         [-c N_CTX] [--out DIR] [--json]\n"
+            "         [-c N_CTX] [-ctk T] [-ctv T] [--out DIR] [--json]\n"
             "  Runs every configuration on every prompt (one JSON object with a \"prompt\"\n"
             "  field per line; default %s) and reports acceptance rate, block\n"
             "  efficiency, mean accepted length, tokens/s and speedup over plain decoding.\n"
@@ -393,6 +393,7 @@ static int bench_setup(const bench_opts *o, bench_state *b) {
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = (int32_t)o->run.n_ctx;
     cp.n_threads = (int32_t)o->run.threads;
+    cli_ctx_types(&o->run, &cp);
     for (int c = 0; c < b->n_cfg; c++) {
         int32_t need = sp_spec_config_batch(&b->cfg[c].spec);
         cp.max_batch = need > cp.max_batch ? need : cp.max_batch;
@@ -579,6 +580,7 @@ static json_t *bench_meta(const bench_opts *o, const bench_state *b) {
     json_object_set_new(meta, "seed", json_integer(o->run.seed));
     json_object_set_new(meta, "threads", json_integer(o->run.threads));
     json_object_set_new(meta, "n_ctx", json_integer(sp_ctx_n_ctx(b->ctx)));
+    json_object_set_new(meta, "kv_cache", cli_kv_json(b->ctx));
     json_object_set_new(meta, "temperature", json_real(o->run.sampling.temperature));
     json_object_set_new(meta, "top_k", json_integer(o->run.sampling.top_k));
     json_object_set_new(meta, "top_p", json_real(o->run.sampling.top_p));

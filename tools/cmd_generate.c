@@ -15,7 +15,7 @@ static void gen_usage(FILE *f) {
             "usage: specula generate -m MODEL [-z TOKENIZER] [-p PROMPT | -f FILE | --prompt-ids 1,2,3]\n"
             "         [-n N]\n"
             "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
-            "         [-c N_CTX] [--json]\n"
+            "         [-c N_CTX] [-ctk f16|f32|q8_0] [-ctv f16|f32|q8_0] [--json]\n"
             "       speculation: [-md DRAFT [-zd TOKENIZER]] [--draft model|ngram|layerskip|lowbit|none]\n"
             "         [--verify block|token|greedy|lenient|mc|mc-norep|naive] [--lenience L]\n"
             "         [--gamma G | --draft-max G] [--draft-min N] [--adaptive] [--draft-p-min P]\n"
@@ -193,6 +193,7 @@ static int gen_setup(const sp_gen_opts *o, gen_run *g) {
     cp.n_ctx = (int32_t)o->run.n_ctx;
     cp.n_threads = (int32_t)o->run.threads;
     cp.max_batch = sp_spec_config_batch(&sp);
+    cli_ctx_types(&o->run, &cp);
     if (sp_ctx_init(g->model, &cp, &g->ctx, &err) || sp_spec_init(g->ctx, &sp, &g->spec, &err))
         goto fail;
     if (o->online.on && cli_online_start(&o->online, o->run.draft_model, g->spec, g->dmodel, &g->online))
@@ -305,6 +306,7 @@ static int gen_print_json(const sp_gen_opts *o, const gen_run *g, double tps) {
     rc |= json_object_set_new(j, "tokens_per_second", json_real(tps));
     rc |= json_object_set_new(j, "stopped_at_eos", json_boolean(g->gs.hit_eog));
     rc |= json_object_set_new(j, "model", json_string(sp_model_desc(g->model)));
+    rc |= json_object_set_new(j, "kv_cache", cli_kv_json(g->ctx));
     if (o->spec.draft.kind != SP_DRAFT_NONE)
         rc |= json_object_set_new(j, "spec", cli_spec_json(&g->sst));
     if (g->online) rc |= json_object_set_new(j, "online", cli_online_json(g->online));
@@ -336,6 +338,7 @@ int sp_gen_main(const sp_gen_opts *o, sp_gen_result *res) {
                     sp_model_desc(g.model), g.n_prompt, g.gs.t_prefill * 1e3, g.gs.n_generated, secs,
                     tps);
             if (o->spec.draft.kind != SP_DRAFT_NONE) cli_spec_print(stderr, &g.sst);
+            cli_kv_print(g.ctx);
             if (g.online) cli_online_print(stderr, g.online);
         }
     }

@@ -88,6 +88,7 @@ int cmd_online(int argc, char **argv) {
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = run.n_ctx > 0 ? (int32_t)run.n_ctx : 1024;
     cp.n_threads = (int32_t)run.threads;
+    cli_ctx_types(&run, &cp);
     if (sp_ctx_init(tm, &cp, &ctx, &e)) goto fail;
     ids = malloc((size_t)cp.n_ctx * sizeof *ids);
     outt = malloc((size_t)run.n_predict * sizeof *outt);

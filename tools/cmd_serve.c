@@ -1142,6 +1142,7 @@ int cmd_serve(int argc, char **argv) {
          * threads are split between the slots */
         cp.n_threads = S.threads / S.parallel > 0 ? S.threads / S.parallel : 1;
         cp.pool = S.pool;
+        cli_ctx_types(&run, &cp);
         if (sp_ctx_init(S.m, &cp, &S.slots[i].ctx, &e)) {
             fprintf(stderr, "specula: %s\n", e.msg);
             rc = 1;
@@ -1196,6 +1197,7 @@ int cmd_serve(int argc, char **argv) {
                 S.model_id, sp_model_desc(S.m), sp_chat_name(S.tmpl), S.parallel, S.parallel > 1 ? "s" : "",
                 S.defaults.draft.kind == SP_DRAFT_NONE ? "off" : sp_drafter_name(S.defaults.draft.kind), how,
                 host, di ? (unsigned)di->port : (unsigned)port);
+        cli_kv_print(S.slots[0].ctx); /* per slot */
         int sig = 0;
         sigwait(&set, &sig);
         fprintf(stderr, "specula: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");

@@ -68,6 +68,8 @@ struct sp_model {
     float attn_softcap;   /* > 0: attention scores -> cap * tanh(score / cap) (gemma2) */
     bool q_prescale;      /* queries times 1/sqrt(head_dim) before the dot, not the scores
                            * after (phi3, gemma2: as llama.cpp's graphs; other last bits) */
+    bool q_prescale_lowp; /* the same when the cache is F16 or Q8_0 (the queries are then
+                           * rounded after the scale, as llama.cpp 2026-09 does: gemma3) */
     float final_softcap;  /* > 0: logits -> cap * tanh(logit / cap) (gemma2) */
     float rope_theta_local; /* > 0: RoPE base of the rope_local layers (gemma2, gemma3) */
     float rope_scale_local; /* their linear position scale (0: 1) */

@@ -354,6 +354,7 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     if ((st = read_rope_scaling(g, path, a, &c->rope_scale, err))) return st;
     c->rope_neox = ai->neox;
     m->q_prescale = ai->q_prescale;
+    m->q_prescale_lowp = ai->q_prescale || ai->gemma == 3;
     c->sliding_window = 0;
     if (ai->swa) {
         int32_t win = ai->swa == 2 ? 4096 : 0;

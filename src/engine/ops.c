@@ -1,5 +1,6 @@
 /* ops: scalar reference kernels, activation preparation, ISA dispatch. */
 #include "ops.h"
+#include "kv.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -703,17 +704,96 @@ static void att_scores_ref(const float *q, const float *k, int64_t stride, int32
     for (int32_t s = 0; s < n; s++) out[s] = dot_ggml(q, k + s * stride, hd) * scale;
 }
 
-static void att_mix_ref(const float *p, const int32_t *idx, const float *v, int64_t stride, int32_t n,
-                        int32_t hd, float *o) {
-    for (int32_t i = 0; i < hd; i++) {
-        float a[16] = {0};
-        for (int32_t r = 0; r < n; r++)
-            if (p[r] != 0.0f) a[r % 16] = fmaf(v[(int64_t)(idx ? idx[r] : r) * stride + i], p[r], a[r % 16]);
-        o[i] = sp_reduce16(a);
+/* Accumulating mixes (ops.h): rank r into acc row r mod 16. */
+static void att_mix_acc_f32_ref(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                                int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    for (int32_t r = r0; r < r1; r++) {
+        if (p[r] == 0.0f) continue;
+        const float *vr = (const float *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
+        float *a = acc + (r & 15) * (int64_t)ld;
+        for (int32_t i = 0; i < hd; i++) a[i] = fmaf(vr[i], p[r], a[i]);
     }
 }
 
 static void act_q8_ref(const float *x, int64_t k, void *dst);
+/* ---- attention over F16 / Q8_0 caches (ops.h) ---- */
+
+static inline float h2f(uint16_t h) { return sp_fp16_to_fp32(h); }
+
+/* ggml's vec_dot_f16 (x86: 4 x 16 lanes over 64-dim steps, a double tail). */
+static float dot_f16_ggml(const uint16_t *x, const uint16_t *y, int32_t n) {
+    const int32_t np = n / 64 * 64;
+    float a[4][16] = {{0}};
+    for (int32_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++)
+                a[j][l] = fmaf(h2f(x[i + 16 * j + l]), h2f(y[i + 16 * j + l]), a[j][l]);
+    float t[16];
+    for (int l = 0; l < 16; l++) t[l] = (a[0][l] + a[2][l]) + (a[1][l] + a[3][l]);
+    double s = sp_reduce16(t);
+    for (int32_t i = np; i < n; i++) s += (double)(h2f(x[i]) * h2f(y[i]));
+    return (float)s;
+}
+
+static void att_scores_f16_ref(const void *q, const void *k, size_t stride, int32_t n, int32_t hd,
+                               float scale, float *out) {
+    const uint16_t *qh = q;
+    for (int32_t s = 0; s < n; s++) {
+        const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+        if (hd % 16) {
+            out[s] = dot_f16_ggml(ks, qh, hd) * scale;
+            continue;
+        }
+        float a[16] = {0};
+        for (int32_t i = 0; i < hd; i++) a[i % 16] = fmaf(h2f(ks[i]), h2f(qh[i]), a[i % 16]);
+        out[s] = sp_reduce16(a) * scale;
+    }
+}
+
+static void att_mix_acc_f16_ref(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                                int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    for (int32_t r = r0; r < r1; r++) {
+        const float pr = h2f(sp_fp32_to_fp16(p[r]));
+        if (pr == 0.0f) continue;
+        const uint16_t *vr = (const uint16_t *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
+        float *a = acc + (r & 15) * (int64_t)ld;
+        for (int32_t i = 0; i < hd; i++) a[i] = fmaf(h2f(vr[i]), pr, a[i]);
+    }
+}
+
+static void att_scores_q8_ref(const void *q, const void *k, size_t stride, int32_t n, int32_t hd,
+                              float scale, float *out) {
+    const sp_block_q8_0 *qb = q;
+    for (int32_t s = 0; s < n; s++) {
+        const sp_block_q8_0 *kb = (const sp_block_q8_0 *)((const uint8_t *)k + (size_t)s * stride);
+        float a[8] = {0};
+        for (int32_t b = 0; b < hd / SP_QK; b++) {
+            const float d = h2f(kb[b].d) * h2f(qb[b].d);
+            for (int j = 0; j < 8; j++) {
+                int32_t sum = 0;
+                for (int e = 4 * j; e < 4 * j + 4; e++) sum += kb[b].qs[e] * qb[b].qs[e];
+                a[j] = fmaf(d, (float)sum, a[j]);
+            }
+        }
+        float h[4];
+        for (int j = 0; j < 4; j++) h[j] = a[j] + a[j + 4];
+        out[s] = ((h[0] + h[2]) + (h[1] + h[3])) * scale;
+    }
+}
+
+static void att_mix_acc_q8_ref(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                               int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    for (int32_t r = r0; r < r1; r++) {
+        if (p[r] == 0.0f) continue;
+        const sp_block_q8_0 *vb = (const sp_block_q8_0 *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
+        float *a = acc + (r & 15) * (int64_t)ld;
+        for (int32_t i = 0; i < hd; i++) {
+            const float x = h2f(vb[i / SP_QK].d) * (float)vb[i / SP_QK].qs[i % SP_QK];
+            a[i] = fmaf(x, p[r], a[i]);
+        }
+    }
+}
+
 
 /* The sum of the 64-bit words mod 2^64 (every ISA returns the same), with
  * four independent accumulators: bound by loads, not by a chain. */
@@ -750,8 +830,12 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
         t->mm[SP_GGML_Q6_K] = t->mm[SP_GGML_IQ4_XS] = mm_k_ref;
     t->att_scores = att_scores_ref;
-    t->att_mix = att_mix_ref;
     t->softmax = sp_softmax;
+    t->att_scores_kv[0] = att_scores_f16_ref;
+    t->att_scores_kv[1] = att_scores_q8_ref;
+    t->att_mix_acc[0] = att_mix_acc_f32_ref;
+    t->att_mix_acc[1] = att_mix_acc_f16_ref;
+    t->att_mix_acc[2] = att_mix_acc_q8_ref;
     t->swiglu = sp_swiglu;
     t->act_q8 = act_q8_ref;
     t->read_sum = read_sum_ref;
@@ -993,6 +1077,21 @@ void sp_rope_apply(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim,
     }
 }
 
+void sp_fwht(float *x, int64_t len, int32_t n) {
+    const float scale = 1.0f / sqrtf((float)n);
+    for (int64_t r = 0; r + n <= len; r += n) {
+        float *y = x + r;
+        for (int32_t j = 0; j < n; j++) y[j] *= scale;
+        for (int32_t span = 1; span < n; span <<= 1)
+            for (int32_t i = 0; i < n; i += 2 * span)
+                for (int32_t j = 0; j < span; j++) {
+                    const float u = y[i + j], v = y[i + span + j];
+                    y[i + j] = u + v;
+                    y[i + span + j] = u - v;
+                }
+    }
+}
+
 void sp_softmax(float *x, int64_t n) {
     /* a plain compare, not fmaxf (a libm call here), as ggml's max */
     float mx = -INFINITY;
@@ -1100,8 +1199,12 @@ static void fill_missing(sp_ops_table *t) {
     for (int i = 0; i < SP_GGML_TYPE_COUNT; i++)
         if (!t->mm[i]) t->mm[i] = ref->mm[i];
     if (!t->att_scores) t->att_scores = ref->att_scores;
-    if (!t->att_mix) t->att_mix = ref->att_mix;
     if (!t->softmax) t->softmax = ref->softmax;
+    for (int i = 0; i < 2; i++) {
+        if (!t->att_scores_kv[i]) t->att_scores_kv[i] = ref->att_scores_kv[i];
+    }
+    for (int i = 0; i < 3; i++)
+        if (!t->att_mix_acc[i]) t->att_mix_acc[i] = ref->att_mix_acc[i];
     if (!t->swiglu) t->swiglu = ref->swiglu;
     if (!t->act_q8) t->act_q8 = ref->act_q8;
     if (!t->read_sum) t->read_sum = ref->read_sum;
@@ -1199,7 +1302,62 @@ bool sp_ops_packs(sp_ggml_type wtype) {
 }
 
 sp_att_scores_fn sp_ops_att_scores(void) { return g_tables[sp_ops_isa()].att_scores; }
-sp_att_mix_fn sp_ops_att_mix(void) { return g_tables[sp_ops_isa()].att_mix; }
 sp_softmax_fn sp_ops_softmax(void) { return g_tables[sp_ops_isa()].softmax; }
+
+/* F32 through the float kernels (stride in floats there) */
+static void att_scores_f32_kv(const void *q, const void *k, size_t stride, int32_t n, int32_t hd,
+                              float scale, float *out) {
+    g_tables[sp_ops_isa()].att_scores(q, k, (int64_t)(stride / sizeof(float)), n, hd, scale, out);
+}
+sp_att_scores_kv_fn sp_ops_att_scores_kv(sp_ggml_type ktype) {
+    return ktype == SP_GGML_F32 ? att_scores_f32_kv : g_tables[sp_ops_isa()].att_scores_kv[ktype == SP_GGML_Q8_0];
+}
+
+static int mix_index(sp_ggml_type t) { return t == SP_GGML_F32 ? 0 : t == SP_GGML_F16 ? 1 : 2; }
+sp_att_mix_acc_fn sp_ops_att_mix_acc(sp_ggml_type vtype) { return g_tables[sp_ops_isa()].att_mix_acc[mix_index(vtype)]; }
+
+void sp_att_mix_finish(const float *acc, int32_t ld, int32_t hd, float *o) {
+    /* sp_reduce16 of each column, written so that the loops vectorise */
+    for (int32_t i = 0; i < hd; i++) {
+        float h[8], q[4];
+        for (int l = 0; l < 8; l++) h[l] = acc[l * (int64_t)ld + i] + acc[(l + 8) * (int64_t)ld + i];
+        for (int l = 0; l < 4; l++) q[l] = h[l] + h[l + 4];
+        o[i] = (q[0] + q[2]) + (q[1] + q[3]);
+    }
+}
+
+/* The whole mix: acc on the stack for heads up to 1024, zeroed, one piece, finish. */
+enum { MIX_WHOLE_MAX = 1024 };
+static void mix_whole(sp_ggml_type t, const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n,
+                      int32_t hd, float *o) {
+    SP_ASSERT(hd <= MIX_WHOLE_MAX);
+    float acc[16 * MIX_WHOLE_MAX] __attribute__((aligned(64)));
+    memset(acc, 0, sizeof(float) * 16 * (size_t)hd);
+    sp_ops_att_mix_acc(t)(p, idx, v, stride, 0, n, hd, acc, hd);
+    sp_att_mix_finish(acc, hd, hd, o);
+}
+static void mix_f32(const float *p, const int32_t *idx, const float *v, int64_t stride, int32_t n, int32_t hd,
+                    float *o) {
+    mix_whole(SP_GGML_F32, p, idx, v, (size_t)stride * sizeof(float), n, hd, o);
+}
+static void mix_f32_kv(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n, int32_t hd,
+                       float *o) {
+    mix_whole(SP_GGML_F32, p, idx, v, stride, n, hd, o);
+}
+static void mix_f16_kv(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n, int32_t hd,
+                       float *o) {
+    mix_whole(SP_GGML_F16, p, idx, v, stride, n, hd, o);
+}
+static void mix_q8_kv(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n, int32_t hd,
+                      float *o) {
+    mix_whole(SP_GGML_Q8_0, p, idx, v, stride, n, hd, o);
+}
+sp_att_mix_fn sp_ops_att_mix(void) { return mix_f32; }
+sp_att_mix_kv_fn sp_ops_att_mix_kv(sp_ggml_type vtype) {
+    return vtype == SP_GGML_F32 ? mix_f32_kv : vtype == SP_GGML_F16 ? mix_f16_kv : mix_q8_kv;
+}
+void sp_ops_att_query(sp_ggml_type ktype, const float *q, int32_t hd, void *dst) {
+    sp_kv_convert_row(ktype, q, dst, hd);
+}
 sp_swiglu_fn sp_ops_swiglu(void) { return g_tables[sp_ops_isa()].swiglu; }
 uint64_t sp_ops_read_sum(const void *p, size_t bytes) { return g_tables[sp_ops_isa()].read_sum(p, bytes); }

@@ -1123,36 +1123,141 @@ static void att_scores(const float *q, const float *k, int64_t stride, int32_t n
     }
 }
 
-/* tinyBLAS's order (ops.h): 16 accumulator rows, one per rank mod 16 (in
- * L1, all head dims at once: each rank is one pass over its value row),
- * then sp_reduce16 across the rows, 16 dims at a time. */
+/* tinyBLAS's order (ops.h), accumulating: 16 accumulator rows, one per
+ * rank mod 16 (in L1, up to MIX_HD_MAX head dims at once: each rank is one
+ * pass over its value row), loaded from and stored back to acc. VLOAD(vr,
+ * b, w) loads 16 values of a row widened to f32 (lanes beyond w zero). */
 enum { MIX_HD_MAX = 256 };
-static void att_mix(const float *p, const int32_t *idx, const float *v, int64_t stride, int32_t n,
-                    int32_t hd, float *o) {
-    if (hd > MIX_HD_MAX) { /* larger heads: in halves */
-        const int32_t h0 = hd / 2 / 16 * 16;
-        att_mix(p, idx, v, stride, n, h0, o);
-        att_mix(p, idx, v + h0, stride, n, hd - h0, o + h0);
+/* x rounded to f16 and back by F16C: round to nearest even, subnormals
+ * and overflow as sp_fp32_to_fp16 (the default MXCSR: no DAZ/FTZ). */
+AI float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+#define MIX_ACC_BODY(ROW_T, PR, VLOAD)                                                            \
+    for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {                                             \
+        const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = (w + 15) / 16;        \
+        __m512 a[16][MIX_HD_MAX / 16];                                                            \
+        for (int l = 0; l < 16; l++)                                                              \
+            for (int32_t b = 0; b < nb; b++)                                                      \
+                a[l][b] = _mm512_maskz_loadu_ps(lanes(w - 16 * b), acc + l * (int64_t)ld + d0 + 16 * b); \
+        for (int32_t r = r0; r < r1; r++) {                                                       \
+            const float pf = PR;                                                                  \
+            if (pf == 0.0f) continue;                                                             \
+            const __m512 pr = _mm512_set1_ps(pf);                                                 \
+            const ROW_T *vr = (const ROW_T *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride) + d0; \
+            __m512 *ar = a[r & 15];                                                               \
+            for (int32_t b = 0; b < nb; b++) ar[b] = _mm512_fmadd_ps(VLOAD(vr, b, w), pr, ar[b]); \
+        }                                                                                         \
+        for (int l = 0; l < 16; l++)                                                              \
+            for (int32_t b = 0; b < nb; b++)                                                      \
+                _mm512_mask_storeu_ps(acc + l * (int64_t)ld + d0 + 16 * b, lanes(w - 16 * b), a[l][b]); \
+    }
+
+#define VLOAD_F32(vr, b, w) _mm512_maskz_loadu_ps(lanes((w) - 16 * (b)), (vr) + 16 * (b))
+#define VLOAD_F16(vr, b, w) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes((w) - 16 * (b)), (vr) + 16 * (b)))
+
+static void att_mix_acc_f32(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                            int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(float, p[r], VLOAD_F32)
+}
+
+/* F16 values, p rounded to f16 (ops.h) */
+static void att_mix_acc_f16(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                            int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(uint16_t, round_f16(p[r]), VLOAD_F16)
+}
+
+/* ---- attention over an F16 cache (ops.h), bit-identical to the scalar
+ * references in ops.c ---- */
+
+AI __m512 load_h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+
+static void att_scores_f16(const void *q, const void *k, size_t stride, int32_t n, int32_t hd, float scale,
+                           float *out) {
+    const uint16_t *qh = q;
+    if (hd % 16) { /* ggml's vec_dot_f16 */
+        const int32_t np = hd / 64 * 64;
+        for (int32_t s = 0; s < n; s++) {
+            const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+            __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int32_t i = 0; i < np; i += 64)
+                for (int j = 0; j < 4; j++)
+                    a[j] = _mm512_fmadd_ps(load_h16(ks + i + 16 * j), load_h16(qh + i + 16 * j), a[j]);
+            double d = hsum16(_mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3])));
+            for (int32_t i = np; i < hd; i++) d += (double)(sp_fp16_to_fp32(ks[i]) * sp_fp16_to_fp32(qh[i]));
+            out[s] = (float)d * scale;
+        }
         return;
     }
-    __m512 a[16][MIX_HD_MAX / 16];
-    const int32_t nb = (hd + 15) / 16;
-    for (int l = 0; l < 16; l++)
-        for (int32_t b = 0; b < nb; b++) a[l][b] = _mm512_setzero_ps();
-    for (int32_t r = 0; r < n; r++) {
-        if (p[r] == 0.0f) continue;
-        const __m512 pr = _mm512_set1_ps(p[r]);
-        const float *vr = v + (int64_t)(idx ? idx[r] : r) * stride;
-        __m512 *ar = a[r & 15];
-        for (int32_t b = 0; b < nb; b++)
-            ar[b] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lanes(hd - 16 * b), vr + 16 * b), pr, ar[b]);
+    enum { QMAX = 512 };
+    if (hd <= QMAX) { /* the query widened once */
+        float qf[QMAX] __attribute__((aligned(64)));
+        for (int32_t i = 0; i < hd; i += 16) _mm512_store_ps(qf + i, load_h16(qh + i));
+        for (int32_t s = 0; s < n; s++) {
+            const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+            __m512 a = _mm512_setzero_ps();
+            for (int32_t i = 0; i < hd; i += 16) a = _mm512_fmadd_ps(load_h16(ks + i), _mm512_load_ps(qf + i), a);
+            out[s] = hsum16(a) * scale;
+        }
+        return;
     }
-    for (int32_t b = 0; b < nb; b++) {
-        __m512 h[8];
-        UNROLL for (int l = 0; l < 8; l++) h[l] = _mm512_add_ps(a[l][b], a[l + 8][b]);
-        UNROLL for (int l = 0; l < 4; l++) h[l] = _mm512_add_ps(h[l], h[l + 4]);
-        _mm512_mask_storeu_ps(o + 16 * b, lanes(hd - 16 * b),
-                              _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3])));
+    for (int32_t s = 0; s < n; s++) {
+        const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+        __m512 a = _mm512_setzero_ps();
+        for (int32_t i = 0; i < hd; i += 16) a = _mm512_fmadd_ps(load_h16(ks + i), load_h16(qh + i), a);
+        out[s] = hsum16(a) * scale;
+    }
+}
+
+/* ---- attention over a Q8_0 cache (ops.h), bit-identical to the scalar
+ * references: the int8 products summed exactly in 8 lanes of 4 (maddubs
+ * on |k| and sign-moved q, then pairs), per block lane j += fma(d_k d_q,
+ * sum_j), the lanes added as hsum_float_8 ---- */
+
+static void att_scores_q8(const void *q, const void *k, size_t stride, int32_t n, int32_t hd, float scale,
+                          float *out) {
+    const sp_block_q8_0 *qb = q;
+    const int32_t nb = hd / SP_QK;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int32_t s = 0; s < n; s++) {
+        const sp_block_q8_0 *kb = (const sp_block_q8_0 *)((const uint8_t *)k + (size_t)s * stride);
+        __m256 a = _mm256_setzero_ps();
+        for (int32_t b = 0; b < nb; b++) {
+            const __m256i kv = _mm256_loadu_si256((const __m256i *)kb[b].qs);
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)qb[b].qs);
+            const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(kv, kv), _mm256_sign_epi8(qv, kv));
+            const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+            const float d = _cvtsh_ss(kb[b].d) * _cvtsh_ss(qb[b].d);
+            a = _mm256_fmadd_ps(_mm256_set1_ps(d), sum, a);
+        }
+        const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        const __m128 t = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        out[s] = _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t))) * scale;
+    }
+}
+
+/* As the F32 mix over the values d * q (one float product each). */
+static void att_mix_acc_q8(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                           int32_t hd, float *acc, int32_t ld) {
+    for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {
+        const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = w / 16;
+        __m512 a[16][MIX_HD_MAX / 16];
+        for (int l = 0; l < 16; l++)
+            for (int32_t b = 0; b < nb; b++) a[l][b] = _mm512_loadu_ps(acc + l * (int64_t)ld + d0 + 16 * b);
+        for (int32_t r = r0; r < r1; r++) {
+            if (p[r] == 0.0f) continue;
+            const __m512 pr = _mm512_set1_ps(p[r]);
+            const sp_block_q8_0 *vb =
+                (const sp_block_q8_0 *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride) + d0 / SP_QK;
+            __m512 *ar = a[r & 15];
+            for (int32_t b = 0; b < nb; b++) {
+                const sp_block_q8_0 *blk = vb + b / 2;
+                const __m512 x = _mm512_mul_ps(
+                    _mm512_set1_ps(_cvtsh_ss(blk->d)),
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk->qs + 16 * (b & 1))))));
+                ar[b] = _mm512_fmadd_ps(x, pr, ar[b]);
+            }
+        }
+        for (int l = 0; l < 16; l++)
+            for (int32_t b = 0; b < nb; b++) _mm512_storeu_ps(acc + l * (int64_t)ld + d0 + 16 * b, a[l][b]);
     }
 }
 
@@ -1605,7 +1710,11 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->read_sum = read_sum;
     t->act_q8 = act_q8;
     t->att_scores = att_scores;
-    t->att_mix = att_mix;
+    t->att_scores_kv[0] = att_scores_f16;
+    t->att_mix_acc[0] = att_mix_acc_f32;
+    t->att_mix_acc[1] = att_mix_acc_f16;
+    t->att_scores_kv[1] = att_scores_q8;
+    t->att_mix_acc[2] = att_mix_acc_q8;
     t->softmax = softmax;
     t->swiglu = swiglu;
     t->mm[SP_GGML_F32] = mm_f32;

@@ -243,6 +243,13 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
         cp.n_ctx = sp_ctx_n_ctx(target);
         cp.max_batch = d->max_batch;
         cp.pool = sp_ctx_pool(target);
+        /* the target's cache types; F16 where a draft's heads cannot be Q8_0 */
+        cp.type_k = sp_ctx_type_k(target);
+        cp.type_v = sp_ctx_type_v(target);
+        if (sp_model_cfg(dm)->head_dim % 32) {
+            if (cp.type_k == SP_GGML_Q8_0) cp.type_k = SP_GGML_F16;
+            if (cp.type_v == SP_GGML_Q8_0) cp.type_v = SP_GGML_F16;
+        }
         d->Vd = sp_model_cfg(dm)->n_vocab;
         st = sp_ctx_init(dm, &cp, &d->ctx, err);
         if (!st && p->kind == SP_DRAFT_LAYERSKIP) st = sp_ctx_set_skip_layers(d->ctx, skip_buf, err);
