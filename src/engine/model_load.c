@@ -113,7 +113,7 @@ static sp_status bind_matrix(sp_model *m, const char *path, const char *name, in
     if (!sp_quant_loadable(t->type))
         return sp_fail(err, SP_ERR_UNSUPPORTED,
                        "%s: tensor '%s' has type %s, which Specula does not support (supported: "
-                       "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs)",
+                       "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs, mxfp4)",
                        path, name, sp_ggml_type_name(t->type));
     w->type = t->type;
     w->rows = rows;

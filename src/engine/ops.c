@@ -328,18 +328,21 @@ static void pack_q6k(const uint8_t *w, size_t w_stride, int64_t rows, int64_t k,
     }
 }
 
-/* Packed Q4_1, Q5_0, Q5_1, IQ4_NL (ops.h): units of two blocks c = 0, 1,
- * Q4_0's quants, then (Q5_*) the fifth-bit masks, the f16 d and (Q4_1,
- * Q5_1) the f16 m of each block. */
+/* Packed Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (ops.h): units of two blocks c =
+ * 0, 1, Q4_0's quants, then (Q5_*) the fifth-bit masks, the f16 d (MXFP4:
+ * the f32 d = 2^(e - 128), 64 bytes per block, as f16 cannot hold it) and
+ * (Q4_1, Q5_1) the f16 m of each block. */
 typedef struct pk32_layout { size_t unit, mask, d, m; } pk32_layout; /* mask, m: 0 when none */
 static pk32_layout pk32(sp_ggml_type t) {
+    if (t == SP_GGML_MXFP4) return (pk32_layout){640, 0, 512, 0};
     const bool q5 = t == SP_GGML_Q5_0 || t == SP_GGML_Q5_1, hm = t == SP_GGML_Q4_1 || t == SP_GGML_Q5_1;
     const size_t d = 512 + (q5 ? 128 : 0);
     return (pk32_layout){d + (hm ? 128 : 64), q5 ? 512 : 0, d, hm ? d + 64 : 0};
 }
 
 static bool is_pk32(sp_ggml_type t) {
-    return t == SP_GGML_Q4_1 || t == SP_GGML_Q5_0 || t == SP_GGML_Q5_1 || t == SP_GGML_IQ4_NL;
+    return t == SP_GGML_Q4_1 || t == SP_GGML_Q5_0 || t == SP_GGML_Q5_1 || t == SP_GGML_IQ4_NL ||
+           t == SP_GGML_MXFP4;
 }
 
 /* The reference over packed Q4_1/Q5_0/Q5_1/IQ4_NL: mm_q32_ref's integer dot
@@ -368,12 +371,19 @@ static void mm_packed_q32_ref(const sp_mm *m, int64_t r0, int64_t r1) {
                                        ((4 * i + e % 4) % 8)) & 1) << 4;
                     if (t == SP_GGML_Q5_0) q -= 16;
                     if (t == SP_GGML_IQ4_NL) q = sp_iq4nl_values[q];
+                    if (t == SP_GGML_MXFP4) q = sp_mxfp4_values[q];
                     sumi += q * xq[b * SP_QK + e];
                 }
                 uint16_t hd, hm = 0;
-                memcpy(&hd, unit + L.d + 32 * c + 2 * (size_t)i, 2);
+                float d;
+                if (t == SP_GGML_MXFP4) {
+                    memcpy(&d, unit + L.d + 64 * c + 4 * (size_t)i, 4);
+                } else {
+                    memcpy(&hd, unit + L.d + 32 * c + 2 * (size_t)i, 2);
+                    d = sp_fp16_to_fp32(hd);
+                }
                 if (L.m) memcpy(&hm, unit + L.m + 32 * c + 2 * (size_t)i, 2);
-                const float d = sp_fp16_to_fp32(hd), mn = sp_fp16_to_fp32(hm);
+                const float mn = sp_fp16_to_fp32(hm);
                 float v = (d * sp_act_d(xr, m->k)[b]) * (float)sumi;
                 if (mn != 0) v += mn * sp_act_s(xr, m->k)[b];
                 acc += v;
@@ -393,6 +403,7 @@ static void pack_q32(sp_ggml_type t, const uint8_t *w, size_t w_stride, int64_t 
     case SP_GGML_Q4_1: om = 2, oqs = 4; break;
     case SP_GGML_Q5_0: oqh = 2, oqs = 6; break;
     case SP_GGML_Q5_1: om = 2, oqh = 4, oqs = 8; break;
+    case SP_GGML_MXFP4: oqs = 1; break;
     default: oqs = 2; break; /* IQ4_NL */
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -409,7 +420,12 @@ static void pack_q32(sp_ggml_type t, const uint8_t *w, size_t w_stride, int64_t 
                 for (size_t j = 0; j < 8; j++) /* mask j, bits 4i..4i+3: elements 4j..4j+3's fifth bits */
                     unit[L.mask + 64 * c + 8 * j + i / 2] |= (uint8_t)(((qh >> (4 * j)) & 0xF) << (4 * (i % 2)));
             }
-            memcpy(unit + L.d + 32 * c + 2 * i, blk, 2);
+            if (t == SP_GGML_MXFP4) {
+                const float d = sp_e8m0_half(blk[0]);
+                memcpy(unit + L.d + 64 * c + 4 * i, &d, 4);
+            } else {
+                memcpy(unit + L.d + 32 * c + 2 * i, blk, 2);
+            }
             if (L.m) memcpy(unit + L.m + 32 * c + 2 * i, blk + om, 2);
         }
     }
@@ -624,7 +640,7 @@ void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t 
     }
 }
 
-/* The other 32-block formats (Q4_1, Q5_0, Q5_1, IQ4_NL) against q8
+/* The other 32-block formats (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) against q8
  * activations: a block's weights are unpacked once to integers and applied
  * to every token; per block y += (d_w d_x) * sum(q_w q_x) + m_w * s_x, the
  * formula and the float products of ggml's vec_dot (s_x: see ops.h).
@@ -737,7 +753,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm[SP_GGML_Q4_0] = mm_q4_0_ref;
     t->mm_packed[SP_GGML_Q8_0] = t->mm_packed[SP_GGML_Q4_0] = mm_packed_ref;
     t->mm_packed[SP_GGML_Q4_1] = t->mm_packed[SP_GGML_Q5_0] = t->mm_packed[SP_GGML_Q5_1] =
-        t->mm_packed[SP_GGML_IQ4_NL] = mm_packed_q32_ref;
+        t->mm_packed[SP_GGML_IQ4_NL] = t->mm_packed[SP_GGML_MXFP4] = mm_packed_q32_ref;
     t->mm_packed[SP_GGML_IQ4_XS] = mm_packed_iq4xs_ref;
     t->mm_packed[SP_GGML_Q3_K] = t->mm_packed[SP_GGML_Q2_K] = mm_packed_q23k_ref;
     t->mm_packed[SP_GGML_Q4_K] = t->mm_packed[SP_GGML_Q5_K] = mm_packed_q45k_ref;
@@ -745,7 +761,8 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm_packed[SP_GGML_F32] = mm_f32_pk_ref;
     t->mm_packed[SP_GGML_F16] = mm_f16_pk_ref;
     t->mm_packed[SP_GGML_BF16] = mm_bf16_pk_ref;
-    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32_ref;
+    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] =
+        t->mm[SP_GGML_MXFP4] = mm_q32_ref;
     t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
         t->mm[SP_GGML_Q6_K] = t->mm[SP_GGML_IQ4_XS] = mm_k_ref;
     t->att_scores = att_scores_ref;
@@ -761,7 +778,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
 sp_act_kind sp_ops_act_kind(sp_ggml_type wtype) {
     switch (wtype) {
     case SP_GGML_Q8_0: case SP_GGML_Q4_0: case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1:
-    case SP_GGML_IQ4_NL:
+    case SP_GGML_IQ4_NL: case SP_GGML_MXFP4:
         return SP_ACT_Q8;
     case SP_GGML_Q2_K: case SP_GGML_Q3_K: case SP_GGML_Q4_K: case SP_GGML_Q5_K: case SP_GGML_Q6_K:
     case SP_GGML_IQ4_XS:

@@ -14,7 +14,7 @@
  *  - F32/F16/BF16 weights read x as plain f32 (every ISA sums an output
  *    in 16 FMA lanes, element i into lane i mod 16, then sp_reduce16:
  *    tinyBLAS's order, the same bits on every ISA);
- *  - 32-block weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) read the "q8"
+ *  - 32-block weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) read the "q8"
  *    layout: per 32-block, amax = max|x|, d = amax/127 kept as ggml keeps it
  *    (rounded to f16), q = round-to-nearest-even(x * 127/amax) (ggml's x86
  *    quantiser), sum = sum of q, s = f16(d * sum) (ggml's q8_1 s, used by
@@ -72,7 +72,9 @@
  * j - 4's high nibble otherwise), the f16 d of the 16 rows (32 bytes per
  * block) and, for Q4_1/Q5_1, their f16 m (32 bytes per block): units of 640
  * (Q4_1), 704 (Q5_0), 768 (Q5_1), 576 (IQ4_NL) bytes, the size of 32 of
- * the original blocks.
+ * the original blocks. MXFP4 packs as IQ4_NL except for the scales: the
+ * f32 d = 2^(e - 128) of the 16 rows (64 bytes per block, as f16 cannot
+ * hold every E8M0 scale), units of 640 bytes.
  * Q4_K packs the same way with one unit of 2368 bytes per super-block b:
  * 2048 bytes of quants, chunk 8p + j (p < 4 pairs of sub-blocks, j < 8)
  * holding row i's qs[32p + 4j..+3] at bytes 4i.. (low nibbles: sub-block 2p
