@@ -34,6 +34,8 @@ typedef struct sp_model_config {
     bool rope_neox;      /* false: adjacent pairs (llama); true: halves (qwen2, qwen3, phi3) */
     int32_t sliding_window; /* > 0: a token attends to the last this-many positions only */
     sp_ggml_type wtype;  /* type of the attention/FFN matrices (of layer 0's wq) */
+    int32_t n_expert;    /* > 0: mixture-of-experts FFNs of this many experts (0: dense) */
+    int32_t n_expert_used; /* experts each token is routed to */
 } sp_model_config;
 
 typedef struct sp_model sp_model;

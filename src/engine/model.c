@@ -40,6 +40,7 @@ struct sp_ctx {
     float *rope_cs;       /* [B][rot_dim] cos/sin per new token */
     sp_rope_freqs rope_local; /* the same for rope_local layers (gemma3) */
     float *rope_cs_local;     /* [B][rot_dim] for them, or NULL */
+    sp_moe_scratch *moe;      /* expert scratch (moe.h), or NULL for a dense model */
 };
 
 sp_ctx_params sp_ctx_default_params(void) {
@@ -53,6 +54,7 @@ int32_t sp_ctx_max_batch(const sp_ctx *c) { return c->max_batch; }
 int32_t sp_ctx_n_past(const sp_ctx *c) { return c->kv.n; }
 sp_kv *sp_ctx_kv(sp_ctx *c) { return &c->kv; }
 sp_pool *sp_ctx_pool(sp_ctx *c) { return c->pool; }
+sp_moe_scratch *sp_ctx_moe(sp_ctx *c) { return c->moe; }
 
 sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err) { return sp_kv_truncate(&c->kv, n, err); }
 
@@ -94,6 +96,7 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->pos);
     free(c->rope_cs);
     free(c->rope_cs_local);
+    sp_moe_scratch_free(c->moe);
     free(c);
 }
 
@@ -130,6 +133,7 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
         c->owns_pool = true;
     }
     if (!st) st = sp_kv_init(&c->kv, cfg->n_layers, cfg->n_kv_heads * cfg->head_dim, n_ctx, err);
+    if (!st) st = sp_moe_scratch_init(m, p->max_batch, &c->moe, err);
     if (st) {
         sp_ctx_free(c);
         return st;
@@ -229,10 +233,23 @@ static void mm_job_run(void *arg, int ith, int nth) {
 }
 
 /* Prepared activation rows of `src` (n rows of k floats, src_stride floats
- * apart) for weight type t: f32-family weights read src directly; quantised
- * ones read activation slot `slot` of c->act, filled here. */
+ * apart) for weight type t: F32 weights read src directly; F16 and BF16 ones
+ * src rounded to their type (llama.cpp converts the activations to the
+ * weight's vec_dot type before its tinyBLAS matmul) and quantised ones the
+ * q8 rows, both in activation slot `slot` of c->act, filled here. */
 static const void *activations(sp_ctx *c, int slot, sp_ggml_type t, const float *src,
                                int64_t src_stride, int64_t k, int32_t n, size_t *stride) {
+    if (t == SP_GGML_F16 || t == SP_GGML_BF16) { /* as ggml converts them to its vec_dot type */
+        uint8_t *act = c->act + (size_t)slot * (size_t)c->max_batch * c->act_stride;
+        for (int32_t i = 0; i < n; i++) {
+            float *d = (float *)(act + (size_t)i * c->act_stride);
+            const float *x = src + i * src_stride;
+            for (int64_t j = 0; j < k; j++)
+                d[j] = t == SP_GGML_F16 ? sp_fp16_to_fp32(sp_fp32_to_fp16(x[j])) : sp_bf16_to_fp32(sp_fp32_to_bf16(x[j]));
+        }
+        *stride = c->act_stride;
+        return act;
+    }
     if (!sp_ops_act_is_q8(t)) {
         *stride = (size_t)src_stride * sizeof(float);
         return src;
@@ -466,7 +483,8 @@ static float gelu_ggml(float x) {
     return sp_fp16_to_fp32(sp_fp32_to_fp16(g));
 }
 
-/* One layer's feed-forward block: norm, gate and up, SwiGLU, down, residual. */
+/* One layer's feed-forward block: norm, gate and up, SwiGLU, down, residual
+ * (or the experts' block, moe.h). */
 static void ffn_block(sp_ctx *c, int32_t l, int32_t n) {
     const sp_model_config *cfg = &c->m->cfg;
     const sp_layer *L = &c->m->layers[l];
@@ -474,6 +492,11 @@ static void ffn_block(sp_ctx *c, int32_t l, int32_t n) {
     const int64_t ffn = cfg->ffn_dim, wide = q_dim > dim ? q_dim : dim;
     for (int32_t t = 0; t < n; t++)
         sp_rmsnorm(c->xb + t * wide, c->x + t * dim, L->ffn_norm, dim, cfg->norm_eps);
+    if (L->exp_up) { /* mixture of experts (moe.c) */
+        sp_moe_ffn(c->moe, c->pool, c->m, L, c->xb, wide, n, c->x2, dim);
+        for (int64_t i = 0; i < n * dim; i++) c->x[i] += c->x2[i];
+        return;
+    }
     mm_job jf = {0};
     job_add(c, &jf, &L->w1, c->xb, wide, n, c->hb, ffn);
     job_add(c, &jf, &L->w3, c->xb, wide, n, c->hb2, ffn);

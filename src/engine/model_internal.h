@@ -3,6 +3,7 @@
 #ifndef SP_MODEL_INTERNAL_H
 #define SP_MODEL_INTERNAL_H
 
+#include "moe.h"
 #include "sp_gguf.h"
 #include "sp_model.h"
 
@@ -34,6 +35,13 @@ typedef struct sp_layer {
     const float *post_attn_norm, *post_ffn_norm; /* [dim] norms of the block outputs (gemma) or NULL */
     int32_t window;         /* > 0: sliding-window layer (attends to the last `window` positions) */
     bool rope_local;        /* uses the local RoPE table (gemma3's sliding layers) */
+    /* mixture of experts (moe.h; exp_up NULL: the dense w1/w2/w3 FFN) */
+    sp_weight gate_inp;     /* router [n_expert, dim] */
+    const float *gate_inp_b; /* [n_expert] or NULL */
+    sp_weight *exp_gate, *exp_up, *exp_down; /* [n_expert]: expert e's [ffn, dim], [ffn, dim],
+                                              * [dim, ffn] (rows of the 3-D file tensor) */
+    const float *exp_gate_b, *exp_up_b, *exp_down_b; /* [n_expert][ffn], .., [n_expert][dim] or NULL */
+    const float *exp_gate_s, *exp_up_s, *exp_down_s; /* per-expert output scales [n_expert] or NULL */
 } sp_layer;
 
 struct sp_model {
@@ -56,6 +64,7 @@ struct sp_model {
                            * after (phi3, gemma2: as llama.cpp's graphs; other last bits) */
     float final_softcap;  /* > 0: logits -> cap * tanh(logit / cap) (gemma2) */
     float rope_theta_local; /* > 0: RoPE base of the rope_local layers, unscaled (gemma3) */
+    sp_moe_cfg moe;       /* n_expert 0: dense FFNs */
     void **owned;         /* buffers made at load time (converted norms, requantised weights) */
     int n_owned, cap_owned;
 };
@@ -68,5 +77,7 @@ void *sp_model_alloc(sp_model *m, size_t bytes);
 #include "kv.h"
 sp_kv *sp_ctx_kv(sp_ctx *c);
 sp_pool *sp_ctx_pool(sp_ctx *c);
+/* The context's expert scratch (its read statistics), or NULL for a dense model. */
+sp_moe_scratch *sp_ctx_moe(sp_ctx *c);
 
 #endif

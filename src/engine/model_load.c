@@ -59,7 +59,9 @@ uint64_t sp_model_weight_bytes(const sp_model *m) {
         const sp_layer *L = &m->layers[l];
         n += weight_bytes(&L->wq) + weight_bytes(&L->wk) + weight_bytes(&L->wv) +
              weight_bytes(&L->wo) + weight_bytes(&L->w1) + weight_bytes(&L->w2) +
-             weight_bytes(&L->w3);
+             weight_bytes(&L->w3) + weight_bytes(&L->gate_inp);
+        for (int e = 0; L->exp_up && e < m->moe.n_expert; e++)
+            n += weight_bytes(&L->exp_gate[e]) + weight_bytes(&L->exp_up[e]) + weight_bytes(&L->exp_down[e]);
     }
     return n;
 }
@@ -169,15 +171,18 @@ typedef struct arch_info {
     bool fused;    /* blk.N.attn_qkv and a gate+up ffn_up (phi3) */
     int gemma;     /* 2 or 3: embeddings x sqrt(dim), GELU gate, post-block norms,
                     * sliding layers (gemma2: even ones; gemma3: all but every 6th) */
+    int moe;       /* experts (moe.h): 1 when expert_count > 0 (llama: Mixtral style),
+                    * 2 always (qwen3moe, gpt-oss) */
 } arch_info;
 
 static const arch_info ARCHS[] = {
-    {"llama", false, false, false, false, 0},
-    {"qwen2", true, true, false, false, 0},
-    {"qwen3", true, false, true, false, 0},
-    {"phi3", true, false, false, true, 0},
-    {"gemma2", true, false, false, false, 2},
-    {"gemma3", true, false, true, false, 3},
+    {"llama", false, false, false, false, 0, 1},
+    {"qwen2", true, true, false, false, 0, 0},
+    {"qwen3", true, false, true, false, 0, 0},
+    {"phi3", true, false, false, true, 0, 0},
+    {"gemma2", true, false, false, false, 2, 0},
+    {"gemma3", true, false, true, false, 3, 0},
+    {"qwen3moe", true, false, true, false, 0, 2},
 };
 
 static const arch_info *arch_find(const char *name) {
@@ -266,7 +271,90 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
                            "%s: RoPE scaling '%s' is not supported (supported: none, linear)", path, ty);
         }
     }
+    /* experts: counts as llama.cpp reads them for every architecture, the
+     * rest per architecture (llama, qwen3moe: softmax gating, selected
+     * weights normalised, no scale) */
+    if (ai->moe) {
+        sp_moe_cfg *mc = &m->moe;
+        if ((st = get_u32_or(g, KEY("expert_count"), 0, &mc->n_expert, err)) ||
+            (st = get_u32_or(g, KEY("expert_used_count"), 0, &mc->n_used, err)))
+            return st;
+        if (mc->n_expert > 0 || ai->moe == 2) {
+            if (mc->n_expert < 1 || mc->n_expert > 256 || mc->n_used < 1 || mc->n_used > mc->n_expert)
+                return sp_fail(err, SP_ERR_FORMAT, "%s: bad expert counts: %d experts, %d used (1 <= used <= experts <= 256)",
+                               path, mc->n_expert, mc->n_used);
+            /* the experts' FFN width: expert_feed_forward_length (qwen3moe:
+             * default feed_forward_length / used; llama: feed_forward_length) */
+            mc->ffn = c->ffn_dim;
+            if (ai->moe == 2 && c->ffn_dim > 0) mc->ffn = c->ffn_dim / mc->n_used;
+            if (ai->moe == 2 && (st = get_u32_or(g, KEY("expert_feed_forward_length"), (uint32_t)mc->ffn, &mc->ffn, err)))
+                return st;
+            if (mc->ffn == 0 && ai->moe == 2) mc->ffn = c->ffn_dim / mc->n_used; /* 0: not set */
+            if (mc->ffn <= 0 || mc->ffn > 1 << 20)
+                return sp_fail(err, SP_ERR_FORMAT, "%s: bad expert FFN length %d", path, mc->ffn);
+            mc->gating = SP_MOE_SOFTMAX;
+            mc->norm_w = true;
+            mc->w_scale = 0.0f;
+            c->n_expert = mc->n_expert;
+            c->n_expert_used = mc->n_used;
+        } else {
+            mc->n_expert = mc->n_used = 0;
+        }
+    }
 #undef KEY
+    return SP_OK;
+}
+
+/* A 3-D expert tensor [cols, rows, n_expert] as n_expert matrices (owned
+ * array), each a view of its slice; optional: absent gives *out = NULL. */
+static sp_status bind_experts(sp_model *m, const char *path, const char *name, int64_t cols, int64_t rows,
+                              bool optional, sp_weight **out, sp_error *err) {
+    const int32_t E = m->moe.n_expert;
+    *out = NULL;
+    const sp_gguf_tensor *t = sp_gguf_find_tensor(m->gguf, name);
+    if (!t) {
+        if (optional) return SP_OK;
+        return sp_fail(err, SP_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
+    }
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != E || t->ne[3] != 1)
+        return sp_fail(err, SP_ERR_FORMAT,
+                       "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %d]", path, name,
+                       (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                       (long long)cols, (long long)rows, E);
+    if (!sp_quant_loadable(t->type))
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which Specula does not support", path,
+                       name, sp_ggml_type_name(t->type));
+    sp_weight *w = sp_model_alloc(m, (size_t)E * sizeof *w);
+    if (!w) return sp_fail(err, SP_ERR_NOMEM, "out of memory binding '%s'", name);
+    const size_t rb = sp_ggml_row_size(t->type, cols);
+    for (int32_t e = 0; e < E; e++)
+        w[e] = (sp_weight){.type = t->type, .rows = rows, .cols = cols, .row_bytes = rb,
+                           .data = (const uint8_t *)t->data + (size_t)e * (size_t)rows * rb};
+    *out = w;
+    return SP_OK;
+}
+
+/* A [n, E] per-expert vector tensor (biases, or scales with n = 1) as f32
+ * (optional: absent gives NULL). */
+static sp_status bind_expert_vec(sp_model *m, const char *path, const char *name, int64_t n, const float **out,
+                                 sp_error *err) {
+    *out = NULL;
+    const sp_gguf_tensor *t = sp_gguf_find_tensor(m->gguf, name);
+    if (!t) return SP_OK;
+    const int32_t E = m->moe.n_expert;
+    if (t->ne[0] != (n == 1 ? E : n) || t->ne[1] != (n == 1 ? 1 : E) || t->ne[2] != 1 || t->ne[3] != 1 ||
+        !sp_quant_loadable(t->type))
+        return sp_fail(err, SP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld] type %s, expected [%lld, %d] f32",
+                       path, name, (long long)t->ne[0], (long long)t->ne[1], sp_ggml_type_name(t->type),
+                       (long long)(n == 1 ? E : n), n == 1 ? 1 : E);
+    if (t->type == SP_GGML_F32) {
+        *out = (const float *)t->data;
+        return SP_OK;
+    }
+    float *buf = sp_model_alloc(m, (size_t)n * (size_t)E * sizeof(float));
+    if (!buf) return sp_fail(err, SP_ERR_NOMEM, "out of memory converting '%s'", name);
+    sp_dequantize_row(t->type, t->data, buf, n * E);
+    *out = buf;
     return SP_OK;
 }
 
@@ -283,11 +371,28 @@ static sp_status bind_layers(sp_model *m, const char *path, const arch_info *ai,
         char nm[96];
 #define T(s) (snprintf(nm, sizeof nm, "blk.%d." s ".weight", l), nm)
 #define B(s) (snprintf(nm, sizeof nm, "blk.%d." s ".bias", l), nm)
+        const bool moe = m->moe.n_expert > 0;
         if ((st = bind_vector(m, path, T("attn_norm"), dim, &L->attn_norm, err)) ||
             (st = bind_vector(m, path, T("ffn_norm"), dim, &L->ffn_norm, err)) ||
             (st = bind_matrix(m, path, T("attn_output"), q_dim, dim, false, &L->wo, err)) ||
-            (st = bind_matrix(m, path, T("ffn_down"), c->ffn_dim, dim, false, &L->w2, err)))
+            (!moe && (st = bind_matrix(m, path, T("ffn_down"), c->ffn_dim, dim, false, &L->w2, err))))
             return st;
+        if (moe) {
+            const int64_t fe = m->moe.ffn, E = m->moe.n_expert;
+            if ((st = bind_matrix(m, path, T("ffn_gate_inp"), dim, E, false, &L->gate_inp, err)) ||
+                (st = bind_experts(m, path, T("ffn_gate_exps"), dim, fe, false, &L->exp_gate, err)) ||
+                (st = bind_experts(m, path, T("ffn_up_exps"), dim, fe, false, &L->exp_up, err)) ||
+                (st = bind_experts(m, path, T("ffn_down_exps"), fe, dim, false, &L->exp_down, err)))
+                return st;
+#define S(s) (snprintf(nm, sizeof nm, "blk.%d." s ".scale", l), nm)
+            /* per-expert output scales (llama.cpp reads them for every
+             * architecture; its llama and qwen3moe graphs apply them) */
+            if ((st = bind_expert_vec(m, path, S("ffn_gate_exps"), 1, &L->exp_gate_s, err)) ||
+                (st = bind_expert_vec(m, path, S("ffn_up_exps"), 1, &L->exp_up_s, err)) ||
+                (st = bind_expert_vec(m, path, S("ffn_down_exps"), 1, &L->exp_down_s, err)))
+                return st;
+#undef S
+        }
         if (ai->fused) {
             /* phi3: q, k, v are row ranges of attn_qkv; gate and up halves of ffn_up */
             sp_weight qkv, gu;
@@ -302,8 +407,8 @@ static sp_status bind_layers(sp_model *m, const char *path, const arch_info *ai,
         } else if ((st = bind_matrix(m, path, T("attn_q"), dim, q_dim, false, &L->wq, err)) ||
                    (st = bind_matrix(m, path, T("attn_k"), dim, kv_dim, false, &L->wk, err)) ||
                    (st = bind_matrix(m, path, T("attn_v"), dim, kv_dim, false, &L->wv, err)) ||
-                   (st = bind_matrix(m, path, T("ffn_gate"), dim, c->ffn_dim, false, &L->w1, err)) ||
-                   (st = bind_matrix(m, path, T("ffn_up"), dim, c->ffn_dim, false, &L->w3, err))) {
+                   (!moe && (st = bind_matrix(m, path, T("ffn_gate"), dim, c->ffn_dim, false, &L->w1, err))) ||
+                   (!moe && (st = bind_matrix(m, path, T("ffn_up"), dim, c->ffn_dim, false, &L->w3, err)))) {
             return st;
         }
         if (ai->qkv_bias &&
@@ -342,7 +447,7 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
     const arch_info *ai = arch_find(a);
     if (!ai)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)",
+                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe)",
                        path, a);
 
     if ((st = read_config(m, path, a, ai, err))) return st;
@@ -499,8 +604,14 @@ static sp_status pack_weights(sp_model *m, const sp_file_map *fm, sp_error *err)
     sp_status st = pack_weight(m, &m->output, fm, err);
     for (int l = 0; !st && l < m->cfg.n_layers; l++) {
         sp_layer *L = &m->layers[l];
-        sp_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
+        sp_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3, &L->gate_inp};
         for (size_t i = 0; !st && i < sizeof ws / sizeof ws[0]; i++) st = pack_weight(m, ws[i], fm, err);
+        /* F16 experts are read unpacked (moe.h: ggml's vec_dot_f16 order) */
+        for (int e = 0; !st && L->exp_up && L->exp_up[0].type != SP_GGML_F16 && e < m->moe.n_expert; e++) {
+            st = pack_weight(m, &L->exp_gate[e], fm, err);
+            if (!st) st = pack_weight(m, &L->exp_up[e], fm, err);
+            if (!st) st = pack_weight(m, &L->exp_down[e], fm, err);
+        }
     }
     return st;
 }
@@ -589,8 +700,10 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
     m->attn_softcap = src->attn_softcap;
     m->final_softcap = src->final_softcap;
     m->rope_theta_local = src->rope_theta_local;
+    m->moe = src->moe;
     m->layers = calloc((size_t)src->cfg.n_layers, sizeof *m->layers);
     int64_t maxc = src->cfg.dim > src->cfg.ffn_dim ? src->cfg.dim : src->cfg.ffn_dim;
+    if (m->moe.ffn > maxc) maxc = m->moe.ffn;
     if ((int64_t)src->cfg.n_heads * src->cfg.head_dim > maxc)
         maxc = (int64_t)src->cfg.n_heads * src->cfg.head_dim;
     float *row = malloc((size_t)maxc * sizeof(float));
@@ -607,6 +720,20 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
             (st = requant_matrix(m, &S->w2, type, &D->w2, row, err)) ||
             (st = requant_matrix(m, &S->w3, type, &D->w3, row, err)))
             break;
+        if (S->exp_up) { /* the router stays as it is (its choices are the target's) */
+            const size_t bytes = (size_t)m->moe.n_expert * sizeof(sp_weight);
+            D->exp_gate = sp_model_alloc(m, bytes), D->exp_up = sp_model_alloc(m, bytes);
+            D->exp_down = sp_model_alloc(m, bytes);
+            if (!D->exp_gate || !D->exp_up || !D->exp_down) {
+                st = sp_fail(err, SP_ERR_NOMEM, "out of memory re-quantising experts");
+                break;
+            }
+            for (int e = 0; !st && e < m->moe.n_expert; e++) {
+                st = requant_matrix(m, &S->exp_gate[e], type, &D->exp_gate[e], row, err);
+                if (!st) st = requant_matrix(m, &S->exp_up[e], type, &D->exp_up[e], row, err);
+                if (!st) st = requant_matrix(m, &S->exp_down[e], type, &D->exp_down[e], row, err);
+            }
+        }
     }
     if (!st) st = requant_matrix(m, &src->output, type, &m->output, row, err);
     free(row);

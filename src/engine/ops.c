@@ -64,6 +64,26 @@ DEFINE_FLOAT_PK_REF(mm_f32_pk_ref, float, f32_id)
 DEFINE_FLOAT_PK_REF(mm_f16_pk_ref, uint16_t, sp_fp16_to_fp32)
 DEFINE_FLOAT_PK_REF(mm_bf16_pk_ref, uint16_t, sp_bf16_to_fp32)
 
+/* ggml's vec_dot_f16 order (ops.h: sp_ops_mm_f16_vecdot). */
+static void mm_f16_vecdot_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t np = m->k / 64 * 64;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *w = (const uint16_t *)(m->w + r * m->w_stride);
+        for (int32_t t = 0; t < m->n; t++) {
+            const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride);
+            float a[4][16] = {{0}};
+            for (int64_t i = 0; i < np; i += 64)
+                for (int j = 0; j < 4; j++)
+                    for (int l = 0; l < 16; l++)
+                        a[j][l] = fmaf(sp_fp16_to_fp32(w[i + 16 * j + l]), x[i + 16 * j + l], a[j][l]);
+            for (int l = 0; l < 16; l++) a[0][l] = (a[0][l] + a[2][l]) + (a[1][l] + a[3][l]);
+            double s = sp_reduce16(a[0]);
+            for (int64_t i = np; i < m->k; i++) s += (double)(sp_fp16_to_fp32(w[i]) * x[i]);
+            m->y[t * m->ld_y + r] = (float)s;
+        }
+    }
+}
+
 /* Element size of a packable float type, and the packing (past the row end
  * and past the last row: zeros, from the caller's memset). */
 static size_t fpk_esz(sp_ggml_type t) { return t == SP_GGML_F32 ? 4 : 2; }
@@ -765,6 +785,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
         t->mm[SP_GGML_MXFP4] = mm_q32_ref;
     t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
         t->mm[SP_GGML_Q6_K] = t->mm[SP_GGML_IQ4_XS] = mm_k_ref;
+    t->mm_f16_vecdot = mm_f16_vecdot_ref;
     t->att_scores = att_scores_ref;
     t->att_mix = att_mix_ref;
     t->softmax = sp_softmax;
@@ -1108,6 +1129,7 @@ static void fill_missing(sp_ops_table *t) {
     const sp_ops_table *ref = &g_tables[SP_ISA_SCALAR];
     for (int i = 0; i < SP_GGML_TYPE_COUNT; i++)
         if (!t->mm[i]) t->mm[i] = ref->mm[i];
+    if (!t->mm_f16_vecdot) t->mm_f16_vecdot = ref->mm_f16_vecdot;
     if (!t->att_scores) t->att_scores = ref->att_scores;
     if (!t->att_mix) t->att_mix = ref->att_mix;
     if (!t->softmax) t->softmax = ref->softmax;
@@ -1194,6 +1216,13 @@ sp_mm_kernel sp_ops_mm_isa(sp_ggml_type wtype, sp_isa isa) {
 }
 
 sp_mm_kernel sp_ops_mm(sp_ggml_type wtype) { return sp_ops_mm_isa(wtype, sp_ops_isa()); }
+
+sp_mm_kernel sp_ops_mm_f16_vecdot_isa(sp_isa isa) {
+    pthread_once(&g_once, ops_init_once);
+    return isa > g_best ? NULL : g_tables[isa].mm_f16_vecdot;
+}
+
+sp_mm_kernel sp_ops_mm_f16_vecdot(void) { return sp_ops_mm_f16_vecdot_isa(sp_ops_isa()); }
 
 sp_mm_kernel sp_ops_mm_packed_isa(sp_ggml_type wtype, sp_isa isa) {
     pthread_once(&g_once, ops_init_once);

@@ -194,6 +194,18 @@ void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t 
 sp_mm_kernel sp_ops_mm_packed(sp_ggml_type wtype);
 sp_mm_kernel sp_ops_mm_packed_isa(sp_ggml_type wtype, sp_isa isa);
 
+/* F16 weights against f16-valued f32 activations in the order of ggml's
+ * vec_dot_f16 on AVX-512 (what llama.cpp's mul_mat_id, the expert matmul,
+ * computes with; its dense matmuls use tinyBLAS's order, the kernels
+ * above): per output, for the first k/64*64 elements 4 x 16 lanes
+ * a_j[l] = fma(w_i, x_i, a_j[l]) with i = 64c + 16j + l; a_0 + a_2 and
+ * a_1 + a_3, those two added, sp_reduce16 of that widened to double; then
+ * each remaining element's float product w_i x_i added in double; the
+ * result rounded to float. Over the original rows (not packed); the same
+ * bits in every ISA (AVX2 uses the scalar reference). */
+sp_mm_kernel sp_ops_mm_f16_vecdot(void);
+sp_mm_kernel sp_ops_mm_f16_vecdot_isa(sp_isa isa);
+
 /* Activation layout for a weight type (see the top). */
 typedef enum sp_act_kind { SP_ACT_F32, SP_ACT_Q8, SP_ACT_Q8_K } sp_act_kind;
 sp_act_kind sp_ops_act_kind(sp_ggml_type wtype);
@@ -288,6 +300,7 @@ sp_swiglu_fn sp_ops_swiglu(void);
 typedef struct sp_ops_table {
     sp_mm_kernel mm[SP_GGML_TYPE_COUNT];
     sp_mm_kernel mm_packed[SP_GGML_TYPE_COUNT]; /* over packed weights; NULL: none */
+    sp_mm_kernel mm_f16_vecdot;  /* sp_ops_mm_f16_vecdot; NULL: the scalar one */
     sp_att_scores_fn att_scores; /* NULL: the scalar one */
     sp_att_mix_fn att_mix;
     sp_softmax_fn softmax;       /* NULL: sp_softmax */

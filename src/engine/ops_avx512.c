@@ -1616,7 +1616,32 @@ static void mm_q32_512(const sp_mm *m, int64_t r0, int64_t r1) {
     }
 }
 
+/* ggml's vec_dot_f16 order (ops.h: sp_ops_mm_f16_vecdot): 4 accumulators
+ * of 16 lanes over 64 elements per step. */
+static void mm_f16_vecdot(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t np = m->k / 64 * 64;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *w = (const uint16_t *)(m->w + r * m->w_stride);
+        for (int32_t t = 0; t < m->n; t++) {
+            const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride);
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int64_t i = 0; i < np; i += 64) {
+                a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))), _mm512_loadu_ps(x + i), a0);
+                a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16))), _mm512_loadu_ps(x + i + 16), a1);
+                a2 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 32))), _mm512_loadu_ps(x + i + 32), a2);
+                a3 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 48))), _mm512_loadu_ps(x + i + 48), a3);
+            }
+            float v[16];
+            _mm512_storeu_ps(v, _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
+            double s = sp_reduce16(v);
+            for (int64_t i = np; i < m->k; i++) s += (double)(_cvtsh_ss(w[i]) * x[i]);
+            m->y[t * m->ld_y + r] = (float)s;
+        }
+    }
+}
+
 void sp_ops_fill_avx512(sp_ops_table *t) {
+    t->mm_f16_vecdot = mm_f16_vecdot;
     t->read_sum = read_sum;
     t->act_q8 = act_q8;
     t->att_scores = att_scores;
