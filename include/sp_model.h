@@ -75,6 +75,9 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
 const sp_model_config *sp_model_cfg(const sp_model *m);
 const sp_tokenizer *sp_model_tokenizer(const sp_model *m);
 uint64_t sp_model_weight_bytes(const sp_model *m);
+/* The part of sp_model_weight_bytes in expert matrices (0 for a dense model):
+ * a forward reads only the experts its tokens select. */
+uint64_t sp_model_expert_bytes(const sp_model *m);
 const char *sp_model_desc(const sp_model *m); /* e.g. "llama 5L d64 f32" */
 /* Ids below this can be sampled; the rest are the tokenizer's trailing
  * padding entries ("[PAD<i>]", see sp_tokenizer_n_unpadded), which every
@@ -101,6 +104,12 @@ int32_t sp_ctx_n_ctx(const sp_ctx *c);
 int32_t sp_ctx_max_batch(const sp_ctx *c);
 /* Tokens currently in the KV cache. */
 int32_t sp_ctx_n_past(const sp_ctx *c);
+/* Mixture-of-experts models: the experts this context's forwards have read
+ * since the last reset, summed over layers (each forward reads the union of
+ * the experts its tokens select, once), and the number of (layer, forward)
+ * steps; 0 and 0 for a dense model. */
+void sp_ctx_expert_reads(const sp_ctx *c, uint64_t *experts, uint64_t *steps);
+void sp_ctx_expert_reads_reset(sp_ctx *c);
 /* Roll back: keep only the first n cached tokens. */
 sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err);
 /* Keep cached slots start+idx[i] (increasing) as start..start+m-1. */

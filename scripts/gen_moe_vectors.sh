@@ -31,4 +31,8 @@ qwen3moe-f16 --arch qwen3moe --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 6
 llama-moe-q8_0 --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --experts 4 --experts-used 2 --vocab 64 --type q8_0 --seed 8
 qwen3moe-mxfp4 --arch qwen3moe --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 64 --experts 8 --experts-used 3 --vocab 64 --type mxfp4 --seed 9
 llama-moe-q4_K --dim 256 --layers 2 --heads 4 --kv-heads 4 --ffn 256 --experts 6 --experts-used 2 --vocab 64 --type q4_K --seed 10
+gpt-oss-f16 --arch gpt-oss --dim 128 --layers 3 --heads 4 --kv-heads 2 --ffn 64 --experts 8 --experts-used 2 --vocab 64 --sliding-window 12 --type f16 --seed 11
+qwen3moe-yarn-f16 --arch qwen3moe --dim 128 --layers 3 --heads 2 --kv-heads 1 --ffn 64 --experts 8 --experts-used 2 --vocab 64 --type f16 --yarn 4 --ctx 256 --seed 13
+gpt-oss-yarn-f16 --arch gpt-oss --dim 128 --layers 3 --heads 2 --kv-heads 1 --ffn 64 --experts 8 --experts-used 2 --vocab 64 --type f16 --yarn 8 --ctx 256 --sliding-window 10 --seed 14
+gpt-oss-mxfp4 --arch gpt-oss --dim 128 --layers 3 --heads 4 --kv-heads 2 --ffn 64 --experts 8 --experts-used 4 --vocab 64 --sliding-window 20 --type mxfp4 --seed 12
 MODELS

@@ -1,5 +1,6 @@
 /* Tests for the mixture-of-experts forward pass (moe.c) and the expert
- * architectures mkmodel writes (qwen3moe, Mixtral-style llama):
+ * architectures mkmodel writes (qwen3moe, Mixtral-style llama, gpt-oss with
+ * sliding windows shorter than the 48 tokens compared):
  *  - logits and 32 greedy ids against llama.cpp's on small models made by
  *    sp_mkmodel from the flags recorded in tests/vectors/moe_ref.txt
  *    (scripts/gen_moe_vectors.sh ran llama.cpp on the same files): F16,
@@ -58,13 +59,16 @@ static sp_mkmodel_params params_from_flags(const char *flags) {
             else if (!strcmp(tok, "--experts-used")) p.n_expert_used = (int32_t)x;
             else if (!strcmp(tok, "--vocab")) p.n_vocab = (int32_t)x;
             else if (!strcmp(tok, "--seed")) p.seed = (uint64_t)x;
+            else if (!strcmp(tok, "--sliding-window")) p.sliding_window = (int32_t)x;
+            else if (!strcmp(tok, "--yarn")) p.yarn_factor = strtof(v, NULL);
+            else if (!strcmp(tok, "--ctx")) p.n_ctx = (int32_t)x;
             else fail_msg("unknown flag %s in moe_ref.txt", tok);
         }
     }
     return p;
 }
 
-#define MAX_REFS 8
+#define MAX_REFS 16
 static ref_model g_refs[MAX_REFS];
 static int g_n_refs;
 static int32_t g_ids[64];

@@ -4,7 +4,10 @@
  * weight-streaming bandwidth as a percentage of the read bandwidth measured
  * in the same run (a streaming read over a buffer well beyond the LLC, with
  * the same thread count), so figures from different machines and days say
- * how close decode is to the bound. Load and warm-up times are reported;
+ * how close decode is to the bound (for a mixture of experts, of the weights
+ * a token reads: the selected experts' share), and for a mixture of experts
+ * the experts per layer a k-token forward reads (the union of its tokens'
+ * selections). Load and warm-up times are reported;
  * every timed figure comes after one forward has touched every weight. */
 #include <jansson.h>
 #include <stdio.h>
@@ -103,9 +106,14 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
 
 /* Prints the table (or one JSON object) of one bench-forward run. */
 static void report(const bench_opts *po, const sp_model *m, double bound, double load_ms, double warm_ms,
-                   double t_decode, const double *t_k) {
+                   double t_decode, const double *t_k, double decode_experts, const double *k_experts) {
     const bench_opts o = *po;
-    const double wbytes = (double)sp_model_weight_bytes(m);
+    /* a mixture of experts reads only the selected experts: the weights a
+     * decode step streams are the rest plus that share of the experts */
+    const sp_model_config *cfg = sp_model_cfg(m);
+    const double ebytes = (double)sp_model_expert_bytes(m);
+    const double wbytes = (double)sp_model_weight_bytes(m) - ebytes +
+                          (cfg->n_expert ? ebytes * decode_experts / cfg->n_expert : 0);
     const double gbs = wbytes / t_decode / 1e9, pct = bound > 0 ? 100.0 * gbs / bound : 0;
     const char *isa = sp_sysinfo_isa();
     char cpu[128];
@@ -113,8 +121,8 @@ static void report(const bench_opts *po, const sp_model *m, double bound, double
     if (o.json) {
         json_t *ks = json_array();
         for (int ki = 0; ki < N_KS; ki++)
-            json_array_append_new(ks, json_pack("{s:i,s:f,s:f}", "k", KS[ki], "ms", 1e3 * t_k[ki],
-                                                "ratio", t_k[ki] / t_k[0]));
+            json_array_append_new(ks, json_pack("{s:i,s:f,s:f,s:f}", "k", KS[ki], "ms", 1e3 * t_k[ki],
+                                                "ratio", t_k[ki] / t_k[0], "experts_per_layer", k_experts[ki]));
         json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o}", "model",
                               o.model, "desc", sp_model_desc(m), "cpu", cpu, "isa", isa, "threads",
                               (int)o.threads, "depth", (int)o.depth, "reps", (int)o.reps,
@@ -127,17 +135,28 @@ static void report(const bench_opts *po, const sp_model *m, double bound, double
         json_decref(j);
     } else {
         printf("model   %s (%s)\n", o.model, sp_model_desc(m));
-        printf("cpu     %s, isa %s, %lld threads, %.1f MB of weights\n", cpu, isa, o.threads, wbytes / 1e6);
+        printf("cpu     %s, isa %s, %lld threads, %.1f MB of weights\n", cpu, isa, o.threads,
+               (double)sp_model_weight_bytes(m) / 1e6);
         printf("bound   %.2f GB/s read bandwidth measured now (%lld MB buffer, %lld threads)\n", bound,
                o.bound_mb, o.threads);
         printf("load    %.1f ms, first forward (warm-up) %.1f ms\n", load_ms, warm_ms);
         printf("decode  %.2f tok/s (%.3f ms/token, median of %lld reps x %lld tokens)\n",
                1.0 / t_decode, 1e3 * t_decode, o.reps, o.decode);
+        if (cfg->n_expert)
+            printf("experts %d of %d per token; decode reads %.2f per layer (%.1f MB of weights per token)\n",
+                   cfg->n_expert_used, cfg->n_expert, decode_experts, wbytes / 1e6);
         printf("stream  %.2f GB/s of weights = %.0f%% of the bound\n", gbs, pct);
         printf("forward at depth %lld (median of %lld):\n", o.depth, o.reps);
-        printf("  %3s %10s %8s\n", "k", "ms", "vs k=1");
-        for (int ki = 0; ki < N_KS; ki++)
-            printf("  %3d %10.3f %8.2f\n", KS[ki], 1e3 * t_k[ki], t_k[ki] / t_k[0]);
+        if (cfg->n_expert) {
+            /* the union of the experts the k tokens select, read once per layer */
+            printf("  %3s %10s %8s %14s\n", "k", "ms", "vs k=1", "experts/layer");
+            for (int ki = 0; ki < N_KS; ki++)
+                printf("  %3d %10.3f %8.2f %14.2f\n", KS[ki], 1e3 * t_k[ki], t_k[ki] / t_k[0], k_experts[ki]);
+        } else {
+            printf("  %3s %10s %8s\n", "k", "ms", "vs k=1");
+            for (int ki = 0; ki < N_KS; ki++)
+                printf("  %3d %10.3f %8.2f\n", KS[ki], 1e3 * t_k[ki], t_k[ki] / t_k[0]);
+        }
     }
 }
 
@@ -177,6 +196,8 @@ int cmd_bench_forward(int argc, char **argv) {
     const double warm_ms = 1e3 * (sp_now() - t_warm0);
 
     /* batch-1 decode from an empty cache */
+    uint64_t reads, steps;
+    sp_ctx_expert_reads_reset(c);
     for (long long r = 0; r < o.reps; r++) {
         if (sp_ctx_truncate(c, 0, &err)) goto fail;
         double t0 = sp_now();
@@ -185,6 +206,8 @@ int cmd_bench_forward(int argc, char **argv) {
         times[r] = (sp_now() - t0) / (double)o.decode;
     }
     const double t_decode = median(times, (int)o.reps);
+    sp_ctx_expert_reads(c, &reads, &steps);
+    const double decode_experts = steps ? (double)reads / (double)steps : 0;
 
     /* k-token forwards at a fixed depth */
     if (sp_ctx_truncate(c, 0, &err)) goto fail;
@@ -193,8 +216,9 @@ int cmd_bench_forward(int argc, char **argv) {
         if (fwd(c, n, done, false, logits, &err)) goto fail;
         done += n;
     }
-    double t_k[N_KS];
+    double t_k[N_KS], k_experts[N_KS];
     for (int ki = 0; ki < N_KS; ki++) {
+        sp_ctx_expert_reads_reset(c);
         for (long long r = 0; r < o.reps; r++) {
             double t0 = sp_now();
             if (fwd(c, KS[ki], o.depth, true, logits, &err)) goto fail;
@@ -202,9 +226,11 @@ int cmd_bench_forward(int argc, char **argv) {
             if (sp_ctx_truncate(c, (int32_t)o.depth, &err)) goto fail;
         }
         t_k[ki] = median(times, (int)o.reps);
+        sp_ctx_expert_reads(c, &reads, &steps);
+        k_experts[ki] = steps ? (double)reads / (double)steps : 0;
     }
 
-    report(&o, m, bound, load_ms, warm_ms, t_decode, t_k);
+    report(&o, m, bound, load_ms, warm_ms, t_decode, t_k, decode_experts, k_experts);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "specula: bench-forward: %s\n", err.msg);

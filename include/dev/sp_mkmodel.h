@@ -35,6 +35,10 @@ typedef struct sp_mkmodel_params {
     int32_t n_expert;         /* > 0: mixture-of-experts FFNs (llama: Mixtral style; qwen3moe and
                                  gpt-oss need it), each expert of ffn_dim */
     int32_t n_expert_used;    /* experts per token (1..n_expert) */
+    int32_t sliding_window;   /* gpt-oss, gemma2, gemma3: the sliding layers' window (0: 128 for
+                                 gpt-oss as its files have, 4096 for gemma) */
+    float yarn_factor;        /* > 1: YaRN RoPE scaling by this factor from an original context of
+                                 n_ctx / factor (gpt-oss's files: 32 from 4096); 0: none */
 } sp_mkmodel_params;
 
 sp_mkmodel_params sp_mkmodel_default_params(void);

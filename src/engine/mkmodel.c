@@ -226,6 +226,11 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     if (p->dim % blk || p->ffn_dim % blk)
         return sp_fail(err, SP_ERR_ARG, "dim %d and ffn %d must be multiples of %lld for %s",
                        p->dim, p->ffn_dim, (long long)blk, sp_ggml_type_name(p->type));
+    if (p->yarn_factor != 0 && !(p->yarn_factor > 1 && p->yarn_factor <= 1024 && p->n_ctx / p->yarn_factor >= 1))
+        return sp_fail(err, SP_ERR_ARG, "YaRN factor must be in (1, 1024] and at most the context %d, got %g", p->n_ctx,
+                       (double)p->yarn_factor);
+    if (p->sliding_window < 0 || p->sliding_window > 1 << 20)
+        return sp_fail(err, SP_ERR_ARG, "sliding window must be in [0, %d], got %d", 1 << 20, p->sliding_window);
     if (p->pad_vocab < 0 || p->pad_vocab > 1 << 20)
         return sp_fail(err, SP_ERR_ARG, "vocabulary padding must be in [0, %d], got %d", 1 << 20,
                        p->pad_vocab);
@@ -258,10 +263,16 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     sp_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)n_vocab);
     sp_gguf_writer_set_f32(w, K("rope.freq_base"), qwen2 || qwen3 || gemma3 ? 1e6f : 10000.0f);
     sp_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), qwen2 || qwen3 ? 1e-6f : 1e-5f);
-    if (gemma2 || gemma3) sp_gguf_writer_set_u32(w, K("attention.sliding_window"), 4096);
+    if (gemma2 || gemma3)
+        sp_gguf_writer_set_u32(w, K("attention.sliding_window"), p->sliding_window > 0 ? (uint32_t)p->sliding_window : 4096);
     if (gemma2) {
         sp_gguf_writer_set_f32(w, K("attn_logit_softcapping"), 50.0f);
         sp_gguf_writer_set_f32(w, K("final_logit_softcapping"), 30.0f);
+    }
+    if (p->yarn_factor > 1) {
+        sp_gguf_writer_set_str(w, K("rope.scaling.type"), "yarn");
+        sp_gguf_writer_set_f32(w, K("rope.scaling.factor"), p->yarn_factor);
+        sp_gguf_writer_set_u32(w, K("rope.scaling.original_context_length"), (uint32_t)(p->n_ctx / p->yarn_factor));
     }
     if (moe) {
         sp_gguf_writer_set_u32(w, K("expert_count"), (uint32_t)p->n_expert);
@@ -269,7 +280,7 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
         if (qwen3moe || gptoss) sp_gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)p->ffn_dim);
     }
     if (gptoss) { /* sliding layers alternate with full ones, the first sliding (llama.cpp's default) */
-        sp_gguf_writer_set_u32(w, K("attention.sliding_window"), 128);
+        sp_gguf_writer_set_u32(w, K("attention.sliding_window"), p->sliding_window > 0 ? (uint32_t)p->sliding_window : 128);
         sp_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)hd);
         sp_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)hd);
     }

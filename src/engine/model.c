@@ -55,6 +55,8 @@ int32_t sp_ctx_n_past(const sp_ctx *c) { return c->kv.n; }
 sp_kv *sp_ctx_kv(sp_ctx *c) { return &c->kv; }
 sp_pool *sp_ctx_pool(sp_ctx *c) { return c->pool; }
 sp_moe_scratch *sp_ctx_moe(sp_ctx *c) { return c->moe; }
+void sp_ctx_expert_reads(const sp_ctx *c, uint64_t *experts, uint64_t *steps) { sp_moe_stats(c->moe, experts, steps); }
+void sp_ctx_expert_reads_reset(sp_ctx *c) { sp_moe_stats_reset(c->moe); }
 
 sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err) { return sp_kv_truncate(&c->kv, n, err); }
 
@@ -104,6 +106,20 @@ static void *alloc64(size_t bytes) {
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64)) return NULL;
     return p;
+}
+
+/* YaRN's parameters as llama.cpp's context sets them for a file that gives
+ * only the type, factor, original context and attention factor: extension
+ * factor 1, betas 32 and 1, and an attention factor of get_mscale(factor)
+ * / (1 + 0.1 ln factor) times the file's (the FMAs GCC forms). */
+static void yarn_setup(sp_rope_freqs *f, const sp_model *m, float base) {
+    const float factor = 1.0f / f->freq_scale;
+    f->yarn = true;
+    f->ext_factor = 1.0f;
+    f->attn_factor = factor <= 1.0f ? 1.0f : fmaf(0.1f, logf(factor), 1.0f);
+    f->attn_factor *= 1.0f / fmaf(0.1f, logf(factor), 1.0f);
+    f->attn_factor *= m->rope_attn_factor;
+    sp_rope_yarn_corr(m->cfg.rot_dim, m->yarn_orig_ctx, base, 32.0f, 1.0f, f->corr);
 }
 
 sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, sp_error *err) {
@@ -163,10 +179,12 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     c->rope_cs = malloc(B * (size_t)cfg->rot_dim * sizeof(float));
     c->rope = (sp_rope_freqs){.theta_scale = powf(cfg->rope_theta, -2.0f / (float)cfg->rot_dim),
                               .freq_scale = cfg->rope_scale, .factors = m->rope_factors};
+    if (m->rope_yarn) yarn_setup(&c->rope, m, cfg->rope_theta);
     if (m->rope_theta_local > 0) {
         c->rope_cs_local = malloc(B * (size_t)cfg->rot_dim * sizeof(float));
         c->rope_local = (sp_rope_freqs){.theta_scale = powf(m->rope_theta_local, -2.0f / (float)cfg->rot_dim),
-                                        .freq_scale = 1.0f};
+                                        .freq_scale = m->rope_yarn ? cfg->rope_scale : 1.0f};
+        if (m->rope_yarn) yarn_setup(&c->rope_local, m, m->rope_theta_local); /* gpt-oss's sliding layers */
         if (!c->rope_cs_local) {
             sp_ctx_free(c);
             return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
@@ -342,6 +360,7 @@ static void att_job_run(void *arg, int ith, int nth) {
     const int64_t q_dim = (int64_t)H * hd;
     const float scale = c->m->q_prescale ? 1.0f : 1.0f / sqrtf((float)hd); /* see attention_block */
     float *att = c->att + (size_t)ith * (size_t)c->kv.n_ctx;
+    const float *sinks = c->m->layers[a->layer].sinks;
     const int64_t tasks = (int64_t)a->n * H;
     const int32_t end = a->n_past + a->n;
     const sp_att_scores_fn scores = sp_ops_att_scores();
@@ -380,7 +399,10 @@ static void att_job_run(void *arg, int ith, int nth) {
                     att[nv++] = att[s];
                 }
         }
-        softmax(att, nv);
+        if (sinks) /* gpt-oss: one more logit per head, weighing no value row */
+            sp_softmax_sink(att, nv, sinks[h]);
+        else
+            softmax(att, nv);
         mix(att, idx, sp_kv_v(&c->kv, a->layer, 0) + koff, c->kv.kv_dim, nv, hd,
             a->out + t * a->out_stride + (int64_t)h * hd);
     }
@@ -464,6 +486,9 @@ static void attention_block(sp_ctx *c, const seq_rows *sq, int n_seq, int32_t l,
     mm_job jo = {0};
     job_add(c, &jo, &L->wo, c->xb, wide, n, c->x2, dim);
     job_exec(c, &jo);
+    if (L->bo) /* gpt-oss: output bias */
+        for (int32_t t = 0; t < n; t++)
+            for (int64_t i = 0; i < dim; i++) c->x2[t * dim + i] += L->bo[i];
     if (L->post_attn_norm) /* gemma: the block's output is normed before the residual */
         for (int32_t t = 0; t < n; t++)
             sp_rmsnorm(c->x2 + t * dim, c->x2 + t * dim, L->post_attn_norm, dim, cfg->norm_eps);

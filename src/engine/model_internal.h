@@ -33,6 +33,8 @@ typedef struct sp_layer {
     const float *bq, *bk, *bv; /* q/k/v biases [q_dim], [kv_dim] (qwen2) or NULL */
     const float *q_norm, *k_norm; /* per-head RMSNorm weights [head_dim] (qwen3, gemma3) or NULL */
     const float *post_attn_norm, *post_ffn_norm; /* [dim] norms of the block outputs (gemma) or NULL */
+    const float *bo;        /* attention output bias [dim] (gpt-oss) or NULL */
+    const float *sinks;     /* per-head attention sink logits [n_heads] (gpt-oss) or NULL */
     int32_t window;         /* > 0: sliding-window layer (attends to the last `window` positions) */
     bool rope_local;        /* uses the local RoPE table (gemma3's sliding layers) */
     /* mixture of experts (moe.h; exp_up NULL: the dense w1/w2/w3 FFN) */
@@ -65,6 +67,9 @@ struct sp_model {
     float final_softcap;  /* > 0: logits -> cap * tanh(logit / cap) (gemma2) */
     float rope_theta_local; /* > 0: RoPE base of the rope_local layers, unscaled (gemma3) */
     sp_moe_cfg moe;       /* n_expert 0: dense FFNs */
+    bool rope_yarn;       /* YaRN RoPE scaling (factor 1 / cfg.rope_scale) */
+    int32_t yarn_orig_ctx; /* its original context length */
+    float rope_attn_factor; /* rope.scaling.attn_factor */
     void **owned;         /* buffers made at load time (converted norms, requantised weights) */
     int n_owned, cap_owned;
 };

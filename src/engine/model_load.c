@@ -66,10 +66,25 @@ uint64_t sp_model_weight_bytes(const sp_model *m) {
     return n;
 }
 
+uint64_t sp_model_expert_bytes(const sp_model *m) {
+    uint64_t n = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const sp_layer *L = &m->layers[l];
+        for (int e = 0; L->exp_up && e < m->moe.n_expert; e++)
+            n += weight_bytes(&L->exp_gate[e]) + weight_bytes(&L->exp_up[e]) + weight_bytes(&L->exp_down[e]);
+    }
+    return n;
+}
+
 static void set_desc(sp_model *m, const char *arch) {
     const sp_model_config *c = &m->cfg;
-    snprintf(m->desc, sizeof m->desc, "%s %dL d%d h%d/%d ffn%d v%d %s", arch, c->n_layers, c->dim,
-             c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab, sp_ggml_type_name(c->wtype));
+    if (m->moe.n_expert)
+        snprintf(m->desc, sizeof m->desc, "%s %dL d%d h%d/%d e%d/%d ffn%d v%d %s", arch, c->n_layers, c->dim,
+                 c->n_heads, c->n_kv_heads, m->moe.n_used, m->moe.n_expert, m->moe.ffn, c->n_vocab,
+                 sp_ggml_type_name(c->wtype));
+    else
+        snprintf(m->desc, sizeof m->desc, "%s %dL d%d h%d/%d ffn%d v%d %s", arch, c->n_layers, c->dim,
+                 c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab, sp_ggml_type_name(c->wtype));
 }
 
 /* Shape and derived-size checks common to both formats. */
@@ -173,16 +188,20 @@ typedef struct arch_info {
                     * sliding layers (gemma2: even ones; gemma3: all but every 6th) */
     int moe;       /* experts (moe.h): 1 when expert_count > 0 (llama: Mixtral style),
                     * 2 always (qwen3moe, gpt-oss) */
+    bool oai;      /* gpt-oss: attention sinks and output bias, router and expert biases,
+                    * softmax over the selected experts, clamped SwiGLU, post-attention
+                    * norm as the FFN norm, sliding layers by pattern (default: even ones) */
 } arch_info;
 
 static const arch_info ARCHS[] = {
-    {"llama", false, false, false, false, 0, 1},
-    {"qwen2", true, true, false, false, 0, 0},
-    {"qwen3", true, false, true, false, 0, 0},
-    {"phi3", true, false, false, true, 0, 0},
-    {"gemma2", true, false, false, false, 2, 0},
-    {"gemma3", true, false, true, false, 3, 0},
-    {"qwen3moe", true, false, true, false, 0, 2},
+    {"llama", false, false, false, false, 0, 1, false},
+    {"qwen2", true, true, false, false, 0, 0, false},
+    {"qwen3", true, false, true, false, 0, 0, false},
+    {"phi3", true, false, false, true, 0, 0, false},
+    {"gemma2", true, false, false, false, 2, 0, false},
+    {"gemma3", true, false, true, false, 3, 0, false},
+    {"qwen3moe", true, false, true, false, 0, 2, false},
+    {"gpt-oss", true, true, false, false, 0, 2, true},
 };
 
 static const arch_info *arch_find(const char *name) {
@@ -234,6 +253,15 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     if ((st = get_u32_or(g, KEY("rope.dimension_count"), (uint32_t)c->head_dim, &c->rot_dim, err)))
         return st;
     if ((st = get_u32_or(g, KEY("attention.sliding_window"), 0, &c->sliding_window, err))) return st;
+    if (ai->oai) { /* gpt-oss: required, as llama.cpp reads it */
+        if (!sp_gguf_find(g, KEY("attention.sliding_window")))
+            return sp_fail(err, SP_ERR_FORMAT, "%s: %s is missing", path, key);
+        if (c->sliding_window <= 0)
+            return sp_fail(err, SP_ERR_FORMAT, "%s: %s must be positive", path, key);
+        float base_swa = c->rope_theta;
+        if ((st = get_f32_or(g, KEY("rope.freq_base_swa"), c->rope_theta, &base_swa, err))) return st;
+        if (base_swa != c->rope_theta) m->rope_theta_local = base_swa; /* the sliding layers' base */
+    }
     if (ai->gemma) {
         if ((st = get_f32_or(g, KEY("attn_logit_softcapping"), 0.0f, &m->attn_softcap, err)) ||
             (st = get_f32_or(g, KEY("final_logit_softcapping"), 0.0f, &m->final_softcap, err)))
@@ -260,15 +288,27 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     if (sk && sk->type == SP_GGUF_STRING) {
         char ty[32];
         snprintf(ty, sizeof ty, "%.*s", (int)(sk->v.str.len < 31 ? sk->v.str.len : 31), sk->v.str.ptr);
-        if (!strcmp(ty, "linear")) {
+        if (!strcmp(ty, "linear") || !strcmp(ty, "yarn")) {
             float f = 1.0f;
             if ((st = get_f32_or(g, KEY("rope.scaling.factor"), 1.0f, &f, err))) return st;
+            if (f == 0.0f) f = 1.0f; /* llama.cpp: 0 is "not set" */
             if (!(f >= 1.0f && f <= 1024.0f))
                 return sp_fail(err, SP_ERR_FORMAT, "%s: bad RoPE scaling factor %g", path, (double)f);
             c->rope_scale = 1.0f / f;
+            /* YaRN (ops.h), with llama.cpp's defaults where it reads no key:
+             * original context = context_length, attention factor 1 */
+            m->rope_yarn = !strcmp(ty, "yarn");
+            if (m->rope_yarn &&
+                ((st = get_u32_or(g, KEY("rope.scaling.original_context_length"), (uint32_t)c->n_ctx_train,
+                                  &m->yarn_orig_ctx, err)) ||
+                 (st = get_f32_or(g, KEY("rope.scaling.attn_factor"), 1.0f, &m->rope_attn_factor, err))))
+                return st;
+            if (m->rope_yarn && (m->yarn_orig_ctx <= 0 || !(m->rope_attn_factor > 0)))
+                return sp_fail(err, SP_ERR_FORMAT, "%s: bad YaRN original context %d or attention factor %g", path,
+                               m->yarn_orig_ctx, (double)m->rope_attn_factor);
         } else if (strcmp(ty, "none") != 0) {
             return sp_fail(err, SP_ERR_UNSUPPORTED,
-                           "%s: RoPE scaling '%s' is not supported (supported: none, linear)", path, ty);
+                           "%s: RoPE scaling '%s' is not supported (supported: none, linear, yarn)", path, ty);
         }
     }
     /* experts: counts as llama.cpp reads them for every architecture, the
@@ -292,9 +332,10 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
             if (mc->ffn == 0 && ai->moe == 2) mc->ffn = c->ffn_dim / mc->n_used; /* 0: not set */
             if (mc->ffn <= 0 || mc->ffn > 1 << 20)
                 return sp_fail(err, SP_ERR_FORMAT, "%s: bad expert FFN length %d", path, mc->ffn);
-            mc->gating = SP_MOE_SOFTMAX;
-            mc->norm_w = true;
+            mc->gating = ai->oai ? SP_MOE_SOFTMAX_WEIGHT : SP_MOE_SOFTMAX;
+            mc->norm_w = !ai->oai;
             mc->w_scale = 0.0f;
+            mc->swiglu_oai = ai->oai;
             c->n_expert = mc->n_expert;
             c->n_expert_used = mc->n_used;
         } else {
@@ -358,6 +399,19 @@ static sp_status bind_expert_vec(sp_model *m, const char *path, const char *name
     return SP_OK;
 }
 
+/* gpt-oss: whether layer l slides, as llama.cpp's load_swa_pattern reads
+ * it: attention.sliding_window_pattern as one flag per layer, or as a
+ * period n (the first n - 1 of every n layers slide), by default 2. */
+static bool oai_swa(const sp_model *m, int32_t l) {
+    char key[96];
+    snprintf(key, sizeof key, "gpt-oss.attention.sliding_window_pattern");
+    const sp_gguf_kv *kv = sp_gguf_find(m->gguf, key);
+    if (kv && kv->type == SP_GGUF_ARRAY && (uint64_t)l < kv->arr_n) return sp_gguf_arr_int(kv, (uint64_t)l) != 0;
+    int64_t n = 2;
+    if (kv && (kv->type == SP_GGUF_UINT32 || kv->type == SP_GGUF_INT32)) n = kv->type == SP_GGUF_UINT32 ? (int64_t)kv->v.u64 : kv->v.i64;
+    return n == 0 || l % n < n - 1;
+}
+
 /* Each layer's tensors (names and shapes per the architecture). */
 static sp_status bind_layers(sp_model *m, const char *path, const arch_info *ai, sp_error *err) {
     const sp_model_config *c = &m->cfg;
@@ -373,7 +427,7 @@ static sp_status bind_layers(sp_model *m, const char *path, const arch_info *ai,
 #define B(s) (snprintf(nm, sizeof nm, "blk.%d." s ".bias", l), nm)
         const bool moe = m->moe.n_expert > 0;
         if ((st = bind_vector(m, path, T("attn_norm"), dim, &L->attn_norm, err)) ||
-            (st = bind_vector(m, path, T("ffn_norm"), dim, &L->ffn_norm, err)) ||
+            (st = bind_vector(m, path, ai->oai ? T("post_attention_norm") : T("ffn_norm"), dim, &L->ffn_norm, err)) ||
             (st = bind_matrix(m, path, T("attn_output"), q_dim, dim, false, &L->wo, err)) ||
             (!moe && (st = bind_matrix(m, path, T("ffn_down"), c->ffn_dim, dim, false, &L->w2, err))))
             return st;
@@ -386,13 +440,27 @@ static sp_status bind_layers(sp_model *m, const char *path, const arch_info *ai,
                 return st;
 #define S(s) (snprintf(nm, sizeof nm, "blk.%d." s ".scale", l), nm)
             /* per-expert output scales (llama.cpp reads them for every
-             * architecture; its llama and qwen3moe graphs apply them) */
-            if ((st = bind_expert_vec(m, path, S("ffn_gate_exps"), 1, &L->exp_gate_s, err)) ||
-                (st = bind_expert_vec(m, path, S("ffn_up_exps"), 1, &L->exp_up_s, err)) ||
-                (st = bind_expert_vec(m, path, S("ffn_down_exps"), 1, &L->exp_down_s, err)))
+             * architecture; its llama and qwen3moe graphs apply them, its
+             * gpt-oss graph does not) */
+            if (!ai->oai &&
+                ((st = bind_expert_vec(m, path, S("ffn_gate_exps"), 1, &L->exp_gate_s, err)) ||
+                 (st = bind_expert_vec(m, path, S("ffn_up_exps"), 1, &L->exp_up_s, err)) ||
+                 (st = bind_expert_vec(m, path, S("ffn_down_exps"), 1, &L->exp_down_s, err))))
                 return st;
 #undef S
+            /* gpt-oss: router and expert biases, all required */
+            if (ai->oai &&
+                ((st = bind_vector(m, path, B("ffn_gate_inp"), E, &L->gate_inp_b, err)) ||
+                 (st = bind_expert_vec(m, path, B("ffn_gate_exps"), fe, &L->exp_gate_b, err)) ||
+                 (st = bind_expert_vec(m, path, B("ffn_up_exps"), fe, &L->exp_up_b, err)) ||
+                 (st = bind_expert_vec(m, path, B("ffn_down_exps"), dim, &L->exp_down_b, err))))
+                return st;
+            if (ai->oai && (!L->exp_gate_b || !L->exp_up_b || !L->exp_down_b))
+                return sp_fail(err, SP_ERR_FORMAT, "%s: blk.%d: an expert bias tensor is missing", path, l);
         }
+        if (ai->oai && ((st = bind_vector(m, path, B("attn_output"), dim, &L->bo, err)) ||
+                        (st = bind_vector(m, path, T("attn_sinks"), c->n_heads, &L->sinks, err))))
+            return st;
         if (ai->fused) {
             /* phi3: q, k, v are row ranges of attn_qkv; gate and up halves of ffn_up */
             sp_weight qkv, gu;
@@ -427,6 +495,9 @@ static sp_status bind_layers(sp_model *m, const char *path, const arch_info *ai,
             const bool sliding = ai->gemma == 2 ? l % 2 == 0 : (l + 1) % 6 != 0;
             L->window = sliding ? c->sliding_window : 0;
             L->rope_local = ai->gemma == 3 && sliding;
+        } else if (ai->oai) {
+            L->window = oai_swa(m, l) ? c->sliding_window : 0;
+            L->rope_local = L->window > 0 && m->rope_theta_local > 0;
         } else {
             L->window = c->sliding_window;
         }
@@ -447,7 +518,7 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
     const arch_info *ai = arch_find(a);
     if (!ai)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe)",
+                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe, gpt-oss)",
                        path, a);
 
     if ((st = read_config(m, path, a, ai, err))) return st;
@@ -700,6 +771,9 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
     m->attn_softcap = src->attn_softcap;
     m->final_softcap = src->final_softcap;
     m->rope_theta_local = src->rope_theta_local;
+    m->rope_yarn = src->rope_yarn;
+    m->yarn_orig_ctx = src->yarn_orig_ctx;
+    m->rope_attn_factor = src->rope_attn_factor;
     m->moe = src->moe;
     m->layers = calloc((size_t)src->cfg.n_layers, sizeof *m->layers);
     int64_t maxc = src->cfg.dim > src->cfg.ffn_dim ? src->cfg.dim : src->cfg.ffn_dim;

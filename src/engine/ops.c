@@ -1001,12 +1001,43 @@ void sp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps
 
 void sp_rope_cs(float *cs, int32_t pos, const sp_rope_freqs *f, int32_t rot_dim) {
     float theta = (float)pos;
+    if (f->yarn) {
+        /* ggml's rope_yarn with the FMAs GCC forms in it (checked against
+         * llama.cpp's logits, tests/test_moe.c) */
+        float mscale = f->attn_factor;
+        if (f->ext_factor != 0.0f) mscale *= fmaf(0.1f, logf(1.0f / f->freq_scale), 1.0f);
+        for (int32_t i = 0; i < rot_dim / 2; i++) {
+            const float te = f->factors ? theta / f->factors[i] : theta, ti = f->freq_scale * te;
+            float a = ti;
+            if (f->ext_factor != 0.0f) {
+                const float y = ((float)i - f->corr[0]) / fmaxf(0.001f, f->corr[1] - f->corr[0]);
+                const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * f->ext_factor;
+                a = fmaf(ti, 1.0f - mix, te * mix);
+            }
+            cs[2 * i] = cosf(a) * mscale;
+            cs[2 * i + 1] = sinf(a) * mscale;
+            theta *= f->theta_scale;
+        }
+        return;
+    }
     for (int32_t i = 0; i < rot_dim / 2; i++) {
         const float a = f->freq_scale * (f->factors ? theta / f->factors[i] : theta);
         cs[2 * i] = cosf(a);
         cs[2 * i + 1] = sinf(a);
         theta *= f->theta_scale;
     }
+}
+
+static float yarn_corr_dim(int32_t rot_dim, int32_t n_ctx_orig, float beta, float base) {
+    return (float)rot_dim * logf((float)n_ctx_orig / (beta * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+void sp_rope_yarn_corr(int32_t rot_dim, int32_t n_ctx_orig, float base, float beta_fast, float beta_slow,
+                       float corr[2]) {
+    const float start = floorf(yarn_corr_dim(rot_dim, n_ctx_orig, beta_fast, base));
+    const float end = ceilf(yarn_corr_dim(rot_dim, n_ctx_orig, beta_slow, base));
+    corr[0] = start > 0 ? start : 0;
+    corr[1] = end < (float)(rot_dim - 1) ? end : (float)(rot_dim - 1);
 }
 
 void sp_rope_apply(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, const float *cs,
@@ -1033,6 +1064,20 @@ void sp_softmax(float *x, int64_t n) {
         for (int64_t l = 0; l < 16 && g + l < n; l++) e[l] = x[g + l] = sp_exp_ggml(x[g + l] - mx);
         sum += (double)sp_reduce16(e);
     }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void sp_softmax_sink(float *x, int64_t n, float sink) {
+    float mx = sink;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int64_t g = 0; g < n; g += 16) {
+        float e[16] = {0};
+        for (int64_t l = 0; l < 16 && g + l < n; l++) e[l] = x[g + l] = sp_exp_ggml(x[g + l] - mx);
+        sum += (double)sp_reduce16(e);
+    }
+    sum += (double)expf(sink - mx);
     const float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }

@@ -232,11 +232,30 @@ void sp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps
 typedef struct sp_rope_freqs {
     float theta_scale, freq_scale;
     const float *factors; /* [rot_dim/2] or NULL */
+    /* YaRN (ggml's rope_yarn) when yarn is set: with t_e = theta_i / factors[i]
+     * and t_i = freq_scale * t_e, ramp r = (1 - clamp((i - corr[0]) /
+     * max(0.001, corr[1] - corr[0]), 0, 1)) * ext_factor, the angle is
+     * t_i (1 - r) + t_e r and cos, sin are scaled by attn_factor (times
+     * 1 + 0.1 ln(1 / freq_scale) when ext_factor != 0); corr from
+     * sp_rope_yarn_init. */
+    bool yarn;
+    float ext_factor, attn_factor, corr[2];
 } sp_rope_freqs;
+/* YaRN's correction dims for a RoPE of rot_dim dimensions, base and
+ * original context n_ctx_orig (ggml_rope_yarn_corr_dims): floor and ceil of
+ * rot_dim ln(n_ctx_orig / (2 pi beta)) / (2 ln base) for beta_fast and
+ * beta_slow, clamped to [0, rot_dim - 1]. */
+void sp_rope_yarn_corr(int32_t rot_dim, int32_t n_ctx_orig, float base, float beta_fast, float beta_slow,
+                       float corr[2]);
 void sp_rope_cs(float *cs, int32_t pos, const sp_rope_freqs *f, int32_t rot_dim);
 void sp_rope_apply(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, const float *cs,
                    bool neox);
 void sp_softmax(float *x, int64_t n);
+/* The softmax above with one more logit, `sink`, whose weight is dropped
+ * (gpt-oss's attention sinks), as ggml's soft_max with sinks: the max over
+ * x and sink, then x's exps and group sums as above, then expf(sink - max)
+ * added to the sum. Scalar in every ISA. */
+void sp_softmax_sink(float *x, int64_t n, float sink);
 /* exp(x) as ggml's AVX-512 vector expf computes it (a degree-5 polynomial
  * on x - n ln2, n = round(x / ln2), scaled by 2^n; |n| > 192 gives 0 or
  * inf): within ~2 ulp of expf, but these bits, not expf's. */
