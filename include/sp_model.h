@@ -61,7 +61,10 @@ typedef struct sp_model_params {
 sp_model_params sp_model_default_params(void);
 
 /* Loads a GGUF file, or a llama2.c checkpoint (detected by the absence of the
- * GGUF magic). Every problem is reported as one line in err. */
+ * GGUF magic). A GGUF file is read as llama.cpp reads it: for its
+ * architecture, the keys and tensors llama.cpp's loader reads, with its
+ * defaults (model_load.c: ARCHS). Every problem is reported as one line in
+ * err, naming the key or tensor. */
 sp_status sp_model_load(const char *path, const sp_model_params *params, sp_model **out,
                         sp_error *err);
 void sp_model_free(sp_model *m);
@@ -76,6 +79,9 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
 bool sp_model_requantize_supported(sp_ggml_type type);
 
 const sp_model_config *sp_model_cfg(const sp_model *m);
+/* NULL when the model has none: a llama2.c checkpoint loaded without
+ * tokenizer_path, or a GGUF whose tokenizer.ggml.model is "test" (llama.cpp's
+ * test vocabulary) or "none"; such a model runs on token ids only. */
 const sp_tokenizer *sp_model_tokenizer(const sp_model *m);
 uint64_t sp_model_weight_bytes(const sp_model *m);
 /* The part of sp_model_weight_bytes in expert matrices (0 for a dense model):

@@ -156,7 +156,7 @@ static void test_arch2026_logits(void **state) {
 
 /* ---- what the loader refuses ---- */
 
-typedef enum { V_EXPERTS, V_ROPE_NAN, V_VOCAB_LEN, V_SCALE_SHAPE, V_ROPE_TYPE } variant_kind;
+typedef enum { V_EXPERTS, V_ROPE_NAN, V_VOCAB_LEN, V_SCALE_SHAPE, V_ROPE_TYPE, V_ATTN_FACTOR, V_EXTRA } variant_kind;
 
 /* llama-dense-f16 rewritten with one defect; returns its path. */
 static const char *variant(variant_kind v) {
@@ -170,12 +170,13 @@ static const char *variant(variant_kind v) {
     sp_gguf_writer_copy_kv(w, g, NULL);
     if (v == V_EXPERTS) sp_gguf_writer_set_u32(w, "llama.expert_count", 4);
     if (v == V_ROPE_TYPE) sp_gguf_writer_set_str(w, "llama.rope.scaling.type", "longrope");
+    if (v == V_ATTN_FACTOR) sp_gguf_writer_set_f32(w, "llama.rope.scaling.attn_factor", 0.5f);
     if (v == V_VOCAB_LEN) {
         sp_str toks[100];
         for (int i = 0; i < 100; i++) toks[i] = (sp_str){"t", 1};
         sp_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 100);
     }
-    float nanv[64];
+    float nanv[128] = {0};
     const float two[2] = {1, 1};
     for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
         const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
@@ -184,7 +185,7 @@ static const char *variant(variant_kind v) {
         const void *data = t->data;
         int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
         if (v == V_ROPE_NAN && !strcmp(name, "rope_freqs.weight")) {
-            memcpy(nanv, t->data, sizeof nanv);
+            memcpy(nanv, t->data, 64 * sizeof(float));
             nanv[7] = NAN;
             data = nanv;
         }
@@ -193,6 +194,11 @@ static const char *variant(variant_kind v) {
             data = two;
         }
         assert_int_equal(sp_gguf_writer_add_tensor(w, name, t->type, t->n_dims, ne, data, true, &err), SP_OK);
+    }
+    if (v == V_EXTRA) { /* a tensor llama does not have (qwen3's q norm) */
+        const int64_t ne[1] = {128};
+        assert_int_equal(sp_gguf_writer_add_tensor(w, "blk.0.attn_q_norm.weight", SP_GGML_F32, 1, ne, nanv, false, &err),
+                         SP_OK);
     }
     if (sp_gguf_writer_write(w, path, &err)) fail_msg("%s", err.msg);
     sp_gguf_writer_free(w);
@@ -211,6 +217,8 @@ static void test_arch2026_refusals(void **state) {
         {V_VOCAB_LEN, "tokenizer.ggml.tokens has 100 entries"},
         {V_SCALE_SHAPE, "blk.1.ffn_up.scale"},
         {V_ROPE_TYPE, "llama.rope.scaling.type"},
+        {V_ATTN_FACTOR, "llama.rope.scaling.attn_factor"},
+        {V_EXTRA, "tensor 'blk.0.attn_q_norm.weight' is not one architecture 'llama' has"},
     };
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         sp_model *m = NULL;
@@ -224,7 +232,8 @@ static void test_arch2026_refusals(void **state) {
 
 /* phi3-dense-f16 without its q/k/v scales (a fused matrix has one), as
  * separate q/k/v (form 0), fused into attn_qkv with the three separate
- * biases (1), or with attn_qkv.bias (2). */
+ * biases (1), or with attn_qkv.bias (2); the fused forms without the q/k/v
+ * input scales (llama.cpp reads those only with the separate matrices). */
 static const char *phi3_form(int form) {
     static char path[512];
     snprintf(path, sizeof path, "%s/arch2026_phi3_%d.gguf", sp_tmpdir(), form);
@@ -238,7 +247,7 @@ static const char *phi3_form(int form) {
         char name[128];
         snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
         const bool qkv = strstr(name, ".attn_q.") || strstr(name, ".attn_k.") || strstr(name, ".attn_v.");
-        if (qkv && (strstr(name, ".scale") || (form > 0 && strstr(name, ".weight")) ||
+        if (qkv && (strstr(name, ".scale") || (form > 0 && (strstr(name, ".weight") || strstr(name, "input_scale"))) ||
                     (form == 2 && strstr(name, ".bias"))))
             continue;
         assert_int_equal(sp_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, true, &err), SP_OK);

@@ -56,6 +56,8 @@ struct sp_model {
     sp_model_config cfg;
     char desc[96];
     sp_gguf *gguf;        /* owned when loaded from GGUF */
+    uint8_t *claimed;     /* while a GGUF loads: [n_tensors], 1 for each tensor the
+                           * architecture reads (model_load.c: claim); NULL after */
     void *map;            /* owned mapping of a llama2.c checkpoint */
     size_t map_len;
     sp_tokenizer *tok;

@@ -112,9 +112,20 @@ static sp_status check_config(const sp_model_config *c, const char *path, sp_err
 
 /* ------------------------------------------------------------------ GGUF */
 
+/* Marks the file's tensor `name` (if there) as one the architecture reads,
+ * bound or not (llama.cpp loads some it never uses, e.g. "NAME.input_scale"):
+ * a tensor no architecture row claims makes llama.cpp refuse the file
+ * ("wrong number of tensors"), and Specula with it (load_gguf). Every
+ * tensor bound through bind_matrix is claimed there. */
+static const sp_gguf_tensor *claim(sp_model *m, const char *name) {
+    const sp_gguf_tensor *t = sp_gguf_find_tensor(m->gguf, name);
+    if (t && m->claimed) m->claimed[t - sp_gguf_tensor_at(m->gguf, 0)] = 1; /* one array */
+    return t;
+}
+
 static sp_status bind_matrix(sp_model *m, const char *path, const char *name, int64_t cols,
                              int64_t rows, bool optional, sp_weight *w, sp_error *err) {
-    const sp_gguf_tensor *t = sp_gguf_find_tensor(m->gguf, name);
+    const sp_gguf_tensor *t = claim(m, name);
     memset(w, 0, sizeof *w);
     if (!t) {
         if (optional) return SP_OK;
@@ -188,10 +199,12 @@ static sp_status get_f32_or(const sp_gguf *g, const char *key, float def, float 
  *    attention.value_length, attention.layer_norm_rms_epsilon,
  *    rope.dimension_count, rope.freq_base, rope.scaling.type (absent:
  *    linear), rope.scaling.factor (or rope.scale_linear; absent or 0: no
- *    scaling), expert_count (refused when > 0: no experts here).
+ *    scaling), rope.scaling.attn_factor (refused unless 1), expert_count
+ *    (refused when > 0: no experts here).
  *  - the rest per row of ARCHS below. Keys a file carries that its
  *    architecture does not read (llama.cpp's test files write nearly all of
- *    them) are not read here either. */
+ *    them) are not read here either; a tensor it does not read refuses the
+ *    file, as in llama.cpp (claim). */
 typedef struct arch_info {
     const char *name;
     bool neox;           /* RoPE on halves of each head */
@@ -246,8 +259,8 @@ static sp_weight weight_rows(const sp_weight *w, int64_t r0, int64_t n) {
     return v;
 }
 
-/* rope.scaling.*: linear (positions divided by the factor) and none are
- * supported; the others change the model's function and are refused by
+/* rope.scaling.*: linear (positions divided by the factor), yarn and none
+ * are supported; the others change the model's function and are refused by
  * name rather than silently ignored. */
 static sp_status read_rope_scaling(const sp_gguf *g, const char *path, const char *a, float *scale,
                                    bool *yarn, sp_error *err) {
@@ -261,15 +274,24 @@ static sp_status read_rope_scaling(const sp_gguf *g, const char *path, const cha
             return sp_fail(err, SP_ERR_FORMAT, "%s: metadata %s is not a string", path, key);
         snprintf(ty, sizeof ty, "%.*s", (int)(sk->v.str.len < 31 ? sk->v.str.len : 31), sk->v.str.ptr);
     }
-    if (!strcmp(ty, "none")) return SP_OK; /* llama.cpp: never scaled */
     *yarn = !strcmp(ty, "yarn"); /* ops.h, with llama.cpp's context defaults (model.c) */
-    if (strcmp(ty, "linear") != 0 && !*yarn)
+    if (strcmp(ty, "none") != 0 && strcmp(ty, "linear") != 0 && !*yarn)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
                        "%s: RoPE scaling '%s' (%s) is not supported (supported: none, linear, yarn)", path, ty, key);
+    /* rope.scaling.attn_factor multiplies llama.cpp's RoPE cos/sin: YaRN's
+     * takes it (model.c), otherwise only 1 here */
+    float af = 1.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", a);
+    sp_status st = get_f32_or(g, key, 1.0f, &af, err);
+    if (st) return st;
+    if (af != 1.0f && !*yarn)
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: %s = %g is not supported (only 1, or with yarn)", path, key,
+                       (double)af);
+    if (!strcmp(ty, "none")) return SP_OK; /* llama.cpp: never scaled */
     float f = 0.0f;
     snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
     if (!sp_gguf_find(g, key)) snprintf(key, sizeof key, "%s.rope.scale_linear", a);
-    sp_status st = get_f32_or(g, key, 0.0f, &f, err);
+    st = get_f32_or(g, key, 0.0f, &f, err);
     if (st) return st;
     if (f == 0.0f) return SP_OK; /* absent or 0: not set */
     if (!(f > 0.0f) || !isfinite(f))
@@ -389,7 +411,7 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
         m->embed_scale = sqrtf((float)c->dim);
         m->geglu = true;
         /* the 27B models scale the queries by 1/sqrt(dim / heads) */
-        if ((ai->gemma == 2 && c->n_layers == 46) || (ai->gemma == 3 && c->n_layers == 62))
+        if (c->n_heads > 0 && ((ai->gemma == 2 && c->n_layers == 46) || (ai->gemma == 3 && c->n_layers == 62)))
             m->kq_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     }
     if (ai->oai) { /* gpt-oss: the window is required; the sliding layers' base */
@@ -438,7 +460,7 @@ static sp_status bind_experts(sp_model *m, const char *path, const char *name, i
                               sp_weight **out, sp_error *err) {
     const int32_t E = m->moe.n_expert;
     *out = NULL;
-    const sp_gguf_tensor *t = sp_gguf_find_tensor(m->gguf, name);
+    const sp_gguf_tensor *t = claim(m, name);
     if (!t) return sp_fail(err, SP_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
     if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != E || t->ne[3] != 1)
         return sp_fail(err, SP_ERR_FORMAT,
@@ -463,7 +485,7 @@ static sp_status bind_experts(sp_model *m, const char *path, const char *name, i
 static sp_status bind_expert_vec(sp_model *m, const char *path, const char *name, int64_t n, const float **out,
                                  sp_error *err) {
     *out = NULL;
-    const sp_gguf_tensor *t = sp_gguf_find_tensor(m->gguf, name);
+    const sp_gguf_tensor *t = claim(m, name);
     if (!t) return SP_OK;
     const int32_t E = m->moe.n_expert;
     if (t->ne[0] != (n == 1 ? E : n) || t->ne[1] != (n == 1 ? 1 : E) || t->ne[2] != 1 || t->ne[3] != 1 ||
@@ -637,6 +659,19 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
             ((st = bind_vector(m, path, T("attn_q_norm.weight"), c->head_dim, &L->q_norm, err)) ||
              (st = bind_vector(m, path, T("attn_k_norm.weight"), c->head_dim, &L->k_norm, err))))
             break;
+        /* llama.cpp loads NAME.scale and NAME.input_scale of every matrix the
+         * layer has, applied or not (its generic pass in load_tensors) */
+        static const char *MATS[] = {"attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv",
+                                     "ffn_gate", "ffn_down", "ffn_up", "ffn_gate_exps", "ffn_down_exps",
+                                     "ffn_up_exps"};
+        for (size_t i = 0; i < sizeof MATS / sizeof MATS[0]; i++) {
+            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, MATS[i]);
+            if (!sp_gguf_find_tensor(m->gguf, nm)) continue;
+            snprintf(nm, sizeof nm, "blk.%d.%s.scale", l, MATS[i]);
+            claim(m, nm);
+            snprintf(nm, sizeof nm, "blk.%d.%s.input_scale", l, MATS[i]);
+            claim(m, nm);
+        }
         if (ai->oai) {
             L->window = sliding[l] ? c->sliding_window : 0;
             L->rope_local = sliding[l] && m->rope_theta_local > 0;
@@ -712,6 +747,8 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
                        "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe, gpt-oss)",
                        path, a);
 
+    m->claimed = calloc(sp_gguf_n_tensors(g) + 1, 1);
+    if (!m->claimed) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     if ((st = read_config(m, path, a, ai, err))) return st;
     sp_model_config *c = &m->cfg;
     const sp_gguf_tensor *te = sp_gguf_find_tensor(g, "token_embd.weight");
@@ -736,6 +773,16 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
           (st = opt_rope_factors(m, path, "rope_factors_short.weight", &m->rope_short, err)))))
         return st;
     if ((st = bind_layers(m, path, a, ai, err))) return st;
+    /* read by llama.cpp for these, unused by their causal graphs */
+    if (!strcmp(a, "qwen3")) claim(m, "cls.output.weight"); /* a reranker's head */
+    if (ai->gemma == 3) claim(m, "dense_2.weight"), claim(m, "dense_3.weight"); /* embedding heads */
+    for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++)
+        if (!m->claimed[i]) {
+            const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+            return sp_fail(err, SP_ERR_FORMAT,
+                           "%s: tensor '%.*s' is not one architecture '%s' has (llama.cpp refuses the file too)",
+                           path, (int)(t->name.len > 96 ? 96 : t->name.len), t->name.ptr, a);
+        }
     c->wtype = m->layers[0].wq.type;
     sp_model_set_desc(m, a);
     return load_vocab(m, path, a, p, err);
@@ -893,9 +940,11 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
     sp_model *m = calloc(1, sizeof *m);
     if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     sp_status st;
-    if (gguf)
+    if (gguf) {
         st = load_gguf(m, path, params, err);
-    else
+        free(m->claimed);
+        m->claimed = NULL;
+    } else
         st = load_llama2c(m, path, params, err);
     if (!st) {
         const bool prefault = !(params && params->no_prefault), lock = params && params->mlock;
