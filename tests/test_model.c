@@ -626,6 +626,8 @@ static void test_bad_model_files(void **state) {
         sp_gguf_writer_set_u32(w, "llama.block_count", 1);
         sp_gguf_writer_set_u32(w, "llama.attention.head_count", 2);
         sp_gguf_writer_set_u32(w, "llama.feed_forward_length", 64);
+        sp_gguf_writer_set_u32(w, "llama.context_length", 64);
+        sp_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
         int64_t ne_e[2] = {32, 16};
         static uint8_t zeros[16 * 32 * 4];
         sp_gguf_writer_add_tensor(w, "token_embd.weight", SP_GGML_F32, 2, ne_e, zeros, false, &err);

@@ -194,9 +194,11 @@ static sp_status get_f32_or(const sp_gguf *g, const char *key, float def, float 
  *    with an optional bias (attn_qkv.bias, or all three separate biases
  *    with a fused matrix) and optional per-matrix "NAME.scale" [1]
  *    multiplying the matmul's output; attn_output and its optional scale.
- *    Keys: context_length, embedding_length, block_count,
- *    feed_forward_length, attention.head_count(_kv), attention.key_length,
- *    attention.value_length, attention.layer_norm_rms_epsilon,
+ *    Keys, required as llama.cpp requires them: context_length,
+ *    embedding_length, block_count, attention.layer_norm_rms_epsilon (and,
+ *    which these architectures cannot run without, attention.head_count,
+ *    feed_forward_length); optional: attention.head_count_kv,
+ *    attention.key_length, attention.value_length,
  *    rope.dimension_count, rope.freq_base, rope.scaling.type (absent:
  *    linear), rope.scaling.factor (or rope.scale_linear; absent or 0: no
  *    scaling), rope.scaling.attn_factor (refused unless 1), expert_count
@@ -351,10 +353,10 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     if ((st = get_u32_or(g, KEY("attention.head_count_kv"), u, &c->n_kv_heads, err))) return st;
     if ((st = sp_gguf_get_u32(g, KEY("feed_forward_length"), &u, err))) return st;
     c->ffn_dim = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
-    if ((st = get_u32_or(g, KEY("context_length"), 2048, &c->n_ctx_train, err))) return st;
+    if ((st = sp_gguf_get_u32(g, KEY("context_length"), &u, err))) return st;
+    c->n_ctx_train = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
     if ((st = get_f32_or(g, KEY("rope.freq_base"), 10000.0f, &c->rope_theta, err))) return st;
-    if ((st = get_f32_or(g, KEY("attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps, err)))
-        return st;
+    if ((st = sp_gguf_get_f32(g, KEY("attention.layer_norm_rms_epsilon"), &c->norm_eps, err))) return st;
     c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
     /* key_length: a head size other than dim / heads (Mistral-NeMo, Qwen3) */
     if ((st = get_u32_or(g, KEY("attention.key_length"), (uint32_t)c->head_dim, &c->head_dim, err)))
