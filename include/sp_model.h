@@ -34,6 +34,8 @@ typedef struct sp_model_config {
     bool rope_neox;      /* false: adjacent pairs (llama); true: halves (NeoX style, e.g. qwen2) */
     int32_t sliding_window; /* > 0: a token attends to the last this-many positions only */
     sp_ggml_type wtype;  /* type of the attention/FFN matrices (of layer 0's wq) */
+    int32_t n_expert;    /* > 0: mixture-of-experts FFNs of this many experts (0: dense) */
+    int32_t n_expert_used; /* experts each token is routed to */
 } sp_model_config;
 
 typedef struct sp_model sp_model;
@@ -82,6 +84,9 @@ const sp_model_config *sp_model_cfg(const sp_model *m);
  * test vocabulary) or "none"; such a model runs on token ids only. */
 const sp_tokenizer *sp_model_tokenizer(const sp_model *m);
 uint64_t sp_model_weight_bytes(const sp_model *m);
+/* The part of sp_model_weight_bytes in expert matrices (0 for a dense model):
+ * a forward reads only the experts its tokens select. */
+uint64_t sp_model_expert_bytes(const sp_model *m);
 const char *sp_model_desc(const sp_model *m); /* e.g. "llama 5L d64 f32" */
 /* Ids below this can be sampled; the rest are the tokenizer's trailing
  * padding entries ("[PAD<i>]", see sp_tokenizer_n_unpadded), which every
@@ -122,6 +127,12 @@ bool sp_kv_type_parse(const char *name, sp_ggml_type *out);
 sp_pool *sp_ctx_pool(sp_ctx *c);
 /* Tokens currently in the KV cache. */
 int32_t sp_ctx_n_past(const sp_ctx *c);
+/* Mixture-of-experts models: the experts this context's forwards have read
+ * since the last reset, summed over layers (each forward reads the union of
+ * the experts its tokens select, once), and the number of (layer, forward)
+ * steps; 0 and 0 for a dense model. */
+void sp_ctx_expert_reads(const sp_ctx *c, uint64_t *experts, uint64_t *steps);
+void sp_ctx_expert_reads_reset(sp_ctx *c);
 /* Roll back: keep only the first n cached tokens. */
 sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err);
 /* Keep cached slots start+idx[i] (increasing) as start..start+m-1. */

@@ -13,8 +13,10 @@
  * ids after each, one forward per token, equal to llama.cpp's. The context
  * is 512 tokens as the references' was (it picks phi3's long RoPE
  * factors). A file whose architecture Specula runs is one more row of
- * FILES. Also: what the loader refuses in such files, one line naming the
- * key or tensor. */
+ * FILES: the six dense ones and the mixture-of-experts qwen3moe,
+ * Mixtral-style llama and gpt-oss (F16, and MXFP4 experts with Q8_0
+ * elsewhere). Also: what the loader refuses in such files, one line naming
+ * the key or tensor. */
 #include "testutil.h"
 
 #include <math.h>
@@ -26,6 +28,7 @@
 static const char *FILES[] = {
     "llama-dense-f16", "qwen2-dense-f16",  "qwen3-dense-f16",
     "phi3-dense-f16",  "gemma2-dense-f16", "gemma3-dense-f16",
+    "qwen3moe-moe-f16", "llama-moe-f16",   "gpt-oss-moe-f16", "gpt-oss-moe-mxfp4",
 };
 
 #define MAX_IDS 64
@@ -149,9 +152,12 @@ static void test_arch2026_logits(void **state) {
             greedy[s] = compare_greedy(m, FILES[fi], names[s], seq[s], n[s]);
         }
         /* seqA with an F16 cache (the default) against llama.cpp's F16-cache
-         * run: every logit as printed (tests/test_kvcache.c) */
+         * run: every logit as printed (tests/test_kvcache.c) where the F32
+         * cache gives every logit as printed; else (MXFP4 experts: the fast
+         * kernels' block order, tests/test_moe.c) within the same 1e-4 */
         const double w16 = compare_logits(m, FILES[fi], names[0], seq[0], n[0], SP_GGML_F16, &mis16);
-        const bool ok = worst[0] <= 1e-4 && worst[1] <= 1e-4 && mis16 == 0 && greedy[0] == 32 && greedy[1] == 32;
+        const bool ok16 = misprinted == 0 ? mis16 == 0 : w16 <= 1e-4;
+        const bool ok = worst[0] <= 1e-4 && worst[1] <= 1e-4 && ok16 && greedy[0] == 32 && greedy[1] == 32;
         printf("arch2026 %-18s max rel|diff| A %.2e B %.2e  printed differently %4d  greedy A %d/32 B %d/32  "
                "F16 cache A %.2e (%d differently)%s\n",
                FILES[fi], worst[0], worst[1], misprinted, greedy[0], greedy[1], w16, mis16,
@@ -177,7 +183,7 @@ static const char *variant(variant_kind v) {
     sp_gguf_writer *w = sp_gguf_writer_init();
     sp_gguf_writer_copy_kv(w, g, NULL);
     if (v == V_EXPERTS) sp_gguf_writer_set_u32(w, "llama.expert_count", 4);
-    if (v == V_ROPE_TYPE) sp_gguf_writer_set_str(w, "llama.rope.scaling.type", "yarn");
+    if (v == V_ROPE_TYPE) sp_gguf_writer_set_str(w, "llama.rope.scaling.type", "longrope");
     if (v == V_ATTN_FACTOR) sp_gguf_writer_set_f32(w, "llama.rope.scaling.attn_factor", 0.5f);
     if (v == V_VOCAB_LEN) {
         sp_str toks[100];

@@ -275,7 +275,8 @@ static void test_batch_split_invariance_long_rows(void **state) {
  * kernel for each (checked where the CPU has it). */
 static const sp_ggml_type PACKED_TYPES[] = {SP_GGML_Q8_0, SP_GGML_Q4_0, SP_GGML_Q4_1,  SP_GGML_Q5_0,
                                             SP_GGML_Q5_1, SP_GGML_IQ4_NL, SP_GGML_Q4_K, SP_GGML_Q5_K,
-                                            SP_GGML_Q6_K, SP_GGML_IQ4_XS, SP_GGML_Q2_K, SP_GGML_Q3_K};
+                                            SP_GGML_Q6_K, SP_GGML_IQ4_XS, SP_GGML_Q2_K, SP_GGML_Q3_K,
+                                            SP_GGML_MXFP4};
 #define N_PACKED (sizeof PACKED_TYPES / sizeof PACKED_TYPES[0])
 
 static void test_packed_bit_identical(void **state) {

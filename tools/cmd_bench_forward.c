@@ -4,7 +4,10 @@
  * weight-streaming bandwidth as a percentage of the read bandwidth measured
  * in the same run (a streaming read over a buffer well beyond the LLC, with
  * the same thread count), so figures from different machines and days say
- * how close decode is to the bound. Load and warm-up times are reported;
+ * how close decode is to the bound (for a mixture of experts, of the weights
+ * a token reads: the selected experts' share), and for a mixture of experts
+ * the experts per layer a k-token forward reads (the union of its tokens'
+ * selections). Load and warm-up times are reported;
  * every timed figure comes after one forward has touched every weight. */
 #include <jansson.h>
 #include <stdio.h>
@@ -145,11 +148,18 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
 }
 
 /* Prints the table (or one JSON object) of one bench-forward run: t_k[d][ki]
- * is the forward of KS[ki] tokens at depth o.depths[d]. */
+ * is the forward of KS[ki] tokens at depth o.depths[d]; k_experts[ki] the
+ * experts read per layer by that forward at the first depth (mixtures). */
 static void report(const bench_opts *po, const sp_model *m, const sp_ctx *c, double bound, double load_ms,
-                   double warm_ms, double t_decode, double (*t_k)[N_KS]) {
+                   double warm_ms, double t_decode, double (*t_k)[N_KS], double decode_experts,
+                   const double *k_experts) {
     const bench_opts o = *po;
-    const double wbytes = (double)sp_model_weight_bytes(m);
+    /* a mixture of experts reads only the selected experts: the weights a
+     * decode step streams are the rest plus that share of the experts */
+    const sp_model_config *cfg = sp_model_cfg(m);
+    const double ebytes = (double)sp_model_expert_bytes(m);
+    const double wbytes = (double)sp_model_weight_bytes(m) - ebytes +
+                          (cfg->n_expert ? ebytes * decode_experts / cfg->n_expert : 0);
     const double gbs = wbytes / t_decode / 1e9, pct = bound > 0 ? 100.0 * gbs / bound : 0;
     const char *isa = sp_sysinfo_isa();
     const char *tk = sp_ggml_type_name(o.type_k), *tv = sp_ggml_type_name(o.type_v);
@@ -161,8 +171,9 @@ static void report(const bench_opts *po, const sp_model *m, const sp_ctx *c, dou
         for (int d = 0; d < o.n_depths; d++) {
             json_t *row = json_array();
             for (int ki = 0; ki < N_KS; ki++) {
-                json_t *e = json_pack("{s:i,s:f,s:f}", "k", KS[ki], "ms", 1e3 * t_k[d][ki], "ratio",
-                                      t_k[d][ki] / t_k[d][0]);
+                json_t *e = json_pack("{s:i,s:f,s:f,s:f}", "k", KS[ki], "ms", 1e3 * t_k[d][ki], "ratio",
+                                      t_k[d][ki] / t_k[d][0], "experts_per_layer",
+                                      d == 0 ? k_experts[ki] : 0.0);
                 if (d == 0) json_array_append(ks, e);
                 json_array_append_new(row, e);
             }
@@ -188,12 +199,19 @@ static void report(const bench_opts *po, const sp_model *m, const sp_ctx *c, dou
         printf("load    %.1f ms, first forward (warm-up) %.1f ms\n", load_ms, warm_ms);
         printf("decode  %.2f tok/s (%.3f ms/token, median of %lld reps x %lld tokens)\n",
                1.0 / t_decode, 1e3 * t_decode, o.reps, o.decode);
+        if (cfg->n_expert)
+            printf("experts %d of %d per token; decode reads %.2f per layer (%.1f MB of weights per token)\n",
+                   cfg->n_expert_used, cfg->n_expert, decode_experts, wbytes / 1e6);
         printf("stream  %.2f GB/s of weights = %.0f%% of the bound\n", gbs, pct);
         if (o.n_depths == 1) {
             printf("forward at depth %lld (median of %lld):\n", o.depths[0], o.reps);
-            printf("  %3s %10s %8s\n", "k", "ms", "vs k=1");
-            for (int ki = 0; ki < N_KS; ki++)
-                printf("  %3d %10.3f %8.2f\n", KS[ki], 1e3 * t_k[0][ki], t_k[0][ki] / t_k[0][0]);
+            /* mixtures: the union of the experts the k tokens select, read once per layer */
+            printf("  %3s %10s %8s%s\n", "k", "ms", "vs k=1", cfg->n_expert ? "  experts/layer" : "");
+            for (int ki = 0; ki < N_KS; ki++) {
+                printf("  %3d %10.3f %8.2f", KS[ki], 1e3 * t_k[0][ki], t_k[0][ki] / t_k[0][0]);
+                if (cfg->n_expert) printf(" %14.2f", k_experts[ki]);
+                printf("\n");
+            }
         } else {
             printf("forward ms at each depth (median of %lld), KV K %s V %s:\n", o.reps, tk, tv);
             printf("  %7s", "depth");
@@ -249,6 +267,8 @@ int cmd_bench_forward(int argc, char **argv) {
     const double warm_ms = 1e3 * (sp_now() - t_warm0);
 
     /* batch-1 decode from an empty cache */
+    uint64_t reads, steps;
+    sp_ctx_expert_reads_reset(c);
     for (long long r = 0; r < o.reps; r++) {
         if (sp_ctx_truncate(c, 0, &err)) goto fail;
         double t0 = sp_now();
@@ -257,9 +277,12 @@ int cmd_bench_forward(int argc, char **argv) {
         times[r] = (sp_now() - t0) / (double)o.decode;
     }
     const double t_decode = median(times, (int)o.reps);
+    sp_ctx_expert_reads(c, &reads, &steps);
+    const double decode_experts = steps ? (double)reads / (double)steps : 0;
 
     /* k-token forwards at each depth, the cache filled on from the last */
     if (sp_ctx_truncate(c, 0, &err)) goto fail;
+    double k_experts[N_KS] = {0};
     int64_t done = 0;
     for (int d = 0; d < o.n_depths; d++) {
         const int64_t depth = o.depths[d];
@@ -269,6 +292,7 @@ int cmd_bench_forward(int argc, char **argv) {
             done += n;
         }
         for (int ki = 0; ki < N_KS; ki++) {
+            sp_ctx_expert_reads_reset(c);
             for (long long r = 0; r < o.reps; r++) {
                 double t0 = sp_now();
                 if (fwd(c, KS[ki], depth, true, logits, &err)) goto fail;
@@ -276,10 +300,12 @@ int cmd_bench_forward(int argc, char **argv) {
                 if (sp_ctx_truncate(c, (int32_t)depth, &err)) goto fail;
             }
             t_k[d][ki] = median(times, (int)o.reps);
+            sp_ctx_expert_reads(c, &reads, &steps);
+            if (d == 0) k_experts[ki] = steps ? (double)reads / (double)steps : 0;
         }
     }
 
-    report(&o, m, c, bound, load_ms, warm_ms, t_decode, t_k);
+    report(&o, m, c, bound, load_ms, warm_ms, t_decode, t_k, decode_experts, k_experts);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "specula: bench-forward: %s\n", err.msg);

@@ -126,7 +126,10 @@ void sp_att_job_run(void *arg, int ith, int nth) {
                         att[nv[r]++] = att[s];
                     }
             }
-            softmax(att, nv[r]);
+            if (a->sinks)
+                sp_softmax_sink(att, nv[r], a->sinks[g * G + (r + r_lo) % G]);
+            else
+                softmax(att, nv[r]);
             cur[r] = 0;
         }
         /* the mixes, V block by block: each row takes its ranks whose slots

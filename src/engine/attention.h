@@ -39,6 +39,8 @@ typedef struct sp_att_job {
     const uint8_t *mask;
     int32_t window;             /* > 0: sliding window of this layer */
     float softcap;              /* > 0: scores -> cap * tanh(score / cap) */
+    const float *sinks;         /* [n_heads] attention sinks (gpt-oss: one more logit per
+                                 * head that weighs no value row), or NULL */
     float *out;                 /* [n] rows of n_heads * head_dim, out_stride floats apart */
     int64_t out_stride;
     /* per-thread scratch for rows_max query rows (sp_att_scratch_bytes) */

@@ -41,6 +41,7 @@ struct sp_ctx {
     float *rope_cs;       /* [B][rot_dim] cos/sin per new token */
     sp_rope_freqs rope_local; /* the same for rope_local layers (gemma3) */
     float *rope_cs_local;     /* [B][rot_dim] for them, or NULL */
+    sp_moe_scratch *moe;      /* expert scratch (moe.h), or NULL for a dense model */
 };
 
 sp_ctx_params sp_ctx_default_params(void) {
@@ -62,6 +63,9 @@ uint64_t sp_ctx_kv_bytes_allocated(const sp_ctx *c) {
 }
 int32_t sp_ctx_n_past(const sp_ctx *c) { return c->kv.n; }
 sp_kv *sp_ctx_kv(sp_ctx *c) { return &c->kv; }
+sp_moe_scratch *sp_ctx_moe(sp_ctx *c) { return c->moe; }
+void sp_ctx_expert_reads(const sp_ctx *c, uint64_t *experts, uint64_t *steps) { sp_moe_stats(c->moe, experts, steps); }
+void sp_ctx_expert_reads_reset(sp_ctx *c) { sp_moe_stats_reset(c->moe); }
 sp_pool *sp_ctx_pool(sp_ctx *c) { return c->pool; }
 
 sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err) { return sp_kv_truncate(&c->kv, n, err); }
@@ -103,6 +107,7 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->pos);
     free(c->rope_cs);
     free(c->rope_cs_local);
+    sp_moe_scratch_free(c->moe);
     free(c);
 }
 
@@ -110,6 +115,20 @@ static void *alloc64(size_t bytes) {
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64)) return NULL;
     return p;
+}
+
+/* YaRN's parameters as llama.cpp's context sets them for a file that gives
+ * only the type, factor, original context and attention factor: extension
+ * factor 1, betas 32 and 1, and an attention factor of get_mscale(factor)
+ * / (1 + 0.1 ln factor) times the file's (the FMAs GCC forms). */
+static void yarn_setup(sp_rope_freqs *f, const sp_model *m, float base) {
+    const float factor = 1.0f / f->freq_scale;
+    f->yarn = true;
+    f->ext_factor = 1.0f;
+    f->attn_factor = factor <= 1.0f ? 1.0f : fmaf(0.1f, logf(factor), 1.0f);
+    f->attn_factor *= 1.0f / fmaf(0.1f, logf(factor), 1.0f);
+    f->attn_factor *= m->rope_attn_factor;
+    sp_rope_yarn_corr(m->cfg.rot_dim, m->n_ctx_orig, base, 32.0f, 1.0f, f->corr);
 }
 
 sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, sp_error *err) {
@@ -141,6 +160,7 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     if (!st)
         st = sp_kv_init(&c->kv, cfg->n_layers, cfg->n_kv_heads * cfg->head_dim, cfg->head_dim, n_ctx,
                         p->type_k, p->type_v, err);
+    if (!st) st = sp_moe_scratch_init(m, p->max_batch, &c->moe, err);
     if (st) {
         sp_ctx_free(c);
         return st;
@@ -174,10 +194,12 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
                            : n_ctx > m->n_ctx_orig && m->rope_long ? m->rope_long : m->rope_short;
     c->rope = (sp_rope_freqs){.theta_scale = powf(cfg->rope_theta, -2.0f / (float)cfg->rot_dim),
                               .freq_scale = cfg->rope_scale, .factors = factors};
+    if (m->rope_yarn) yarn_setup(&c->rope, m, cfg->rope_theta);
     if (m->rope_theta_local > 0) {
         c->rope_cs_local = malloc(B * (size_t)cfg->rot_dim * sizeof(float));
         c->rope_local = (sp_rope_freqs){.theta_scale = powf(m->rope_theta_local, -2.0f / (float)cfg->rot_dim),
                                         .freq_scale = m->rope_scale_local > 0 ? m->rope_scale_local : 1.0f};
+        if (m->rope_yarn) yarn_setup(&c->rope_local, m, m->rope_theta_local); /* gpt-oss's sliding layers */
         if (!c->rope_cs_local) {
             sp_ctx_free(c);
             return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
@@ -423,6 +445,7 @@ static void attention_block(sp_ctx *c, const seq_rows *sq, int n_seq, int32_t l,
                         .q = c->q + (int64_t)sq[i].row0 * q_dim, .pos = c->pos + sq[i].row0,
                         .mask_base = sq[i].mask_base, .mask_w = np + ns - sq[i].mask_base,
                         .mask = sq[i].b->mask, .window = L->window, .softcap = c->m->attn_softcap,
+                        .sinks = L->sinks,
                         .out = c->xb + (int64_t)sq[i].row0 * wide, .out_stride = wide,
                         .rows_max = sc->att_rows, .scratch = sc->att_scratch};
         /* per (token, head, slot): a dot, an exp and an axpy of head_dim,
@@ -457,7 +480,8 @@ static float gelu_ggml(float x) {
     return sp_fp16_to_fp32(sp_fp32_to_fp16(g));
 }
 
-/* One layer's feed-forward block: norm, gate and up, SwiGLU, down, residual. */
+/* One layer's feed-forward block: norm, gate and up, SwiGLU, down, residual
+ * (or the experts' block, moe.h). */
 static void ffn_block(sp_ctx *c, int32_t l, int32_t n) {
     const sp_model_config *cfg = &c->m->cfg;
     const sp_layer *L = &c->m->layers[l];
@@ -465,6 +489,11 @@ static void ffn_block(sp_ctx *c, int32_t l, int32_t n) {
     const int64_t ffn = cfg->ffn_dim, wide = q_dim > dim ? q_dim : dim;
     for (int32_t t = 0; t < n; t++)
         sp_rmsnorm(c->xb + t * wide, c->x + t * dim, L->ffn_norm, dim, cfg->norm_eps);
+    if (L->exp_up) { /* mixture of experts (moe.c) */
+        sp_moe_ffn(c->moe, c->pool, c->m, L, c->xb, wide, n, c->x2, dim);
+        for (int64_t i = 0; i < n * dim; i++) c->x[i] += c->x2[i];
+        return;
+    }
     mm_job jf = {0};
     job_add(c, &jf, &L->w1, c->xb, wide, n, c->hb, ffn);
     job_add(c, &jf, &L->w3, c->xb, wide, n, c->hb2, ffn);

@@ -3,6 +3,7 @@
 #ifndef SP_MODEL_INTERNAL_H
 #define SP_MODEL_INTERNAL_H
 
+#include "moe.h"
 #include "sp_file.h"
 #include "sp_gguf.h"
 #include "sp_model.h"
@@ -39,8 +40,16 @@ typedef struct sp_layer {
     sp_weight w3;           /* up   [ffn, dim] */
     const float *q_norm, *k_norm; /* per-head RMSNorm weights [head_dim] (qwen3, gemma3) or NULL */
     const float *post_attn_norm, *post_ffn_norm; /* [dim] norms of the block outputs (gemma) or NULL */
+    const float *sinks;     /* per-head attention sink logits [n_heads] (gpt-oss) or NULL */
     int32_t window;         /* > 0: sliding-window layer (attends to the last `window` positions) */
     bool rope_local;        /* uses the local RoPE table (gemma3's sliding layers) */
+    /* mixture of experts (moe.h; exp_up NULL: the dense w1/w2/w3 FFN) */
+    sp_weight gate_inp;     /* router [n_expert, dim] */
+    const float *gate_inp_b; /* [n_expert] or NULL */
+    sp_weight *exp_gate, *exp_up, *exp_down; /* [n_expert]: expert e's [ffn, dim], [ffn, dim],
+                                              * [dim, ffn] (rows of the 3-D file tensor) */
+    const float *exp_gate_b, *exp_up_b, *exp_down_b; /* [n_expert][ffn], .., [n_expert][dim] or NULL */
+    const float *exp_gate_s, *exp_up_s, *exp_down_s; /* per-expert output scales [n_expert] or NULL */
 } sp_layer;
 
 struct sp_model {
@@ -74,6 +83,9 @@ struct sp_model {
     float rope_theta_local; /* > 0: RoPE base of the rope_local layers (gemma2, gemma3) */
     float rope_scale_local; /* their linear position scale (0: 1) */
     float kq_scale;       /* > 0: the attention scale instead of 1/sqrt(head_dim) (gemma 27B) */
+    sp_moe_cfg moe;       /* n_expert 0: dense FFNs */
+    bool rope_yarn;       /* YaRN RoPE scaling (factor 1 / cfg.rope_scale, from n_ctx_orig) */
+    float rope_attn_factor; /* rope.scaling.attn_factor (YaRN) */
     void **owned;         /* buffers made at load time (converted norms, requantised weights) */
     int n_owned, cap_owned;
 };
@@ -89,5 +101,7 @@ sp_status sp_model_pack_weights(sp_model *m, const sp_file_map *fm, sp_error *er
 /* The KV cache of a context. */
 #include "kv.h"
 sp_kv *sp_ctx_kv(sp_ctx *c);
+/* The context's expert scratch (its read statistics), or NULL for a dense model. */
+sp_moe_scratch *sp_ctx_moe(sp_ctx *c);
 
 #endif

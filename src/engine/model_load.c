@@ -59,15 +59,30 @@ uint64_t sp_model_weight_bytes(const sp_model *m) {
         const sp_layer *L = &m->layers[l];
         n += weight_bytes(&L->wq) + weight_bytes(&L->wk) + weight_bytes(&L->wv) +
              weight_bytes(&L->wo) + weight_bytes(&L->w1) + weight_bytes(&L->w2) +
-             weight_bytes(&L->w3);
+             weight_bytes(&L->w3) + weight_bytes(&L->gate_inp);
+    }
+    return n + sp_model_expert_bytes(m);
+}
+
+uint64_t sp_model_expert_bytes(const sp_model *m) {
+    uint64_t n = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const sp_layer *L = &m->layers[l];
+        for (int e = 0; L->exp_up && e < m->moe.n_expert; e++)
+            n += weight_bytes(&L->exp_gate[e]) + weight_bytes(&L->exp_up[e]) + weight_bytes(&L->exp_down[e]);
     }
     return n;
 }
 
 void sp_model_set_desc(sp_model *m, const char *arch) {
     const sp_model_config *c = &m->cfg;
-    snprintf(m->desc, sizeof m->desc, "%s %dL d%d h%d/%d ffn%d v%d %s", arch, c->n_layers, c->dim,
-             c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab, sp_ggml_type_name(c->wtype));
+    if (m->moe.n_expert)
+        snprintf(m->desc, sizeof m->desc, "%s %dL d%d h%d/%d e%d/%d ffn%d v%d %s", arch, c->n_layers, c->dim,
+                 c->n_heads, c->n_kv_heads, m->moe.n_used, m->moe.n_expert, m->moe.ffn, c->n_vocab,
+                 sp_ggml_type_name(c->wtype));
+    else
+        snprintf(m->desc, sizeof m->desc, "%s %dL d%d h%d/%d ffn%d v%d %s", arch, c->n_layers, c->dim,
+                 c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab, sp_ggml_type_name(c->wtype));
 }
 
 /* Shape and derived-size checks common to both formats. */
@@ -209,16 +224,23 @@ typedef struct arch_info {
                           * 2 gemma2 (default 4096; pattern default 2);
                           * 3 gemma3 (only when > 0; pattern default 6) */
     int gemma;           /* 2 or 3: embeddings x sqrt(dim), GELU gate, post-block norms */
+    int moe;             /* experts (moe.h): 1 when expert_count > 0 (llama: Mixtral style), 2 always
+                          * (qwen3moe, gpt-oss); their *_exps.scale applied unless oai */
+    bool oai;            /* gpt-oss: attention sinks, output bias, router and expert biases,
+                          * softmax over the selected experts, clamped SwiGLU, post-attention
+                          * norm as the FFN norm, sliding layers by pattern (default 2) */
 } arch_info;
 
 static const arch_info ARCHS[] = {
-    /*               neox   qk_nrm fused  q_pre  freqs  lng/sh wo_b   ffn_b  ffn_s  out_b  swa gemma */
-    {"llama",  false, false, false, false, true,  false, true,  true,  true,  false, 0, 0},
-    {"qwen2",  true,  false, false, false, false, false, false, false, false, true,  0, 0},
-    {"qwen3",  true,  true,  false, false, false, false, false, false, true,  false, 0, 0},
-    {"phi3",   true,  false, true,  true,  false, true,  false, false, false, true,  1, 0},
-    {"gemma2", true,  false, false, true,  false, false, false, false, false, false, 2, 2},
-    {"gemma3", true,  true,  false, false, false, false, false, false, false, false, 3, 3},
+    /*               neox   qk_nrm fused  q_pre  freqs  lng/sh wo_b   ffn_b  ffn_s  out_b  swa gemma moe oai */
+    {"llama",  false, false, false, false, true,  false, true,  true,  true,  false, 0, 0, 1, false},
+    {"qwen2",  true,  false, false, false, false, false, false, false, false, true,  0, 0, 0, false},
+    {"qwen3",  true,  true,  false, false, false, false, false, false, true,  false, 0, 0, 0, false},
+    {"phi3",   true,  false, true,  true,  false, true,  false, false, false, true,  1, 0, 0, false},
+    {"gemma2", true,  false, false, true,  false, false, false, false, false, false, 2, 2, 0, false},
+    {"gemma3", true,  true,  false, false, false, false, false, false, false, false, 3, 3, 0, false},
+    {"qwen3moe", true, true, false, false, false, false, false, false, false, false, 0, 0, 2, false},
+    {"gpt-oss", true,  false, false, false, false, false, true,  false, false, false, 0, 0, 2, true},
 };
 /* gemma3: llama.cpp of 2026-09 scales its queries, that of 2025-05 (which
  * made ../shared/reference/arch) its scores; the scores' order gives both
@@ -239,20 +261,13 @@ static sp_weight weight_rows(const sp_weight *w, int64_t r0, int64_t n) {
     return v;
 }
 
-/* rope.scaling.*: linear (positions divided by the factor) and none are
- * supported; the others change the model's function and are refused by
+/* rope.scaling.*: linear (positions divided by the factor), yarn and none
+ * are supported; the others change the model's function and are refused by
  * name rather than silently ignored. */
 static sp_status read_rope_scaling(const sp_gguf *g, const char *path, const char *a, float *scale,
-                                   sp_error *err) {
+                                   bool *yarn, sp_error *err) {
     char key[128];
     *scale = 1.0f;
-    /* rope.scaling.attn_factor multiplies llama.cpp's RoPE cos/sin: only 1 here */
-    float af = 1.0f;
-    snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", a);
-    sp_status st = get_f32_or(g, key, 1.0f, &af, err);
-    if (st) return st;
-    if (af != 1.0f)
-        return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: %s = %g is not supported (only 1)", path, key, (double)af);
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     const sp_gguf_kv *sk = sp_gguf_find(g, key);
     char ty[32] = "linear";
@@ -261,10 +276,20 @@ static sp_status read_rope_scaling(const sp_gguf *g, const char *path, const cha
             return sp_fail(err, SP_ERR_FORMAT, "%s: metadata %s is not a string", path, key);
         snprintf(ty, sizeof ty, "%.*s", (int)(sk->v.str.len < 31 ? sk->v.str.len : 31), sk->v.str.ptr);
     }
-    if (!strcmp(ty, "none")) return SP_OK; /* llama.cpp: never scaled */
-    if (strcmp(ty, "linear") != 0)
+    *yarn = !strcmp(ty, "yarn"); /* ops.h, with llama.cpp's context defaults (model.c) */
+    if (strcmp(ty, "none") != 0 && strcmp(ty, "linear") != 0 && !*yarn)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "%s: RoPE scaling '%s' (%s) is not supported (supported: none, linear)", path, ty, key);
+                       "%s: RoPE scaling '%s' (%s) is not supported (supported: none, linear, yarn)", path, ty, key);
+    /* rope.scaling.attn_factor multiplies llama.cpp's RoPE cos/sin: YaRN's
+     * takes it (model.c), otherwise only 1 here */
+    float af = 1.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", a);
+    sp_status st = get_f32_or(g, key, 1.0f, &af, err);
+    if (st) return st;
+    if (af != 1.0f && !*yarn)
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: %s = %g is not supported (only 1, or with yarn)", path, key,
+                       (double)af);
+    if (!strcmp(ty, "none")) return SP_OK; /* llama.cpp: never scaled */
     float f = 0.0f;
     snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
     if (!sp_gguf_find(g, key)) snprintf(key, sizeof key, "%s.rope.scale_linear", a);
@@ -315,7 +340,7 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     uint32_t u;
     int32_t experts = 0;
     if ((st = get_u32_or(g, KEY("expert_count"), 0, &experts, err))) return st;
-    if (experts > 0)
+    if (experts > 0 && !ai->moe)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
                        "%s: %s = %d: mixture-of-experts layers are not supported for architecture '%s'",
                        path, key, experts, a);
@@ -351,7 +376,14 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     if ((st = get_u32_or(g, KEY("rope.scaling.original_context_length"), (uint32_t)c->n_ctx_train,
                          &m->n_ctx_orig, err)))
         return st;
-    if ((st = read_rope_scaling(g, path, a, &c->rope_scale, err))) return st;
+    if ((st = read_rope_scaling(g, path, a, &c->rope_scale, &m->rope_yarn, err))) return st;
+    m->rope_attn_factor = 1.0f;
+    if (m->rope_yarn &&
+        ((st = get_f32_or(g, KEY("rope.scaling.attn_factor"), 1.0f, &m->rope_attn_factor, err)) ||
+         (!(m->rope_attn_factor > 0) && (st = sp_fail(err, SP_ERR_FORMAT, "%s: bad %s", path, key))) ||
+         (m->n_ctx_orig <= 0 && (st = sp_fail(err, SP_ERR_FORMAT, "%s: bad YaRN original context %d", path,
+                                              m->n_ctx_orig)))))
+        return st;
     c->rope_neox = ai->neox;
     m->q_prescale = ai->q_prescale;
     m->q_prescale_lowp = ai->q_prescale || ai->gemma == 3;
@@ -385,7 +417,123 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
         if (c->n_heads > 0 && ((ai->gemma == 2 && c->n_layers == 46) || (ai->gemma == 3 && c->n_layers == 62)))
             m->kq_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     }
+    if (ai->oai) { /* gpt-oss: the window is required; the sliding layers' base */
+        if (!sp_gguf_find(g, KEY("attention.sliding_window")))
+            return sp_fail(err, SP_ERR_FORMAT, "%s: %s is missing", path, key);
+        if ((st = get_u32_or(g, key, 0, &c->sliding_window, err))) return st;
+        if (c->sliding_window <= 0) return sp_fail(err, SP_ERR_FORMAT, "%s: %s must be positive", path, key);
+        float base_swa = c->rope_theta;
+        if ((st = get_f32_or(g, KEY("rope.freq_base_swa"), c->rope_theta, &base_swa, err))) return st;
+        if (base_swa != c->rope_theta) m->rope_theta_local = base_swa, m->rope_scale_local = c->rope_scale;
+    }
+    /* experts: the counts as llama.cpp reads them for every architecture,
+     * the rest per architecture (llama, qwen3moe: softmax gating, selected
+     * weights normalised; gpt-oss: softmax over the selected logits) */
+    if (ai->moe && (experts > 0 || ai->moe == 2)) {
+        sp_moe_cfg *mc = &m->moe;
+        mc->n_expert = experts;
+        if ((st = get_u32_or(g, KEY("expert_used_count"), 0, &mc->n_used, err))) return st;
+        if (mc->n_expert < 1 || mc->n_expert > 256 || mc->n_used < 1 || mc->n_used > mc->n_expert)
+            return sp_fail(err, SP_ERR_FORMAT,
+                           "%s: bad expert counts %s.expert_count = %d, %s.expert_used_count = %d (1 <= used <= "
+                           "experts <= 256)", path, a, mc->n_expert, a, mc->n_used);
+        /* the experts' FFN width: expert_feed_forward_length (qwen3moe: 0 or
+         * absent means feed_forward_length / used; llama: feed_forward_length) */
+        mc->ffn = c->ffn_dim;
+        if (ai->moe == 2) {
+            if ((st = get_u32_or(g, KEY("expert_feed_forward_length"), 0, &mc->ffn, err))) return st;
+            if (mc->ffn == 0 && !ai->oai) mc->ffn = c->ffn_dim / mc->n_used;
+        }
+        if (mc->ffn <= 0 || mc->ffn > 1 << 20)
+            return sp_fail(err, SP_ERR_FORMAT, "%s: bad expert FFN length %d", path, mc->ffn);
+        mc->gating = ai->oai ? SP_MOE_SOFTMAX_WEIGHT : SP_MOE_SOFTMAX;
+        mc->norm_w = !ai->oai;
+        mc->w_scale = 0.0f;
+        mc->swiglu_oai = ai->oai;
+        c->n_expert = mc->n_expert;
+        c->n_expert_used = mc->n_used;
+    }
 #undef KEY
+    return SP_OK;
+}
+
+/* A 3-D expert tensor [cols, rows, n_expert] as n_expert matrices (owned
+ * array), each a view of its slice. */
+static sp_status bind_experts(sp_model *m, const char *path, const char *name, int64_t cols, int64_t rows,
+                              sp_weight **out, sp_error *err) {
+    const int32_t E = m->moe.n_expert;
+    *out = NULL;
+    const sp_gguf_tensor *t = claim(m, name);
+    if (!t) return sp_fail(err, SP_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != E || t->ne[3] != 1)
+        return sp_fail(err, SP_ERR_FORMAT,
+                       "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %d]", path, name,
+                       (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                       (long long)cols, (long long)rows, E);
+    if (!sp_quant_loadable(t->type))
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which Specula does not support", path,
+                       name, sp_ggml_type_name(t->type));
+    sp_weight *w = sp_model_alloc(m, (size_t)E * sizeof *w);
+    if (!w) return sp_fail(err, SP_ERR_NOMEM, "out of memory binding '%s'", name);
+    const size_t rb = sp_ggml_row_size(t->type, cols);
+    for (int32_t e = 0; e < E; e++)
+        w[e] = (sp_weight){.type = t->type, .rows = rows, .cols = cols, .row_bytes = rb,
+                           .data = (const uint8_t *)t->data + (size_t)e * (size_t)rows * rb};
+    *out = w;
+    return SP_OK;
+}
+
+/* An optional [n, E] per-expert vector tensor (biases, or with n = 1 the
+ * [E] scales) as f32; absent gives NULL. */
+static sp_status bind_expert_vec(sp_model *m, const char *path, const char *name, int64_t n, const float **out,
+                                 sp_error *err) {
+    *out = NULL;
+    const sp_gguf_tensor *t = claim(m, name);
+    if (!t) return SP_OK;
+    const int32_t E = m->moe.n_expert;
+    if (t->ne[0] != (n == 1 ? E : n) || t->ne[1] != (n == 1 ? 1 : E) || t->ne[2] != 1 || t->ne[3] != 1 ||
+        !sp_quant_loadable(t->type))
+        return sp_fail(err, SP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld] type %s, expected [%lld, %d]",
+                       path, name, (long long)t->ne[0], (long long)t->ne[1], sp_ggml_type_name(t->type),
+                       (long long)(n == 1 ? E : n), n == 1 ? 1 : E);
+    if (t->type == SP_GGML_F32) {
+        *out = (const float *)t->data;
+        return SP_OK;
+    }
+    float *buf = sp_model_alloc(m, (size_t)n * (size_t)E * sizeof(float));
+    if (!buf) return sp_fail(err, SP_ERR_NOMEM, "out of memory converting '%s'", name);
+    sp_dequantize_row(t->type, t->data, buf, n * E);
+    *out = buf;
+    return SP_OK;
+}
+
+/* Layer l's experts (model_internal.h): router, 3-D gate/up/down, their
+ * scales (not gpt-oss: its graph does not apply them) or gpt-oss's biases. */
+static sp_status bind_moe(sp_model *m, const char *path, const arch_info *ai, int l, sp_layer *L, sp_error *err) {
+    const int64_t dim = m->cfg.dim, fe = m->moe.ffn, E = m->moe.n_expert;
+    char nm[96];
+    sp_status st;
+#define T(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+    if ((st = bind_matrix(m, path, T("ffn_gate_inp.weight"), dim, E, false, &L->gate_inp, err)) ||
+        (st = bind_experts(m, path, T("ffn_gate_exps.weight"), dim, fe, &L->exp_gate, err)) ||
+        (st = bind_experts(m, path, T("ffn_up_exps.weight"), dim, fe, &L->exp_up, err)) ||
+        (st = bind_experts(m, path, T("ffn_down_exps.weight"), fe, dim, &L->exp_down, err)))
+        return st;
+    if (!ai->oai)
+        return (st = bind_expert_vec(m, path, T("ffn_gate_exps.scale"), 1, &L->exp_gate_s, err)) ||
+                       (st = bind_expert_vec(m, path, T("ffn_up_exps.scale"), 1, &L->exp_up_s, err)) ||
+                       (st = bind_expert_vec(m, path, T("ffn_down_exps.scale"), 1, &L->exp_down_s, err))
+                   ? st
+                   : SP_OK;
+    if ((st = bind_vector(m, path, T("ffn_gate_inp.bias"), E, &L->gate_inp_b, err)) ||
+        (st = bind_expert_vec(m, path, T("ffn_gate_exps.bias"), fe, &L->exp_gate_b, err)) ||
+        (st = bind_expert_vec(m, path, T("ffn_up_exps.bias"), fe, &L->exp_up_b, err)) ||
+        (st = bind_expert_vec(m, path, T("ffn_down_exps.bias"), dim, &L->exp_down_b, err)) ||
+        (st = bind_vector(m, path, T("attn_sinks.weight"), m->cfg.n_heads, &L->sinks, err)))
+        return st;
+    if (!L->exp_gate_b || !L->exp_up_b || !L->exp_down_b)
+        return sp_fail(err, SP_ERR_FORMAT, "%s: blk.%d: an expert bias tensor is missing", path, l);
+#undef T
     return SP_OK;
 }
 
@@ -466,29 +614,37 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
         free(sliding);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for layers");
     }
-    /* gemma3 without a window has no sliding layers (nor their RoPE) */
-    st = ai->gemma && c->sliding_window > 0 ? read_swa_pattern(m, path, a, ai->gemma == 2 ? 2 : 6, sliding, err)
-                                            : SP_OK;
+    /* gemma3 without a window has no sliding layers (nor their RoPE); gpt-oss's pattern defaults to 2 */
+    st = (ai->gemma || ai->oai) && c->sliding_window > 0
+             ? read_swa_pattern(m, path, a, ai->gemma == 3 ? 6 : 2, sliding, err)
+             : SP_OK;
     for (int l = 0; !st && l < c->n_layers; l++) {
         sp_layer *L = &m->layers[l];
         char nm[96];
 #define T(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+        const bool moe = m->moe.n_expert > 0;
         if ((st = bind_vector(m, path, T("attn_norm.weight"), dim, &L->attn_norm, err)) ||
-            (st = bind_vector(m, path, T("ffn_norm.weight"), dim, &L->ffn_norm, err)) ||
+            (st = bind_vector(m, path, ai->oai ? T("post_attention_norm.weight") : T("ffn_norm.weight"), dim,
+                              &L->ffn_norm, err)) ||
             (st = bind_qkv(m, path, l, L, err)) ||
             (st = bind_matrix(m, path, T("attn_output.weight"), q_dim, dim, false, &L->wo, err)) ||
             (st = opt_vector(m, path, T("attn_output.scale"), 1, &L->wo.scale, err)) ||
             (ai->wo_bias && (st = opt_vector(m, path, T("attn_output.bias"), dim, &L->wo.bias, err))) ||
-            (st = bind_matrix(m, path, T("ffn_down.weight"), ffn, dim, false, &L->w2, err)))
+            (moe && (st = bind_moe(m, path, ai, l, L, err))) ||
+            (!moe && (st = bind_matrix(m, path, T("ffn_down.weight"), ffn, dim, false, &L->w2, err))))
             break;
-        if (ai->ffn_fused) {
+        if (ai->oai && !L->wo.bias) {
+            st = sp_fail(err, SP_ERR_FORMAT, "%s: tensor 'blk.%d.attn_output.bias' is missing", path, l);
+            break;
+        }
+        if (!moe && ai->ffn_fused) {
             /* phi3: gate and up halves of ffn_up */
             sp_weight gu;
             if ((st = bind_matrix(m, path, T("ffn_up.weight"), dim, 2 * ffn, false, &gu, err))) break;
             L->w1 = weight_rows(&gu, 0, ffn);
             L->w3 = weight_rows(&gu, ffn, ffn);
-        } else if ((st = bind_matrix(m, path, T("ffn_gate.weight"), dim, ffn, false, &L->w1, err)) ||
-                   (st = bind_matrix(m, path, T("ffn_up.weight"), dim, ffn, false, &L->w3, err))) {
+        } else if (!moe && ((st = bind_matrix(m, path, T("ffn_gate.weight"), dim, ffn, false, &L->w1, err)) ||
+                            (st = bind_matrix(m, path, T("ffn_up.weight"), dim, ffn, false, &L->w3, err)))) {
             break;
         }
         if (ai->ffn_bias &&
@@ -509,7 +665,8 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
         /* llama.cpp loads NAME.scale and NAME.input_scale of every matrix the
          * layer has, applied or not (its generic pass in load_tensors) */
         static const char *MATS[] = {"attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv",
-                                     "ffn_gate", "ffn_down", "ffn_up"};
+                                     "ffn_gate", "ffn_down", "ffn_up", "ffn_gate_exps", "ffn_down_exps",
+                                     "ffn_up_exps"};
         for (size_t i = 0; i < sizeof MATS / sizeof MATS[0]; i++) {
             snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, MATS[i]);
             if (!sp_gguf_find_tensor(m->gguf, nm)) continue;
@@ -518,7 +675,10 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
             snprintf(nm, sizeof nm, "blk.%d.%s.input_scale", l, MATS[i]);
             claim(m, nm);
         }
-        if (ai->gemma) {
+        if (ai->oai) {
+            L->window = sliding[l] ? c->sliding_window : 0;
+            L->rope_local = sliding[l] && m->rope_theta_local > 0;
+        } else if (ai->gemma) {
             if ((st = bind_vector(m, path, T("post_attention_norm.weight"), dim, &L->post_attn_norm, err)) ||
                 (st = bind_vector(m, path, T("post_ffw_norm.weight"), dim, &L->post_ffn_norm, err)))
                 break;
@@ -587,7 +747,7 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
     const arch_info *ai = arch_find(a);
     if (!ai)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)",
+                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe, gpt-oss)",
                        path, a);
 
     m->claimed = calloc(sp_gguf_n_tensors(g) + 1, 1);
@@ -751,8 +911,14 @@ sp_status sp_model_pack_weights(sp_model *m, const sp_file_map *fm, sp_error *er
     sp_status st = pack_weight(m, &m->output, fm, err);
     for (int l = 0; !st && l < m->cfg.n_layers; l++) {
         sp_layer *L = &m->layers[l];
-        sp_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
+        sp_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3, &L->gate_inp};
         for (size_t i = 0; !st && i < sizeof ws / sizeof ws[0]; i++) st = pack_weight(m, ws[i], fm, err);
+        /* F16 experts are read unpacked (moe.h: ggml's vec_dot_f16 order) */
+        for (int e = 0; !st && L->exp_up && L->exp_up[0].type != SP_GGML_F16 && e < m->moe.n_expert; e++) {
+            st = pack_weight(m, &L->exp_gate[e], fm, err);
+            if (!st) st = pack_weight(m, &L->exp_up[e], fm, err);
+            if (!st) st = pack_weight(m, &L->exp_down[e], fm, err);
+        }
     }
     return st;
 }

@@ -66,6 +66,26 @@ DEFINE_FLOAT_PK_REF(mm_f32_pk_ref, float, f32_id)
 DEFINE_FLOAT_PK_REF(mm_f16_pk_ref, uint16_t, sp_fp16_to_fp32)
 DEFINE_FLOAT_PK_REF(mm_bf16_pk_ref, uint16_t, sp_bf16_to_fp32)
 
+/* ggml's vec_dot_f16 order (ops.h: sp_ops_mm_f16_vecdot). */
+static void mm_f16_vecdot_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t np = m->k / 64 * 64;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *w = (const uint16_t *)(m->w + r * m->w_stride);
+        for (int32_t t = 0; t < m->n; t++) {
+            const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride);
+            float a[4][16] = {{0}};
+            for (int64_t i = 0; i < np; i += 64)
+                for (int j = 0; j < 4; j++)
+                    for (int l = 0; l < 16; l++)
+                        a[j][l] = fmaf(sp_fp16_to_fp32(w[i + 16 * j + l]), x[i + 16 * j + l], a[j][l]);
+            for (int l = 0; l < 16; l++) a[0][l] = (a[0][l] + a[2][l]) + (a[1][l] + a[3][l]);
+            double s = sp_reduce16(a[0]);
+            for (int64_t i = np; i < m->k; i++) s += (double)(sp_fp16_to_fp32(w[i]) * x[i]);
+            m->y[t * m->ld_y + r] = (float)s;
+        }
+    }
+}
+
 /* Element size of a packable float type, and the packing (past the row end
  * and past the last row: zeros, from the caller's memset). */
 static size_t fpk_esz(sp_ggml_type t) { return t == SP_GGML_F32 ? 4 : 2; }
@@ -330,18 +350,21 @@ static void pack_q6k(const uint8_t *w, size_t w_stride, int64_t rows, int64_t k,
     }
 }
 
-/* Packed Q4_1, Q5_0, Q5_1, IQ4_NL (ops.h): units of two blocks c = 0, 1,
- * Q4_0's quants, then (Q5_*) the fifth-bit masks, the f16 d and (Q4_1,
- * Q5_1) the f16 m of each block. */
+/* Packed Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (ops.h): units of two blocks c =
+ * 0, 1, Q4_0's quants, then (Q5_*) the fifth-bit masks, the f16 d (MXFP4:
+ * the f32 d = 2^(e - 128), 64 bytes per block, as f16 cannot hold it) and
+ * (Q4_1, Q5_1) the f16 m of each block. */
 typedef struct pk32_layout { size_t unit, mask, d, m; } pk32_layout; /* mask, m: 0 when none */
 static pk32_layout pk32(sp_ggml_type t) {
+    if (t == SP_GGML_MXFP4) return (pk32_layout){640, 0, 512, 0};
     const bool q5 = t == SP_GGML_Q5_0 || t == SP_GGML_Q5_1, hm = t == SP_GGML_Q4_1 || t == SP_GGML_Q5_1;
     const size_t d = 512 + (q5 ? 128 : 0);
     return (pk32_layout){d + (hm ? 128 : 64), q5 ? 512 : 0, d, hm ? d + 64 : 0};
 }
 
 static bool is_pk32(sp_ggml_type t) {
-    return t == SP_GGML_Q4_1 || t == SP_GGML_Q5_0 || t == SP_GGML_Q5_1 || t == SP_GGML_IQ4_NL;
+    return t == SP_GGML_Q4_1 || t == SP_GGML_Q5_0 || t == SP_GGML_Q5_1 || t == SP_GGML_IQ4_NL ||
+           t == SP_GGML_MXFP4;
 }
 
 /* The reference over packed Q4_1/Q5_0/Q5_1/IQ4_NL: mm_q32_ref's integer dot
@@ -370,12 +393,19 @@ static void mm_packed_q32_ref(const sp_mm *m, int64_t r0, int64_t r1) {
                                        ((4 * i + e % 4) % 8)) & 1) << 4;
                     if (t == SP_GGML_Q5_0) q -= 16;
                     if (t == SP_GGML_IQ4_NL) q = sp_iq4nl_values[q];
+                    if (t == SP_GGML_MXFP4) q = sp_mxfp4_values[q];
                     sumi += q * xq[b * SP_QK + e];
                 }
                 uint16_t hd, hm = 0;
-                memcpy(&hd, unit + L.d + 32 * c + 2 * (size_t)i, 2);
+                float d;
+                if (t == SP_GGML_MXFP4) {
+                    memcpy(&d, unit + L.d + 64 * c + 4 * (size_t)i, 4);
+                } else {
+                    memcpy(&hd, unit + L.d + 32 * c + 2 * (size_t)i, 2);
+                    d = sp_fp16_to_fp32(hd);
+                }
                 if (L.m) memcpy(&hm, unit + L.m + 32 * c + 2 * (size_t)i, 2);
-                const float d = sp_fp16_to_fp32(hd), mn = sp_fp16_to_fp32(hm);
+                const float mn = sp_fp16_to_fp32(hm);
                 float v = (d * sp_act_d(xr, m->k)[b]) * (float)sumi;
                 if (mn != 0) v += mn * sp_act_s(xr, m->k)[b];
                 acc += v;
@@ -395,6 +425,7 @@ static void pack_q32(sp_ggml_type t, const uint8_t *w, size_t w_stride, int64_t 
     case SP_GGML_Q4_1: om = 2, oqs = 4; break;
     case SP_GGML_Q5_0: oqh = 2, oqs = 6; break;
     case SP_GGML_Q5_1: om = 2, oqh = 4, oqs = 8; break;
+    case SP_GGML_MXFP4: oqs = 1; break;
     default: oqs = 2; break; /* IQ4_NL */
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -411,7 +442,12 @@ static void pack_q32(sp_ggml_type t, const uint8_t *w, size_t w_stride, int64_t 
                 for (size_t j = 0; j < 8; j++) /* mask j, bits 4i..4i+3: elements 4j..4j+3's fifth bits */
                     unit[L.mask + 64 * c + 8 * j + i / 2] |= (uint8_t)(((qh >> (4 * j)) & 0xF) << (4 * (i % 2)));
             }
-            memcpy(unit + L.d + 32 * c + 2 * i, blk, 2);
+            if (t == SP_GGML_MXFP4) {
+                const float d = sp_e8m0_half(blk[0]);
+                memcpy(unit + L.d + 64 * c + 4 * i, &d, 4);
+            } else {
+                memcpy(unit + L.d + 32 * c + 2 * i, blk, 2);
+            }
             if (L.m) memcpy(unit + L.m + 32 * c + 2 * i, blk + om, 2);
         }
     }
@@ -626,7 +662,7 @@ void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t 
     }
 }
 
-/* The other 32-block formats (Q4_1, Q5_0, Q5_1, IQ4_NL) against q8
+/* The other 32-block formats (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) against q8
  * activations: a block's weights are unpacked once to integers and applied
  * to every token; per block y += (d_w d_x) * sum(q_w q_x) + m_w * s_x, the
  * formula and the float products of ggml's vec_dot (s_x: see ops.h).
@@ -818,7 +854,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm[SP_GGML_Q4_0] = mm_q4_0_ref;
     t->mm_packed[SP_GGML_Q8_0] = t->mm_packed[SP_GGML_Q4_0] = mm_packed_ref;
     t->mm_packed[SP_GGML_Q4_1] = t->mm_packed[SP_GGML_Q5_0] = t->mm_packed[SP_GGML_Q5_1] =
-        t->mm_packed[SP_GGML_IQ4_NL] = mm_packed_q32_ref;
+        t->mm_packed[SP_GGML_IQ4_NL] = t->mm_packed[SP_GGML_MXFP4] = mm_packed_q32_ref;
     t->mm_packed[SP_GGML_IQ4_XS] = mm_packed_iq4xs_ref;
     t->mm_packed[SP_GGML_Q3_K] = t->mm_packed[SP_GGML_Q2_K] = mm_packed_q23k_ref;
     t->mm_packed[SP_GGML_Q4_K] = t->mm_packed[SP_GGML_Q5_K] = mm_packed_q45k_ref;
@@ -826,9 +862,11 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm_packed[SP_GGML_F32] = mm_f32_pk_ref;
     t->mm_packed[SP_GGML_F16] = mm_f16_pk_ref;
     t->mm_packed[SP_GGML_BF16] = mm_bf16_pk_ref;
-    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32_ref;
+    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] =
+        t->mm[SP_GGML_MXFP4] = mm_q32_ref;
     t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
         t->mm[SP_GGML_Q6_K] = t->mm[SP_GGML_IQ4_XS] = mm_k_ref;
+    t->mm_f16_vecdot = mm_f16_vecdot_ref;
     t->att_scores = att_scores_ref;
     t->softmax = sp_softmax;
     t->att_scores_kv[0] = att_scores_f16_ref;
@@ -846,7 +884,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
 sp_act_kind sp_ops_act_kind(sp_ggml_type wtype) {
     switch (wtype) {
     case SP_GGML_Q8_0: case SP_GGML_Q4_0: case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1:
-    case SP_GGML_IQ4_NL:
+    case SP_GGML_IQ4_NL: case SP_GGML_MXFP4:
         return SP_ACT_Q8;
     case SP_GGML_Q2_K: case SP_GGML_Q3_K: case SP_GGML_Q4_K: case SP_GGML_Q5_K: case SP_GGML_Q6_K:
     case SP_GGML_IQ4_XS:
@@ -1055,12 +1093,43 @@ void sp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps
 
 void sp_rope_cs(float *cs, int32_t pos, const sp_rope_freqs *f, int32_t rot_dim) {
     float theta = (float)pos;
+    if (f->yarn) {
+        /* ggml's rope_yarn with the FMAs GCC forms in it (checked against
+         * llama.cpp's logits, tests/test_moe.c) */
+        float mscale = f->attn_factor;
+        if (f->ext_factor != 0.0f) mscale *= fmaf(0.1f, logf(1.0f / f->freq_scale), 1.0f);
+        for (int32_t i = 0; i < rot_dim / 2; i++) {
+            const float te = f->factors ? theta / f->factors[i] : theta, ti = f->freq_scale * te;
+            float a = ti;
+            if (f->ext_factor != 0.0f) {
+                const float y = ((float)i - f->corr[0]) / fmaxf(0.001f, f->corr[1] - f->corr[0]);
+                const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * f->ext_factor;
+                a = fmaf(ti, 1.0f - mix, te * mix);
+            }
+            cs[2 * i] = cosf(a) * mscale;
+            cs[2 * i + 1] = sinf(a) * mscale;
+            theta *= f->theta_scale;
+        }
+        return;
+    }
     for (int32_t i = 0; i < rot_dim / 2; i++) {
         const float a = f->freq_scale * (f->factors ? theta / f->factors[i] : theta);
         cs[2 * i] = cosf(a);
         cs[2 * i + 1] = sinf(a);
         theta *= f->theta_scale;
     }
+}
+
+static float yarn_corr_dim(int32_t rot_dim, int32_t n_ctx_orig, float beta, float base) {
+    return (float)rot_dim * logf((float)n_ctx_orig / (beta * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+void sp_rope_yarn_corr(int32_t rot_dim, int32_t n_ctx_orig, float base, float beta_fast, float beta_slow,
+                       float corr[2]) {
+    const float start = floorf(yarn_corr_dim(rot_dim, n_ctx_orig, beta_fast, base));
+    const float end = ceilf(yarn_corr_dim(rot_dim, n_ctx_orig, beta_slow, base));
+    corr[0] = start > 0 ? start : 0;
+    corr[1] = end < (float)(rot_dim - 1) ? end : (float)(rot_dim - 1);
 }
 
 void sp_rope_apply(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, const float *cs,
@@ -1102,6 +1171,20 @@ void sp_softmax(float *x, int64_t n) {
         for (int64_t l = 0; l < 16 && g + l < n; l++) e[l] = x[g + l] = sp_exp_ggml(x[g + l] - mx);
         sum += (double)sp_reduce16(e);
     }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void sp_softmax_sink(float *x, int64_t n, float sink) {
+    float mx = sink;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int64_t g = 0; g < n; g += 16) {
+        float e[16] = {0};
+        for (int64_t l = 0; l < 16 && g + l < n; l++) e[l] = x[g + l] = sp_exp_ggml(x[g + l] - mx);
+        sum += (double)sp_reduce16(e);
+    }
+    sum += (double)expf(sink - mx);
     const float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
@@ -1198,6 +1281,7 @@ static void fill_missing(sp_ops_table *t) {
     const sp_ops_table *ref = &g_tables[SP_ISA_SCALAR];
     for (int i = 0; i < SP_GGML_TYPE_COUNT; i++)
         if (!t->mm[i]) t->mm[i] = ref->mm[i];
+    if (!t->mm_f16_vecdot) t->mm_f16_vecdot = ref->mm_f16_vecdot;
     if (!t->att_scores) t->att_scores = ref->att_scores;
     if (!t->softmax) t->softmax = ref->softmax;
     for (int i = 0; i < 2; i++) {
@@ -1288,6 +1372,13 @@ sp_mm_kernel sp_ops_mm_isa(sp_ggml_type wtype, sp_isa isa) {
 }
 
 sp_mm_kernel sp_ops_mm(sp_ggml_type wtype) { return sp_ops_mm_isa(wtype, sp_ops_isa()); }
+
+sp_mm_kernel sp_ops_mm_f16_vecdot_isa(sp_isa isa) {
+    pthread_once(&g_once, ops_init_once);
+    return isa > g_best ? NULL : g_tables[isa].mm_f16_vecdot;
+}
+
+sp_mm_kernel sp_ops_mm_f16_vecdot(void) { return sp_ops_mm_f16_vecdot_isa(sp_ops_isa()); }
 
 sp_mm_kernel sp_ops_mm_packed_isa(sp_ggml_type wtype, sp_isa isa) {
     pthread_once(&g_once, ops_init_once);

@@ -14,7 +14,7 @@
  *  - F32/F16/BF16 weights read x as plain f32 (every ISA sums an output
  *    in 16 FMA lanes, element i into lane i mod 16, then sp_reduce16:
  *    tinyBLAS's order, the same bits on every ISA);
- *  - 32-block weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) read the "q8"
+ *  - 32-block weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) read the "q8"
  *    layout: per 32-block, amax = max|x|, d = amax/127 kept as ggml keeps it
  *    (rounded to f16), q = round-to-nearest-even(x * 127/amax) (ggml's x86
  *    quantiser), sum = sum of q, s = f16(d * sum) (ggml's q8_1 s, used by
@@ -72,7 +72,9 @@
  * j - 4's high nibble otherwise), the f16 d of the 16 rows (32 bytes per
  * block) and, for Q4_1/Q5_1, their f16 m (32 bytes per block): units of 640
  * (Q4_1), 704 (Q5_0), 768 (Q5_1), 576 (IQ4_NL) bytes, the size of 32 of
- * the original blocks.
+ * the original blocks. MXFP4 packs as IQ4_NL except for the scales: the
+ * f32 d = 2^(e - 128) of the 16 rows (64 bytes per block, as f16 cannot
+ * hold every E8M0 scale), units of 640 bytes.
  * Q4_K packs the same way with one unit of 2368 bytes per super-block b:
  * 2048 bytes of quants, chunk 8p + j (p < 4 pairs of sub-blocks, j < 8)
  * holding row i's qs[32p + 4j..+3] at bytes 4i.. (low nibbles: sub-block 2p
@@ -192,6 +194,18 @@ void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t 
 sp_mm_kernel sp_ops_mm_packed(sp_ggml_type wtype);
 sp_mm_kernel sp_ops_mm_packed_isa(sp_ggml_type wtype, sp_isa isa);
 
+/* F16 weights against f16-valued f32 activations in the order of ggml's
+ * vec_dot_f16 on AVX-512 (what llama.cpp's mul_mat_id, the expert matmul,
+ * computes with; its dense matmuls use tinyBLAS's order, the kernels
+ * above): per output, for the first k/64*64 elements 4 x 16 lanes
+ * a_j[l] = fma(w_i, x_i, a_j[l]) with i = 64c + 16j + l; a_0 + a_2 and
+ * a_1 + a_3, those two added, sp_reduce16 of that widened to double; then
+ * each remaining element's float product w_i x_i added in double; the
+ * result rounded to float. Over the original rows (not packed); the same
+ * bits in every ISA (AVX2 uses the scalar reference). */
+sp_mm_kernel sp_ops_mm_f16_vecdot(void);
+sp_mm_kernel sp_ops_mm_f16_vecdot_isa(sp_isa isa);
+
 /* Activation layout for a weight type (see the top). */
 typedef enum sp_act_kind { SP_ACT_F32, SP_ACT_Q8, SP_ACT_Q8_K } sp_act_kind;
 sp_act_kind sp_ops_act_kind(sp_ggml_type wtype);
@@ -218,7 +232,21 @@ void sp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps
 typedef struct sp_rope_freqs {
     float theta_scale, freq_scale;
     const float *factors; /* [rot_dim/2] or NULL */
+    /* YaRN (ggml's rope_yarn) when yarn is set: with t_e = theta_i / factors[i]
+     * and t_i = freq_scale * t_e, ramp r = (1 - clamp((i - corr[0]) /
+     * max(0.001, corr[1] - corr[0]), 0, 1)) * ext_factor, the angle is
+     * t_i (1 - r) + t_e r and cos, sin are scaled by attn_factor (times
+     * 1 + 0.1 ln(1 / freq_scale) when ext_factor != 0); corr from
+     * sp_rope_yarn_init. */
+    bool yarn;
+    float ext_factor, attn_factor, corr[2];
 } sp_rope_freqs;
+/* YaRN's correction dims for a RoPE of rot_dim dimensions, base and
+ * original context n_ctx_orig (ggml_rope_yarn_corr_dims): floor and ceil of
+ * rot_dim ln(n_ctx_orig / (2 pi beta)) / (2 ln base) for beta_fast and
+ * beta_slow, clamped to [0, rot_dim - 1]. */
+void sp_rope_yarn_corr(int32_t rot_dim, int32_t n_ctx_orig, float base, float beta_fast, float beta_slow,
+                       float corr[2]);
 void sp_rope_cs(float *cs, int32_t pos, const sp_rope_freqs *f, int32_t rot_dim);
 void sp_rope_apply(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, const float *cs,
                    bool neox);
@@ -229,6 +257,11 @@ void sp_softmax(float *x, int64_t n);
  * 4, ... n/2. llama.cpp rotates queries and keys (and values, and the
  * attention output back) by it when the cache holding them is quantised. */
 void sp_fwht(float *x, int64_t len, int32_t n);
+/* The softmax above with one more logit, `sink`, whose weight is dropped
+ * (gpt-oss's attention sinks), as ggml's soft_max with sinks: the max over
+ * x and sink, then x's exps and group sums as above, then expf(sink - max)
+ * added to the sum. Scalar in every ISA. */
+void sp_softmax_sink(float *x, int64_t n, float sink);
 /* exp(x) as ggml's AVX-512 vector expf computes it (a degree-5 polynomial
  * on x - n ln2, n = round(x / ln2), scaled by 2^n; |n| > 192 gives 0 or
  * inf): within ~2 ulp of expf, but these bits, not expf's. */
@@ -333,6 +366,7 @@ sp_swiglu_fn sp_ops_swiglu(void);
 typedef struct sp_ops_table {
     sp_mm_kernel mm[SP_GGML_TYPE_COUNT];
     sp_mm_kernel mm_packed[SP_GGML_TYPE_COUNT]; /* over packed weights; NULL: none */
+    sp_mm_kernel mm_f16_vecdot;  /* sp_ops_mm_f16_vecdot; NULL: the scalar one */
     sp_att_scores_fn att_scores; /* NULL: the scalar one */
     sp_softmax_fn softmax;       /* NULL: sp_softmax */
     /* over F16 / Q8_0 caches (index 0: F16, 1: Q8_0); NULL: scalar ones */

@@ -442,7 +442,7 @@ static void mm_kquant(const sp_mm *m, int64_t r0, int64_t r1) {
     }
 }
 
-/* ---- Q4_1, Q5_0, Q5_1, IQ4_NL against q8 activations ----
+/* ---- Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 against q8 activations ----
  * A block's 32 values unpacked once to signed bytes; per token one
  * maddubs(|w|, sign(x, w)) (pairs at most 2 * 127 * 127) and a madd give the
  * exact integer dot; the float expression is the scalar reference's, so the
@@ -492,6 +492,13 @@ static void mm_q32(const sp_mm *m, int64_t r0, int64_t r1) {
                 d = _cvtsh_ss(x->d), mn = _cvtsh_ss(x->m);
                 break;
             }
+            case SP_GGML_MXFP4: {
+                const sp_block_mxfp4 *x = (const sp_block_mxfp4 *)w + b;
+                const __m128i tab = _mm_loadu_si128((const __m128i *)sp_mxfp4_values);
+                v = _mm256_shuffle_epi8(_mm256_set_m128i(tab, tab), nibbles32(x->qs));
+                d = sp_e8m0_half(x->e);
+                break;
+            }
             default: { /* IQ4_NL */
                 const sp_block_iq4_nl *x = (const sp_block_iq4_nl *)w + b;
                 v = _mm256_shuffle_epi8(iq4_table(), nibbles32(x->qs));
@@ -515,7 +522,8 @@ static void mm_q32(const sp_mm *m, int64_t r0, int64_t r1) {
 void sp_ops_fill_kquants_avx2(sp_ops_table *t) {
     t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
         t->mm[SP_GGML_Q6_K] = t->mm[SP_GGML_IQ4_XS] = mm_kquant;
-    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32;
+    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] =
+        t->mm[SP_GGML_MXFP4] = mm_q32;
 }
 
 /* ---- attention, softmax, SwiGLU (see ops.h), bit-identical to the scalar
