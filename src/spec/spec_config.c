@@ -422,6 +422,8 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
     }
     if (kind == SP_DRAFT_MODEL && !has_draft_model)
         return sp_fail(err, SP_ERR_ARG, "drafter: 'model' needs a draft model, and none was given");
+    if (kind == SP_DRAFT_EAGLE3 && !has_draft_model)
+        return sp_fail(err, SP_ERR_ARG, "drafter: 'eagle3' needs an EAGLE-3 head file, and none was given");
     /* chain or tree */
     if (is_given(c, S_TREE) && is_given(c, S_GAMMA))
         return sp_fail(err, SP_ERR_ARG, "gamma: a tree's shape sets the draft length; drop one");
@@ -475,7 +477,7 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
 
 sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
     const sp_drafter_kind kind = p->draft.kind;
-    if ((unsigned)kind > SP_DRAFT_LOWBIT)
+    if ((unsigned)kind > SP_DRAFT_EAGLE3)
         return sp_fail(err, SP_ERR_ARG, "drafter: unknown kind %d", (int)kind);
     if (kind == SP_DRAFT_NONE) return SP_OK; /* nothing else is used */
     if ((unsigned)p->verifier > SP_VERIFIER_NAIVE)
