@@ -42,6 +42,7 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=0, help="key/value heads (default: the target's)")
     ap.add_argument("--ffn", type=int, default=0, help="FFN width (default: the target's)")
     ap.add_argument("--draft-vocab", type=int, default=0, help="draft vocabulary size with a d2t map (0: none)")
+    ap.add_argument("--d2t-ids", default=None, help="the draft vocabulary as target ids a,b,... (sets --draft-vocab)")
     ap.add_argument("--own-embd", action="store_true", help="write the head's own token_embd")
     ap.add_argument("--no-output", action="store_true", help="no output.weight (the target's is used)")
     ap.add_argument("--norm-before-residual", action="store_true")
@@ -49,6 +50,10 @@ def main():
     ap.add_argument("--f16", action="store_true", help="matrices as F16 (norms stay F32)")
     ap.add_argument("--gain", type=float, default=1.0, help="scale of the random matrices")
     a = ap.parse_args()
+    d2t_ids = None
+    if a.d2t_ids:
+        d2t_ids = [int(x) for x in a.d2t_ids.split(",")]
+        a.draft_vocab = len(d2t_ids)
 
     r = GGUFReader(a.target)
     arch = field(r, "general.architecture")
@@ -135,7 +140,12 @@ def main():
     if a.draft_vocab:
         # d2t as the converter writes it: absolute target ids (its offsets
         # plus their index), here a random increasing subset
-        ids = np.sort(rng.choice(V, size=Vd, replace=False)).astype(np.int64)
+        if d2t_ids is not None:
+            if len(set(d2t_ids)) != Vd or any(i < 0 or i >= V for i in d2t_ids):
+                sys.exit("mkeagle3: --d2t-ids must be distinct target ids")
+            ids = np.array(d2t_ids, dtype=np.int64)
+        else:
+            ids = np.sort(rng.choice(V, size=Vd, replace=False)).astype(np.int64)
         w.add_tensor("d2t", ids, raw_dtype=GGMLQuantizationType.I64)
     w.write_header_to_file()
     w.write_kv_data_to_file()
