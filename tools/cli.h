@@ -160,6 +160,12 @@ void sp_cli_online_print(FILE *f, sp_online *on);
 int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel);
 /* Whether path is a GGUF file (its magic); false when it cannot be read. */
 bool sp_cli_is_gguf(const char *path);
+/* Whether path is a GGUF file of architecture eagle3 (an EAGLE-3 head). */
+bool sp_cli_is_eagle3(const char *path);
+/* The -md file for the drafter `kind`: with eagle3, loads it as an EAGLE-3
+ * head for `target` into *head; otherwise refuses a head given as a draft
+ * model (naming --draft eagle3). Prints one line and returns 1 on failure. */
+int sp_cli_load_head(const char *path, sp_drafter_kind kind, const sp_model *target, sp_eagle3 **head);
 
 /* Loads the drafts after the first (r->draft_models[1..]) into dms[1..]
  * (dms[0] is the one sp_cli_load_models loaded). Prints one line and
