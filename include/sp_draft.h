@@ -10,7 +10,7 @@
  *   lowbit     a copy of the target re-quantised at load (e.g. Q4_0)
  *   eagle3     an EAGLE-3 head (sp_eagle3.h) reading the target's hidden
  *              states (taps of three layers, set on the target context by
- *              the drafter); chains only
+ *              the drafter); chains and trees of a fixed shape
  * A drafter keeps its own KV cache (model-based kinds) in step with the
  * committed text: before drafting it evaluates the committed tokens it has
  * not seen, and after verification the caller tells it what was accepted.

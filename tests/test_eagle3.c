@@ -451,7 +451,8 @@ static void test_greedy_equals_plain(void **state) {
     const int32_t n = SP_SLOW ? 24 : 64;
     const char *cfgs[] = {"drafter=eagle3,gamma=1", "drafter=eagle3,gamma=3", "drafter=eagle3,gamma=6",
                           "drafter=eagle3", "drafter=eagle3,gamma=5,p_min=0.3,n_min=0",
-                          "drafter=eagle3,gamma=4,verifier=greedy"};
+                          "drafter=eagle3,gamma=4,verifier=greedy", "drafter=eagle3,tree=3x2x1",
+                          "drafter=eagle3,tree=2x2x2x1,verifier=greedy"};
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) greedy_case(tm, h, cfgs[i], 1, prompt, 5, n, NULL);
     greedy_case(tm, h, "drafter=eagle3,gamma=4", 2, longp, 150, n, NULL);
     greedy_case(tm, h, "drafter=eagle3,gamma=2", 1, prompt, 1, n, NULL); /* a one-token prompt */
@@ -563,9 +564,19 @@ static void test_distribution(void **state) {
     greedy_case(tm, c, "drafter=eagle3,gamma=3", 1, prompt, 6, 64, &acc);
     if (!(acc > 0.3)) fail_msg("greedy with the copying head: acceptance %.3f", acc);
     greedy_case(tm, c, "drafter=eagle3,gamma=6", 2, prompt, 6, 64, &acc);
+    greedy_case(tm, c, "drafter=eagle3,tree=2x2x1", 1, prompt, 6, 64, &acc);
+    if (!(acc > 0.2)) fail_msg("greedy tree with the copying head: acceptance %.3f", acc);
+    greedy_case(tm, b, "drafter=eagle3,tree=3x2", 2, prompt, 6, 64, NULL);
+    /* a one-branch tree drafts the chain: the same acceptance, to the bit */
+    double acc_chain = 0, acc_tree = 0;
+    greedy_case(tm, c, "drafter=eagle3,gamma=4,verifier=greedy", 1, prompt, 6, 64, &acc_chain);
+    greedy_case(tm, c, "drafter=eagle3,tree=1x1x1x1,verifier=greedy", 1, prompt, 6, 64, &acc_tree);
+    if (acc_chain != acc_tree) fail_msg("chain acceptance %.4f, one-branch tree %.4f", acc_chain, acc_tree);
     greedy_case(tm, a, "drafter=eagle3,gamma=3", 1, prompt, 6, 64, NULL);
     greedy_case(tm, b, "drafter=eagle3,gamma=5", 2, prompt, 6, 64, NULL);
     distribution_case(tm, c, "drafter=eagle3,gamma=3", dist, N);
+    distribution_case(tm, c, "drafter=eagle3,tree=2x2", dist, N);        /* mc-norep */
+    distribution_case(tm, a, "drafter=eagle3,tree=3x1,verifier=mc", dist, N);
     sp_eagle3_free(c);
     sp_eagle3_free(a);
     sp_eagle3_free(b);
@@ -618,17 +629,13 @@ static void test_bad_heads(void **state) {
     /* truncated file */
     expect_head_error(scratch("missing.gguf"), tm, SP_ERR_IO, "missing.gguf");
 
-    /* settings: eagle3 needs a head; no trees yet; a head of another model */
+    /* settings: eagle3 needs a head; a head of another model */
     sp_spec_config c;
     sp_error err = {0};
     sp_spec_config_init(&c, NULL);
     assert_int_equal(sp_spec_config_parse(&c, "drafter=eagle3", &err), SP_OK);
     assert_int_equal(sp_spec_config_finish(&c, false, &err), SP_ERR_ARG);
     assert_non_null(strstr(err.msg, "'eagle3' needs an EAGLE-3 head"));
-    sp_spec_config_init(&c, NULL);
-    assert_int_equal(sp_spec_config_parse(&c, "drafter=eagle3,tree=2x2", &err), SP_OK);
-    assert_int_equal(sp_spec_config_finish(&c, true, &err), SP_ERR_ARG);
-    assert_non_null(strstr(err.msg, "tree"));
     sp_eagle3 *h = load_head(hp, tm);
     sp_ctx *t = mkctx(other, 128, 1);
     sp_spec_params sp = parse_ok("drafter=eagle3,gamma=2", true);

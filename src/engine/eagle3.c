@@ -336,6 +336,7 @@ struct sp_eagle3_ctx {
     float *x2;      /* [B][dim] */
     float *dlog;    /* [B][n_draft_vocab] */
     float *att;     /* [nth][n_ctx] */
+    int32_t *att_idx; /* [nth][n_ctx] visible slots under a tree mask */
     float *rope_cs; /* [B][rot_dim] */
     uint8_t *act;   /* [B][act_stride] */
     size_t act_stride;
@@ -360,6 +361,7 @@ void sp_eagle3_ctx_free(sp_eagle3_ctx *c) {
     free(c->x2);
     free(c->dlog);
     free(c->att);
+    free(c->att_idx);
     free(c->rope_cs);
     free(c->act);
     free(c);
@@ -407,10 +409,11 @@ sp_status sp_eagle3_ctx_init(const sp_eagle3 *h, int32_t n_ctx, int32_t max_batc
     c->x2 = alloc64(B * dim * 4);
     c->dlog = alloc64(B * (size_t)h->n_draft_vocab * 4);
     c->att = alloc64((size_t)nth * (size_t)n_ctx * 4);
+    c->att_idx = malloc((size_t)nth * (size_t)n_ctx * sizeof *c->att_idx);
     c->rope_cs = alloc64(B * (size_t)h->rot_dim * 4);
     c->act = alloc64(B * c->act_stride);
     if (!c->feat || !c->cat || !c->x || !c->xb || !c->q || !c->hb || !c->hb2 || !c->x2 || !c->dlog ||
-        !c->att || !c->rope_cs || !c->act) {
+        !c->att || !c->att_idx || !c->rope_cs || !c->act) {
         sp_eagle3_ctx_free(c);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for the head's scratch");
     }
@@ -471,12 +474,15 @@ sp_status sp_eagle3_encode(sp_eagle3_ctx *c, const float *const taps[3], int32_t
     return SP_OK;
 }
 
-/* Causal attention of the n new rows (queries in c->q, slots n_past..) over
- * the cache, into c->xb (stride wide). */
+/* Attention of the n new rows (queries in c->q, slots n_past..) over the
+ * cache, causal or under a mask over slots [mask_base, n_past + n), into
+ * c->xb (stride wide). */
 typedef struct att_run {
     sp_eagle3_ctx *c;
     int32_t n, n_past;
     int64_t wide;
+    const uint8_t *mask;
+    int32_t mask_base, mask_w;
 } att_run;
 
 static void att_run_fn(void *arg, int ith, int nth) {
@@ -493,25 +499,47 @@ static void att_run_fn(void *arg, int ith, int nth) {
     for (int64_t task = tasks * ith / nth; task < tasks * (ith + 1) / nth; task++) {
         const int32_t hh = (int32_t)(task / a->n), t = (int32_t)(task % a->n);
         const int64_t koff = (int64_t)(hh / group) * hd;
-        const int32_t ns = a->n_past + t + 1;
+        const int32_t ns = a->mask ? a->n_past + a->n : a->n_past + t + 1;
         scores(c->q + t * q_dim + (int64_t)hh * hd, sp_kv_k(&c->kv, 0, 0) + koff, c->kv.kv_dim, ns, hd, scale, att);
-        softmax(att, ns);
-        mix(att, NULL, sp_kv_v(&c->kv, 0, 0) + koff, c->kv.kv_dim, ns, hd, c->xb + t * a->wide + (int64_t)hh * hd);
+        /* under a mask, the visible slots in slot order become ranks (ops.h) */
+        int32_t nv = ns, *idx = NULL;
+        if (a->mask) {
+            idx = c->att_idx + (size_t)ith * (size_t)c->kv.n_ctx;
+            nv = 0;
+            for (int32_t sl = 0; sl < ns; sl++)
+                if (sl < a->mask_base || a->mask[(int64_t)t * a->mask_w + (sl - a->mask_base)]) {
+                    idx[nv] = sl;
+                    att[nv++] = att[sl];
+                }
+        }
+        softmax(att, nv);
+        mix(att, idx, sp_kv_v(&c->kv, 0, 0) + koff, c->kv.kv_dim, nv, hd, c->xb + t * a->wide + (int64_t)hh * hd);
     }
 }
 
 sp_status sp_eagle3_decode(sp_eagle3_ctx *c, const int32_t *tokens, const float *g, int32_t n, bool all,
                            float *logits, float *prenorm, sp_error *err) {
+    return sp_eagle3_decode_tree(c, tokens, g, NULL, n, NULL, 0, all, logits, prenorm, err);
+}
+
+sp_status sp_eagle3_decode_tree(sp_eagle3_ctx *c, const int32_t *tokens, const float *g, const int32_t *pos,
+                                int32_t n, const uint8_t *mask, int32_t mask_base, bool all, float *logits,
+                                float *prenorm, sp_error *err) {
     const sp_eagle3 *h = c->h;
     const int32_t n_past = c->kv.n;
+    if (mask && (mask_base < 0 || mask_base > n_past))
+        return sp_fail(err, SP_ERR_ARG, "eagle3: mask base %d outside the cache (0..%d)", mask_base, n_past);
+    for (int32_t t = 0; mask && t < n; t++)
+        if (!mask[(int64_t)t * (n_past + n - mask_base) + (n_past + t - mask_base)])
+            return sp_fail(err, SP_ERR_ARG, "eagle3: mask row %d does not let it see itself", t);
     if (n < 1 || n > c->max_batch)
         return sp_fail(err, SP_ERR_ARG, "eagle3: batch of %d pairs (1 to %d)", n, c->max_batch);
     if (n_past + n > c->kv.n_ctx)
         return sp_fail(err, SP_ERR_RANGE, "eagle3: context full: %d cached + %d new exceed %d", n_past, n,
                        c->kv.n_ctx);
     for (int32_t t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= h->V)
-            return sp_fail(err, SP_ERR_ARG, "eagle3: token id %d out of range [0, %d)", tokens[t], h->V);
+        if (tokens[t] < 0 || tokens[t] >= h->V || (pos && (pos[t] < 0 || pos[t] >= (1 << 24))))
+            return sp_fail(err, SP_ERR_ARG, "eagle3: token id %d or position out of range", tokens[t]);
     const int64_t dim = h->dim, hd = h->head_dim, q_dim = (int64_t)h->n_heads * hd;
     const int64_t kv_dim = (int64_t)h->n_kv_heads * hd, wide = q_dim > dim ? q_dim : dim, ffn = h->ffn_dim;
     const sp_rope_freqs rf = {.theta_scale = powf(h->rope_theta, -2.0f / (float)h->rot_dim), .freq_scale = 1.0f,
@@ -523,7 +551,7 @@ sp_status sp_eagle3_decode(sp_eagle3_ctx *c, const int32_t *tokens, const float 
         sp_rmsnorm(cat, x, h->attn_norm, dim, h->eps);
         sp_rmsnorm(cat + dim, gt, h->hidden_norm, dim, h->eps);
         memcpy(x, h->norm_before_residual ? cat + dim : gt, (size_t)dim * sizeof(float));
-        sp_rope_cs(c->rope_cs + (int64_t)t * h->rot_dim, n_past + t, &rf, h->rot_dim);
+        sp_rope_cs(c->rope_cs + (int64_t)t * h->rot_dim, pos ? pos[t] : n_past + t, &rf, h->rot_dim);
     }
     float *kd = sp_kv_k(&c->kv, 0, n_past), *vd = sp_kv_v(&c->kv, 0, n_past);
     matmul(c, &h->wq, c->cat, 2 * dim, n, c->q, q_dim);
@@ -534,7 +562,8 @@ sp_status sp_eagle3_decode(sp_eagle3_ctx *c, const int32_t *tokens, const float 
         sp_rope_apply(c->q + t * q_dim, h->n_heads, (int32_t)hd, h->rot_dim, cs, false);
         sp_rope_apply(kd + t * kv_dim, h->n_kv_heads, (int32_t)hd, h->rot_dim, cs, false);
     }
-    att_run ar = {.c = c, .n = n, .n_past = n_past, .wide = wide};
+    att_run ar = {.c = c, .n = n, .n_past = n_past, .wide = wide, .mask = mask, .mask_base = mask_base,
+                  .mask_w = n_past + n - mask_base};
     const uint64_t att_work = (uint64_t)n * (uint64_t)(n_past + n) * (uint64_t)q_dim;
     if (!c->pool || att_work < (1u << 15)) att_run_fn(&ar, 0, 1);
     else sp_pool_run(c->pool, att_run_fn, &ar);

@@ -44,4 +44,12 @@ sp_status sp_eagle3_encode(sp_eagle3_ctx *c, const float *const taps[3], int32_t
 sp_status sp_eagle3_decode(sp_eagle3_ctx *c, const int32_t *tokens, const float *g, int32_t n,
                            bool all, float *logits, float *prenorm, sp_error *err);
 
+/* The same over a draft tree level: explicit positions (NULL: n_past + t)
+ * and, when mask is not NULL, a mask over slots [mask_base, n_past + n)
+ * (row-major, n_past + n - mask_base wide; slots below mask_base are
+ * visible), as sp_batch's with mask_from_past. */
+sp_status sp_eagle3_decode_tree(sp_eagle3_ctx *c, const int32_t *tokens, const float *g, const int32_t *pos,
+                                int32_t n, const uint8_t *mask, int32_t mask_base, bool all, float *logits,
+                                float *prenorm, sp_error *err);
+
 #endif

@@ -36,6 +36,8 @@ struct sp_drafter {
     float *g;                /* [g_cap][edim] */
     int32_t g0, gn, g_cap, edim;
     float *pre;              /* [edim] pre-norm output of the last decoded pair */
+    float *tpre;             /* [SP_TREE_MAX_NODES][edim] each draft tree node's pre-norm output */
+    int32_t *tpos;           /* [max_batch] positions of a tree level */
 };
 
 /* When the draft cache lags the history by more than DRAFT_RESYNC_GAP
@@ -136,6 +138,8 @@ void sp_drafter_free(sp_drafter *d) {
     sp_eagle3_ctx_free(d->ectx);
     free(d->g);
     free(d->pre);
+    free(d->tpre);
+    free(d->tpos);
     sp_ctx_free(d->ctx);
     sp_model_free(d->owned_model);
     free(d->logits);
@@ -283,7 +287,9 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
         if (!st) {
             d->g = malloc((size_t)d->g_cap * (size_t)d->edim * sizeof(float));
             d->pre = malloc((size_t)d->edim * sizeof(float));
-            if (!d->g || !d->pre) st = sp_fail(err, SP_ERR_NOMEM, "out of memory for the head's rows");
+            d->tpre = malloc((size_t)SP_TREE_MAX_NODES * (size_t)d->edim * sizeof(float));
+            d->tpos = malloc((size_t)d->max_batch * sizeof *d->tpos);
+            if (!d->g || !d->pre || !d->tpre || !d->tpos) st = sp_fail(err, SP_ERR_NOMEM, "out of memory for the head's rows");
         }
     }
     if (!st) {
@@ -569,11 +575,82 @@ static int32_t pick_children(sp_drafter *d, const float *logits, const float *q,
     return m;
 }
 
+/* A tree from the head: the root is the pair of the last committed token
+ * (as a chain's start); each level's nodes are evaluated in one call under
+ * an ancestor mask over the tree's slots, a node's pair taking its parent's
+ * pre-norm output as g, at position n - 2 + depth. */
+static sp_status e3_tree(sp_drafter *d, const int32_t *hist, int32_t n, const sp_tree_shape *shape,
+                         int32_t max_depth, bool greedy, sp_mc_mode mode, sp_sampler *smp, sp_rng *rng,
+                         sp_draft_tree *t, sp_error *err) {
+    const int32_t V = d->V, E = d->edim;
+    t->n_nodes = 1;
+    t->parent[0] = -1;
+    t->token[0] = hist[n - 1];
+    t->depth[0] = 0;
+    sp_status st = SP_OK;
+    if (n < 2) { /* no target row yet: a root without children */
+        memset(t->q, 0, (size_t)V * sizeof(float));
+        t->q[hist[n - 1]] = 1;
+        return SP_OK;
+    }
+    if (sp_eagle3_ctx_n_past(d->ectx) > n - 2) st = sp_eagle3_ctx_truncate(d->ectx, n - 2, err);
+    if (!st) st = e3_pairs(d, hist, n - 2, err);
+    if (st) return st;
+    e3_drop_consumed(d);
+    const int32_t base = sp_eagle3_ctx_n_past(d->ectx); /* n - 1: the first tree slot */
+    memcpy(d->tpre, d->pre, (size_t)E * sizeof(float));
+    sp_sampler_probs(smp, d->logits, t->q);
+    int32_t f0 = 0, f1 = 1;
+    const int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
+    for (int32_t lev = 1; lev <= depth; lev++) {
+        const int32_t first_new = t->n_nodes;
+        for (int32_t f = f0; f < f1; f++) {
+            int32_t kids[SP_TREE_MAX_NODES];
+            int32_t k = shape->branch[lev - 1];
+            if (t->n_nodes + k > SP_TREE_MAX_NODES) k = SP_TREE_MAX_NODES - t->n_nodes;
+            k = pick_children(d, d->logits + (int64_t)(f - f0) * V, t->q + (int64_t)f * V, k, greedy, mode, rng, kids);
+            for (int32_t j = 0; j < k; j++) {
+                const int32_t c = t->n_nodes++;
+                t->parent[c] = f;
+                t->token[c] = kids[j];
+                t->depth[c] = lev;
+            }
+        }
+        f0 = first_new;
+        f1 = t->n_nodes;
+        if (lev == depth || f1 == f0) break;
+        const int32_t m = f1 - f0;
+        if (m > d->max_batch)
+            return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the draft batch %d", m, d->max_batch);
+        /* nodes 1..f0-1 sit at slots base.. (node a at base + a - 1); this level follows */
+        const int32_t w = sp_eagle3_ctx_n_past(d->ectx) + m - base;
+        float *g = d->g + (size_t)d->gn * (size_t)E; /* scratch past the kept rows */
+        if (d->gn + m > d->g_cap)
+            return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the head's rows", m);
+        sp_tree_ancestor_mask(t->parent, f0, m, 0, w, d->mask);
+        for (int32_t i = 0; i < m; i++) {
+            d->tok[i] = t->token[f0 + i];
+            d->tpos[i] = n - 2 + lev;
+            memcpy(g + (size_t)i * E, d->tpre + (size_t)t->parent[f0 + i] * E, (size_t)E * sizeof(float));
+        }
+        const double t0 = sp_now();
+        st = sp_eagle3_decode_tree(d->ectx, d->tok, g, d->tpos, m, d->mask, base, true, d->logits,
+                                   d->tpre + (size_t)f0 * E, err);
+        d->cnt.seconds += sp_now() - t0;
+        d->cnt.forwards++;
+        if (st) return st;
+        for (int32_t i = 0; i < m; i++)
+            sp_sampler_probs(smp, d->logits + (int64_t)i * V, t->q + (int64_t)(f0 + i) * V);
+    }
+    return sp_eagle3_ctx_truncate(d->ectx, base, err);
+}
+
 sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
                           const sp_tree_shape *shape, int32_t max_depth, bool greedy,
                           sp_mc_mode mode, sp_sampler *smp, sp_rng *rng, sp_draft_tree *t,
                           sp_error *err) {
-    if (!d->ctx) return sp_fail(err, SP_ERR_ARG, "trees need a model-based drafter (model, layerskip, lowbit)");
+    if (d->ectx) return e3_tree(d, hist, n, shape, max_depth, greedy, mode, smp, rng, t, err);
+    if (!d->ctx) return sp_fail(err, SP_ERR_ARG, "trees need a model-based drafter (model, layerskip, lowbit, eagle3)");
     const int32_t V = d->V;
     sp_status st = catch_up(d, hist, n, err);
     if (st) return st;
@@ -633,6 +710,19 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
 sp_status sp_drafter_accept_tree(sp_drafter *d, int32_t n, const sp_draft_tree *t,
                                  const int32_t *path, int32_t n_path, sp_error *err) {
     (void)t;
+    if (d->ectx) { /* keep the encoded rows of the tail and of the accepted path's nodes */
+        const int32_t keep = n - d->g0; /* rows of positions g0..n-1 */
+        if (keep < 0 || keep > d->gn) return SP_OK; /* nothing of this pass was seen */
+        int32_t m = keep;
+        for (int32_t i = 0; i < n_path; i++) {
+            const int32_t r = keep + path[i] - 1;
+            if (r >= d->gn) break;
+            if (r != m) memmove(d->g + (size_t)m * d->edim, d->g + (size_t)r * d->edim, (size_t)d->edim * sizeof(float));
+            m++;
+        }
+        d->gn = m;
+        return SP_OK;
+    }
     /* A tree trimmed to depth 0 drafted nothing and left the cache behind:
      * the next catch-up brings it level. */
     if (!d->ctx || sp_ctx_n_past(d->ctx) < n - d->off) return SP_OK;
