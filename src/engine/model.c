@@ -48,12 +48,6 @@ struct sp_ctx {
     int32_t tap_rows;     /* rows the last forward recorded */
 };
 
-static void *alloc64(size_t bytes) {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64)) return NULL;
-    return p;
-}
-
 sp_ctx_params sp_ctx_default_params(void) {
     sp_ctx_params p = {.n_ctx = 0, .max_batch = SP_CTX_DEFAULT_BATCH, .n_threads = 1, .pool = NULL};
     return p;
@@ -87,42 +81,6 @@ sp_status sp_ctx_set_skip_layers(sp_ctx *c, const bool *skip, sp_error *err) {
     return SP_OK;
 }
 
-sp_status sp_ctx_set_taps(sp_ctx *c, const int32_t *layers, int32_t n, sp_error *err) {
-    if (n < 0 || n > SP_MAX_TAPS || (n > 0 && !layers))
-        return sp_fail(err, SP_ERR_ARG, "taps: %d layers (0 to %d)", n, SP_MAX_TAPS);
-    for (int32_t i = 0; i < n; i++)
-        if (layers[i] < 0 || layers[i] > c->m->cfg.n_layers)
-            return sp_fail(err, SP_ERR_ARG, "taps: layer %d outside [0, %d] of a %d-layer model",
-                           layers[i], c->m->cfg.n_layers, c->m->cfg.n_layers);
-    int32_t *tl = NULL;
-    float *t = NULL;
-    if (n > 0) {
-        tl = malloc((size_t)n * sizeof *tl);
-        t = alloc64((size_t)n * (size_t)c->max_batch * (size_t)c->m->cfg.dim * sizeof(float));
-        if (!tl || !t) {
-            free(tl);
-            free(t);
-            return sp_fail(err, SP_ERR_NOMEM, "out of memory for hidden-state taps");
-        }
-        memcpy(tl, layers, (size_t)n * sizeof *tl);
-    }
-    free(c->tap_layer);
-    free(c->taps);
-    c->tap_layer = tl;
-    c->taps = t;
-    c->n_taps = n;
-    c->tap_rows = 0;
-    return SP_OK;
-}
-
-int32_t sp_ctx_n_taps(const sp_ctx *c) { return c->n_taps; }
-
-const float *sp_ctx_taps(const sp_ctx *c, int32_t i, int32_t *n_rows) {
-    if (n_rows) *n_rows = i >= 0 && i < c->n_taps ? c->tap_rows : 0;
-    if (i < 0 || i >= c->n_taps || c->tap_rows == 0) return NULL;
-    return c->taps + (size_t)i * (size_t)c->max_batch * (size_t)c->m->cfg.dim;
-}
-
 void sp_ctx_free(sp_ctx *c) {
     if (!c) return;
     free(c->tap_layer);
@@ -145,6 +103,12 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->rope_cs);
     free(c->rope_cs_local);
     free(c);
+}
+
+static void *alloc64(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64)) return NULL;
+    return p;
 }
 
 sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, sp_error *err) {
@@ -222,6 +186,42 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     }
     *out = c;
     return SP_OK;
+}
+
+sp_status sp_ctx_set_taps(sp_ctx *c, const int32_t *layers, int32_t n, sp_error *err) {
+    if (n < 0 || n > SP_MAX_TAPS || (n > 0 && !layers))
+        return sp_fail(err, SP_ERR_ARG, "taps: %d layers (0 to %d)", n, SP_MAX_TAPS);
+    for (int32_t i = 0; i < n; i++)
+        if (layers[i] < 0 || layers[i] > c->m->cfg.n_layers)
+            return sp_fail(err, SP_ERR_ARG, "taps: layer %d outside [0, %d] of a %d-layer model",
+                           layers[i], c->m->cfg.n_layers, c->m->cfg.n_layers);
+    int32_t *tl = NULL;
+    float *t = NULL;
+    if (n > 0) {
+        tl = malloc((size_t)n * sizeof *tl);
+        t = alloc64((size_t)n * (size_t)c->max_batch * (size_t)c->m->cfg.dim * sizeof(float));
+        if (!tl || !t) {
+            free(tl);
+            free(t);
+            return sp_fail(err, SP_ERR_NOMEM, "out of memory for hidden-state taps");
+        }
+        memcpy(tl, layers, (size_t)n * sizeof *tl);
+    }
+    free(c->tap_layer);
+    free(c->taps);
+    c->tap_layer = tl;
+    c->taps = t;
+    c->n_taps = n;
+    c->tap_rows = 0;
+    return SP_OK;
+}
+
+int32_t sp_ctx_n_taps(const sp_ctx *c) { return c->n_taps; }
+
+const float *sp_ctx_taps(const sp_ctx *c, int32_t i, int32_t *n_rows) {
+    if (n_rows) *n_rows = i >= 0 && i < c->n_taps ? c->tap_rows : 0;
+    if (i < 0 || i >= c->n_taps || c->tap_rows == 0) return NULL;
+    return c->taps + (size_t)i * (size_t)c->max_batch * (size_t)c->m->cfg.dim;
 }
 
 /* ------------------------------------------------------------------ jobs */
@@ -466,20 +466,6 @@ typedef struct seq_rows {
     int32_t n_past, mask_base;
 } seq_rows;
 
-/* Copies every sequence's rows of the residual stream (the lead's x) into
- * the taps of layer l its context asked for. */
-static void record_taps(const sp_ctx *lead, const seq_rows *sq, int n_seq, int32_t l) {
-    const int64_t dim = lead->m->cfg.dim;
-    for (int i = 0; i < n_seq; i++) {
-        sp_ctx *c = sq[i].c;
-        for (int32_t k = 0; k < c->n_taps; k++)
-            if (c->tap_layer[k] == l)
-                memcpy(c->taps + (size_t)k * (size_t)c->max_batch * (size_t)dim,
-                       lead->x + (int64_t)sq[i].row0 * dim, (size_t)sq[i].n * (size_t)dim * sizeof(float));
-        c->tap_rows = sq[i].n;
-    }
-}
-
 /* One layer's attention block for the new tokens of every sequence (rows
  * of the lead context's scratch, sequence after sequence): norm, q/k/v
  * (one matmul each over all rows; keys and values go straight into the
@@ -625,6 +611,20 @@ static sp_status check_seq(sp_ctx *lead, seq_rows *q, sp_error *err) {
     q->n_past = n_past;
     q->mask_base = mask_base;
     return SP_OK;
+}
+
+/* Copies every sequence's rows of the residual stream (the lead's x) into
+ * the taps of layer l its context asked for. */
+static void record_taps(const sp_ctx *lead, const seq_rows *sq, int n_seq, int32_t l) {
+    const int64_t dim = lead->m->cfg.dim;
+    for (int i = 0; i < n_seq; i++) {
+        sp_ctx *c = sq[i].c;
+        for (int32_t k = 0; k < c->n_taps; k++)
+            if (c->tap_layer[k] == l)
+                memcpy(c->taps + (size_t)k * (size_t)c->max_batch * (size_t)dim,
+                       lead->x + (int64_t)sq[i].row0 * dim, (size_t)sq[i].n * (size_t)dim * sizeof(float));
+        c->tap_rows = sq[i].n;
+    }
 }
 
 /* The forward of sp_forward and sp_forward_multi: every sequence's rows in
