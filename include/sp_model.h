@@ -141,6 +141,23 @@ sp_status sp_ctx_keep(sp_ctx *c, int32_t start, const int32_t *idx, int32_t m, s
  * restores the full model. The array is copied. */
 sp_status sp_ctx_set_skip_layers(sp_ctx *c, const bool *skip, sp_error *err);
 
+/* Hidden-state taps: after this, every forward over the context records,
+ * for each of the n layers (each in [0, n_layers]), the residual stream
+ * entering that layer for every evaluated row (prompt chunks, draft chains,
+ * tree nodes, in batch order): layer 0 is the token embedding (scaled where
+ * the architecture scales it), n_layers the final state before the output
+ * norm. Layer l is the input of layer l whether or not it is skipped. The
+ * rows are copies of the pass's own activations (no extra weight reads);
+ * sp_forward_multi records each sequence's rows in its own context. n = 0
+ * (layers may be NULL) turns taps off. The list is copied. */
+#define SP_MAX_TAPS 8
+sp_status sp_ctx_set_taps(sp_ctx *c, const int32_t *layers, int32_t n, sp_error *err);
+int32_t sp_ctx_n_taps(const sp_ctx *c);
+/* Tap i (in sp_ctx_set_taps' order) of the last forward: *n_rows rows of
+ * dim floats, row t for the batch's token t; NULL before any forward or for
+ * an i out of range. Valid until the next forward or sp_ctx_set_taps. */
+const float *sp_ctx_taps(const sp_ctx *c, int32_t i, int32_t *n_rows);
+
 typedef struct sp_batch {
     const int32_t *tokens; /* n token ids */
     const int32_t *pos;    /* n positions; NULL = n_past + i */

@@ -89,8 +89,9 @@ sp_status sp_spec_config_parse(sp_spec_config *c, const char *text, sp_error *er
 sp_status sp_spec_config_json_text(sp_spec_config *c, const char *text, size_t len,
                                    sp_error *err);
 
-/* Finish the layer (rules above). has_draft_model: a draft model will be
- * passed in params.draft.draft_model. On success c->params is complete
+/* Finish the layer (rules above). has_draft_model: a draft file was given
+ * (a draft model for params.draft.draft_model, or with drafter eagle3 the
+ * head for params.draft.eagle3). On success c->params is complete
  * and valid in itself (sp_spec_config_check_params). */
 sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_error *err);
 

@@ -3,7 +3,8 @@
  *   load a model (sp_model.h: GGUF or llama2.c, contexts, forward passes),
  *   tokenize (sp_tokenizer.h), sample (sp_sampler.h), generate plainly
  *   (sp_generate.h) or speculatively with a configuration (sp_spec.h,
- *   sp_spec_config.h, drafter kinds in sp_draft.h, tree shapes in sp_tree.h),
+ *   sp_spec_config.h, drafter kinds in sp_draft.h, EAGLE-3 heads in
+ *   sp_eagle3.h, tree shapes in sp_tree.h),
  *   verify distributions directly (sp_verify.h), read statistics, route
  *   requests among drafts (sp_router.h), render chat prompts (sp_chat.h),
  *   train drafts (losses sp_loss.h, the trainer sp_train.h, distillation
@@ -27,6 +28,7 @@
 #include "sp_threadpool.h"
 #include "sp_model.h"
 #include "sp_generate.h"
+#include "sp_eagle3.h"
 #include "sp_tree.h"
 #include "sp_verify.h"
 #include "sp_draft.h"

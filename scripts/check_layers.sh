@@ -24,6 +24,7 @@ engine/sampler_internal.h speculation the sampler inverse-CDF draw over weights 
 engine/ops.h            train         the kernels the trainer shares with the forward pass
 engine/quant.h          train         row quantisers, for saving trained weights
 engine/model_plain.h    train         a plain Llama model as float tensors, both ways
+engine/eagle3.h         speculation   the EAGLE-3 head cache and forward (the eagle3 drafter)
 '
 
 order="$(sed -n 's/^SRC_DIRS *:= *//p' Makefile) tools"

@@ -571,6 +571,44 @@ static void test_batching(void **state) {
     assert_int_equal(stop(&s), 0);
 }
 
+/* --draft eagle3 -md HEAD.gguf: requests draft with the EAGLE-3 head, also
+ * in passes shared with other requests (the taps of each sequence are its
+ * own), and give plain decoding's text; a request may turn it off; -md
+ * HEAD.gguf without --draft eagle3 is refused in one line. */
+static void test_eagle3(void **state) {
+    (void)state;
+    enum { NB = 4, NTOK = 48 };
+    const char *head = "tests/data/eagle3/stories260K-head.gguf";
+    const char *prompts[2] = {"Once upon a time", "The cat"};
+    char want[2][8192];
+    for (int i = 0; i < 2; i++) generate_text(prompts[i], NTOK, want[i], sizeof want[i]);
+    const char *extra[] = {"--draft", "eagle3", "-md", head, "--gamma", "3", "--parallel", "4", "--batching", "on", NULL};
+    server s = start(extra);
+    bclient c[NB];
+    pthread_t th[NB];
+    for (int i = 0; i < NB; i++) {
+        c[i].port = s.port;
+        snprintf(c[i].body, sizeof c[i].body, "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0%s}",
+                 prompts[i % 2], NTOK, i == 3 ? ",\"speculative\":{\"drafter\":\"none\"}" : "");
+        pthread_create(&th[i], NULL, bclient_main, &c[i]);
+    }
+    for (int i = 0; i < NB; i++) {
+        pthread_join(th[i], NULL);
+        json_t *j = ok_json(c[i].r);
+        if (strcmp(choice_text(j), want[i % 2])) fail_msg("request %d: '%s'", i, choice_text(j));
+        json_t *sd = json_object_get(json_object_get(j, "metrics"), "speculative_decoding");
+        if (i < 3 && !(json_is_object(sd) && json_integer_value(json_object_get(sd, "num_draft_tokens")) > 0 &&
+                       !strcmp(json_string_value(json_object_get(sd, "drafter")), "eagle3")))
+            fail_msg("request %d drafted nothing", i);
+        json_decref(j);
+    }
+    assert_int_equal(stop(&s), 0);
+    char args[2048], buf[4096];
+    snprintf(args, sizeof args, "serve -m '%s' -md '%s' --port 0", stories(), head);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 1);
+    assert_non_null(strstr(buf, "is an EAGLE-3 head"));
+}
+
 /* The official openai npm client (tests/js/openai_client.mjs). */
 static void test_openai_client(void **state) {
     (void)state;
@@ -696,5 +734,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_bad_flags),
     cmocka_unit_test(test_load),              cmocka_unit_test(test_openai_client),
     cmocka_unit_test(test_batching),
+    cmocka_unit_test(test_eagle3),
 };
 SP_TEST_MAIN(tests)

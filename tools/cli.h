@@ -174,6 +174,12 @@ int cli_ids_check(const char *flag, const int32_t *ids, int32_t n, int32_t n_voc
 int cli_load_models(const cli_run_opts *r, sp_model **model, sp_model **dmodel);
 /* Whether path is a GGUF file (its magic); false when it cannot be read. */
 bool cli_is_gguf(const char *path);
+/* Whether path is a GGUF file of architecture eagle3 (an EAGLE-3 head). */
+bool cli_is_eagle3(const char *path);
+/* The -md file for the drafter `kind`: with eagle3, loads it as an EAGLE-3
+ * head for `target` into *head; otherwise refuses a head given as a draft
+ * model (naming --draft eagle3). Prints one line and returns 1 on failure. */
+int cli_load_head(const char *path, sp_drafter_kind kind, const sp_model *target, sp_eagle3 **head);
 
 /* Loads the drafts after the first (r->draft_models[1..]) into dms[1..]
  * (dms[0] is the one cli_load_models loaded). Prints one line and

@@ -233,13 +233,41 @@ int cli_load_models(const cli_run_opts *r, sp_model **model, sp_model **dmodel) 
         *model = NULL;
         return 1;
     }
-    if (r->draft_model) {
+    if (r->draft_model && !cli_is_eagle3(r->draft_model)) { /* a head loads with its target: cli_load_head */
         if (load_params(r, true, r->draft_model, &mp) || sp_model_load(r->draft_model, &mp, dmodel, &err)) {
             if (err.msg[0]) fprintf(stderr, "specula: %s\n", err.msg);
             sp_model_free(*model);
             *model = NULL;
             return 1;
         }
+    }
+    return 0;
+}
+
+bool cli_is_eagle3(const char *path) {
+    if (!path || !cli_is_gguf(path)) return false;
+    sp_gguf *g = NULL;
+    sp_error err = {0};
+    if (sp_gguf_open(path, &g, &err)) return false;
+    sp_str a = {0};
+    const bool yes = !sp_gguf_get_str(g, "general.architecture", &a, &err) && a.len == 6 && !memcmp(a.ptr, "eagle3", 6);
+    sp_gguf_close(g);
+    return yes;
+}
+
+int cli_load_head(const char *path, sp_drafter_kind kind, const sp_model *target, sp_eagle3 **head) {
+    *head = NULL;
+    if (kind != SP_DRAFT_EAGLE3) {
+        if (path && cli_is_eagle3(path)) {
+            fprintf(stderr, "specula: %s is an EAGLE-3 head: draft with it by --draft eagle3 (drafter=eagle3)\n", path);
+            return 1;
+        }
+        return 0;
+    }
+    sp_error err = {0};
+    if (sp_eagle3_load(path, target, head, &err)) {
+        fprintf(stderr, "specula: %s\n", err.msg);
+        return 1;
     }
     return 0;
 }

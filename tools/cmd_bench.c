@@ -30,7 +30,7 @@ typedef struct bench_opts {
 
 static void bench_usage(FILE *f) {
     fprintf(f,
-            "usage: specula bench -m MODEL [-z TOKENIZER] [-md DRAFT [-zd TOKENIZER]]\n"
+            "usage: specula bench -m MODEL [-z TOKENIZER] [-md DRAFT|HEAD.gguf [-zd TOKENIZER]]\n"
             "         [--prompts FILE.jsonl] [--configs \"CFG;CFG;...\"] [-n N] [--repeat R]\n"
             "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
             "         [-c N_CTX] [-ctk T] [-ctv T] [--out DIR] [--json]\n"
@@ -38,9 +38,10 @@ static void bench_usage(FILE *f) {
             "  field per line; default %s) and reports acceptance rate, block\n"
             "  efficiency, mean accepted length, tokens/s and speedup over plain decoding.\n"
             "  CFG: plain | key=value,... with the speculation settings drafter (or draft:\n"
-            "    model|ngram|layerskip|lowbit), verifier (or verify), gamma (or n_max), n_min,\n"
+            "    model|ngram|layerskip|lowbit|eagle3), verifier (or verify), gamma (or n_max), n_min,\n"
             "    p_min, tree, adaptive, ngram_min, ngram_max, skip_layers (or skip), lowbit,\n"
             "    lenience; e.g. \"draft=model,gamma=4;draft=layerskip,skip=1,3,gamma=4\".\n"
+            "  With an EAGLE-3 head as -md: draft=eagle3 configurations draft with it.\n"
             "  Plain decoding is always run first. Writes results.json, results.csv and\n"
             "  PNG plots into DIR (default bench-out); --json prints results.json to stdout.\n"
             "  Streams (online speculative decoding): prompts are processed in file order;\n"
@@ -288,6 +289,7 @@ typedef struct bench_state {
     bench_config *cfg;
     int n_cfg;
     sp_model *model, *dmodel;            /* dmodel: the first draft */
+    sp_eagle3 *head;                     /* -md was an EAGLE-3 head */
     sp_model *dmodels[SP_CLI_MAX_DRAFTS];
     int n_dm;
     sp_ctx *ctx;
@@ -320,6 +322,7 @@ static void bench_free(bench_state *b) {
     free(b->cs);
     bench_configs_free(b->cfg, b->n_cfg);
     sp_ctx_free(b->ctx);
+    sp_eagle3_free(b->head);
     for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(b->dmodels[d]); /* NULL after a failed load */
     sp_model_free(b->model);
     prompts_free(&b->ps);
@@ -345,7 +348,15 @@ static int bench_inputs(const bench_opts *o, bench_state *b) {
     int rc = load_prompts(b->prompts_path, &b->ps);
     if (rc) return rc;
     const bool has_draft = o->run.draft_model != NULL;
-    const char *clist = o->configs ? o->configs : bench_default_configs(has_draft);
+    const bool head = has_draft && cli_is_eagle3(o->run.draft_model);
+    const char *clist = o->configs                 ? o->configs
+                        : head ? "plain;draft=eagle3,gamma=4;draft=ngram,gamma=4;draft=layerskip,gamma=4;"
+                                 "draft=lowbit,gamma=4"
+                               : bench_default_configs(has_draft);
+    if (head && o->run.n_draft_models > 1) {
+        fprintf(stderr, "specula: %s is an EAGLE-3 head: give it as the only -md\n", o->run.draft_model);
+        return 2;
+    }
     if (bench_configs_parse(clist, has_draft, &b->cfg, &b->n_cfg, msg, sizeof msg)) {
         fprintf(stderr, "specula: %s\n", msg);
         return 2;
@@ -356,14 +367,20 @@ static int bench_inputs(const bench_opts *o, bench_state *b) {
     }
     bool uses_model = false;
     for (int c = 0; c < b->n_cfg; c++) {
-        uses_model |= b->cfg[c].spec.draft.kind == SP_DRAFT_MODEL;
+        const sp_drafter_kind kind = b->cfg[c].spec.draft.kind;
+        uses_model |= kind == (head ? SP_DRAFT_EAGLE3 : SP_DRAFT_MODEL);
+        if ((kind == SP_DRAFT_MODEL && head) || (kind == SP_DRAFT_EAGLE3 && has_draft && !head)) {
+            fprintf(stderr, "specula: config '%s': %s is %san EAGLE-3 head (draft=%s)\n", b->cfg[c].name,
+                    o->run.draft_model, head ? "" : "not ", head ? "eagle3" : "model");
+            return 2;
+        }
         if (sp_spec_config_check_sampling(&b->cfg[c].spec, &o->run.sampling, &err)) {
             fprintf(stderr, "specula: config '%s': %s (--temp)\n", b->cfg[c].name, err.msg);
             return 2;
         }
     }
     if (has_draft && !uses_model) {
-        fprintf(stderr, "specula: -md given but no configuration uses draft=model\n");
+        fprintf(stderr, "specula: -md given but no configuration uses draft=%s\n", head ? "eagle3" : "model");
         return 2;
     }
     for (int c = 0; c < b->n_cfg; c++) {
@@ -387,6 +404,9 @@ static int bench_inputs(const bench_opts *o, bench_state *b) {
 static int bench_setup(const bench_opts *o, bench_state *b) {
     sp_error err = {0};
     if (cli_load_models(&o->run, &b->model, &b->dmodel)) return 2;
+    if (o->run.draft_model && cli_is_eagle3(o->run.draft_model) &&
+        cli_load_head(o->run.draft_model, SP_DRAFT_EAGLE3, b->model, &b->head))
+        return 2;
     b->dmodels[0] = b->dmodel;
     if (cli_load_more_drafts(&o->run, b->dmodels)) return 2;
     b->n_dm = o->run.n_draft_models;
@@ -412,6 +432,7 @@ static int bench_setup(const bench_opts *o, bench_state *b) {
             cs->draft[j] = !model ? -1 : k->route == SP_BENCH_ROUTE_AUTO ? j : k->route;
             sp_spec_params sp = k->spec;
             sp.draft.draft_model = cs->draft[j] >= 0 ? b->dmodels[cs->draft[j]] : b->dmodel;
+            sp.draft.eagle3 = b->head;
             if (sp_spec_init(b->ctx, &sp, &cs->spec[j], &err)) {
                 fprintf(stderr, "specula: config '%s': %s\n", k->name, err.msg);
                 return err.code == SP_ERR_NOMEM || err.code == SP_ERR_IO ? 1 : 2;
@@ -572,6 +593,10 @@ static json_t *bench_meta(const bench_opts *o, const bench_state *b) {
     if (b->dmodel) {
         json_object_set_new(meta, "draft_model", json_string(o->run.draft_model));
         json_object_set_new(meta, "draft_model_desc", json_string(sp_model_desc(b->dmodel)));
+    }
+    if (b->head) {
+        json_object_set_new(meta, "draft_model", json_string(o->run.draft_model));
+        json_object_set_new(meta, "draft_model_desc", json_string(sp_eagle3_desc(b->head)));
     }
     json_object_set_new(meta, "prompts_file", json_string(b->prompts_path));
     json_object_set_new(meta, "n_prompts", json_integer(b->ps.n));

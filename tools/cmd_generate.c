@@ -16,7 +16,7 @@ static void gen_usage(FILE *f) {
             "         [-n N]\n"
             "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
             "         [-c N_CTX] [-ctk f16|f32|q8_0] [-ctv f16|f32|q8_0] [--json]\n"
-            "       speculation: [-md DRAFT [-zd TOKENIZER]] [--draft model|ngram|layerskip|lowbit|none]\n"
+            "       speculation: [-md DRAFT [-zd TOKENIZER]] [--draft model|ngram|layerskip|lowbit|eagle3|none]\n"
             "         [--verify block|token|greedy|lenient|mc|mc-norep|naive] [--lenience L]\n"
             "         [--gamma G | --draft-max G] [--draft-min N] [--adaptive] [--draft-p-min P]\n"
             "         [--tree 4x2x2] [--ngram-min N] [--ngram-max N] [--skip-layers 1,3]\n"
@@ -85,12 +85,14 @@ int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool ne
     sp_error e = {0};
     if (sp_spec_config_finish(&o->cfg, o->run.draft_model != NULL, &e)) {
         fprintf(stderr, "specula: %s%s\n", e.msg,
-                o->cfg.params.draft.kind == SP_DRAFT_MODEL && !o->run.draft_model ? " (-md DRAFT)" : "");
+                o->cfg.params.draft.kind == SP_DRAFT_MODEL && !o->run.draft_model    ? " (-md DRAFT)"
+                : o->cfg.params.draft.kind == SP_DRAFT_EAGLE3 && !o->run.draft_model ? " (-md HEAD.gguf)"
+                                                                                      : "");
         return 2;
     }
     o->spec = o->cfg.params;
-    if (o->run.draft_model && o->spec.draft.kind != SP_DRAFT_MODEL) {
-        fprintf(stderr, "specula: -md is only used with the model drafter (--draft model)\n");
+    if (o->run.draft_model && o->spec.draft.kind != SP_DRAFT_MODEL && o->spec.draft.kind != SP_DRAFT_EAGLE3) {
+        fprintf(stderr, "specula: -md is only used with the model and eagle3 drafters (--draft model|eagle3)\n");
         return 2;
     }
     if (o->online.on && (o->spec.draft.kind != SP_DRAFT_MODEL || o->spec.tree.depth > 0)) {
@@ -148,6 +150,7 @@ static bool on_tokens(void *ud, const int32_t *ids, int32_t n) {
 /* Everything one generation holds; released by gen_free. */
 typedef struct gen_run {
     sp_model *model, *dmodel;
+    sp_eagle3 *head;
     sp_ctx *ctx;
     sp_spec *spec;
     sp_online *online;
@@ -168,6 +171,7 @@ static void gen_free(gen_run *g) {
     sp_spec_free(g->spec); /* before the learner whose snapshot it may serve */
     sp_online_free(g->online);
     sp_ctx_free(g->ctx);
+    sp_eagle3_free(g->head);
     sp_model_free(g->dmodel);
     sp_model_free(g->model);
 }
@@ -178,9 +182,12 @@ static int gen_setup(const sp_gen_opts *o, gen_run *g) {
     sp_error err = {0};
     cli_run_opts run = o->run;
     run.ids_only = o->prompt_ids != NULL;
-    if (cli_load_models(&run, &g->model, &g->dmodel)) return 1;
+    if (cli_load_models(&run, &g->model, &g->dmodel) ||
+        cli_load_head(o->run.draft_model, o->spec.draft.kind, g->model, &g->head))
+        return 1;
     sp_spec_params sp = o->spec;
     sp.draft.draft_model = g->dmodel;
+    sp.draft.eagle3 = g->head;
     if (sp_sampler_params_check(&o->run.sampling, &err)) goto fail;
     g->text = o->prompt ? o->prompt : "";
     g->text_len = strlen(g->text);

@@ -66,6 +66,7 @@ static const double TPOT_B[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 
 static struct server {
     sp_model *m, *dm;                    /* dm: the first draft, dms[0] */
+    sp_eagle3 *head;                     /* -md was an EAGLE-3 head (--draft eagle3) */
     sp_model *dms[SP_CLI_MAX_DRAFTS];    /* every -md */
     int n_dm;
     sp_router *router;                   /* several drafts: one is chosen per request */
@@ -145,7 +146,7 @@ static serve_out out_of(const run *g) {
 /* The server's settings requests are checked against. */
 static serve_limits limits(void) {
     return (serve_limits){.n_ctx = S.n_ctx, .sampling = S.sampling, .seed = S.seed, .defaults = S.defaults,
-                             .has_draft = S.dm != NULL, .tmpl = S.tmpl};
+                             .has_draft = S.dm != NULL || S.head != NULL, .tmpl = S.tmpl};
 }
 
 /* One SSE chunk with text delta s[0..n) (n may be 0) and finish (NULL while running). */
@@ -907,7 +908,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void serve_usage(FILE *f) {
     fprintf(f,
-            "usage: specula serve -m MODEL [-md DRAFT] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
+            "usage: specula serve -m MODEL [-md DRAFT | --draft eagle3 -md HEAD.gguf] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
             "         [--queue N] [-c CTX] [-t THREADS] [--api-key KEY] [--chat-template NAME]\n"
             "         [--alias NAME] [--batching auto|on|off] [--no-batching] [--no-spec-batching]\n"
             "         [--spec-cost share|wall]\n"
@@ -1084,11 +1085,20 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "specula: --chat-template must be one of %s, got '%s'\n", sp_chat_names(), tmpl_name);
         return 2;
     }
-    if (S.online.on && !run.draft_model) {
+    const bool head = run.draft_model && cli_is_eagle3(run.draft_model);
+    if (S.online.on && (!run.draft_model || head)) {
         fprintf(stderr, "specula: --online trains a draft model: give one with -md DRAFT\n");
         return 2;
     }
+    if (head && run.n_draft_models > 1) {
+        fprintf(stderr, "specula: %s is an EAGLE-3 head: give it as the only -md\n", run.draft_model);
+        return 2;
+    }
     if (cli_load_models(&run, &S.m, &S.dm)) return 1;
+    if (head && cli_load_head(run.draft_model, cfg.params.draft.kind, S.m, &S.head)) {
+        sp_model_free(S.m);
+        return 1;
+    }
     S.dms[0] = S.dm;
     S.n_dm = S.dm ? run.n_draft_models : 0;
     if (cli_load_more_drafts(&run, S.dms)) {
@@ -1109,6 +1119,7 @@ int cmd_serve(int argc, char **argv) {
     S.tok = sp_model_tokenizer(S.m);
     S.defaults = cfg.params;
     S.defaults.draft.draft_model = S.dm;
+    S.defaults.draft.eagle3 = S.head;
     S.sampling = run.sampling;
     S.seed = (uint64_t)run.seed;
     S.tmpl = tmpl_name ? sp_chat_by_name(tmpl_name) : model_template(run.model);
@@ -1218,6 +1229,7 @@ int cmd_serve(int argc, char **argv) {
     sp_pool_free(S.pool);
     sp_router_free(S.router);
     for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(S.dms[d]); /* dms[0] is dm */
+    sp_eagle3_free(S.head);
     sp_model_free(S.m);
     return rc;
 }

@@ -42,6 +42,12 @@ struct sp_ctx {
     sp_rope_freqs rope_local; /* the same for rope_local layers (gemma3) */
     float *rope_cs_local;     /* [B][rot_dim] for them, or NULL */
     sp_moe_scratch *moe;      /* expert scratch (moe.h), or NULL for a dense model */
+    /* hidden-state taps (sp_ctx_set_taps): residual stream entering layer
+     * tap_layer[i] (n_layers: the final state before the output norm) */
+    int32_t n_taps;
+    int32_t *tap_layer;   /* [n_taps] */
+    float *taps;          /* [n_taps][B][dim] rows of the last forward */
+    int32_t tap_rows;     /* rows the last forward recorded */
 };
 
 sp_ctx_params sp_ctx_default_params(void) {
@@ -91,6 +97,8 @@ sp_status sp_ctx_set_skip_layers(sp_ctx *c, const bool *skip, sp_error *err) {
 
 void sp_ctx_free(sp_ctx *c) {
     if (!c) return;
+    free(c->tap_layer);
+    free(c->taps);
     sp_kv_free(&c->kv);
     if (c->owns_pool) sp_pool_free(c->pool);
     free(c->skip);
@@ -212,6 +220,42 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     }
     *out = c;
     return SP_OK;
+}
+
+sp_status sp_ctx_set_taps(sp_ctx *c, const int32_t *layers, int32_t n, sp_error *err) {
+    if (n < 0 || n > SP_MAX_TAPS || (n > 0 && !layers))
+        return sp_fail(err, SP_ERR_ARG, "taps: %d layers (0 to %d)", n, SP_MAX_TAPS);
+    for (int32_t i = 0; i < n; i++)
+        if (layers[i] < 0 || layers[i] > c->m->cfg.n_layers)
+            return sp_fail(err, SP_ERR_ARG, "taps: layer %d outside [0, %d] of a %d-layer model",
+                           layers[i], c->m->cfg.n_layers, c->m->cfg.n_layers);
+    int32_t *tl = NULL;
+    float *t = NULL;
+    if (n > 0) {
+        tl = malloc((size_t)n * sizeof *tl);
+        t = alloc64((size_t)n * (size_t)c->max_batch * (size_t)c->m->cfg.dim * sizeof(float));
+        if (!tl || !t) {
+            free(tl);
+            free(t);
+            return sp_fail(err, SP_ERR_NOMEM, "out of memory for hidden-state taps");
+        }
+        memcpy(tl, layers, (size_t)n * sizeof *tl);
+    }
+    free(c->tap_layer);
+    free(c->taps);
+    c->tap_layer = tl;
+    c->taps = t;
+    c->n_taps = n;
+    c->tap_rows = 0;
+    return SP_OK;
+}
+
+int32_t sp_ctx_n_taps(const sp_ctx *c) { return c->n_taps; }
+
+const float *sp_ctx_taps(const sp_ctx *c, int32_t i, int32_t *n_rows) {
+    if (n_rows) *n_rows = i >= 0 && i < c->n_taps ? c->tap_rows : 0;
+    if (i < 0 || i >= c->n_taps || c->tap_rows == 0) return NULL;
+    return c->taps + (size_t)i * (size_t)c->max_batch * (size_t)c->m->cfg.dim;
 }
 
 /* ------------------------------------------------------------------ jobs */
@@ -552,6 +596,20 @@ static sp_status check_seq(sp_ctx *lead, seq_rows *q, sp_error *err) {
     return SP_OK;
 }
 
+/* Copies every sequence's rows of the residual stream (the lead's x) into
+ * the taps of layer l its context asked for. */
+static void record_taps(const sp_ctx *lead, const seq_rows *sq, int n_seq, int32_t l) {
+    const int64_t dim = lead->m->cfg.dim;
+    for (int i = 0; i < n_seq; i++) {
+        sp_ctx *c = sq[i].c;
+        for (int32_t k = 0; k < c->n_taps; k++)
+            if (c->tap_layer[k] == l)
+                memcpy(c->taps + (size_t)k * (size_t)c->max_batch * (size_t)dim,
+                       lead->x + (int64_t)sq[i].row0 * dim, (size_t)sq[i].n * (size_t)dim * sizeof(float));
+        c->tap_rows = sq[i].n;
+    }
+}
+
 /* The forward of sp_forward and sp_forward_multi: every sequence's rows in
  * the lead context's scratch, the matmuls over all of them at once, the
  * attention per sequence. */
@@ -576,10 +634,12 @@ static sp_status forward_seqs(sp_ctx *c, seq_rows *sq, int n_seq, int32_t n, con
         for (int64_t i = 0; i < (int64_t)n * dim; i++) c->x[i] *= m->embed_scale;
 
     for (int32_t l = 0; l < cfg->n_layers; l++) {
+        record_taps(c, sq, n_seq, l);
         if (skip && skip[l]) continue;
         attention_block(c, sq, n_seq, l, n);
         ffn_block(c, l, n);
     }
+    record_taps(c, sq, n_seq, cfg->n_layers);
 
     /* the rows that want logits, packed: all of a sequence's or its last */
     int32_t rows = 0;
