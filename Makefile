@@ -5,7 +5,7 @@
 # src/ is split by layer, lowest first (SRC_DIRS; scripts/check_layers.sh
 # reads the order from it): base (status, files, clock, threads, GGUF
 # reading), text (tokenizers, Unicode, chat templates), engine (kernels, the
-# forward pass, samplers), spec (verifiers, drafters, the speculative loop),
+# forward pass, samplers), speculation (verifiers, drafters, the speculative loop),
 # train (losses, trainer, distillation, online learning); then tools/.
 # Internal headers are found by name.
 
@@ -22,7 +22,7 @@ BUILD   ?= build
 OPT     := -O2 -g
 endif
 
-SRC_DIRS := base text engine spec train
+SRC_DIRS := base text engine speculation train
 SRC_INC  := $(SRC_DIRS:%=-Isrc/%)
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -Wall -Wextra -Werror -pthread -Iinclude $(SRC_INC) -Itools $(EXTRA_CFLAGS)
 LDFLAGS := $(OPT) -pthread
@@ -46,14 +46,19 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+# examples/ use the public API only: built with include/ alone on the path
+EX_SRC  := $(wildcard examples/*.c)
+EX_BIN  := $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
+EX_CFLAGS := -std=c11 $(OPT) -Wall -Wextra -Werror -pthread -Iinclude $(EXTRA_CFLAGS)
 
-.PHONY: all lib cli tests benches check run deps clean fuzz fuzz-run
-all: cli tests benches
+.PHONY: all lib cli tests benches examples check run deps clean fuzz fuzz-run
+all: cli tests benches examples
 
 lib: $(BUILD)/libspecula.a
 cli: $(BUILD)/specula
 tests: $(TEST_BIN)
 benches: $(BENCH_BIN)
+examples: $(EX_BIN)
 
 $(BUILD)/obj/%_avx2.o: src/%_avx2.c
 	@mkdir -p $(dir $@)
@@ -83,9 +88,14 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libspecula.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(BUILD)/libspecula.a -o $@ $(LDLIBS)
 
-# The CLI binary is needed by the tests that drive it end to end.
-check: $(TEST_BIN) $(BUILD)/specula
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libspecula.a
+	@mkdir -p $(dir $@)
+	$(CC) $(EX_CFLAGS) $< $(BUILD)/libspecula.a -o $@ $(LDLIBS)
+
+# The CLI binary and the examples are needed by the tests that run them.
+check: $(TEST_BIN) $(BUILD)/specula $(EX_BIN)
 	@scripts/check_layers.sh
+	@scripts/check_api.sh
 	@scripts/run_tests.sh $(BUILD) $(TEST_JOBS)
 
 run: $(BUILD)/specula

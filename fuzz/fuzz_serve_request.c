@@ -34,7 +34,7 @@ static void dump(json_t *j) {
 
 /* The generation of a parsed request: its prompt text as output, in pieces
  * of 1..8 bytes, through the stop scan and the streaming boundary. */
-static void answer(const sp_serve_req *r) {
+static void answer(const serve_req *r) {
     const char *src = r->text ? r->text : "";
     const size_t n = strlen(src);
     char *text = malloc(n + 1);
@@ -43,7 +43,7 @@ static void answer(const sp_serve_req *r) {
     bool stop = false, first = true;
     sp_spec_stats sst;
     memset(&sst, 0, sizeof sst);
-    sp_serve_out o = {.id = "cmpl-1", .model = "fuzz", .created = 1, .text = text, .finish = "length", .draft = -1,
+    serve_out o = {.id = "cmpl-1", .model = "fuzz", .created = 1, .text = text, .finish = "length", .draft = -1,
                       .sst = &sst};
     text[0] = 0;
     while (at < n && !stop) {
@@ -52,13 +52,14 @@ static void answer(const sp_serve_req *r) {
         memcpy(text + len, src + at, k);
         at += k, len += k;
         text[len] = 0;
-        stop = sp_serve_stop_scan(r, text, &len, k, sent);
+        stop = serve_stop_scan(r, text, &len, k, sent);
         if (len > n || sent > len) abort();
-        const size_t upto = sp_serve_ready(r, text, len, false);
+        if (stop) break; /* as the server: the rest goes out as the final chunk */
+        const size_t upto = serve_ready(r, text, len, false);
         if (upto > len) abort();
         if (upto > sent) {
             o.len = len;
-            dump(sp_serve_chunk_json(r, &o, text + sent, upto - sent, first, NULL, false));
+            dump(serve_chunk_json(r, &o, text + sent, upto - sent, first, NULL, false));
             first = false;
             sent = upto;
         }
@@ -66,12 +67,12 @@ static void answer(const sp_serve_req *r) {
     }
     if (stop) o.finish = "stop";
     o.len = len;
-    const size_t upto = sp_serve_ready(r, text, len, true);
+    const size_t upto = serve_ready(r, text, len, true);
     if (upto != len) abort();
-    if (upto > sent) dump(sp_serve_chunk_json(r, &o, text + sent, upto - sent, first, NULL, false));
-    dump(sp_serve_chunk_json(r, &o, "", 0, false, o.finish, false));
-    if (r->include_usage) dump(sp_serve_chunk_json(r, &o, "", 0, false, NULL, true));
-    dump(sp_serve_final_json(r, &o));
+    if (upto > sent) dump(serve_chunk_json(r, &o, text + sent, upto - sent, first, NULL, false));
+    dump(serve_chunk_json(r, &o, "", 0, false, o.finish, false));
+    if (r->include_usage) dump(serve_chunk_json(r, &o, "", 0, false, NULL, true));
+    dump(serve_final_json(r, &o));
     free(text);
 }
 
@@ -95,19 +96,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     const char *url = (flags & 7) < 6 ? urls[flags & 7] : line;
     const char *method = methods[(flags >> 3) & 3];
-    const bool authorized = sp_serve_key_ok(line, flags & 32 ? "sk-fuzz" : NULL);
+    const bool authorized = serve_key_ok(line, flags & 32 ? "sk-fuzz" : NULL);
     if (!(flags & 32) && !authorized) abort(); /* no key: everything is authorised */
-    sp_serve_err e;
+    serve_err e;
     memset(&e, 0, sizeof e);
-    const sp_serve_ep ep = sp_serve_endpoint(url);
-    if (sp_serve_route(ep, method, url, ep == SP_SERVE_HEALTH || authorized, flags & 128, &e)) {
+    const serve_ep ep = serve_endpoint(url);
+    if (serve_route(ep, method, url, ep == SP_SERVE_HEALTH || authorized, flags & 128, &e)) {
         if (e.status < 400 || e.status > 599) abort();
-        dump(sp_serve_err_json(&e));
+        dump(serve_err_json(&e));
         return 0;
     }
     if (ep != SP_SERVE_COMPLETIONS && ep != SP_SERVE_CHAT) return 0;
 
-    sp_serve_limits lim;
+    serve_limits lim;
     memset(&lim, 0, sizeof lim);
     lim.n_ctx = 1 + 16 * (int32_t)data[2];
     lim.sampling = sp_sampler_default_params();
@@ -120,11 +121,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (sp_spec_config_finish(&c, lim.has_draft, &err) != SP_OK) abort();
     lim.defaults = c.params;
 
-    sp_serve_req r;
+    serve_req r;
     memset(&r, 0, sizeof r);
-    if (sp_serve_parse(&lim, body, len, ep, &r, &e)) {
+    if (serve_parse(&lim, body, len, ep, &r, &e)) {
         if (e.status != 400 && e.status != 500) abort();
-        dump(sp_serve_err_json(&e));
+        dump(serve_err_json(&e));
     } else {
         /* what the server relies on */
         if (!r.text || r.n_stop < 0 || r.n_stop > SP_SERVE_N_STOP_MAX) abort();
@@ -133,6 +134,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (sp_spec_config_check_params(&r.spec, &err) != SP_OK) abort();
         answer(&r);
     }
-    sp_serve_req_free(&r);
+    serve_req_free(&r);
     return 0;
 }

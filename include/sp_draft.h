@@ -1,5 +1,5 @@
 /* sp_draft: drafters, the proposal side of speculative decoding: their kinds
- * and settings (the drafter objects themselves are internal, src/spec/draft.h).
+ * and settings (the drafter objects themselves are internal, src/speculation/draft.h).
  *
  * Kinds:
  *   model      a separate small model with the same vocabulary
@@ -8,6 +8,9 @@
  *              ngram_min) in prompt + output; its q is one-hot
  *   layerskip  the target itself with some layers skipped (shares weights)
  *   lowbit     a copy of the target re-quantised at load (e.g. Q4_0)
+ *   eagle3     an EAGLE-3 head (sp_eagle3.h) reading the target's hidden
+ *              states (taps of three layers, set on the target context by
+ *              the drafter); chains and trees of a fixed shape
  * A drafter keeps its own KV cache (model-based kinds) in step with the
  * committed text: before drafting it evaluates the committed tokens it has
  * not seen, and after verification the caller tells it what was accepted.
@@ -19,6 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "sp_eagle3.h"
 #include "sp_model.h"
 #include "sp_rng.h"
 #include "sp_sampler.h"
@@ -30,7 +34,8 @@ typedef enum sp_drafter_kind {
     SP_DRAFT_MODEL,
     SP_DRAFT_NGRAM,
     SP_DRAFT_LAYERSKIP,
-    SP_DRAFT_LOWBIT
+    SP_DRAFT_LOWBIT,
+    SP_DRAFT_EAGLE3
 } sp_drafter_kind;
 
 const char *sp_drafter_name(sp_drafter_kind k);
@@ -60,6 +65,7 @@ typedef struct sp_drafter_params {
     int32_t ngram_min, ngram_max; /* SP_DRAFT_NGRAM, default 1 and 4 */
     char skip_layers[SP_DRAFT_SKIP_LEN]; /* SP_DRAFT_LAYERSKIP, see sp_parse_skip_layers; "" = default */
     sp_ggml_type lowbit_type;    /* SP_DRAFT_LOWBIT, default Q4_0 */
+    const sp_eagle3 *eagle3;     /* SP_DRAFT_EAGLE3: the head, loaded for the target (not owned) */
     int32_t max_batch;           /* largest draft batch (tree level); default SP_CTX_DEFAULT_BATCH */
 } sp_drafter_params;
 
@@ -68,8 +74,9 @@ sp_drafter_params sp_drafter_default_params(void);
 /* What a drafter of these parameters needs from the target model: a draft
  * model with the same vocabulary (size and pieces), a layer list within the
  * target's layers that keeps one, n-gram sizes 1 <= min <= max <=
- * SP_NGRAM_MAX, a low-bit type the engine computes with. Messages name the
- * settings (drafter, skip_layers, ngram_min, lowbit). */
+ * SP_NGRAM_MAX, a low-bit type the engine computes with, an EAGLE-3 head
+ * loaded for this target. Messages name the settings (drafter, skip_layers,
+ * ngram_min, lowbit). */
 sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *target,
                                   sp_error *err);
 

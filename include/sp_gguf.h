@@ -39,7 +39,7 @@ typedef enum sp_ggml_type {
     SP_GGML_IQ2_S = 22, SP_GGML_IQ4_XS = 23, SP_GGML_I8 = 24, SP_GGML_I16 = 25,
     SP_GGML_I32 = 26, SP_GGML_I64 = 27, SP_GGML_F64 = 28, SP_GGML_IQ1_M = 29,
     SP_GGML_BF16 = 30, SP_GGML_TQ1_0 = 34, SP_GGML_TQ2_0 = 35,
-    SP_GGML_TYPE_COUNT = 39
+    SP_GGML_MXFP4 = 39, SP_GGML_TYPE_COUNT = 40
 } sp_ggml_type;
 
 typedef struct sp_str {

@@ -34,6 +34,8 @@ typedef struct sp_model_config {
     bool rope_neox;      /* false: adjacent pairs (llama); true: halves (NeoX style, e.g. qwen2) */
     int32_t sliding_window; /* > 0: a token attends to the last this-many positions only */
     sp_ggml_type wtype;  /* type of the attention/FFN matrices (of layer 0's wq) */
+    int32_t n_expert;    /* > 0: mixture-of-experts FFNs of this many experts (0: dense) */
+    int32_t n_expert_used; /* experts each token is routed to */
 } sp_model_config;
 
 typedef struct sp_model sp_model;
@@ -59,7 +61,10 @@ typedef struct sp_model_params {
 sp_model_params sp_model_default_params(void);
 
 /* Loads a GGUF file, or a llama2.c checkpoint (detected by the absence of the
- * GGUF magic). Every problem is reported as one line in err. */
+ * GGUF magic). A GGUF file is read as llama.cpp reads it: for its
+ * architecture, the keys and tensors llama.cpp's loader reads, with its
+ * defaults (model_load.c: ARCHS). Every problem is reported as one line in
+ * err, naming the key or tensor. */
 sp_status sp_model_load(const char *path, const sp_model_params *params, sp_model **out,
                         sp_error *err);
 void sp_model_free(sp_model *m);
@@ -74,8 +79,14 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
 bool sp_model_requantize_supported(sp_ggml_type type);
 
 const sp_model_config *sp_model_cfg(const sp_model *m);
+/* NULL when the model has none: a llama2.c checkpoint loaded without
+ * tokenizer_path, or a GGUF whose tokenizer.ggml.model is "test" (llama.cpp's
+ * test vocabulary) or "none"; such a model runs on token ids only. */
 const sp_tokenizer *sp_model_tokenizer(const sp_model *m);
 uint64_t sp_model_weight_bytes(const sp_model *m);
+/* The part of sp_model_weight_bytes in expert matrices (0 for a dense model):
+ * a forward reads only the experts its tokens select. */
+uint64_t sp_model_expert_bytes(const sp_model *m);
 const char *sp_model_desc(const sp_model *m); /* e.g. "llama 5L d64 f32" */
 /* Ids below this can be sampled; the rest are the tokenizer's trailing
  * padding entries ("[PAD<i>]", see sp_tokenizer_n_unpadded), which every
@@ -91,6 +102,10 @@ typedef struct sp_ctx_params {
     int32_t max_batch;  /* most tokens per sp_forward call; default SP_CTX_DEFAULT_BATCH */
     int32_t n_threads;  /* used when pool is NULL; default 1 */
     sp_pool *pool;      /* shared worker pool (not owned), or NULL */
+    /* KV cache element types: SP_GGML_F32, SP_GGML_F16 (the default, as
+     * llama.cpp's) or SP_GGML_Q8_0 (needs a head size multiple of 32).
+     * The cache grows in chunks as tokens arrive, up to n_ctx. */
+    sp_ggml_type type_k, type_v;
 } sp_ctx_params;
 
 sp_ctx_params sp_ctx_default_params(void);
@@ -100,11 +115,24 @@ void sp_ctx_free(sp_ctx *c);
 const sp_model *sp_ctx_model(const sp_ctx *c);
 int32_t sp_ctx_n_ctx(const sp_ctx *c);
 int32_t sp_ctx_max_batch(const sp_ctx *c);
+/* Bytes the KV cache takes when full (n_ctx tokens), and now. */
+uint64_t sp_ctx_kv_bytes(const sp_ctx *c);
+uint64_t sp_ctx_kv_bytes_allocated(const sp_ctx *c);
+sp_ggml_type sp_ctx_type_k(const sp_ctx *c);
+sp_ggml_type sp_ctx_type_v(const sp_ctx *c);
+/* Parses a KV cache type name ("f32", "f16", "q8_0"); false if unknown. */
+bool sp_kv_type_parse(const char *name, sp_ggml_type *out);
 /* The worker pool the context computes on: the params' pool, or the one it
  * made for n_threads (a context sharing its pool, e.g. a draft's, passes it). */
 sp_pool *sp_ctx_pool(sp_ctx *c);
 /* Tokens currently in the KV cache. */
 int32_t sp_ctx_n_past(const sp_ctx *c);
+/* Mixture-of-experts models: the experts this context's forwards have read
+ * since the last reset, summed over layers (each forward reads the union of
+ * the experts its tokens select, once), and the number of (layer, forward)
+ * steps; 0 and 0 for a dense model. */
+void sp_ctx_expert_reads(const sp_ctx *c, uint64_t *experts, uint64_t *steps);
+void sp_ctx_expert_reads_reset(sp_ctx *c);
 /* Roll back: keep only the first n cached tokens. */
 sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err);
 /* Keep cached slots start+idx[i] (increasing) as start..start+m-1. */
@@ -112,6 +140,23 @@ sp_status sp_ctx_keep(sp_ctx *c, int32_t start, const int32_t *idx, int32_t m, s
 /* Layers to skip (self-speculation): skip[l] true bypasses layer l. NULL
  * restores the full model. The array is copied. */
 sp_status sp_ctx_set_skip_layers(sp_ctx *c, const bool *skip, sp_error *err);
+
+/* Hidden-state taps: after this, every forward over the context records,
+ * for each of the n layers (each in [0, n_layers]), the residual stream
+ * entering that layer for every evaluated row (prompt chunks, draft chains,
+ * tree nodes, in batch order): layer 0 is the token embedding (scaled where
+ * the architecture scales it), n_layers the final state before the output
+ * norm. Layer l is the input of layer l whether or not it is skipped. The
+ * rows are copies of the pass's own activations (no extra weight reads);
+ * sp_forward_multi records each sequence's rows in its own context. n = 0
+ * (layers may be NULL) turns taps off. The list is copied. */
+#define SP_MAX_TAPS 8
+sp_status sp_ctx_set_taps(sp_ctx *c, const int32_t *layers, int32_t n, sp_error *err);
+int32_t sp_ctx_n_taps(const sp_ctx *c);
+/* Tap i (in sp_ctx_set_taps' order) of the last forward: *n_rows rows of
+ * dim floats, row t for the batch's token t; NULL before any forward or for
+ * an i out of range. Valid until the next forward or sp_ctx_set_taps. */
+const float *sp_ctx_taps(const sp_ctx *c, int32_t i, int32_t *n_rows);
 
 typedef struct sp_batch {
     const int32_t *tokens; /* n token ids */
@@ -144,7 +189,7 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
  * over its context alone, bit for bit. logits: the rows that want logits
  * (all of a sequence's when logits_all, else its last), sequence after
  * sequence. The contexts are distinct, of one model, without skipped
- * layers, and have at least as many threads as ctxs[0], whose pool and
+ * layers, with the same KV cache types, and have at least as many threads as ctxs[0], whose pool and
  * scratch do the work: the total of the batches' tokens is at most
  * ctxs[0]'s max batch. Errors as sp_forward's, naming the sequence; on an
  * error no cache has changed unless SP_ERR_NUMERIC. */

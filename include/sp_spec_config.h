@@ -65,8 +65,6 @@
 #include "sp_sampler.h"
 #include "sp_spec.h"
 
-struct json_t; /* jansson's JSON value */
-
 typedef struct sp_spec_config {
     sp_spec_params params; /* the configuration so far */
     uint32_t given;        /* settings given since init (internal bookkeeping) */
@@ -86,14 +84,14 @@ sp_status sp_spec_config_set(sp_spec_config *c, const char *key, const char *val
 /* Apply a text configuration (grammar above). */
 sp_status sp_spec_config_parse(sp_spec_config *c, const char *text, sp_error *err);
 
-/* Apply a JSON object (see above). */
-sp_status sp_spec_config_json(sp_spec_config *c, const struct json_t *obj, sp_error *err);
-/* The same from JSON text (len bytes, need not be terminated). */
+/* Apply a JSON object (see above) given as text (len bytes, need not be
+ * terminated). Not an object: SP_ERR_ARG naming what it is. */
 sp_status sp_spec_config_json_text(sp_spec_config *c, const char *text, size_t len,
                                    sp_error *err);
 
-/* Finish the layer (rules above). has_draft_model: a draft model will be
- * passed in params.draft.draft_model. On success c->params is complete
+/* Finish the layer (rules above). has_draft_model: a draft file was given
+ * (a draft model for params.draft.draft_model, or with drafter eagle3 the
+ * head for params.draft.eagle3). On success c->params is complete
  * and valid in itself (sp_spec_config_check_params). */
 sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_error *err);
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # check_layers: the tree's folders form layers that point one way,
-#   base -> text -> engine -> spec -> train -> tools
+#   base -> text -> engine -> speculation -> train -> tools
 # (the order of SRC_DIRS in the Makefile, then tools/ and examples/; README.md
 # and docs/DESIGN.md must state the same order). A file may include headers of
 # its own layer or of a lower one, never of a higher one. Public headers
@@ -20,10 +20,11 @@ IFACES='
 base/threadpool.h       engine train  running jobs on the worker pool
 base/heap.h             text          the binary heap of the BPE merges
 base/gguf_write.h       engine train  writing GGUF files (random models, trained drafts)
-engine/sampler_internal.h spec        the sampler inverse-CDF draw over weights (verifiers, simulator)
+engine/sampler_internal.h speculation the sampler inverse-CDF draw over weights (verifiers, simulator)
 engine/ops.h            train         the kernels the trainer shares with the forward pass
 engine/quant.h          train         row quantisers, for saving trained weights
 engine/model_plain.h    train         a plain Llama model as float tensors, both ways
+engine/eagle3.h         speculation   the EAGLE-3 head cache and forward (the eagle3 drafter)
 '
 
 order="$(sed -n 's/^SRC_DIRS *:= *//p' Makefile) tools"

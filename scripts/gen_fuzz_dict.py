@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes fuzz/gguf.dict, the libFuzzer dictionary of fuzz_gguf, from the
-sources: the GGUF keys the loaders read (KEY("...") of model_load.c under
-every architecture of its ARCHS table, and the literal general.* and
+sources: the GGUF keys the loaders read (KEY("...") of model_load.c and
+deltanet.c's key_u32(..., "...") / "%s...." keys under every architecture
+of model_load.c's ARCHS table, and the literal general.* and
 tokenizer.* keys), the tensor names (T("...") / B("...") as block 0's,
 the literal *.weight names), the architecture and tokenizer model names,
 the GGUF value type ids and the ggml tensor type ids (include/sp_gguf.h),
@@ -21,7 +22,7 @@ header = src("include/sp_gguf.h")
 
 archs = []
 for text in loaders.values():
-    archs += re.findall(r'^\s*\{"([a-z0-9_]+)",\s*(?:true|false)', text, re.M)
+    archs += re.findall(r'^\s*\{"([a-z0-9_]+)",\s*(?:true|false|\d)', text, re.M)
 archs = sorted(set(archs))
 
 keys, tensors, words = set(), set(), set()
@@ -29,10 +30,14 @@ for text in loaders.values():
     for k in re.findall(r'\bKEY\("([a-z0-9_.]+)"\)', text):
         keys.add(k)
         keys.update(f"{a}.{k}" for a in archs)
+    # deltanet.c's keys: key_u32(g, path, arch, "NAME", ...) and "%s.NAME" under the architecture
+    for k in re.findall(r'\bkey_u32\([^"]*"([a-z0-9_.]+)"', text) + re.findall(r'"%s\.([a-z0-9_.]+)", arch\b', text):
+        keys.add(k)
+        keys.update(f"{a}.{k}" for a in archs)
     for k in re.findall(r'"((?:general|tokenizer|split)\.[a-z0-9_.]+)"', text):
         keys.add(k)
-    for t in re.findall(r'\bT\("([a-z0-9_]+)"\)', text):
-        tensors.add(f"blk.0.{t}.weight")
+    for t in re.findall(r'\bT\("([a-z0-9_.]+)"\)', text):  # "blk.%d." s, with or without the suffix
+        tensors.add(f"blk.0.{t}" if t.endswith((".weight", ".bias", ".scale")) else f"blk.0.{t}.weight")
     for t in re.findall(r'\bB\("([a-z0-9_]+)"\)', text):
         tensors.add(f"blk.0.{t}.bias")
     for t in re.findall(r'"([a-z0-9_.]+\.(?:weight|bias))"', text):

@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static inline const char *sp_cli_bin(void) {
+static inline const char *cli_bin(void) {
     static char bin[1024];
     if (bin[0]) return bin;
     char exe[900];
@@ -26,9 +26,9 @@ enum { SP_CAPTURE_STDOUT = 0, SP_CAPTURE_STDERR = 1 };
 
 /* Runs `specula ARGS` (ARGS is shell text), captures stdout (the other
  * stream discarded) or stderr into buf; returns the exit code. */
-static inline int sp_cli_run(const char *args, int capture, char *buf, size_t cap) {
+static inline int cli_run(const char *args, int capture, char *buf, size_t cap) {
     char cmd[16384];
-    snprintf(cmd, sizeof cmd, "'%s' %s %s", sp_cli_bin(), args,
+    snprintf(cmd, sizeof cmd, "'%s' %s %s", cli_bin(), args,
              capture == SP_CAPTURE_STDERR ? "2>&1 >/dev/null" : "2>/dev/null");
     FILE *f = popen(cmd, "r");
     assert_non_null(f);

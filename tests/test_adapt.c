@@ -1,4 +1,4 @@
-/* Tests of the adaptive draft-length controller alone (src/spec/adapt.h),
+/* Tests of the adaptive draft-length controller alone (src/speculation/adapt.h),
  * fed simulated iterations: a target whose k-token forward costs
  * t1 (1 + slope (k - 1)), a draft costing `draft` per token whose tokens
  * are each accepted with probability `accept` (a seeded RNG), so every

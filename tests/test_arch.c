@@ -56,6 +56,7 @@ static sp_ctx *mkctx(const sp_model *m) {
     sp_error err = {0};
     sp_ctx_params p = sp_ctx_default_params();
     p.n_ctx = 128;
+    p.type_k = p.type_v = SP_GGML_F32; /* the references' cache */
     if (sp_ctx_init(m, &p, &c, &err)) fail_msg("ctx: %s", err.msg);
     return c;
 }

@@ -20,7 +20,7 @@ static void remove_scratch(void) {
 /* A fresh scratch directory for this process, removed at exit. */
 static const char *scratch(void) {
     if (!g_dir[0]) {
-        snprintf(g_dir, sizeof g_dir, "%s/sp_bench_test_XXXXXX", sp_tmpdir());
+        snprintf(g_dir, sizeof g_dir, "%s/bench_test_XXXXXX", sp_tmpdir());
         assert_non_null(mkdtemp(g_dir));
         atexit(remove_scratch);
     }
@@ -38,7 +38,7 @@ static void write_file(const char *path, const char *text) {
 static int run_bench(const char *args, char *buf, size_t cap) {
     char full[8192];
     snprintf(full, sizeof full, "bench %s", args);
-    return sp_cli_run(full, SP_CAPTURE_STDERR, buf, cap);
+    return cli_run(full, SP_CAPTURE_STDERR, buf, cap);
 }
 
 
@@ -178,7 +178,7 @@ static void test_json_stdout(void **state) {
              "--json --out '%s/json-out'",
              sp_shared("models/stories260K.gguf"), prompts, dir);
     static char buf[1 << 20];
-    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+    assert_int_equal(cli_run(cmd, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
     assert_int_equal(sp_count_lines(buf), 1);
     json_error_t je;
     json_t *j = json_loads(buf, 0, &je);
@@ -294,7 +294,7 @@ static void test_stream(void **state) {
              "mkmodel --out '%s' --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --vocab-from '%s' "
              "--type f32 --seed 3",
              fresh, model);
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, err, sizeof err), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, err, sizeof err), 0);
     FILE *f = fopen(prompts, "w");
     assert_non_null(f);
     for (int i = 0; i < 24; i++)
@@ -310,7 +310,7 @@ static void test_stream(void **state) {
     char cmd[8300];
     static char buf[1 << 20];
     snprintf(cmd, sizeof cmd, "bench %s", args);
-    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+    assert_int_equal(cli_run(cmd, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
     json_error_t je;
     json_t *j = json_loads(buf, 0, &je);
     assert_non_null(j);
@@ -365,7 +365,7 @@ static void test_stream(void **state) {
     assert_non_null(strstr(err, "domain"));
     /* several drafts are for bench only */
     snprintf(args, sizeof args, "generate -m '%s' -md '%s' -md '%s' -p hi -n 4", model, model, model);
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, err, sizeof err), 1);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, err, sizeof err), 1);
     assert_int_equal(sp_count_lines(err), 1);
 }
 

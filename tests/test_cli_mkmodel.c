@@ -72,7 +72,8 @@ static void test_mkmodel_makes_loadable_model(void **state) {
     sp_model_free(m);
 
     /* bench-forward runs on it and reports the numbers asked for */
-    snprintf(args, sizeof args, "bench-forward -m '%s' -t 2 --reps 2 --depth 8 --decode 4 --bound-mb 16 --json", path);
+    snprintf(args, sizeof args,
+             "bench-forward -m '%s' -t 2 --reps 2 --depths 8,300 --decode 4 --bound-mb 16 -ctk f32 --json", path);
     rc = run_cli(args, out, sizeof out);
     remove(path);
     if (rc != 0) fail_msg("bench-forward exited %d: %s", rc, out);
@@ -95,6 +96,49 @@ static void test_mkmodel_makes_loadable_model(void **state) {
         json_decref(j);
     }
     assert_non_null(strstr(out, "\"k\":16"));
+    /* one row per depth, and the cache types asked for */
+    assert_non_null(strstr(out, "\"depth\":300"));
+    assert_non_null(strstr(out, "\"type_k\":\"f32\""));
+    assert_non_null(strstr(out, "\"type_v\":\"f16\""));
+}
+
+/* --arch gpt-oss --experts 4 --experts-used 2 --type mxfp4 writes a
+ * mixture of experts (MXFP4 experts, Q8_0 elsewhere) that loads; its
+ * bench-forward --json gives the experts per layer each k-token forward
+ * read: 2 for one token, the union of the tokens' choices (2..4) beyond. */
+static void test_mkmodel_moe(void **state) {
+    (void)state;
+    char path[512], args[1024], out[8192];
+    snprintf(path, sizeof path, "%s/sp_test_cli_moe_%d.gguf", sp_tmpdir(), (int)getpid());
+    snprintf(args, sizeof args,
+             "mkmodel --out '%s' --arch gpt-oss --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 64 --vocab 40 "
+             "--experts 4 --experts-used 2 --sliding-window 4 --yarn 4 --ctx 256 --type mxfp4 --seed 7", path);
+    int rc = run_cli(args, out, sizeof out);
+    if (rc != 0) fail_msg("mkmodel exited %d: %s", rc, out);
+    sp_error err = {0};
+    sp_model *m = NULL;
+    if (sp_model_load(path, NULL, &m, &err)) fail_msg("load: %s", err.msg);
+    const sp_model_config *cfg = sp_model_cfg(m);
+    assert_int_equal(cfg->n_expert, 4);
+    assert_int_equal(cfg->n_expert_used, 2);
+    assert_int_equal(cfg->wtype, SP_GGML_Q8_0);
+    assert_true(sp_model_expert_bytes(m) > 0 && sp_model_expert_bytes(m) < sp_model_weight_bytes(m));
+    sp_model_free(m);
+    snprintf(args, sizeof args, "bench-forward -m '%s' -t 1 --reps 2 --depth 8 --decode 4 --bound-mb 16 --json", path);
+    rc = run_cli(args, out, sizeof out);
+    remove(path);
+    if (rc != 0) fail_msg("bench-forward exited %d: %s", rc, out);
+    json_error_t je;
+    json_t *j = json_loads(strchr(out, '{'), JSON_DISABLE_EOF_CHECK, &je);
+    assert_non_null(j);
+    json_t *fw = json_object_get(j, "forward");
+    assert_int_equal(json_array_size(fw), 5);
+    for (size_t i = 0; i < json_array_size(fw); i++) {
+        const double e = json_real_value(json_object_get(json_array_get(fw, i), "experts_per_layer"));
+        if (i == 0) assert_true(e == 2.0);
+        assert_true(e >= 2.0 && e <= 4.0);
+    }
+    json_decref(j);
 }
 
 /* --type q5_K_M writes llama-quantize's mix: Q6_K for output.weight and for
@@ -164,10 +208,22 @@ static void test_mkmodel_bad_flags(void **state) {
         {"mkmodel --bogus", "unknown option '--bogus'"},
         {"mkmodel --out x.gguf --dim=6x4", "--dim must be an integer"},
         {"mkmodel --out x.gguf stray", "unexpected argument 'stray'"},
+        {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed 1 --vocab 32 "
+         "--experts 4", "--experts and --experts-used go together"},
+        {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed 1 --vocab 32 "
+         "--experts 4 --experts-used 5", "bad expert counts"},
+        {"mkmodel --out x.gguf --arch qwen3moe --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 "
+         "--seed 1 --vocab 32", "qwen3moe needs experts"},
+        {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type mxfp4 --seed 1 --vocab 32",
+         "mxfp4 is written for the experts"},
+        {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed 1 --vocab 32 "
+         "--yarn 0.5", "--yarn must be"},
         {"bench-forward", "needs a model"},
         {"bench-forward -m x.gguf --reps 0", "--reps must be"},
         {"bench-forward -m x.gguf --bound-mb 0", "--bound-mb must be"},
         {"bench-forward -m x.gguf --bogus", "unknown option"},
+        {"bench-forward -m x.gguf --depths 8,4", "increase"},
+        {"bench-forward -m x.gguf -ctk q2", "KV cache type"},
     };
     char out[4096];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -183,6 +239,7 @@ static void test_mkmodel_bad_flags(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_mkmodel_makes_loadable_model),
     cmocka_unit_test(test_mkmodel_bad_flags),
+    cmocka_unit_test(test_mkmodel_moe),
     cmocka_unit_test(test_mkmodel_mixes),
 };
 SP_TEST_MAIN(tests)

@@ -92,7 +92,7 @@ static void test_library_refuses_odd_files(void **state) {
 
 static void expect_cli_error(const char *args, const char *needle) {
     static char buf[1 << 14];
-    int rc = sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf);
+    int rc = cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf);
     if (rc == 0) fail_msg("'%s' succeeded", args);
     if (sp_count_lines(buf) != 1) fail_msg("'%s': %d lines on stderr: %s", args, sp_count_lines(buf), buf);
     if (!strstr(buf, needle)) fail_msg("'%s': stderr '%s' lacks '%s'", args, buf, needle);

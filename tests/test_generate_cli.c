@@ -20,7 +20,7 @@ static const char *REF_TEXT =
 static json_t *gen_json(const char *args) {
     static char buf[1 << 16], cmd[8192];
     snprintf(cmd, sizeof cmd, "generate %s --json", args);
-    int rc = sp_cli_run(cmd, SP_CAPTURE_STDOUT, buf, sizeof buf);
+    int rc = cli_run(cmd, SP_CAPTURE_STDOUT, buf, sizeof buf);
     if (rc) fail_msg("specula %s exited %d", cmd, rc);
     assert_int_equal(sp_count_lines(buf), 1);
     json_error_t je;
@@ -135,7 +135,7 @@ static void expect_error(const char *args, int code, const char *needle) {
     static char buf[1 << 16];
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s", args);
-    int rc = sp_cli_run(cmd, SP_CAPTURE_STDERR, buf, sizeof buf);
+    int rc = cli_run(cmd, SP_CAPTURE_STDERR, buf, sizeof buf);
     if (rc != code) fail_msg("'%s': exit %d, want %d (stderr: %s)", args, rc, code, buf);
     if (sp_count_lines(buf) != 1) fail_msg("'%s': stderr has %d lines: %s", args, sp_count_lines(buf), buf);
     if (needle && !strstr(buf, needle)) fail_msg("'%s': stderr '%s' lacks '%s'", args, buf, needle);
@@ -152,7 +152,7 @@ static void test_bad_input(void **state) {
     assert_int_equal(system(a), 0);
     snprintf(a, sizeof a, "mkmodel --out '%s' --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --vocab 40 --type f32 --seed 1", small);
     static char out[4096];
-    assert_int_equal(sp_cli_run(a, SP_CAPTURE_STDERR, out, sizeof out), 0);
+    assert_int_equal(cli_run(a, SP_CAPTURE_STDERR, out, sizeof out), 0);
 
     expect_error("generate", 2, "model");
     expect_error("generate -m /nonexistent.gguf -p hi", 1, "cannot open");
@@ -170,7 +170,9 @@ static void test_bad_input(void **state) {
                                "--gamma 4", "--draft-p-min 0.5", "--draft ngram --skip-layers 1",
                                "--draft layerskip --skip-layers 1,", "--draft layerskip --skip-layers ,1",
                                "--draft ngram --draft-max 40", "--draft lowbit --lowbit q3_K",
-                               "--draft ngram --tree 2x2", "-p hi stray", "--json=1"};
+                               "--draft ngram --tree 2x2", "-p hi stray", "--json=1",
+                               /* KV cache types */
+                               "-ctk q4_0", "-ctv bogus", "--cache-type-k", "-ctv"};
     for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
         snprintf(a, sizeof a, "generate -m '%s' %s", m, bad_flags[i]);
         expect_error(a, 2, NULL);
@@ -195,6 +197,8 @@ static void test_bad_input(void **state) {
     expect_error(a, 1, "greedy");
     snprintf(a, sizeof a, "generate -m '%s' -p hi", sp_shared("models/stories260K.bin"));
     expect_error(a, 1, "tokenizer");
+    snprintf(a, sizeof a, "generate -m '%s' -ctk q8_0 -p hi", m); /* head size 8 */
+    expect_error(a, 1, "multiple of 32");
     unlink(tmp);
     unlink(small);
 }
@@ -213,6 +217,31 @@ static void test_plain_small_context(void **state) {
     json_decref(j);
 }
 
+/* -ctk / -ctv reach the context and --json reports the cache: its types,
+ * capacity and bytes (stories260K: 5 layers x kv_dim 32 x 2 x 2 bytes per
+ * token at F16, x 4 at F32); the greedy text does not change here. */
+static void test_kv_flags_json(void **state) {
+    (void)state;
+    char args[4096];
+    const char *ctk[] = {"", "-ctk f32 --cache-type-v f32", "-ctk f16 -ctv f32"};
+    const double per_tok[] = {5 * 32 * 2 * 2, 5 * 32 * 2 * 4, 5 * 32 * (2 + 4)};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "-m '%s' -p 'Once upon a time' -n 2 -c 300 --temp 0 %s",
+                 sp_shared("models/stories260K.gguf"), ctk[i]);
+        json_t *j = gen_json(args);
+        json_t *kv = json_object_get(j, "kv_cache");
+        if (!kv) fail_msg("no kv_cache object");
+        assert_string_equal(json_string_value(json_object_get(kv, "type_k")), i == 1 ? "f32" : "f16");
+        assert_string_equal(json_string_value(json_object_get(kv, "type_v")), i == 0 ? "f16" : "f32");
+        assert_int_equal((int)sp_json_num(kv, "n_ctx"), 300);
+        assert_true(sp_json_num(kv, "bytes") == 300 * per_tok[i]);
+        assert_true(sp_json_num(kv, "bytes_allocated") == 256 * per_tok[i]);
+        json_t *toks = json_object_get(j, "tokens");
+        for (int t = 0; t < 2; t++) assert_int_equal(json_integer_value(json_array_get(toks, t)), REF_GEN[t]);
+        json_decref(j);
+    }
+}
+
 /* Reliability probe, item 4: --json is valid JSON whatever bytes come out.
  * A random-weight model over stories260K's vocabulary emits lone byte
  * tokens (invalid UTF-8); the text is kept with those bytes replaced by
@@ -227,7 +256,7 @@ static void test_json_invalid_utf8(void **state) {
              "mkmodel --out '%s' --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --type f32 "
              "--seed 1 --vocab-from '%s'",
              path, sp_shared("models/stories260K.gguf"));
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, out, sizeof out), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, out, sizeof out), 0);
     snprintf(args, sizeof args, "-m '%s' -p hi -n 64 --temp 1 --seed 1", path);
     json_t *j = gen_json(args); /* parses: valid JSON */
     json_t *text = json_object_get(j, "text");
@@ -267,7 +296,7 @@ static void test_run_demo(void **state) {
     (void)state;
     static char buf[1 << 16];
     setenv("SPECULA_SHARED", sp_shared(""), 1);
-    assert_int_equal(sp_cli_run("run -n 40", SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+    assert_int_equal(cli_run("run -n 40", SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
     assert_non_null(strstr(buf, "Once upon a time, there was a little girl named Lily"));
 }
 
@@ -285,7 +314,7 @@ static void test_isa_forced(void **state) {
         setenv("SPECULA_ISA", names[i], 1);
         snprintf(probe, sizeof probe, "generate %s -n 1", args);
         static char buf[1 << 12];
-        int rc = sp_cli_run(probe, SP_CAPTURE_STDERR, buf, sizeof buf);
+        int rc = cli_run(probe, SP_CAPTURE_STDERR, buf, sizeof buf);
         if (rc != 0) { /* an ISA this CPU lacks: refused by name, nothing run */
             assert_non_null(strstr(buf, "lacks"));
             assert_int_equal(sp_count_lines(buf), 1);
@@ -310,10 +339,10 @@ static void test_mlock(void **state) {
     const char *m = sp_shared("models/stories260K.gguf");
     char cmd[4096], out[4096];
     snprintf(cmd, sizeof cmd, "generate -m '%s' -p Once -n 4 --mlock", m);
-    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_non_null(strstr(out, "Once"));
     snprintf(cmd, sizeof cmd, "generate -m '%s' -p Once -n 4 --no-prefault", m);
-    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
 #if defined(__SANITIZE_ADDRESS__)
     /* AddressSanitizer replaces mlock with a no-op: the refusal is tested in
      * the plain and clang builds */
@@ -321,7 +350,7 @@ static void test_mlock(void **state) {
     return;
 #endif
     snprintf(cmd, sizeof cmd, "sh -c \"ulimit -l 0; %s '%s' generate -m '%s' -p Once -n 4 --mlock\" 2>&1",
-             geteuid() == 0 ? "setpriv --bounding-set=-ipc_lock --" : "exec", sp_cli_bin(), m);
+             geteuid() == 0 ? "setpriv --bounding-set=-ipc_lock --" : "exec", cli_bin(), m);
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     size_t len = fread(out, 1, sizeof out - 1, f);
@@ -340,6 +369,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_online_json),
     cmocka_unit_test(test_bad_input),
     cmocka_unit_test(test_plain_small_context),
+    cmocka_unit_test(test_kv_flags_json),
     cmocka_unit_test(test_json_invalid_utf8),
     cmocka_unit_test(test_run_demo),
 };

@@ -136,6 +136,7 @@ static double compare_seq(const sp_model *m, const char *name, const char *which
     sp_error err = {0};
     sp_ctx_params p = sp_ctx_default_params();
     p.n_ctx = 128;
+    p.type_k = p.type_v = SP_GGML_F32; /* the references' cache */
     assert_int_equal(sp_ctx_init(m, &p, &c, &err), SP_OK);
     float *got = malloc((size_t)n * (size_t)V * sizeof(float));
     sp_batch b = {.tokens = seq, .n = n, .logits_all = true};
@@ -175,6 +176,7 @@ static int compare_greedy(const sp_model *m, const char *name, bool *ok) {
     sp_error err = {0};
     sp_ctx_params p = sp_ctx_default_params();
     p.n_ctx = 128;
+    p.type_k = p.type_v = SP_GGML_F32;
     assert_int_equal(sp_ctx_init(m, &p, &c, &err), SP_OK);
     float *lg = malloc((size_t)V * sizeof(float));
     sp_batch b = {.tokens = SEQ_A, .n = 16};

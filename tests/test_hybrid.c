@@ -35,6 +35,8 @@ static sp_ctx *mkctx(const sp_model *m, int32_t max_batch) {
     sp_ctx_params p = sp_ctx_default_params();
     p.n_ctx = 256;
     p.max_batch = max_batch;
+    /* an F32 cache, as the llama.cpp references' (hybrid_ref.txt) */
+    p.type_k = p.type_v = SP_GGML_F32;
     if (sp_ctx_init(m, &p, &c, &err)) fail_msg("ctx: %s", err.msg);
     return c;
 }
@@ -57,6 +59,24 @@ static void same_rows(const float *a, const float *b, int rows, const char *what
     for (int r = 0; r < rows; r++)
         if (memcmp(a + (int64_t)r * V, b + (int64_t)r * V, V * sizeof(float)))
             fail_msg("%s: row %d differs", what, r);
+}
+
+/* The cache holds the attention layers only: the recurrent layers have no
+ * K/V rows (the reference file's attention.recurrent_layers: layer 0
+ * recurrent, layer 1 attention). */
+static void test_cache_attention_layers_only(void **state) {
+    (void)state;
+    sp_model *m = hybrid();
+    sp_ctx *c = mkctx(m, 4);
+    const sp_model_config *cfg = sp_model_cfg(m);
+    const uint64_t row = (uint64_t)cfg->n_kv_heads * (uint64_t)cfg->head_dim * sizeof(float); /* F32 */
+    const uint64_t n_att = 1;
+    printf("hybrid cache: %d layers, %llu with K/V rows, %llu bytes for %d tokens\n", cfg->n_layers,
+           (unsigned long long)n_att, (unsigned long long)sp_ctx_kv_bytes(c), sp_ctx_n_ctx(c));
+    assert_int_equal(cfg->n_layers, 2);
+    assert_true(sp_ctx_kv_bytes(c) == n_att * 2 * row * (uint64_t)sp_ctx_n_ctx(c));
+    sp_ctx_free(c);
+    sp_model_free(m);
 }
 
 static void test_batch_equals_steps(void **state) {
@@ -444,6 +464,7 @@ static void test_greedy_speculation(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_mkmodel_reference),
+    cmocka_unit_test(test_cache_attention_layers_only),
     cmocka_unit_test(test_batch_equals_steps),
     cmocka_unit_test(test_truncate_after_batch),
     cmocka_unit_test(test_tree_paths),

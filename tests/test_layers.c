@@ -1,8 +1,10 @@
-/* Tests of scripts/check_layers.sh: it passes on this tree, and on a copy
- * of the tree with one bad include injected (a back-edge to a higher layer,
- * another folder's internal header, an internal header in a tool or in a
- * public header) or with README.md stating another layer order, it fails
- * and names the offence. */
+/* Tests of scripts/check_layers.sh and scripts/check_api.sh: they pass on
+ * this tree; on a copy of the tree with one bad include injected (a
+ * back-edge to a higher layer, another folder's internal header, an
+ * internal header in a tool or in a public header) or with README.md
+ * stating another layer order, check_layers fails and names the offence;
+ * with a function declaration added to a public header, or a header
+ * DESIGN.md does not list, check_api fails. */
 #include "testutil.h"
 
 #include <libgen.h>
@@ -49,10 +51,14 @@ static const char *copy_tree(const char *name) {
     return dir;
 }
 
-static int check(const char *dir, char *out, size_t cap) {
+static int check_script(const char *script, const char *dir, char *out, size_t cap) {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "sh '%s/scripts/check_layers.sh' '%s' 2>&1", repo(), dir);
+    snprintf(cmd, sizeof cmd, "sh '%s/scripts/%s' '%s' 2>&1", repo(), script, dir);
     return sh(cmd, out, cap);
+}
+
+static int check(const char *dir, char *out, size_t cap) {
+    return check_script("check_layers.sh", dir, out, cap);
 }
 
 /* Appends `line` to dir/file. */
@@ -81,7 +87,7 @@ static void test_back_edge_fails(void **state) {
     assert_int_equal(check(d, out, sizeof out), 0); /* the copy alone passes */
     inject(d, "src/base/rng.c", "#include \"sp_spec.h\"");
     assert_int_equal(check(d, out, sizeof out), 1);
-    assert_non_null(strstr(out, "src/base/rng.c (base) includes sp_spec.h (spec), a layer above it"));
+    assert_non_null(strstr(out, "src/base/rng.c (base) includes sp_spec.h (speculation), a layer above it"));
     assert_int_equal(count_lines(out), 1);
 }
 
@@ -89,11 +95,11 @@ static void test_internal_header_fails(void **state) {
     (void)state;
     char out[8192];
     const char *d = copy_tree("internal");
-    inject(d, "src/spec/tree.c", "#include \"kv.h\"");           /* below, but not an interface */
+    inject(d, "src/speculation/tree.c", "#include \"kv.h\"");           /* below, but not an interface */
     inject(d, "tools/cli_util.c", "#include \"ops.h\"");         /* a tool past the public API */
     inject(d, "include/sp_model.h", "#include \"model_internal.h\""); /* a public header */
     assert_int_equal(check(d, out, sizeof out), 1);
-    assert_non_null(strstr(out, "src/spec/tree.c includes kv.h, internal to src/engine"));
+    assert_non_null(strstr(out, "src/speculation/tree.c includes kv.h, internal to src/engine"));
     assert_non_null(strstr(out, "tools/cli_util.c includes ops.h, internal to src/engine"));
     assert_non_null(strstr(out, "include/sp_model.h includes model_internal.h"));
     assert_int_equal(count_lines(out), 3);
@@ -109,11 +115,40 @@ static void test_stated_order_checked(void **state) {
     assert_non_null(strstr(out, "README.md does not state the layer order"));
 }
 
+static void test_api_count_checked(void **state) {
+    (void)state;
+    char out[8192];
+    assert_int_equal(check_script("check_api.sh", repo(), out, sizeof out), 0);
+    assert_string_equal(out, "");
+    const char *d = copy_tree("api");
+    inject(d, "include/sp_clock.h", "double sp_clock_extra(void);");
+    inject(d, "include/sp_extra.h", "int sp_extra(void);");
+    assert_int_equal(check_script("check_api.sh", d, out, sizeof out), 1);
+    printf("%s", out);
+    assert_non_null(strstr(out, "sp_clock.h has 3 function declarations, the table says 2"));
+    assert_non_null(strstr(out, "no row for sp_extra.h (1 function declarations)"));
+    /* the totals DESIGN states (checked equal to the headers above), plus
+     * the injected header and its two functions */
+    char path[4096 + 32], line[256], want[160];
+    int nh = -1, nf = -1;
+    snprintf(path, sizeof path, "%s/docs/DESIGN.md", repo());
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof line, f) && nh < 0)
+        if (sscanf(line, "The public API: %d headers, %d function declarations", &nh, &nf) != 2) nh = -1;
+    fclose(f);
+    assert_true(nh > 0 && nf > 0);
+    snprintf(want, sizeof want, "the headers make 'The public API: %d headers, %d function declarations'", nh + 1,
+             nf + 2);
+    assert_non_null(strstr(out, want));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_tree_passes),
     cmocka_unit_test(test_back_edge_fails),
     cmocka_unit_test(test_internal_header_fails),
     cmocka_unit_test(test_stated_order_checked),
+    cmocka_unit_test(test_api_count_checked),
 };
 
 SP_TEST_MAIN(tests)

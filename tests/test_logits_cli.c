@@ -37,8 +37,8 @@ static char *read_text(const char *rel) {
 static void test_logits_text_and_json(void **state) {
     (void)state;
     static char out[1 << 17], args[2048];
-    snprintf(args, sizeof args, "logits -m '%s' --ids %s -t 2", model_path(), seq_a());
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    snprintf(args, sizeof args, "logits -m '%s' --ids %s -t 2 -ctk f32 -ctv f32", model_path(), seq_a());
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_int_equal(sp_count_lines(out), 16);
     const char *want = read_text("reference/arch2026/logits/llama-dense-f16.seqA.logits.txt");
     /* every value within 1e-4 of llama.cpp's (these logits are below 1) */
@@ -52,8 +52,8 @@ static void test_logits_text_and_json(void **state) {
         text_vals[i] = g;
         p = e1, q = e2;
     }
-    snprintf(args, sizeof args, "logits -m '%s' --ids %s --json", model_path(), seq_a());
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    snprintf(args, sizeof args, "logits -m '%s' --ids %s --json --cache-type-k f32 --cache-type-v f32", model_path(), seq_a());
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_int_equal(sp_count_lines(out), 1);
     json_error_t je;
     json_t *j = json_loads(out, 0, &je);
@@ -76,11 +76,11 @@ static void test_prompt_ids(void **state) {
     static char out[1 << 16], args[2048];
     /* a test-vocabulary model: the ids, llama.cpp's greedy continuation */
     snprintf(args, sizeof args, "generate -m '%s' --prompt-ids %s -n 32 --temp 0", model_path(), seq_a());
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     const char *want = read_text("reference/arch2026/logits/llama-dense-f16.seqA.greedy32.txt");
     assert_string_equal(out, want);
     snprintf(args, sizeof args, "generate -m '%s' --prompt-ids %s -n 32 --temp 0 --json", model_path(), seq_a());
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     json_t *j = json_loads(out, 0, NULL);
     assert_non_null(j);
     assert_int_equal((int)sp_json_num(j, "n_prompt"), 16);
@@ -95,10 +95,10 @@ static void test_prompt_ids(void **state) {
     static char ref[1 << 16];
     snprintf(args, sizeof args, "generate -m '%s' -p 'Once upon a time' -n 24 --temp 0",
              sp_shared("models/stories260K.gguf"));
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, ref, sizeof ref), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, ref, sizeof ref), 0);
     snprintf(args, sizeof args, "generate -m '%s' --prompt-ids 1,403,407,261,378 -n 24 --temp 0",
              sp_shared("models/stories260K.gguf"));
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_true(strlen(out) > 20);
     assert_string_equal(out, ref + strlen("Once upon a time"));
 }
@@ -113,16 +113,17 @@ static void test_bad_input(void **state) {
         "generate -m '%s' --prompt-ids 1,x", "generate -m '%s' --prompt-ids 130",
         "generate -m '%s' -p hello",         "generate -m '%s' --prompt-ids 1 -p hello",
         "generate -m '%s' --prompt-ids 1,2,3,4,5 -c 4 -n 1",
+        "logits -m '%s' --ids 1 -ctk q4_0",   "logits -m '%s' --ids 1 -ctv",
     };
     static char out[8192], args[2048];
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         snprintf(args, sizeof args, BAD[i], model_path());
-        int rc = sp_cli_run(args, SP_CAPTURE_STDERR, out, sizeof out);
+        int rc = cli_run(args, SP_CAPTURE_STDERR, out, sizeof out);
         if (rc == 0 || sp_count_lines(out) != 1 || strncmp(out, "specula: ", 9))
             fail_msg("'%s': exit %d, stderr '%s'", BAD[i], rc, out);
     }
     snprintf(args, sizeof args, "logits -m '%s' --ids 1", sp_shared("no/such/model.gguf"));
-    assert_int_not_equal(sp_cli_run(args, SP_CAPTURE_STDERR, out, sizeof out), 0);
+    assert_int_not_equal(cli_run(args, SP_CAPTURE_STDERR, out, sizeof out), 0);
     assert_int_equal(sp_count_lines(out), 1);
 }
 

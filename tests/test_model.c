@@ -431,7 +431,8 @@ static void test_generation_stops_at_eot(void **state) {
 }
 
 /* stories260K copied with extra RoPE metadata: variant 0 linear scaling x2,
- * 1 rope_freqs.weight all 2.0 (Llama 3.1 style), 2 yarn (unsupported). */
+ * 1 rope_freqs.weight all 2.0 (Llama 3.1 style), 2 longrope (unsupported;
+ * YaRN is held to llama.cpp's logits in test_moe). */
 static const char *rope_variant(int variant) {
     static char path[512];
     snprintf(path, sizeof path, "%s/specula_rope_%d_%d.gguf", sp_tmpdir(), variant, (int)getpid());
@@ -444,7 +445,7 @@ static const char *rope_variant(int variant) {
         sp_gguf_writer_set_str(w, "llama.rope.scaling.type", "linear");
         sp_gguf_writer_set_f32(w, "llama.rope.scaling.factor", 2.0f);
     } else if (variant == 2) {
-        sp_gguf_writer_set_str(w, "llama.rope.scaling.type", "yarn");
+        sp_gguf_writer_set_str(w, "llama.rope.scaling.type", "longrope");
     }
     for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
         const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
@@ -487,7 +488,7 @@ static void test_rope_scaling(void **state) {
         unlink(p);
     }
     const char *p = rope_variant(2);
-    expect_load_error(p, SP_ERR_UNSUPPORTED, "yarn");
+    expect_load_error(p, SP_ERR_UNSUPPORTED, "longrope");
     unlink(p);
     free(ref);
     free(got);
@@ -625,6 +626,8 @@ static void test_bad_model_files(void **state) {
         sp_gguf_writer_set_u32(w, "llama.block_count", 1);
         sp_gguf_writer_set_u32(w, "llama.attention.head_count", 2);
         sp_gguf_writer_set_u32(w, "llama.feed_forward_length", 64);
+        sp_gguf_writer_set_u32(w, "llama.context_length", 64);
+        sp_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
         int64_t ne_e[2] = {32, 16};
         static uint8_t zeros[16 * 32 * 4];
         sp_gguf_writer_add_tensor(w, "token_embd.weight", SP_GGML_F32, 2, ne_e, zeros, false, &err);

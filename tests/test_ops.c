@@ -275,7 +275,8 @@ static void test_batch_split_invariance_long_rows(void **state) {
  * kernel for each (checked where the CPU has it). */
 static const sp_ggml_type PACKED_TYPES[] = {SP_GGML_Q8_0, SP_GGML_Q4_0, SP_GGML_Q4_1,  SP_GGML_Q5_0,
                                             SP_GGML_Q5_1, SP_GGML_IQ4_NL, SP_GGML_Q4_K, SP_GGML_Q5_K,
-                                            SP_GGML_Q6_K, SP_GGML_IQ4_XS, SP_GGML_Q2_K, SP_GGML_Q3_K};
+                                            SP_GGML_Q6_K, SP_GGML_IQ4_XS, SP_GGML_Q2_K, SP_GGML_Q3_K,
+                                            SP_GGML_MXFP4};
 #define N_PACKED (sizeof PACKED_TYPES / sizeof PACKED_TYPES[0])
 
 static void test_packed_bit_identical(void **state) {
@@ -611,6 +612,105 @@ static void test_attention_kernels(void **state) {
     free(kv);
 }
 
+/* The attention kernels over F16 and Q8_0 caches (ops.h): the scalar
+ * references are within a rounding budget of a double computation over the
+ * stored (converted) values, and every ISA gives their bits; ranks with
+ * p = 0 never reach the output (a NaN row there). */
+static void test_attention_kv_kernels(void **state) {
+    (void)state;
+    const int32_t hds[] = {8, 24, 32, 64, 96, 128, 320};
+    const int32_t n = 37, dim = 320;
+    sp_rng r;
+    sp_rng_seed(&r, 11);
+    float *x = malloc((size_t)n * dim * sizeof(float)), q[320], p[37];
+    int32_t idx[37];
+    for (int32_t i = 0; i < n * dim; i++) x[i] = (float)sp_rng_normal(&r);
+    for (int i = 0; i < dim; i++) q[i] = (float)sp_rng_normal(&r);
+    for (int i = 0; i < n; i++) p[i] = i % 5 == 3 ? 0.0f : (float)sp_rng_uniform(&r);
+    /* f16 subnormals, a value rounding to 0 and the tie at 2^-25 */
+    p[5] = 3e-6f, p[6] = 1e-9f, p[7] = 0x1p-25f, p[9] = 0x1.8p-24f;
+    for (int i = 0; i < n; i++) idx[i] = i % 5 == 3 ? i : n - 1 - i;
+    x[3 * dim] = NAN;
+    const sp_isa saved = sp_ops_isa();
+    sp_error err = {0};
+    const sp_ggml_type types[] = {SP_GGML_F16, SP_GGML_Q8_0};
+    for (int ti = 0; ti < 2; ti++) {
+        const sp_ggml_type t = types[ti];
+        const size_t row = t == SP_GGML_F16 ? (size_t)dim * 2 : (size_t)dim / 32 * 34;
+        uint8_t *rows = malloc((size_t)n * row), qc[320 * 4];
+        float *deq = malloc((size_t)n * dim * sizeof(float)), qd[320];
+        for (int32_t j = 0; j < n; j++) {
+            sp_ops_att_query(t, x + (size_t)j * dim, dim, rows + (size_t)j * row);
+            sp_dequantize_row(t, rows + (size_t)j * row, deq + (size_t)j * dim, dim);
+        }
+        for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+            const int32_t hd = hds[hi];
+            if (t == SP_GGML_Q8_0 && hd % 32) continue;
+            sp_ops_att_query(t, q, hd, qc);
+            sp_dequantize_row(t, qc, qd, hd);
+            float ref_s[37], ref_o[320], ref_oi[320];
+            assert_int_equal(sp_ops_set_isa(SP_ISA_SCALAR, &err), SP_OK);
+            sp_ops_att_scores_kv(t)(qc, rows + 4 * row, row, n - 4, hd, 0.5f, ref_s);
+            sp_ops_att_mix_kv(t)(p, NULL, rows, row, n, hd, ref_o);
+            sp_ops_att_mix_kv(t)(p, idx, rows, row, n, hd, ref_oi);
+            for (int32_t j = 0; j < n - 4; j++) {
+                double d = 0, b = 0;
+                for (int32_t i = 0; i < hd; i++) {
+                    d += 0.5 * (double)qd[i] * deq[(size_t)(j + 4) * dim + i];
+                    b += 0.5 * fabs(qd[i] * deq[(size_t)(j + 4) * dim + i]);
+                }
+                assert_true(fabs(ref_s[j] - d) <= 1e-5 * b + 1e-7);
+            }
+            for (int32_t i = 0; i < hd; i++) {
+                double d = 0, b = 0;
+                for (int32_t j = 0; j < n; j++) {
+                    /* F16 values weigh by p rounded to f16 (within 2^-11 relative of p) */
+                    const double pj = p[j];
+                    if (pj != 0) d += pj * deq[(size_t)j * dim + i], b += fabs(pj * deq[(size_t)j * dim + i]);
+                }
+                const double tol = (t == SP_GGML_F16 ? 5e-4 : 1e-5) * b + 1e-7;
+                assert_false(isnan(ref_o[i]));
+                assert_true(fabs(ref_o[i] - d) <= tol);
+                assert_false(isnan(ref_oi[i]));
+            }
+            for (int isa = 1; isa <= (int)sp_ops_best_isa(); isa++) {
+                float s[37], o[320], oi[320];
+                assert_int_equal(sp_ops_set_isa((sp_isa)isa, &err), SP_OK);
+                sp_ops_att_scores_kv(t)(qc, rows + 4 * row, row, n - 4, hd, 0.5f, s);
+                sp_ops_att_mix_kv(t)(p, NULL, rows, row, n, hd, o);
+                sp_ops_att_mix_kv(t)(p, idx, rows, row, n, hd, oi);
+                assert_memory_equal(s, ref_s, (size_t)(n - 4) * sizeof(float));
+                assert_memory_equal(o, ref_o, (size_t)hd * sizeof(float));
+                assert_memory_equal(oi, ref_oi, (size_t)hd * sizeof(float));
+            }
+        }
+        free(rows);
+        free(deq);
+    }
+    assert_int_equal(sp_ops_set_isa(saved, &err), SP_OK);
+    free(x);
+}
+
+/* sp_fwht is the orthonormal Walsh-Hadamard matrix (Sylvester order) to
+ * within float rounding, and applying it twice gives the input back. */
+static void test_fwht(void **state) {
+    (void)state;
+    enum { N = 128 };
+    float x[2 * N], y[2 * N];
+    sp_rng r;
+    sp_rng_seed(&r, 5);
+    for (int i = 0; i < 2 * N; i++) x[i] = y[i] = (float)sp_rng_normal(&r);
+    sp_fwht(y, 2 * N, N);
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < N; i++) {
+            double d = 0;
+            for (int j = 0; j < N; j++) d += (__builtin_popcount(i & j) % 2 ? -1.0 : 1.0) * x[h * N + j];
+            assert_true(fabs(y[h * N + i] - d / sqrt(N)) < 1e-5);
+        }
+    sp_fwht(y, 2 * N, N);
+    for (int i = 0; i < 2 * N; i++) assert_true(fabs(y[i] - x[i]) < 1e-5);
+}
+
 /* Each ISA's softmax gives the scalar reference's bits, which are within
  * 1e-6 relative of a double softmax; -inf gives exactly 0. */
 static void test_softmax_kernels(void **state) {
@@ -774,6 +874,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_act_prepare_isa_identical),
     cmocka_unit_test(test_row_kernels),
     cmocka_unit_test(test_attention_kernels),
+    cmocka_unit_test(test_attention_kv_kernels),
+    cmocka_unit_test(test_fwht),
     cmocka_unit_test(test_softmax_kernels),
     cmocka_unit_test(test_exp_swiglu),
     cmocka_unit_test(test_ggml_order),

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "quant.h"
+#include "sp_gguf.h"
 #include "sp_rng.h"
 
 static uint32_t bits(float f) {
@@ -333,6 +334,74 @@ static void test_iq4_xs_quantiser(void **state) {
     free(x), free(y), free(b);
 }
 
+
+/* MXFP4 against gguf-py (tests/vectors/mxfp4.txt, scripts/gen_mxfp4_vectors.py):
+ * the quantiser gives gguf-py's 17 bytes for every block (ggml's reference
+ * rounding: exponent, nearest table value, first on ties), and rows of
+ * llama-quantize's gpt-oss-moe-mxfp4.gguf dequantise to gguf-py's values
+ * exactly; plus the E8M0 scale at its ends and the block layout. */
+static void test_mxfp4_against_gguf_py(void **state) {
+    (void)state;
+    assert_int_equal(sp_ggml_type_size(SP_GGML_MXFP4), 17);
+    assert_int_equal(sp_ggml_blck_size(SP_GGML_MXFP4), 32);
+    assert_string_equal(sp_ggml_type_name(SP_GGML_MXFP4), "mxfp4");
+    assert_true(sp_quant_loadable(SP_GGML_MXFP4) && sp_quant_supported(SP_GGML_MXFP4));
+    assert_true(sp_e8m0_half(0) == ldexpf(1.0f, -128) && sp_e8m0_half(1) == ldexpf(1.0f, -127));
+    assert_true(sp_e8m0_half(128) == 1.0f && sp_e8m0_half(254) == ldexpf(1.0f, 126));
+    FILE *f = fopen("tests/vectors/mxfp4.txt", "r");
+    assert_non_null(f);
+    int nq = 0;
+    assert_int_equal(fscanf(f, " quant %d", &nq), 1);
+    assert_true(nq > 0);
+    for (int i = 0; i < nq; i++) {
+        float x[32], back[32];
+        char hex[40];
+        for (int j = 0; j < 32; j++) assert_int_equal(fscanf(f, "%f", &x[j]), 1);
+        assert_int_equal(fscanf(f, " : %39s", hex), 1);
+        assert_int_equal(strlen(hex), 34);
+        uint8_t want[17], got[17];
+        for (int j = 0; j < 17; j++) {
+            unsigned v;
+            assert_int_equal(sscanf(hex + 2 * j, "%2x", &v), 1);
+            want[j] = (uint8_t)v;
+        }
+        sp_quantize_row(SP_GGML_MXFP4, x, got, 32);
+        if (memcmp(got, want, 17)) fprintf(stderr, "mxfp4 block %d differs from gguf-py's\n", i);
+        assert_memory_equal(got, want, 17);
+        /* and the round trip stays within half a step of the largest table value */
+        sp_dequantize_row(SP_GGML_MXFP4, got, back, 32);
+        const float d = sp_e8m0_half(got[0]);
+        for (int j = 0; j < 32; j++) assert_true(fabsf(back[j] - x[j]) <= 2.0f * d || fabsf(x[j]) > 12.0f * d);
+    }
+    int tensors = 0;
+    char name[64];
+    int rows, k;
+    while (fscanf(f, " dequant %63s %d %d", name, &rows, &k) == 3) {
+        sp_gguf *g = NULL;
+        sp_error err = {0};
+        assert_int_equal(sp_gguf_open(sp_shared("reference/arch2026/models/gpt-oss-moe-mxfp4.gguf"), &g, &err), SP_OK);
+        const sp_gguf_tensor *t = sp_gguf_find_tensor(g, name);
+        assert_non_null(t);
+        assert_int_equal(t->type, SP_GGML_MXFP4);
+        assert_int_equal(t->ne[0], k);
+        float *got = malloc((size_t)k * sizeof(float));
+        for (int r = 0; r < rows; r++) {
+            sp_dequantize_row(SP_GGML_MXFP4, (const uint8_t *)t->data + (size_t)r * sp_ggml_row_size(SP_GGML_MXFP4, k), got, k);
+            for (int i = 0; i < k; i++) {
+                float want;
+                assert_int_equal(fscanf(f, "%f", &want), 1);
+                if (got[i] != want) fprintf(stderr, "%s row %d elem %d: %.9g, gguf-py %.9g\n", name, r, i, (double)got[i], (double)want);
+                assert_true(got[i] == want);
+            }
+        }
+        free(got);
+        sp_gguf_close(g);
+        tensors++;
+    }
+    fclose(f);
+    assert_int_equal(tensors, 2);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_fp16_exhaustive),
     cmocka_unit_test(test_fp16_known),
@@ -344,5 +413,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_q4_0_block),
     cmocka_unit_test(test_zero_block),
     cmocka_unit_test(test_random_round_trip),
+    cmocka_unit_test(test_mxfp4_against_gguf_py),
 };
 SP_TEST_MAIN(tests)

@@ -87,7 +87,7 @@ static int run_specula(const run_env *e, const char *path, const char *mode, cha
         snprintf(ev[4], sizeof ev[4], "FAKE_MODE=%s", mode);
         snprintf(ev[5], sizeof ev[5], "SPECULA_SHARED=%s/nowhere", g_root);
         char *envp[] = {ev[0], ev[1], ev[2], ev[3], ev[4], ev[5], NULL};
-        char *argv[] = {(char *)sp_cli_bin(), "run", "-n", "8", NULL};
+        char *argv[] = {(char *)cli_bin(), "run", "-n", "8", NULL};
         execve(argv[0], argv, envp);
         _exit(126);
     }

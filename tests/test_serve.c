@@ -35,7 +35,7 @@ typedef struct server {
 static server start(const char *const *extra) {
     int p[2];
     assert_int_equal(pipe(p), 0);
-    const char *argv[40] = {sp_cli_bin(), "serve", "-m", stories(), "--port", "0"};
+    const char *argv[40] = {cli_bin(), "serve", "-m", stories(), "--port", "0"};
     int n = 6;
     for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
     argv[n] = NULL;
@@ -169,7 +169,7 @@ static const char *choice_text(json_t *j) {
 static void generate_text(const char *prompt, int n, char *out, size_t cap) {
     char args[2048], buf[8192];
     snprintf(args, sizeof args, "generate -m '%s' -p '%s' -n %d --temp 0", stories(), prompt, n);
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
     assert_true(strncmp(buf, prompt, strlen(prompt)) == 0);
     snprintf(out, cap, "%s", buf + strlen(prompt));
     size_t len = strlen(out);
@@ -318,8 +318,12 @@ static void test_bad_requests(void **state) {
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":0}"), 400, "max_tokens");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"bogus_field\":1}"), 400, "bogus_field");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"stop\":[1]}"), 400, "stop");
+    /* a NUL would end the stop string early (an empty one stopped every answer at once) */
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"stop\":[\"\\u0000a\"]}"), 400, "NUL");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"stream\":\"yes\"}"), 400, "stream");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"speculative\":{\"gamma\":1000}}"), 400, "gamma");
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"speculative\":5}"), 400,
+                 "speculative: speculative settings: expected a JSON object, got an integer");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"speculative\":{\"verifier\":\"nope\"}}"), 400,
                  "verifier");
     expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"speculative\":{\"drafter\":\"model\"}}"), 400,
@@ -354,10 +358,10 @@ static void test_bad_flags(void **state) {
     (void)state;
     char args[1024], buf[1024];
     snprintf(args, sizeof args, "serve -m '%s' --parallel 2 --batching maybe", stories());
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
     assert_non_null(strstr(buf, "--batching must be auto, on or off"));
     snprintf(args, sizeof args, "serve -m '%s' --spec-cost cheap", stories());
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
     assert_non_null(strstr(buf, "--spec-cost must be share or wall"));
 }
 
@@ -513,7 +517,7 @@ static void test_batching(void **state) {
         snprintf(temp[i], sizeof temp[i], "%s", i >= NS && BATCH_SPECS[k].sampled ? "0.8" : "0");
         snprintf(args, sizeof args, "generate -m '%s' -p '%s' -n %d --temp %s --seed %d %s", stories(), pr, NTOK,
                  temp[i], 100 + i, BATCH_SPECS[k].flags);
-        assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+        assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
         snprintf(want[i], sizeof want[i], "%s", buf + strlen(pr));
         size_t len = strlen(want[i]);
         if (len && want[i][len - 1] == '\n') want[i][len - 1] = 0;
@@ -567,11 +571,49 @@ static void test_batching(void **state) {
     assert_int_equal(stop(&s), 0);
 }
 
+/* --draft eagle3 -md HEAD.gguf: requests draft with the EAGLE-3 head, also
+ * in passes shared with other requests (the taps of each sequence are its
+ * own), and give plain decoding's text; a request may turn it off; -md
+ * HEAD.gguf without --draft eagle3 is refused in one line. */
+static void test_eagle3(void **state) {
+    (void)state;
+    enum { NB = 4, NTOK = 48 };
+    const char *head = "tests/data/eagle3/stories260K-head.gguf";
+    const char *prompts[2] = {"Once upon a time", "The cat"};
+    char want[2][8192];
+    for (int i = 0; i < 2; i++) generate_text(prompts[i], NTOK, want[i], sizeof want[i]);
+    const char *extra[] = {"--draft", "eagle3", "-md", head, "--gamma", "3", "--parallel", "4", "--batching", "on", NULL};
+    server s = start(extra);
+    bclient c[NB];
+    pthread_t th[NB];
+    for (int i = 0; i < NB; i++) {
+        c[i].port = s.port;
+        snprintf(c[i].body, sizeof c[i].body, "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0%s}",
+                 prompts[i % 2], NTOK, i == 3 ? ",\"speculative\":{\"drafter\":\"none\"}" : "");
+        pthread_create(&th[i], NULL, bclient_main, &c[i]);
+    }
+    for (int i = 0; i < NB; i++) {
+        pthread_join(th[i], NULL);
+        json_t *j = ok_json(c[i].r);
+        if (strcmp(choice_text(j), want[i % 2])) fail_msg("request %d: '%s'", i, choice_text(j));
+        json_t *sd = json_object_get(json_object_get(j, "metrics"), "speculative_decoding");
+        if (i < 3 && !(json_is_object(sd) && json_integer_value(json_object_get(sd, "num_draft_tokens")) > 0 &&
+                       !strcmp(json_string_value(json_object_get(sd, "drafter")), "eagle3")))
+            fail_msg("request %d drafted nothing", i);
+        json_decref(j);
+    }
+    assert_int_equal(stop(&s), 0);
+    char args[2048], buf[4096];
+    snprintf(args, sizeof args, "serve -m '%s' -md '%s' --port 0", stories(), head);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 1);
+    assert_non_null(strstr(buf, "is an EAGLE-3 head"));
+}
+
 /* The official openai npm client (tests/js/openai_client.mjs). */
 static void test_openai_client(void **state) {
     (void)state;
     char script[1024], mod[1024], bin[1024];
-    snprintf(bin, sizeof bin, "%s", sp_cli_bin());
+    snprintf(bin, sizeof bin, "%s", cli_bin());
     const char *dir = dirname(bin);
     snprintf(script, sizeof script, "%s/../tests/js/openai_client.mjs", dir);
     snprintf(mod, sizeof mod, "%s/../tests/js/node_modules/openai/package.json", dir);
@@ -630,7 +672,7 @@ static void test_online(void **state) {
     assert_int_equal(stop(&s), 0);
     char args[1024], buf[1024];
     snprintf(args, sizeof args, "serve -m '%s' --online", stories());
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 2);
     assert_non_null(strstr(buf, "--online"));
 }
 
@@ -653,7 +695,7 @@ static void test_routing(void **state) {
              "mkmodel --out '%s' --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --vocab-from '%s' "
              "--type f32 --seed 3",
              fresh, stories());
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 0);
     const char *extra[] = {"-md", stories(), "-md", fresh, "--gamma", "3", "--online", "--online-sync",
                            "--online-every", "32", "--online-steps", "1", NULL};
     server s = start(extra);
@@ -692,5 +734,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_bad_flags),
     cmocka_unit_test(test_load),              cmocka_unit_test(test_openai_client),
     cmocka_unit_test(test_batching),
+    cmocka_unit_test(test_eagle3),
 };
 SP_TEST_MAIN(tests)

@@ -151,6 +151,42 @@ static void test_greedy_random_models(void **state) {
     unlink(d);
 }
 
+/* A mixture-of-experts target (qwen3moe, 8 experts, 2 per token, Q8_0;
+ * verification batches group their rows by expert) under every
+ * configuration, with a small MoE draft model: greedy speculative decoding
+ * emits plain greedy decoding's tokens (the lowbit self-draft re-quantises
+ * the experts too, layer skipping skips MoE layers). */
+static const char *tiny_moe_model(int which, uint64_t seed, const char *arch, sp_ggml_type type) {
+    static char paths[2][512];
+    char *p = paths[which & 1];
+    snprintf(p, sizeof paths[0], "%s/specula_spec_moe_%d_%d.gguf", sp_tmpdir(), which, (int)getpid());
+    sp_mkmodel_params mp = sp_mkmodel_default_params();
+    mp.arch = arch;
+    mp.dim = 64;
+    mp.n_layers = 3;
+    mp.n_heads = 2;
+    mp.n_kv_heads = 1;
+    mp.ffn_dim = 64;
+    mp.n_vocab = 64;
+    mp.n_expert = 8;
+    mp.n_expert_used = 2;
+    mp.type = type;
+    mp.seed = seed;
+    mp.logit_scale = 3.0f;
+    sp_error err = {0};
+    if (sp_mkmodel(&mp, p, &err)) fail_msg("mkmodel: %s", err.msg);
+    return p;
+}
+
+static void test_greedy_moe_target(void **state) {
+    (void)state;
+    const char *t = tiny_moe_model(0, 11, "qwen3moe", SP_GGML_Q8_0), *d = tiny_moe_model(1, 12, "llama", SP_GGML_F32);
+    const int32_t prompt[] = {1, 7, 9, 7, 9, 7};
+    greedy_equal(t, d, prompt, 6, SP_SLOW ? 24 : 64);
+    unlink(t);
+    unlink(d);
+}
+
 /* ---- target forwards through a hook: a shared pass ---- */
 
 /* A forward hook in the way a batching server uses it: each target forward
@@ -754,6 +790,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ngram_propose),
     cmocka_unit_test(test_greedy_stories),
     cmocka_unit_test(test_greedy_random_models),
+    cmocka_unit_test(test_greedy_moe_target),
     cmocka_unit_test(test_greedy_shared_pass),
     cmocka_unit_test(test_sampled_shared_pass),
     cmocka_unit_test(test_adaptive_uses_cost),

@@ -242,7 +242,8 @@ static void test_json(void **state) {
     json_bad("[1, 2]", "expected a JSON object, got an array");
     json_bad("{\"drafter\": ", "not valid JSON");
     json_bad("{\"gamma\": 4}", "gamma: no drafter");
-    assert_int_equal(sp_spec_config_json(&c, NULL, &e), SP_ERR_ARG);
+    json_bad("5", "expected a JSON object, got an integer");
+    json_bad("null", "expected a JSON object, got null");
 }
 
 /* lowbit accepts exactly the types the engine computes with, by their

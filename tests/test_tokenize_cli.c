@@ -8,33 +8,33 @@ static void test_tokenize_cli(void **state) {
     char cmd[2048], out[8192];
     /* stories260K: llama.cpp's ids for "Once upon a time" (BOS first) */
     snprintf(cmd, sizeof cmd, "tokenize -m '%s' -p 'Once upon a time' --ids", sp_shared("models/stories260K.gguf"));
-    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_string_equal(out, "[1, 403, 407, 261, 378]\n");
     snprintf(cmd, sizeof cmd, "tokenize -m '%s' -p 'Once upon a time'", sp_shared("models/stories260K.gguf"));
-    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_non_null(strstr(out, "   407 -> ' upon'\n"));
     /* the llama2.c checkpoint with its tokenizer.bin gives the same ids */
     snprintf(cmd, sizeof cmd, "tokenize -m '%s' -z '%s' -p 'Once upon a time' --ids",
              sp_shared("models/stories260K.bin"), sp_shared("models/tok512.bin"));
-    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_string_equal(out, "[1, 403, 407, 261, 378]\n");
     /* a vocabulary-only GGUF; a control token's text is plain text unless
      * --special is given, then it is the single token */
     const char *l3 = sp_shared("reference/tokenizers/llama3-vocab.gguf");
     snprintf(cmd, sizeof cmd, "tokenize -m '%s' -p '<|begin_of_text|>Hello world' --ids --no-bos", l3);
-    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_string_equal(out, "[27, 91, 7413, 3659, 4424, 91, 29, 9906, 1917]\n");
     snprintf(cmd, sizeof cmd, "tokenize -m '%s' -p '<|begin_of_text|>Hello world' --ids --no-bos --special", l3);
-    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_string_equal(out, "[128000, 9906, 1917]\n");
     snprintf(cmd, sizeof cmd, "tokenize -m '%s' -p '<|im_start|>user' --special --ids",
              sp_shared("reference/tokenizers/qwen3-vocab.gguf"));
-    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_string_equal(out, "[151644, 872]\n");
     /* --json: ids with their pieces */
     snprintf(cmd, sizeof cmd, "tokenize -m '%s' -p '<|im_start|>user' --special --json",
              sp_shared("reference/tokenizers/qwen3-vocab.gguf"));
-    assert_int_equal(sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     assert_string_equal(out, "{\"ids\":[151644,872],\"pieces\":[\"<|im_start|>\",\"user\"]}\n");
     /* every vocabulary of the reference folder tokenises */
     static const char *vocabs[] = {"ggml-vocab-deepseek-coder.gguf", "ggml-vocab-deepseek-llm.gguf",
@@ -46,7 +46,7 @@ static void test_tokenize_cli(void **state) {
         char rel[128];
         snprintf(rel, sizeof rel, "reference/tokenizers/%s", vocabs[i]);
         snprintf(cmd, sizeof cmd, "tokenize -m '%s' -p 'Hello world' --ids", sp_shared(rel));
-        if (sp_cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out) != 0 || out[0] != '[')
+        if (cli_run(cmd, SP_CAPTURE_STDOUT, out, sizeof out) != 0 || out[0] != '[')
             fail_msg("%s: %s", vocabs[i], out);
     }
     /* bad inputs */
@@ -59,7 +59,7 @@ static void test_tokenize_cli(void **state) {
         {"tokenize --bogus", 2, "unknown option"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        int rc = sp_cli_run(bad[i].args, SP_CAPTURE_STDERR, out, sizeof out);
+        int rc = cli_run(bad[i].args, SP_CAPTURE_STDERR, out, sizeof out);
         if (rc != bad[i].rc || !strstr(out, bad[i].msg) || sp_count_lines(out) != 1)
             fail_msg("'%s': rc %d, stderr '%s'", bad[i].args, rc, out);
     }

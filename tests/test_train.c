@@ -116,6 +116,7 @@ static void test_forward_matches_inference(void **state) {
     sp_ctx *ctx;
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = 64;
+    cp.type_k = cp.type_v = SP_GGML_F32; /* training computes attention in f32 */
     assert_int_equal(sp_ctx_init(im, &cp, &ctx, &e), SP_OK);
     enum { T = 20 };
     int32_t tok[T];

@@ -43,7 +43,7 @@ static void test_distill_then_draft(void **state) {
              "distill -m '%s' --draft-shape 32,1,4,2,64 --data '%s' --eval '%s' --loss jsd:0.5 "
              "--steps 12 --batch 4 --seq 32 --seed 3 --out '%s' --quiet --on-policy 0.5 --topk 16",
              tgt(), train, held, draft);
-    int rc = sp_cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out);
+    int rc = cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out);
     if (rc) fail_msg("distill exited %d: %s", rc, out);
     double before, after;
     const char *h = strstr(out, "held-out jsd:0.5 loss: ");
@@ -62,9 +62,9 @@ static void test_distill_then_draft(void **state) {
     /* generate loads it as a draft; greedy output equals plain greedy */
     char plain[16384];
     snprintf(args, sizeof args, "generate -m '%s' -p 'Once upon a time' -n 40 --temp 0", tgt());
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, plain, sizeof plain), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, plain, sizeof plain), 0);
     snprintf(args, sizeof args, "generate -m '%s' -md '%s' -p 'Once upon a time' -n 40 --temp 0 --json", tgt(), draft);
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     json_t *j = json_loads(out, 0, NULL);
     assert_non_null(j);
     const char *text = json_string_value(json_object_get(j, "text"));
@@ -79,7 +79,7 @@ static void test_distill_then_draft(void **state) {
              "distill -m '%s' --draft-shape 32,1,4,2,64 --data '%s' --loss jsd:0.5 --steps 12 --batch 4 "
              "--seq 32 --seed 3 --out '%s' --quiet --on-policy 0.5 --topk 16 -t 2",
              tgt(), train, draft2);
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
     char cmp[2000];
     snprintf(cmp, sizeof cmp, "cmp -s '%s' '%s'", draft, draft2);
     assert_int_equal(system(cmp), 0);
@@ -94,7 +94,7 @@ static void test_train_from_text(void **state) {
              "train --shape 32,1,2,1,64 --vocab-from '%s' --data '%s' --eval '%s' --steps 30 --batch 4 "
              "--seq 32 --lr 1e-2 --out '%s' --type q8_0 --quiet",
              tgt(), train, train, m);
-    int rc = sp_cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out);
+    int rc = cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out);
     if (rc) fail_msg("train exited %d: %s", rc, out);
     double before, after;
     const char *h = strstr(out, "held-out ce loss: ");
@@ -104,7 +104,7 @@ static void test_train_from_text(void **state) {
     /* continue from the checkpoint */
     snprintf(args, sizeof args, "train --init '%s' --data '%s' --steps 2 --batch 2 --seq 16 --out '%s.2' --quiet",
              m, train, m);
-    assert_int_equal(sp_cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out), 0);
 }
 
 static void test_bad_input(void **state) {
@@ -125,7 +125,7 @@ static void test_bad_input(void **state) {
         {"distill -m T --draft-shape 32,1,4,2,64 --data X --out Y --on-policy 2", "--on-policy"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int rc = sp_cli_run(cases[i].args, SP_CAPTURE_STDERR, out, sizeof out);
+        int rc = cli_run(cases[i].args, SP_CAPTURE_STDERR, out, sizeof out);
         if (rc == 0 || !strstr(out, cases[i].msg) || sp_count_lines(out) != 1)
             fail_msg("'%s': exit %d, '%s'", cases[i].args, rc, out);
     }
@@ -140,7 +140,7 @@ static void test_bad_input(void **state) {
         char tail[1500];
         snprintf(tail, sizeof tail, files[i][0], train);
         snprintf(args, sizeof args, "distill -m '%s' %s --steps 1 --out '%s/o.gguf' --quiet", tgt(), tail, sp_tmpdir());
-        int rc = sp_cli_run(args, SP_CAPTURE_STDERR, out, sizeof out);
+        int rc = cli_run(args, SP_CAPTURE_STDERR, out, sizeof out);
         if (rc == 0 || !strstr(out, files[i][1]) || sp_count_lines(out) < 1)
             fail_msg("'%s': exit %d, '%s'", args, rc, out);
     }

@@ -10,7 +10,7 @@
 static int run_cli(const char *args, int stderr_only, char *buf, size_t cap) {
     char full[4096];
     snprintf(full, sizeof full, "verify-sim %s", args);
-    return sp_cli_run(full, stderr_only ? SP_CAPTURE_STDERR : SP_CAPTURE_STDOUT, buf, cap);
+    return cli_run(full, stderr_only ? SP_CAPTURE_STDERR : SP_CAPTURE_STDOUT, buf, cap);
 }
 
 static json_t *run_json(const char *args) {

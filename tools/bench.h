@@ -29,35 +29,35 @@
  * draft per prompt among all -md; each draft learns only from its own
  * prompts when online). */
 #define SP_BENCH_ROUTE_AUTO (-1)
-typedef struct sp_bench_config {
+typedef struct bench_config {
     char *name;          /* owned */
     bool plain;          /* plain decoding (drafter NONE) */
     bool online;
     int route;           /* draft index, or SP_BENCH_ROUTE_AUTO */
     sp_spec_params spec; /* draft.draft_model is set by the caller */
-} sp_bench_config;
+} bench_config;
 
 /* Parse one configuration string. has_draft_model: -md was given (n_drafts
  * of them; route=K needs K < n_drafts, checked by the caller). On error
  * returns -1 with a one-line message (naming the config and key) in msg. */
-int sp_bench_config_parse(const char *text, bool has_draft_model, sp_bench_config *out,
+int bench_config_parse(const char *text, bool has_draft_model, bench_config *out,
                           char *msg, size_t msg_cap);
-void sp_bench_config_free(sp_bench_config *c);
+void bench_config_free(bench_config *c);
 
 /* Parse a ';'-separated list into a new array. Plain decoding is always
  * config 0 (added when absent; "plain" and "draft=none" are moved there);
  * empty items are skipped, but a list with no configuration at all is an
  * error, as is a name listed twice. Returns 0, or -1 with a message. Free
- * with sp_bench_configs_free. */
-int sp_bench_configs_parse(const char *list, bool has_draft_model, sp_bench_config **out,
+ * with bench_configs_free. */
+int bench_configs_parse(const char *list, bool has_draft_model, bench_config **out,
                            int *n_out, char *msg, size_t msg_cap);
-void sp_bench_configs_free(sp_bench_config *c, int n);
+void bench_configs_free(bench_config *c, int n);
 
 /* The default --configs list. */
-const char *sp_bench_default_configs(bool has_draft_model);
+const char *bench_default_configs(bool has_draft_model);
 
 /* One generation: configuration `config` on prompt `prompt` in repeat `repeat`. */
-typedef struct sp_bench_run {
+typedef struct bench_run {
     int config, prompt, repeat;
     int draft;                    /* the draft model used (-md index), -1 for none */
     bool explored;                /* route=auto chose it at random */
@@ -67,10 +67,10 @@ typedef struct sp_bench_run {
     double t_prefill, t_generate; /* seconds */
     bool hit_eog;
     sp_spec_stats spec;
-} sp_bench_run;
+} bench_run;
 
 /* Per-configuration aggregates over all its runs. */
-typedef struct sp_bench_agg {
+typedef struct bench_agg {
     int n_runs, n_repeats;
     int64_t tokens;           /* generated, over all runs */
     double seconds;           /* generate seconds, over all runs */
@@ -79,34 +79,34 @@ typedef struct sp_bench_agg {
     double *speedup;          /* [n_repeats]: tps / plain tps of the same repeat */
     double tps_mean, tps_std; /* over repeats (sample std; 0 for one repeat) */
     double speedup_mean, speedup_std;
-} sp_bench_agg;
+} bench_agg;
 
 /* Aggregate runs (any order) into agg[n_configs], config 0 being plain
  * decoding. Allocates the per-repeat arrays; returns -1 when out of memory.
- * Free with sp_bench_aggs_free. */
-int sp_bench_aggregate(const sp_bench_run *runs, size_t n_runs, int n_configs, int n_repeats,
-                       sp_bench_agg *agg);
-void sp_bench_aggs_free(sp_bench_agg *agg, int n_configs);
+ * Free with bench_aggs_free. */
+int bench_aggregate(const bench_run *runs, size_t n_runs, int n_configs, int n_repeats,
+                       bench_agg *agg);
+void bench_aggs_free(bench_agg *agg, int n_configs);
 
 /* Summary figures of an aggregate: plain decoding has block efficiency 1 by
  * definition (one token per target forward) and no acceptance figures. */
-double sp_bench_block_efficiency(const sp_bench_config *c, const sp_bench_agg *a);
+double bench_block_efficiency(const bench_config *c, const bench_agg *a);
 
 /* ---- reports (bench_report.c) ---- */
 
 /* The results document: meta (owned by the caller, stolen), configs, runs. */
-json_t *sp_bench_results_json(json_t *meta, const sp_bench_config *cfg, int n_cfg,
-                              const sp_bench_agg *agg, const sp_bench_run *runs, size_t n_runs);
+json_t *bench_results_json(json_t *meta, const bench_config *cfg, int n_cfg,
+                              const bench_agg *agg, const bench_run *runs, size_t n_runs);
 /* The table for stdout. */
-void sp_bench_print_table(FILE *f, const sp_bench_config *cfg, int n_cfg, const sp_bench_agg *agg);
+void bench_print_table(FILE *f, const bench_config *cfg, int n_cfg, const bench_agg *agg);
 /* results.csv: header + one row per configuration. Returns 0 or -1 (errno set). */
-int sp_bench_write_csv(const char *path, const sp_bench_config *cfg, int n_cfg,
-                       const sp_bench_agg *agg);
+int bench_write_csv(const char *path, const bench_config *cfg, int n_cfg,
+                       const bench_agg *agg);
 /* Writes the data files and plots.gp into dir and runs gnuplot there, making
  * tokens_per_second.png, block_efficiency.png and accept_hist.png. Returns 0
  * on success, 1 when gnuplot is not installed, -1 on failure (one line in
  * msg). */
-int sp_bench_plot(const char *dir, const sp_bench_config *cfg, int n_cfg, const sp_bench_agg *agg,
+int bench_plot(const char *dir, const bench_config *cfg, int n_cfg, const bench_agg *agg,
                   char *msg, size_t msg_cap);
 
 /* The stream report (prompts in order, online learning, routing):
@@ -114,8 +114,8 @@ int sp_bench_plot(const char *dir, const sp_bench_config *cfg, int n_cfg, const 
  * stream.png (acceptance per block of `block` prompts per speculative
  * configuration, dashed lines where the domain label changes), and, when
  * table is not NULL, acceptance by domain and per block printed to it.
- * domains[n_prompts] may hold NULLs. Returns as sp_bench_plot. */
-int sp_bench_write_stream(const char *dir, const sp_bench_config *cfg, int n_cfg, const sp_bench_run *runs,
+ * domains[n_prompts] may hold NULLs. Returns as bench_plot. */
+int bench_write_stream(const char *dir, const bench_config *cfg, int n_cfg, const bench_run *runs,
                           size_t n_runs, char *const *domains, int n_prompts, int n_repeats, int block,
                           FILE *table, char *msg, size_t msg_cap);
 

@@ -38,13 +38,13 @@ static char *trim(char *s) {
     return s;
 }
 
-void sp_bench_config_free(sp_bench_config *c) {
+void bench_config_free(bench_config *c) {
     if (!c) return;
     free(c->name);
     memset(c, 0, sizeof *c);
 }
 
-int sp_bench_config_parse(const char *text, bool has_draft_model, sp_bench_config *out,
+int bench_config_parse(const char *text, bool has_draft_model, bench_config *out,
                           char *msg, size_t msg_cap) {
     memset(out, 0, sizeof *out);
     char *buf = dup_range(text, strlen(text));
@@ -59,7 +59,7 @@ int sp_bench_config_parse(const char *text, bool has_draft_model, sp_bench_confi
     char *spec_text = malloc(strlen(out->name) + 1), *work = dup_range(out->name, strlen(out->name));
     if (!spec_text || !work) {
         free(spec_text), free(work);
-        sp_bench_config_free(out);
+        bench_config_free(out);
         return failf(msg, msg_cap, "out of memory");
     }
     spec_text[0] = 0;
@@ -103,7 +103,7 @@ int sp_bench_config_parse(const char *text, bool has_draft_model, sp_bench_confi
         bad = failf(msg, msg_cap, "config '%s': online and route need the model drafter with a chain (no tree)",
                     out->name);
     if (bad) {
-        sp_bench_config_free(out);
+        bench_config_free(out);
         return -1;
     }
     out->spec = c.params;
@@ -111,21 +111,21 @@ int sp_bench_config_parse(const char *text, bool has_draft_model, sp_bench_confi
     return 0;
 }
 
-void sp_bench_configs_free(sp_bench_config *c, int n) {
-    for (int i = 0; c && i < n; i++) sp_bench_config_free(&c[i]);
+void bench_configs_free(bench_config *c, int n) {
+    for (int i = 0; c && i < n; i++) bench_config_free(&c[i]);
     free(c);
 }
 
-int sp_bench_configs_parse(const char *list, bool has_draft_model, sp_bench_config **out,
+int bench_configs_parse(const char *list, bool has_draft_model, bench_config **out,
                            int *n_out, char *msg, size_t msg_cap) {
     *out = NULL;
     *n_out = 0;
     size_t cap = 2;
     for (const char *p = list; *p; p++) cap += *p == ';';
-    sp_bench_config *c = calloc(cap, sizeof *c);
+    bench_config *c = calloc(cap, sizeof *c);
     if (!c) return failf(msg, msg_cap, "out of memory");
     int n = 1, given = 0; /* slot 0: plain */
-    if (sp_bench_config_parse("plain", false, &c[0], msg, msg_cap)) goto fail;
+    if (bench_config_parse("plain", false, &c[0], msg, msg_cap)) goto fail;
     const char *p = list;
     for (;;) {
         const char *semi = strchr(p, ';');
@@ -137,18 +137,18 @@ int sp_bench_configs_parse(const char *list, bool has_draft_model, sp_bench_conf
         }
         char *t = trim(item);
         if (*t) {
-            sp_bench_config cfg;
-            int r = sp_bench_config_parse(t, has_draft_model, &cfg, msg, msg_cap);
+            bench_config cfg;
+            int r = bench_config_parse(t, has_draft_model, &cfg, msg, msg_cap);
             free(item);
             if (r) goto fail;
             given++;
             if (cfg.plain) { /* plain is already config 0 */
-                sp_bench_config_free(&cfg);
+                bench_config_free(&cfg);
             } else {
                 for (int i = 0; i < n; i++)
                     if (!strcmp(c[i].name, cfg.name)) {
                         failf(msg, msg_cap, "config '%s' is listed twice", cfg.name);
-                        sp_bench_config_free(&cfg);
+                        bench_config_free(&cfg);
                         goto fail;
                     }
                 c[n++] = cfg;
@@ -167,11 +167,11 @@ int sp_bench_configs_parse(const char *list, bool has_draft_model, sp_bench_conf
     *n_out = n;
     return 0;
 fail:
-    sp_bench_configs_free(c, n);
+    bench_configs_free(c, n);
     return -1;
 }
 
-const char *sp_bench_default_configs(bool has_draft_model) {
+const char *bench_default_configs(bool has_draft_model) {
     return has_draft_model
                ? "plain;draft=model,gamma=4;draft=ngram,gamma=4;draft=layerskip,gamma=4;"
                  "draft=lowbit,gamma=4"
@@ -208,7 +208,7 @@ static void mean_std(const double *x, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(ss / (n - 1)) : 0;
 }
 
-void sp_bench_aggs_free(sp_bench_agg *agg, int n_configs) {
+void bench_aggs_free(bench_agg *agg, int n_configs) {
     for (int i = 0; agg && i < n_configs; i++) {
         free(agg[i].tps);
         free(agg[i].speedup);
@@ -216,8 +216,8 @@ void sp_bench_aggs_free(sp_bench_agg *agg, int n_configs) {
     }
 }
 
-int sp_bench_aggregate(const sp_bench_run *runs, size_t n_runs, int n_configs, int n_repeats,
-                       sp_bench_agg *agg) {
+int bench_aggregate(const bench_run *runs, size_t n_runs, int n_configs, int n_repeats,
+                       bench_agg *agg) {
     memset(agg, 0, (size_t)n_configs * sizeof *agg);
     /* per (config, repeat): tokens and seconds */
     double *tok = calloc((size_t)n_configs * (size_t)n_repeats, sizeof *tok);
@@ -232,13 +232,13 @@ int sp_bench_aggregate(const sp_bench_run *runs, size_t n_runs, int n_configs, i
     if (rc) {
         free(tok);
         free(sec);
-        sp_bench_aggs_free(agg, n_configs);
+        bench_aggs_free(agg, n_configs);
         return -1;
     }
     for (size_t i = 0; i < n_runs; i++) {
-        const sp_bench_run *r = &runs[i];
+        const bench_run *r = &runs[i];
         SP_ASSERT(r->config >= 0 && r->config < n_configs && r->repeat >= 0 && r->repeat < n_repeats);
-        sp_bench_agg *a = &agg[r->config];
+        bench_agg *a = &agg[r->config];
         a->n_runs++;
         a->tokens += r->n_generated;
         a->seconds += r->t_generate;
@@ -263,6 +263,6 @@ int sp_bench_aggregate(const sp_bench_run *runs, size_t n_runs, int n_configs, i
     return 0;
 }
 
-double sp_bench_block_efficiency(const sp_bench_config *c, const sp_bench_agg *a) {
+double bench_block_efficiency(const bench_config *c, const bench_agg *a) {
     return c->plain ? 1.0 : sp_spec_block_efficiency(&a->sum);
 }

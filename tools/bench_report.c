@@ -18,7 +18,7 @@ static json_t *dbl_array(const double *x, int n) {
     return a;
 }
 
-static json_t *config_json(const sp_bench_config *c, const sp_bench_agg *a) {
+static json_t *config_json(const bench_config *c, const bench_agg *a) {
     json_t *j = json_object();
     json_object_set_new(j, "name", json_string(c->name));
     json_object_set_new(j, "plain", json_boolean(c->plain));
@@ -43,25 +43,25 @@ static json_t *config_json(const sp_bench_config *c, const sp_bench_agg *a) {
     json_object_set_new(j, "speedup", json_real(a->speedup_mean));
     json_object_set_new(j, "speedup_std", json_real(a->speedup_std));
     json_object_set_new(j, "speedup_by_repeat", dbl_array(a->speedup, a->n_repeats));
-    json_object_set_new(j, "block_efficiency", json_real(sp_bench_block_efficiency(c, a)));
+    json_object_set_new(j, "block_efficiency", json_real(bench_block_efficiency(c, a)));
     if (!c->plain) {
         json_object_set_new(j, "acceptance_rate", json_real(sp_spec_acceptance_rate(&a->sum)));
         json_object_set_new(j, "mean_accepted", json_real(sp_spec_mean_accepted(&a->sum)));
         /* counters and accepted-length histogram summed over runs */
-        json_object_set_new(j, "spec", sp_cli_spec_json(&a->sum));
+        json_object_set_new(j, "spec", cli_spec_json(&a->sum));
     }
     return j;
 }
 
-json_t *sp_bench_results_json(json_t *meta, const sp_bench_config *cfg, int n_cfg,
-                              const sp_bench_agg *agg, const sp_bench_run *runs, size_t n_runs) {
+json_t *bench_results_json(json_t *meta, const bench_config *cfg, int n_cfg,
+                              const bench_agg *agg, const bench_run *runs, size_t n_runs) {
     json_t *j = meta ? meta : json_object();
     json_t *cs = json_array();
     for (int i = 0; i < n_cfg; i++) json_array_append_new(cs, config_json(&cfg[i], &agg[i]));
     json_object_set_new(j, "configs", cs);
     json_t *rs = json_array();
     for (size_t i = 0; i < n_runs; i++) {
-        const sp_bench_run *r = &runs[i];
+        const bench_run *r = &runs[i];
         json_t *o = json_object();
         json_object_set_new(o, "config", json_string(cfg[r->config].name));
         json_object_set_new(o, "prompt", json_integer(r->prompt));
@@ -77,14 +77,14 @@ json_t *sp_bench_results_json(json_t *meta, const sp_bench_config *cfg, int n_cf
         if (r->draft >= 0) json_object_set_new(o, "draft", json_integer(r->draft));
         if (r->explored) json_object_set_new(o, "explored", json_true());
         if (cfg[r->config].online) json_object_set_new(o, "learn_wait_seconds", json_real(r->t_learn_wait));
-        if (!cfg[r->config].plain) json_object_set_new(o, "spec", sp_cli_spec_json(&r->spec));
+        if (!cfg[r->config].plain) json_object_set_new(o, "spec", cli_spec_json(&r->spec));
         json_array_append_new(rs, o);
     }
     json_object_set_new(j, "runs", rs);
     return j;
 }
 
-void sp_bench_print_table(FILE *f, const sp_bench_config *cfg, int n_cfg, const sp_bench_agg *agg) {
+void bench_print_table(FILE *f, const bench_config *cfg, int n_cfg, const bench_agg *agg) {
     int w = 13;
     for (int i = 0; i < n_cfg; i++) {
         int l = (int)strlen(cfg[i].name);
@@ -93,7 +93,7 @@ void sp_bench_print_table(FILE *f, const sp_bench_config *cfg, int n_cfg, const 
     fprintf(f, "%-*s  %10s  %9s  %9s  %10s  %15s\n", w, "configuration", "acceptance", "block eff",
             "mean acc", "tokens/s", "speedup");
     for (int i = 0; i < n_cfg; i++) {
-        const sp_bench_agg *a = &agg[i];
+        const bench_agg *a = &agg[i];
         char acc[32] = "-", mean[32] = "-", sp[48];
         if (!cfg[i].plain) {
             snprintf(acc, sizeof acc, "%.3f", sp_spec_acceptance_rate(&a->sum));
@@ -101,7 +101,7 @@ void sp_bench_print_table(FILE *f, const sp_bench_config *cfg, int n_cfg, const 
         }
         snprintf(sp, sizeof sp, "%.2f +- %.2f", a->speedup_mean, a->speedup_std);
         fprintf(f, "%-*s  %10s  %9.2f  %9s  %10.1f  %15s\n", w, cfg[i].name, acc,
-                sp_bench_block_efficiency(&cfg[i], a), mean, a->tps_mean, sp);
+                bench_block_efficiency(&cfg[i], a), mean, a->tps_mean, sp);
     }
 }
 
@@ -119,18 +119,18 @@ static void csv_field(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-int sp_bench_write_csv(const char *path, const sp_bench_config *cfg, int n_cfg,
-                       const sp_bench_agg *agg) {
+int bench_write_csv(const char *path, const bench_config *cfg, int n_cfg,
+                       const bench_agg *agg) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
     fprintf(f, "configuration,acceptance_rate,block_efficiency,mean_accepted,tokens_per_second,"
                "tokens_per_second_std,speedup,speedup_std\n");
     for (int i = 0; i < n_cfg; i++) {
-        const sp_bench_agg *a = &agg[i];
+        const bench_agg *a = &agg[i];
         csv_field(f, cfg[i].name);
         if (cfg[i].plain) fprintf(f, ",");
         else fprintf(f, ",%.6f", sp_spec_acceptance_rate(&a->sum));
-        fprintf(f, ",%.6f", sp_bench_block_efficiency(&cfg[i], a));
+        fprintf(f, ",%.6f", bench_block_efficiency(&cfg[i], a));
         if (cfg[i].plain) fprintf(f, ",");
         else fprintf(f, ",%.6f", sp_spec_mean_accepted(&a->sum));
         fprintf(f, ",%.3f,%.3f,%.6f,%.6f\n", a->tps_mean, a->tps_std, a->speedup_mean,
@@ -172,8 +172,8 @@ static FILE *open_in(const char *dir, const char *name) {
     return fopen(p, "w");
 }
 
-static int write_data(const char *dir, const sp_bench_config *cfg, int n_cfg,
-                      const sp_bench_agg *agg, int *max_tau, int *n_spec) {
+static int write_data(const char *dir, const bench_config *cfg, int n_cfg,
+                      const bench_agg *agg, int *max_tau, int *n_spec) {
     FILE *f = open_in(dir, "bench_configs.dat");
     if (!f) return -1;
     fprintf(f, "# index name tokens_per_second tokens_per_second_std block_efficiency\n");
@@ -181,7 +181,7 @@ static int write_data(const char *dir, const sp_bench_config *cfg, int n_cfg,
         fprintf(f, "%d ", i);
         gp_string(f, cfg[i].name);
         fprintf(f, " %.6g %.6g %.6g\n", agg[i].tps_mean, agg[i].tps_std,
-                sp_bench_block_efficiency(&cfg[i], &agg[i]));
+                bench_block_efficiency(&cfg[i], &agg[i]));
     }
     if (fclose(f)) return -1;
     /* accepted-length histogram: one column per speculative config, as the
@@ -297,7 +297,7 @@ static int run_gnuplot(const char *dir, const char *script, char *msg, size_t ms
     return 0;
 }
 
-int sp_bench_plot(const char *dir, const sp_bench_config *cfg, int n_cfg, const sp_bench_agg *agg,
+int bench_plot(const char *dir, const bench_config *cfg, int n_cfg, const bench_agg *agg,
                   char *msg, size_t msg_cap) {
     int max_tau, n_spec;
     if (write_data(dir, cfg, n_cfg, agg, &max_tau, &n_spec)) {
@@ -322,9 +322,9 @@ int sp_bench_plot(const char *dir, const sp_bench_config *cfg, int n_cfg, const 
 /* ------------------------------------------------------------------ streams */
 
 /* Runs of config c in stream order (repeat-major, then prompt). */
-static int stream_index(const sp_bench_run *r, int n_prompts) { return r->repeat * n_prompts + r->prompt; }
+static int stream_index(const bench_run *r, int n_prompts) { return r->repeat * n_prompts + r->prompt; }
 
-int sp_bench_write_stream(const char *dir, const sp_bench_config *cfg, int n_cfg, const sp_bench_run *runs,
+int bench_write_stream(const char *dir, const bench_config *cfg, int n_cfg, const bench_run *runs,
                           size_t n_runs, char *const *domains, int n_prompts, int n_repeats, int block,
                           FILE *table, char *msg, size_t msg_cap) {
     const int n_stream = n_prompts * n_repeats, n_blocks = (n_stream + block - 1) / block;
@@ -341,7 +341,7 @@ int sp_bench_write_stream(const char *dir, const sp_bench_config *cfg, int n_cfg
     fprintf(f, "config,stream_index,repeat,prompt,domain,draft,explored,drafted,accepted,acceptance,"
                "n_generated,seconds,learn_wait_seconds\n");
     for (size_t i = 0; i < n_runs; i++) {
-        const sp_bench_run *r = &runs[i];
+        const bench_run *r = &runs[i];
         const int si = stream_index(r, n_prompts);
         dr[(size_t)r->config * (size_t)n_blocks + (size_t)(si / block)] += r->spec.drafted;
         ac[(size_t)r->config * (size_t)n_blocks + (size_t)(si / block)] += r->spec.accepted;
@@ -414,7 +414,7 @@ int sp_bench_write_stream(const char *dir, const sp_bench_config *cfg, int n_cfg
             for (int k = 0; k < n_dom; k++) {
                 int64_t d = 0, a = 0;
                 for (size_t i = 0; i < n_runs; i++) {
-                    const sp_bench_run *r = &runs[i];
+                    const bench_run *r = &runs[i];
                     const char *rd = domains[r->prompt] ? domains[r->prompt] : "(none)";
                     if (r->config == c && !strcmp(rd, dom[k])) d += r->spec.drafted, a += r->spec.accepted;
                 }

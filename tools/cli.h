@@ -1,7 +1,7 @@
 /* cli.h: subcommand table entries and small shared helpers for the CLI.
  *
  * Option parsing: every command parses with getopt_long_only
- * (sp_cli_next), so every long option may be written with
+ * (cli_next), so every long option may be written with
  * two dashes or with one, the way llama.cpp spells its multi-letter flags
  * (-md, -zd); a single letter after one dash is always the short option
  * (-m, -n, -t, ...), and "--" ends the options. Values follow as the next
@@ -21,21 +21,21 @@
 #include "sp_spec.h"
 #include "sp_spec_config.h"
 
-typedef int (*sp_cli_fn)(int argc, char **argv);
-typedef struct sp_cli_command {
+typedef int (*cli_fn)(int argc, char **argv);
+typedef struct cli_command {
     const char *name;
     const char *help;
-    sp_cli_fn fn;
-} sp_cli_command;
+    cli_fn fn;
+} cli_command;
 
 /* Strict numeric flag parsing: the whole string must be a number within
  * [lo, hi]; otherwise print one line naming the flag and return -1. */
-int sp_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out);
-int sp_cli_float(const char *flag, const char *s, double lo, double hi, double *out);
+int cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out);
+int cli_float(const char *flag, const char *s, double lo, double hi, double *out);
 
 /* Option ids above the character range, one block per group. */
 enum {
-    SP_OPT_RUN = 0x100,  /* sp_cli_run_opts flags */
+    SP_OPT_RUN = 0x100,  /* cli_run_opts flags */
     SP_OPT_SPEC = 0x200, /* speculation settings (SP_CLI_SPEC_OPTIONS) */
     SP_OPT_CMD = 0x300,  /* a command's own long-only options */
     SP_OPT_ONLINE = 0x400 /* online learning (SP_CLI_ONLINE_OPTIONS) */
@@ -46,14 +46,14 @@ enum {
  * at the end of the options, or '?' after printing one line for an unknown
  * option, a missing value or a stray argument (`cmd` names the command in
  * the message). *flag receives the option as written (for messages). */
-int sp_cli_next(int argc, char **argv, const char *shortopts, const struct option *longopts,
+int cli_next(int argc, char **argv, const char *shortopts, const struct option *longopts,
                 const char *cmd, const char **flag);
 
 /* Flags shared by generate and bench: -m, -z, -md, -zd, -n, -s/--seed, -t,
  * -c, --temp, --top-k, --top-p, --min-p, --mlock, --no-prefault,
- * --tokenizer-pre. */
+ * --tokenizer-pre, -ctk/--cache-type-k, -ctv/--cache-type-v. */
 #define SP_CLI_MAX_DRAFTS 8
-typedef struct sp_cli_run_opts {
+typedef struct cli_run_opts {
     const char *model, *tokenizer, *draft_model, *draft_tokenizer;
     /* every -md given, in order (draft_model is the first); only commands
      * that set multi_draft take more than one */
@@ -62,11 +62,12 @@ typedef struct sp_cli_run_opts {
     bool multi_draft;
     long long n_predict, seed, threads, n_ctx;
     bool mlock, no_prefault; /* weight residency (sp_model_params) */
+    sp_ggml_type type_k, type_v; /* -ctk / -ctv: KV cache types (sp_ctx_params) */
     const char *tokenizer_pre; /* --tokenizer-pre: forced BPE pre-tokeniser, or NULL */
     bool ids_only; /* the input is token ids: a model without a tokenizer is fine */
     sp_sampler_params sampling;
-} sp_cli_run_opts;
-void sp_cli_run_opts_default(sp_cli_run_opts *r);
+} cli_run_opts;
+void cli_run_opts_default(cli_run_opts *r);
 
 #define SP_CLI_RUN_SHORTOPTS "m:z:n:s:t:c:"
 #define SP_CLI_RUN_OPTIONS                                                                     \
@@ -83,12 +84,16 @@ void sp_cli_run_opts_default(sp_cli_run_opts *r);
         {"min-p", required_argument, NULL, SP_OPT_RUN + 5},                                    \
         {"mlock", no_argument, NULL, SP_OPT_RUN + 6},                                          \
         {"no-prefault", no_argument, NULL, SP_OPT_RUN + 7},                                    \
-        {"tokenizer-pre", required_argument, NULL, SP_OPT_RUN + 8}
+        {"tokenizer-pre", required_argument, NULL, SP_OPT_RUN + 8},                            \
+        {"ctk", required_argument, NULL, SP_OPT_RUN + 9},                                      \
+        {"cache-type-k", required_argument, NULL, SP_OPT_RUN + 9},                             \
+        {"ctv", required_argument, NULL, SP_OPT_RUN + 10},                                     \
+        {"cache-type-v", required_argument, NULL, SP_OPT_RUN + 10}
 
 /* Applies option `opt` (an id from SP_CLI_RUN_OPTIONS) with value arg.
  * Returns 1 if it was one of them, 0 if not, -1 after printing what is
  * wrong with the value. */
-int sp_cli_run_opt(int opt, const char *flag, const char *arg, sp_cli_run_opts *r);
+int cli_run_opt(int opt, const char *flag, const char *arg, cli_run_opts *r);
 
 /* Speculation flags: each one sets the speculation setting of the same
  * meaning (sp_spec_config.h), so flags and configuration strings share
@@ -110,16 +115,16 @@ int sp_cli_run_opt(int opt, const char *flag, const char *arg, sp_cli_run_opts *
 
 /* Applies a speculation flag to the configuration layer c. Returns 1 if
  * opt was one, 0 if not, -1 after printing the setting's message. */
-int sp_cli_spec_opt(int opt, const char *arg, sp_spec_config *c);
+int cli_spec_opt(int opt, const char *arg, sp_spec_config *c);
 
 /* Online learning of the draft model while generating (sp_online.h). */
-typedef struct sp_cli_online_opts {
+typedef struct cli_online_opts {
     bool on;
     sp_online_params p;
     sp_online_schedule sch;
     const char *out; /* write the learned draft here at the end, or NULL */
-} sp_cli_online_opts;
-void sp_cli_online_opts_default(sp_cli_online_opts *o);
+} cli_online_opts;
+void cli_online_opts_default(cli_online_opts *o);
 
 #define SP_CLI_ONLINE_OPTIONS {"online", no_argument, NULL, SP_OPT_ONLINE + 0}, SP_CLI_ONLINE_TUNING
 /* the settings of the learner without the switch (bench turns learning on
@@ -143,52 +148,64 @@ void sp_cli_online_opts_default(sp_cli_online_opts *o);
 
 /* Applies an online option. Returns 1 if opt was one, 0 if not, -1 after
  * printing what is wrong with the value. Any of them turns learning on. */
-int sp_cli_online_opt(int opt, const char *flag, const char *arg, sp_cli_online_opts *o);
+int cli_online_opt(int opt, const char *flag, const char *arg, cli_online_opts *o);
 
 /* Starts a learner for the draft file draft_path serving spec (whose draft
  * model dm was loaded from that file). Prints one line and returns 1 on
  * failure. */
-int sp_cli_online_start(const sp_cli_online_opts *o, const char *draft_path, sp_spec *spec,
+int cli_online_start(const cli_online_opts *o, const char *draft_path, sp_spec *spec,
                         const sp_model *dm, sp_online **out);
 
 /* The learner's figures as a JSON object / one line of text. */
-json_t *sp_cli_online_json(sp_online *on);
-void sp_cli_online_print(FILE *f, sp_online *on);
+json_t *cli_online_json(sp_online *on);
+void cli_online_print(FILE *f, sp_online *on);
 
 /* Token ids written as a comma-separated list ("5,17,99"): at least one,
  * each a whole number in [0, 2^31). *ids (n of them) is malloc'd. Prints
  * one line naming the flag and returns -1 when the list is not that. */
-int sp_cli_ids(const char *flag, const char *s, int32_t **ids, int32_t *n);
+int cli_ids(const char *flag, const char *s, int32_t **ids, int32_t *n);
 /* Prints one line naming the flag and the first id that is not below
  * n_vocab, and returns -1; 0 when all are. */
-int sp_cli_ids_check(const char *flag, const int32_t *ids, int32_t n, int32_t n_vocab);
+int cli_ids_check(const char *flag, const int32_t *ids, int32_t n, int32_t n_vocab);
 
 /* Loads r->model (which must come with a tokenizer unless r->ids_only) and, if given,
  * r->draft_model (several -md are refused unless r->multi_draft). Prints one line and returns 1 on failure (nothing is left
  * loaded then); 0 on success. */
-int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel);
+int cli_load_models(const cli_run_opts *r, sp_model **model, sp_model **dmodel);
 /* Whether path is a GGUF file (its magic); false when it cannot be read. */
-bool sp_cli_is_gguf(const char *path);
+bool cli_is_gguf(const char *path);
+/* Whether path is a GGUF file of architecture eagle3 (an EAGLE-3 head). */
+bool cli_is_eagle3(const char *path);
+/* The -md file for the drafter `kind`: with eagle3, loads it as an EAGLE-3
+ * head for `target` into *head; otherwise refuses a head given as a draft
+ * model (naming --draft eagle3). Prints one line and returns 1 on failure. */
+int cli_load_head(const char *path, sp_drafter_kind kind, const sp_model *target, sp_eagle3 **head);
 
 /* Loads the drafts after the first (r->draft_models[1..]) into dms[1..]
- * (dms[0] is the one sp_cli_load_models loaded). Prints one line and
+ * (dms[0] is the one cli_load_models loaded). Prints one line and
  * returns 1 on failure (what was loaded stays in dms for the caller to
  * free). */
-int sp_cli_load_more_drafts(const sp_cli_run_opts *r, sp_model **dms);
+int cli_load_more_drafts(const cli_run_opts *r, sp_model **dms);
 
 /* mkdir -p with mode 0755 (less the umask); the last component must end up
  * a directory. Returns 0 or -1 (errno set). */
-int sp_cli_make_dirs(const char *path);
+int cli_make_dirs(const char *path);
 
 /* The speculation statistics as a JSON object / a short text summary. */
-json_t *sp_cli_spec_json(const sp_spec_stats *s);
-void sp_cli_spec_print(FILE *f, const sp_spec_stats *s);
+json_t *cli_spec_json(const sp_spec_stats *s);
+/* The KV cache of a context as JSON: {"type_k", "type_v", "n_ctx", "bytes"
+ * (when full), "bytes_allocated"}; and as one line on stderr (at load). */
+json_t *cli_kv_json(const sp_ctx *c);
+void cli_kv_print(const sp_ctx *c);
+/* Sets the KV cache types of -ctk / -ctv in context parameters. */
+void cli_ctx_types(const cli_run_opts *r, sp_ctx_params *cp);
+void cli_spec_print(FILE *f, const sp_spec_stats *s);
 
 /* A JSON string of n bytes of generated text that may not be valid UTF-8
  * (a token can end inside a character): valid sequences are kept, every
  * byte of an invalid one becomes U+FFFD. *replaced (if not NULL) is set to
  * the number of bytes replaced. NULL only when out of memory. */
-json_t *sp_cli_json_text(const char *s, size_t n, size_t *replaced);
+json_t *cli_json_text(const char *s, size_t n, size_t *replaced);
 
 int cmd_version(int argc, char **argv);
 int cmd_run(int argc, char **argv);

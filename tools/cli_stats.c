@@ -11,7 +11,24 @@ static json_t *hist_json(const int64_t *h, int n) {
     return a;
 }
 
-json_t *sp_cli_spec_json(const sp_spec_stats *s) {
+json_t *cli_kv_json(const sp_ctx *c) {
+    return json_pack("{s:s, s:s, s:i, s:I, s:I}", "type_k", sp_ggml_type_name(sp_ctx_type_k(c)), "type_v",
+                     sp_ggml_type_name(sp_ctx_type_v(c)), "n_ctx", (int)sp_ctx_n_ctx(c), "bytes",
+                     (json_int_t)sp_ctx_kv_bytes(c), "bytes_allocated", (json_int_t)sp_ctx_kv_bytes_allocated(c));
+}
+
+void cli_kv_print(const sp_ctx *c) {
+    fprintf(stderr, "[kv] K %s, V %s: %.1f MiB for a full context of %d tokens (allocated as tokens arrive)\n",
+            sp_ggml_type_name(sp_ctx_type_k(c)), sp_ggml_type_name(sp_ctx_type_v(c)),
+            (double)sp_ctx_kv_bytes(c) / (1 << 20), sp_ctx_n_ctx(c));
+}
+
+void cli_ctx_types(const cli_run_opts *r, sp_ctx_params *cp) {
+    cp->type_k = r->type_k;
+    cp->type_v = r->type_v;
+}
+
+json_t *cli_spec_json(const sp_spec_stats *s) {
     json_t *j = json_object();
     json_object_set_new(j, "drafter", json_string(s->drafter));
     json_object_set_new(j, "verifier", json_string(s->verifier));
@@ -34,7 +51,7 @@ json_t *sp_cli_spec_json(const sp_spec_stats *s) {
     return j;
 }
 
-void sp_cli_spec_print(FILE *f, const sp_spec_stats *s) {
+void cli_spec_print(FILE *f, const sp_spec_stats *s) {
     fprintf(f,
             "[spec %s/%s] iterations %lld, drafted %lld, accepted %lld (rate %.3f), mean accepted "
             "%.2f, block efficiency %.2f, target forwards %lld, draft forwards %lld\n"

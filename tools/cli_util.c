@@ -13,7 +13,7 @@
 #include "sp_file.h"
 #include "sp_utf8.h"
 
-int sp_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
+int cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
     char *end;
     errno = 0;
     if (!s) {
@@ -29,7 +29,7 @@ int sp_cli_int(const char *flag, const char *s, long long lo, long long hi, long
     return 0;
 }
 
-int sp_cli_float(const char *flag, const char *s, double lo, double hi, double *out) {
+int cli_float(const char *flag, const char *s, double lo, double hi, double *out) {
     char *end;
     errno = 0;
     if (!s) {
@@ -58,7 +58,7 @@ static const char *written_flag(char **argv, char *buf, size_t cap) {
     return buf;
 }
 
-int sp_cli_next(int argc, char **argv, const char *shortopts, const struct option *longopts,
+int cli_next(int argc, char **argv, const char *shortopts, const struct option *longopts,
                 const char *cmd, const char **flag) {
     static char buf[256];
     char opts[128];
@@ -91,17 +91,20 @@ int sp_cli_next(int argc, char **argv, const char *shortopts, const struct optio
     return c;
 }
 
-void sp_cli_run_opts_default(sp_cli_run_opts *r) {
+void cli_run_opts_default(cli_run_opts *r) {
     memset(r, 0, sizeof *r);
     r->model = r->tokenizer = r->draft_model = r->draft_tokenizer = r->tokenizer_pre = NULL;
     r->n_predict = 128;
     r->seed = 42;
     r->threads = 1;
     r->n_ctx = 0;
+    const sp_ctx_params cp = sp_ctx_default_params();
+    r->type_k = cp.type_k;
+    r->type_v = cp.type_v;
     r->sampling = sp_sampler_default_params();
 }
 
-int sp_cli_run_opt(int opt, const char *flag, const char *arg, sp_cli_run_opts *r) {
+int cli_run_opt(int opt, const char *flag, const char *arg, cli_run_opts *r) {
     double d;
     long long ll;
     switch (opt) {
@@ -116,24 +119,24 @@ int sp_cli_run_opt(int opt, const char *flag, const char *arg, sp_cli_run_opts *
         r->draft_model = r->draft_models[0];
         return 1;
     case SP_OPT_RUN + 1: r->draft_tokenizer = arg; return 1;
-    case 'n': return sp_cli_int(flag, arg, 1, 1 << 20, &r->n_predict) ? -1 : 1;
-    case 's': return sp_cli_int(flag, arg, 0, INT64_MAX, &r->seed) ? -1 : 1;
-    case 't': return sp_cli_int(flag, arg, 1, 256, &r->threads) ? -1 : 1;
-    case 'c': return sp_cli_int(flag, arg, 1, 1 << 20, &r->n_ctx) ? -1 : 1;
+    case 'n': return cli_int(flag, arg, 1, 1 << 20, &r->n_predict) ? -1 : 1;
+    case 's': return cli_int(flag, arg, 0, INT64_MAX, &r->seed) ? -1 : 1;
+    case 't': return cli_int(flag, arg, 1, 256, &r->threads) ? -1 : 1;
+    case 'c': return cli_int(flag, arg, 1, 1 << 20, &r->n_ctx) ? -1 : 1;
     case SP_OPT_RUN + 2:
-        if (sp_cli_float(flag, arg, 0, 100, &d)) return -1;
+        if (cli_float(flag, arg, 0, 100, &d)) return -1;
         r->sampling.temperature = (float)d;
         return 1;
     case SP_OPT_RUN + 3:
-        if (sp_cli_int(flag, arg, 0, 1 << 24, &ll)) return -1;
+        if (cli_int(flag, arg, 0, 1 << 24, &ll)) return -1;
         r->sampling.top_k = (int32_t)ll;
         return 1;
     case SP_OPT_RUN + 4:
-        if (sp_cli_float(flag, arg, 1e-9, 1, &d)) return -1;
+        if (cli_float(flag, arg, 1e-9, 1, &d)) return -1;
         r->sampling.top_p = (float)d;
         return 1;
     case SP_OPT_RUN + 5:
-        if (sp_cli_float(flag, arg, 0, 1, &d)) return -1;
+        if (cli_float(flag, arg, 0, 1, &d)) return -1;
         r->sampling.min_p = (float)d;
         return 1;
     case SP_OPT_RUN + 6: r->mlock = true; return 1;
@@ -145,6 +148,13 @@ int sp_cli_run_opt(int opt, const char *flag, const char *arg, sp_cli_run_opts *
         }
         r->tokenizer_pre = arg;
         return 1;
+    case SP_OPT_RUN + 9:
+    case SP_OPT_RUN + 10:
+        if (!sp_kv_type_parse(arg, opt == SP_OPT_RUN + 9 ? &r->type_k : &r->type_v)) {
+            fprintf(stderr, "specula: %s: unknown KV cache type '%s' (f32, f16 or q8_0)\n", flag, arg);
+            return -1;
+        }
+        return 1;
     default: return 0;
     }
 }
@@ -155,7 +165,7 @@ static const char *const SPEC_KEYS[] = {"drafter",   "verifier",  "lenience",   
                                         "tree",      "ngram_min", "ngram_max",   "skip_layers",
                                         "lowbit"};
 
-int sp_cli_spec_opt(int opt, const char *arg, sp_spec_config *c) {
+int cli_spec_opt(int opt, const char *arg, sp_spec_config *c) {
     int k = opt - SP_OPT_SPEC;
     if (k < 0 || k >= (int)(sizeof SPEC_KEYS / sizeof SPEC_KEYS[0])) return 0;
     sp_error e = {0};
@@ -166,7 +176,7 @@ int sp_cli_spec_opt(int opt, const char *arg, sp_spec_config *c) {
     return 1;
 }
 
-bool sp_cli_is_gguf(const char *path) {
+bool cli_is_gguf(const char *path) {
     int fd;
     uint64_t size;
     sp_error e;
@@ -182,15 +192,15 @@ bool sp_cli_is_gguf(const char *path) {
  * llama2.c draft without -zd the target's -z. Prints one line naming the
  * flag and returns -1 when a tokenizer flag is given for a GGUF model
  * (which has its own, and would ignore it). */
-static int load_params(const sp_cli_run_opts *r, bool draft, const char *path, sp_model_params *mp) {
+static int load_params(const cli_run_opts *r, bool draft, const char *path, sp_model_params *mp) {
     *mp = sp_model_default_params();
     const char *tok = draft ? r->draft_tokenizer : r->tokenizer;
-    if (tok && sp_cli_is_gguf(path)) {
+    if (tok && cli_is_gguf(path)) {
         fprintf(stderr, "specula: %s: %s is a GGUF model with its own tokenizer (%s is for llama2.c checkpoints)\n",
                 draft ? "-zd" : "-z", path, draft ? "-zd" : "-z");
         return -1;
     }
-    if (draft && !tok && r->tokenizer && !sp_cli_is_gguf(path)) tok = r->tokenizer;
+    if (draft && !tok && r->tokenizer && !cli_is_gguf(path)) tok = r->tokenizer;
     mp->tokenizer_path = tok;
     mp->mlock = r->mlock;
     mp->no_prefault = r->no_prefault;
@@ -198,7 +208,7 @@ static int load_params(const sp_cli_run_opts *r, bool draft, const char *path, s
     return 0;
 }
 
-int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel) {
+int cli_load_models(const cli_run_opts *r, sp_model **model, sp_model **dmodel) {
     sp_error err = {0};
     *model = *dmodel = NULL;
     sp_model_params mp;
@@ -208,7 +218,7 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
         return 1;
     }
     if (!sp_model_tokenizer(*model) && !r->ids_only) {
-        if (sp_cli_is_gguf(r->model))
+        if (cli_is_gguf(r->model))
             fprintf(stderr, "specula: %s has no usable tokenizer (e.g. llama.cpp's test vocabulary): it runs "
                             "on token ids only (generate --prompt-ids 1,2,3, specula logits)\n", r->model);
         else
@@ -223,7 +233,7 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
         *model = NULL;
         return 1;
     }
-    if (r->draft_model) {
+    if (r->draft_model && !cli_is_eagle3(r->draft_model)) { /* a head loads with its target: cli_load_head */
         if (load_params(r, true, r->draft_model, &mp) || sp_model_load(r->draft_model, &mp, dmodel, &err)) {
             if (err.msg[0]) fprintf(stderr, "specula: %s\n", err.msg);
             sp_model_free(*model);
@@ -234,7 +244,35 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
     return 0;
 }
 
-int sp_cli_load_more_drafts(const sp_cli_run_opts *r, sp_model **dms) {
+bool cli_is_eagle3(const char *path) {
+    if (!path || !cli_is_gguf(path)) return false;
+    sp_gguf *g = NULL;
+    sp_error err = {0};
+    if (sp_gguf_open(path, &g, &err)) return false;
+    sp_str a = {0};
+    const bool yes = !sp_gguf_get_str(g, "general.architecture", &a, &err) && a.len == 6 && !memcmp(a.ptr, "eagle3", 6);
+    sp_gguf_close(g);
+    return yes;
+}
+
+int cli_load_head(const char *path, sp_drafter_kind kind, const sp_model *target, sp_eagle3 **head) {
+    *head = NULL;
+    if (kind != SP_DRAFT_EAGLE3) {
+        if (path && cli_is_eagle3(path)) {
+            fprintf(stderr, "specula: %s is an EAGLE-3 head: draft with it by --draft eagle3 (drafter=eagle3)\n", path);
+            return 1;
+        }
+        return 0;
+    }
+    sp_error err = {0};
+    if (sp_eagle3_load(path, target, head, &err)) {
+        fprintf(stderr, "specula: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+int cli_load_more_drafts(const cli_run_opts *r, sp_model **dms) {
     sp_error err = {0};
     for (int d = 1; d < r->n_draft_models; d++) {
         sp_model_params mp;
@@ -247,7 +285,7 @@ int sp_cli_load_more_drafts(const sp_cli_run_opts *r, sp_model **dms) {
     return 0;
 }
 
-int sp_cli_ids(const char *flag, const char *s, int32_t **ids, int32_t *n) {
+int cli_ids(const char *flag, const char *s, int32_t **ids, int32_t *n) {
     *ids = NULL;
     *n = 0;
     if (!s || !*s) {
@@ -289,7 +327,7 @@ int sp_cli_ids(const char *flag, const char *s, int32_t **ids, int32_t *n) {
     return 0;
 }
 
-int sp_cli_ids_check(const char *flag, const int32_t *ids, int32_t n, int32_t n_vocab) {
+int cli_ids_check(const char *flag, const int32_t *ids, int32_t n, int32_t n_vocab) {
     for (int32_t i = 0; i < n; i++)
         if (ids[i] >= n_vocab) {
             fprintf(stderr, "specula: %s: token id %d (entry %d) is out of range: the vocabulary has %d ids\n",
@@ -299,7 +337,7 @@ int sp_cli_ids_check(const char *flag, const int32_t *ids, int32_t n, int32_t n_
     return 0;
 }
 
-int sp_cli_make_dirs(const char *path) {
+int cli_make_dirs(const char *path) {
     char p[4096];
     if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
         errno = ENAMETOOLONG;
@@ -321,7 +359,7 @@ int sp_cli_make_dirs(const char *path) {
     return 0;
 }
 
-json_t *sp_cli_json_text(const char *s, size_t n, size_t *replaced) {
+json_t *cli_json_text(const char *s, size_t n, size_t *replaced) {
     const size_t bad = sp_utf8_invalid_bytes(s, n);
     if (replaced) *replaced = bad;
     if (!bad) return json_stringn(s ? s : "", n);
@@ -341,37 +379,37 @@ int cmd_version(int argc, char **argv) {
 
 /* ---- online learning ---- */
 
-void sp_cli_online_opts_default(sp_cli_online_opts *o) {
+void cli_online_opts_default(cli_online_opts *o) {
     memset(o, 0, sizeof *o);
     o->p = sp_online_default_params();
     o->sch = sp_online_default_schedule();
 }
 
-int sp_cli_online_opt(int opt, const char *flag, const char *arg, sp_cli_online_opts *o) {
+int cli_online_opt(int opt, const char *flag, const char *arg, cli_online_opts *o) {
     long long ll;
     double d;
     switch (opt) {
     case SP_OPT_ONLINE + 0: break;
     case SP_OPT_ONLINE + 1:
-        if (sp_cli_int(flag, arg, 1, 1 << 24, &ll)) return -1;
+        if (cli_int(flag, arg, 1, 1 << 24, &ll)) return -1;
         o->sch.every = (int32_t)ll;
         break;
     case SP_OPT_ONLINE + 2:
-        if (sp_cli_int(flag, arg, 1, 1 << 20, &ll)) return -1;
+        if (cli_int(flag, arg, 1, 1 << 20, &ll)) return -1;
         o->sch.steps = (int32_t)ll;
         break;
     case SP_OPT_ONLINE + 3:
-        if (sp_cli_float(flag, arg, 1e-7, 0.5, &d)) return -1;
+        if (cli_float(flag, arg, 1e-7, 0.5, &d)) return -1;
         o->p.lr = (float)d;
         break;
     case SP_OPT_ONLINE + 4:
-        if (sp_cli_int(flag, arg, 1, 256, &ll)) return -1;
+        if (cli_int(flag, arg, 1, 256, &ll)) return -1;
         o->p.topk = (int32_t)ll;
         break;
     case SP_OPT_ONLINE + 5: o->sch.background = false; break;
     case SP_OPT_ONLINE + 6: o->out = arg; break;
     case SP_OPT_ONLINE + 7:
-        if (sp_cli_int(flag, arg, 1, 1 << 22, &ll)) return -1;
+        if (cli_int(flag, arg, 1, 1 << 22, &ll)) return -1;
         o->p.buffer = (int32_t)ll;
         break;
     default: return 0;
@@ -380,7 +418,7 @@ int sp_cli_online_opt(int opt, const char *flag, const char *arg, sp_cli_online_
     return 1;
 }
 
-int sp_cli_online_start(const sp_cli_online_opts *o, const char *draft_path, sp_spec *spec,
+int cli_online_start(const cli_online_opts *o, const char *draft_path, sp_spec *spec,
                         const sp_model *dm, sp_online **out) {
     sp_error e = {0};
     *out = NULL;
@@ -393,7 +431,7 @@ int sp_cli_online_start(const sp_cli_online_opts *o, const char *draft_path, sp_
     return 0;
 }
 
-json_t *sp_cli_online_json(sp_online *on) {
+json_t *cli_online_json(sp_online *on) {
     sp_online_stats s = sp_online_get_stats(on, NULL);
     json_t *o = json_object();
     if (!o) return NULL;
@@ -407,7 +445,7 @@ json_t *sp_cli_online_json(sp_online *on) {
     return o;
 }
 
-void sp_cli_online_print(FILE *f, sp_online *on) {
+void cli_online_print(FILE *f, sp_online *on) {
     sp_error le = {0};
     sp_online_stats s = sp_online_get_stats(on, &le);
     fprintf(f, "online: %lld positions observed, %lld rounds (%lld steps, %.2f s), %lld drafts swapped in, "

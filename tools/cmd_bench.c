@@ -21,8 +21,8 @@
 
 typedef struct bench_opts {
     const char *prompts, *configs, *out_dir;
-    sp_cli_run_opts run;
-    sp_cli_online_opts online; /* the learner's settings for online=1 configurations */
+    cli_run_opts run;
+    cli_online_opts online; /* the learner's settings for online=1 configurations */
     long long repeat, block;
     double explore;            /* route=auto: exploration probability */
     bool json;
@@ -30,17 +30,18 @@ typedef struct bench_opts {
 
 static void bench_usage(FILE *f) {
     fprintf(f,
-            "usage: specula bench -m MODEL [-z TOKENIZER] [-md DRAFT [-zd TOKENIZER]]\n"
+            "usage: specula bench -m MODEL [-z TOKENIZER] [-md DRAFT|HEAD.gguf [-zd TOKENIZER]]\n"
             "         [--prompts FILE.jsonl] [--configs \"CFG;CFG;...\"] [-n N] [--repeat R]\n"
             "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
-            "         [-c N_CTX] [--out DIR] [--json]\n"
+            "         [-c N_CTX] [-ctk T] [-ctv T] [--out DIR] [--json]\n"
             "  Runs every configuration on every prompt (one JSON object with a \"prompt\"\n"
             "  field per line; default %s) and reports acceptance rate, block\n"
             "  efficiency, mean accepted length, tokens/s and speedup over plain decoding.\n"
             "  CFG: plain | key=value,... with the speculation settings drafter (or draft:\n"
-            "    model|ngram|layerskip|lowbit), verifier (or verify), gamma (or n_max), n_min,\n"
+            "    model|ngram|layerskip|lowbit|eagle3), verifier (or verify), gamma (or n_max), n_min,\n"
             "    p_min, tree, adaptive, ngram_min, ngram_max, skip_layers (or skip), lowbit,\n"
             "    lenience; e.g. \"draft=model,gamma=4;draft=layerskip,skip=1,3,gamma=4\".\n"
+            "  With an EAGLE-3 head as -md: draft=eagle3 configurations draft with it.\n"
             "  Plain decoding is always run first. Writes results.json, results.csv and\n"
             "  PNG plots into DIR (default bench-out); --json prints results.json to stdout.\n"
             "  Streams (online speculative decoding): prompts are processed in file order;\n"
@@ -71,9 +72,9 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    sp_cli_run_opts_default(&o->run);
+    cli_run_opts_default(&o->run);
     o->run.multi_draft = true;
-    sp_cli_online_opts_default(&o->online);
+    cli_online_opts_default(&o->online);
     o->repeat = 1;
     o->block = 10;
     o->explore = 0.1;
@@ -81,20 +82,20 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
     const char *flag;
     int c, r;
     optind = 0;
-    while ((c = sp_cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "h", LONGOPTS, "bench", &flag)) != -1) {
+    while ((c = cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "h", LONGOPTS, "bench", &flag)) != -1) {
         if (c == '?') return 2;
-        if ((r = sp_cli_run_opt(c, flag, optarg, &o->run)) ||
-            (r = sp_cli_online_opt(c, flag, optarg, &o->online))) {
+        if ((r = cli_run_opt(c, flag, optarg, &o->run)) ||
+            (r = cli_online_opt(c, flag, optarg, &o->online))) {
             if (r < 0) return 2;
             continue;
         }
         switch (c) {
         case SP_OPT_CMD + 0: o->prompts = optarg; break;
         case SP_OPT_CMD + 5:
-            if (sp_cli_int(flag, optarg, 1, 1000000, &o->block)) return 2;
+            if (cli_int(flag, optarg, 1, 1000000, &o->block)) return 2;
             break;
         case SP_OPT_CMD + 6:
-            if (sp_cli_float(flag, optarg, 0, 1, &o->explore)) return 2;
+            if (cli_float(flag, optarg, 0, 1, &o->explore)) return 2;
             break;
         case SP_OPT_CMD + 1: o->configs = optarg; break;
         case SP_OPT_CMD + 2:
@@ -105,7 +106,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             o->out_dir = optarg;
             break;
         case SP_OPT_CMD + 3:
-            if (sp_cli_int(flag, optarg, 1, 10000, &o->repeat)) return 2;
+            if (cli_int(flag, optarg, 1, 10000, &o->repeat)) return 2;
             break;
         case SP_OPT_CMD + 4: o->json = true; break;
         case 'h': bench_usage(stdout); return -1;
@@ -285,25 +286,26 @@ typedef struct bench_state {
     const char *prompts_path;
     char pbuf[4096];
     prompt_set ps;
-    sp_bench_config *cfg;
+    bench_config *cfg;
     int n_cfg;
     sp_model *model, *dmodel;            /* dmodel: the first draft */
+    sp_eagle3 *head;                     /* -md was an EAGLE-3 head */
     sp_model *dmodels[SP_CLI_MAX_DRAFTS];
     int n_dm;
     sp_ctx *ctx;
     cfg_state *cs;         /* [n_cfg] */
     int32_t **ptok, *np;   /* [ps.n] tokenised prompts */
     int32_t *out;          /* [n_predict] */
-    sp_bench_run *runs;
+    bench_run *runs;
     size_t n_runs;
-    sp_bench_agg *agg;
+    bench_agg *agg;
     json_t *results;
     double t0;
 } bench_state;
 
 static void bench_free(bench_state *b) {
     json_decref(b->results);
-    if (b->agg) sp_bench_aggs_free(b->agg, b->n_cfg);
+    if (b->agg) bench_aggs_free(b->agg, b->n_cfg);
     free(b->agg);
     free(b->runs);
     free(b->out);
@@ -318,8 +320,9 @@ static void bench_free(bench_state *b) {
         sp_router_free(b->cs[c].router);
     }
     free(b->cs);
-    sp_bench_configs_free(b->cfg, b->n_cfg);
+    bench_configs_free(b->cfg, b->n_cfg);
     sp_ctx_free(b->ctx);
+    sp_eagle3_free(b->head);
     for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(b->dmodels[d]); /* NULL after a failed load */
     sp_model_free(b->model);
     prompts_free(&b->ps);
@@ -345,8 +348,16 @@ static int bench_inputs(const bench_opts *o, bench_state *b) {
     int rc = load_prompts(b->prompts_path, &b->ps);
     if (rc) return rc;
     const bool has_draft = o->run.draft_model != NULL;
-    const char *clist = o->configs ? o->configs : sp_bench_default_configs(has_draft);
-    if (sp_bench_configs_parse(clist, has_draft, &b->cfg, &b->n_cfg, msg, sizeof msg)) {
+    const bool head = has_draft && cli_is_eagle3(o->run.draft_model);
+    const char *clist = o->configs                 ? o->configs
+                        : head ? "plain;draft=eagle3,gamma=4;draft=ngram,gamma=4;draft=layerskip,gamma=4;"
+                                 "draft=lowbit,gamma=4"
+                               : bench_default_configs(has_draft);
+    if (head && o->run.n_draft_models > 1) {
+        fprintf(stderr, "specula: %s is an EAGLE-3 head: give it as the only -md\n", o->run.draft_model);
+        return 2;
+    }
+    if (bench_configs_parse(clist, has_draft, &b->cfg, &b->n_cfg, msg, sizeof msg)) {
         fprintf(stderr, "specula: %s\n", msg);
         return 2;
     }
@@ -356,25 +367,31 @@ static int bench_inputs(const bench_opts *o, bench_state *b) {
     }
     bool uses_model = false;
     for (int c = 0; c < b->n_cfg; c++) {
-        uses_model |= b->cfg[c].spec.draft.kind == SP_DRAFT_MODEL;
+        const sp_drafter_kind kind = b->cfg[c].spec.draft.kind;
+        uses_model |= kind == (head ? SP_DRAFT_EAGLE3 : SP_DRAFT_MODEL);
+        if ((kind == SP_DRAFT_MODEL && head) || (kind == SP_DRAFT_EAGLE3 && has_draft && !head)) {
+            fprintf(stderr, "specula: config '%s': %s is %san EAGLE-3 head (draft=%s)\n", b->cfg[c].name,
+                    o->run.draft_model, head ? "" : "not ", head ? "eagle3" : "model");
+            return 2;
+        }
         if (sp_spec_config_check_sampling(&b->cfg[c].spec, &o->run.sampling, &err)) {
             fprintf(stderr, "specula: config '%s': %s (--temp)\n", b->cfg[c].name, err.msg);
             return 2;
         }
     }
     if (has_draft && !uses_model) {
-        fprintf(stderr, "specula: -md given but no configuration uses draft=model\n");
+        fprintf(stderr, "specula: -md given but no configuration uses draft=%s\n", head ? "eagle3" : "model");
         return 2;
     }
     for (int c = 0; c < b->n_cfg; c++) {
-        const sp_bench_config *k = &b->cfg[c];
+        const bench_config *k = &b->cfg[c];
         if (k->route >= o->run.n_draft_models && k->route != 0) {
             fprintf(stderr, "specula: config '%s': route=%d but only %d draft models (-md) were given\n",
                     k->name, k->route, o->run.n_draft_models);
             return 2;
         }
     }
-    if (sp_cli_make_dirs(o->out_dir)) {
+    if (cli_make_dirs(o->out_dir)) {
         fprintf(stderr, "specula: cannot create output directory %s: %s\n", o->out_dir,
                 strerror(errno));
         return 2;
@@ -386,13 +403,17 @@ static int bench_inputs(const bench_opts *o, bench_state *b) {
  * and extra context), and one speculation object per configuration. */
 static int bench_setup(const bench_opts *o, bench_state *b) {
     sp_error err = {0};
-    if (sp_cli_load_models(&o->run, &b->model, &b->dmodel)) return 2;
+    if (cli_load_models(&o->run, &b->model, &b->dmodel)) return 2;
+    if (o->run.draft_model && cli_is_eagle3(o->run.draft_model) &&
+        cli_load_head(o->run.draft_model, SP_DRAFT_EAGLE3, b->model, &b->head))
+        return 2;
     b->dmodels[0] = b->dmodel;
-    if (sp_cli_load_more_drafts(&o->run, b->dmodels)) return 2;
+    if (cli_load_more_drafts(&o->run, b->dmodels)) return 2;
     b->n_dm = o->run.n_draft_models;
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = (int32_t)o->run.n_ctx;
     cp.n_threads = (int32_t)o->run.threads;
+    cli_ctx_types(&o->run, &cp);
     for (int c = 0; c < b->n_cfg; c++) {
         int32_t need = sp_spec_config_batch(&b->cfg[c].spec);
         cp.max_batch = need > cp.max_batch ? need : cp.max_batch;
@@ -404,13 +425,14 @@ static int bench_setup(const bench_opts *o, bench_state *b) {
     if (!(b->cs = calloc((size_t)b->n_cfg, sizeof *b->cs))) return oom();
     for (int c = 0; c < b->n_cfg; c++) {
         cfg_state *cs = &b->cs[c];
-        const sp_bench_config *k = &b->cfg[c];
+        const bench_config *k = &b->cfg[c];
         const bool model = k->spec.draft.kind == SP_DRAFT_MODEL;
         cs->n = model && k->route == SP_BENCH_ROUTE_AUTO ? b->n_dm : 1;
         for (int j = 0; j < cs->n; j++) {
             cs->draft[j] = !model ? -1 : k->route == SP_BENCH_ROUTE_AUTO ? j : k->route;
             sp_spec_params sp = k->spec;
             sp.draft.draft_model = cs->draft[j] >= 0 ? b->dmodels[cs->draft[j]] : b->dmodel;
+            sp.draft.eagle3 = b->head;
             if (sp_spec_init(b->ctx, &sp, &cs->spec[j], &err)) {
                 fprintf(stderr, "specula: config '%s': %s\n", k->name, err.msg);
                 return err.code == SP_ERR_NOMEM || err.code == SP_ERR_IO ? 1 : 2;
@@ -436,9 +458,9 @@ static int bench_start_learners(const bench_opts *o, bench_state *b) {
         if (!b->cfg[c].online) continue;
         cfg_state *cs = &b->cs[c];
         for (int j = 0; j < cs->n; j++) {
-            sp_cli_online_opts oo = o->online;
+            cli_online_opts oo = o->online;
             oo.p.seed = (uint64_t)o->run.seed + (uint64_t)j;
-            if (sp_cli_online_start(&oo, o->run.draft_models[cs->draft[j]], cs->spec[j],
+            if (cli_online_start(&oo, o->run.draft_models[cs->draft[j]], cs->spec[j],
                                     b->dmodels[cs->draft[j]], &cs->on[j]))
                 return 2;
         }
@@ -489,7 +511,7 @@ static int bench_encode(const bench_opts *o, bench_state *b) {
  * the acceptance reached, and an online learner's round under way is
  * waited for after the run (timed apart from the generation). */
 static sp_status bench_generate(bench_state *b, int c, int i, const sp_gen_params *gp,
-                                sp_gen_stats *gs, sp_spec_stats *st, sp_bench_run *run, sp_error *err) {
+                                sp_gen_stats *gs, sp_spec_stats *st, bench_run *run, sp_error *err) {
     cfg_state *cs = &b->cs[c];
     sp_spec_stats local;
     if (!st) st = &local;
@@ -540,9 +562,9 @@ static int bench_measure(const bench_opts *o, bench_state *b) {
         for (int i = 0; i < b->ps.n; i++) {
             gp.seed = (uint64_t)o->run.seed + (uint64_t)r * (uint64_t)b->ps.n + (uint64_t)i;
             for (int c = 0; c < b->n_cfg; c++) {
-                sp_bench_run *run = &b->runs[b->n_runs];
+                bench_run *run = &b->runs[b->n_runs];
                 sp_gen_stats gs;
-                *run = (sp_bench_run){.config = c, .prompt = i, .repeat = r, .seed = gp.seed,
+                *run = (bench_run){.config = c, .prompt = i, .repeat = r, .seed = gp.seed,
                                       .n_prompt = b->np[i]};
                 if (bench_generate(b, c, i, &gp, &gs, &run->spec, run, &err)) {
                     if (pg.tty) fprintf(stderr, "\n");
@@ -572,6 +594,10 @@ static json_t *bench_meta(const bench_opts *o, const bench_state *b) {
         json_object_set_new(meta, "draft_model", json_string(o->run.draft_model));
         json_object_set_new(meta, "draft_model_desc", json_string(sp_model_desc(b->dmodel)));
     }
+    if (b->head) {
+        json_object_set_new(meta, "draft_model", json_string(o->run.draft_model));
+        json_object_set_new(meta, "draft_model_desc", json_string(sp_eagle3_desc(b->head)));
+    }
     json_object_set_new(meta, "prompts_file", json_string(b->prompts_path));
     json_object_set_new(meta, "n_prompts", json_integer(b->ps.n));
     json_object_set_new(meta, "n_predict", json_integer(o->run.n_predict));
@@ -579,6 +605,7 @@ static json_t *bench_meta(const bench_opts *o, const bench_state *b) {
     json_object_set_new(meta, "seed", json_integer(o->run.seed));
     json_object_set_new(meta, "threads", json_integer(o->run.threads));
     json_object_set_new(meta, "n_ctx", json_integer(sp_ctx_n_ctx(b->ctx)));
+    json_object_set_new(meta, "kv_cache", cli_kv_json(b->ctx));
     json_object_set_new(meta, "temperature", json_real(o->run.sampling.temperature));
     json_object_set_new(meta, "top_k", json_integer(o->run.sampling.top_k));
     json_object_set_new(meta, "top_p", json_real(o->run.sampling.top_p));
@@ -596,20 +623,20 @@ static json_t *bench_meta(const bench_opts *o, const bench_state *b) {
 static int bench_report(const bench_opts *o, bench_state *b) {
     char msg[1024], path[4096];
     b->agg = calloc((size_t)b->n_cfg, sizeof *b->agg);
-    if (!b->agg || sp_bench_aggregate(b->runs, b->n_runs, b->n_cfg, (int)o->repeat, b->agg))
+    if (!b->agg || bench_aggregate(b->runs, b->n_runs, b->n_cfg, (int)o->repeat, b->agg))
         return oom();
-    b->results = sp_bench_results_json(bench_meta(o, b), b->cfg, b->n_cfg, b->agg, b->runs, b->n_runs);
+    b->results = bench_results_json(bench_meta(o, b), b->cfg, b->n_cfg, b->agg, b->runs, b->n_runs);
     snprintf(path, sizeof path, "%s/results.json", o->out_dir);
     if (!b->results || json_dump_file(b->results, path, JSON_INDENT(2) | JSON_ENSURE_ASCII)) {
         fprintf(stderr, "specula: cannot write %s\n", path);
         return 1;
     }
     snprintf(path, sizeof path, "%s/results.csv", o->out_dir);
-    if (sp_bench_write_csv(path, b->cfg, b->n_cfg, b->agg)) {
+    if (bench_write_csv(path, b->cfg, b->n_cfg, b->agg)) {
         fprintf(stderr, "specula: cannot write %s: %s\n", path, strerror(errno));
         return 1;
     }
-    int pr = sp_bench_plot(o->out_dir, b->cfg, b->n_cfg, b->agg, msg, sizeof msg);
+    int pr = bench_plot(o->out_dir, b->cfg, b->n_cfg, b->agg, msg, sizeof msg);
     if (pr == 1)
         fprintf(stderr, "specula: gnuplot not found; wrote %s/results.json and results.csv but no "
                         "plots (install gnuplot-nox, then run gnuplot plots.gp in %s)\n",
@@ -622,7 +649,7 @@ static int bench_report(const bench_opts *o, bench_state *b) {
     for (int i = 0; i < b->ps.n; i++) stream |= b->ps.domain[i] != NULL;
     int sr = 0;
     if (stream) {
-        sr = sp_bench_write_stream(o->out_dir, b->cfg, b->n_cfg, b->runs, b->n_runs, b->ps.domain, b->ps.n,
+        sr = bench_write_stream(o->out_dir, b->cfg, b->n_cfg, b->runs, b->n_runs, b->ps.domain, b->ps.n,
                                    (int)o->repeat, (int)o->block, o->json ? NULL : stdout, msg, sizeof msg);
         if (sr < 0) fprintf(stderr, "specula: %s\n", msg);
         if (!o->json)
@@ -630,7 +657,7 @@ static int bench_report(const bench_opts *o, bench_state *b) {
                 for (int j = 0; j < b->cs[c].n; j++)
                     if (b->cs[c].on[j]) {
                         printf("%s, draft %d: ", b->cfg[c].name, b->cs[c].draft[j]);
-                        sp_cli_online_print(stdout, b->cs[c].on[j]);
+                        cli_online_print(stdout, b->cs[c].on[j]);
                     }
     }
     if (o->json) {
@@ -639,7 +666,7 @@ static int bench_report(const bench_opts *o, bench_state *b) {
         printf("%s\n", s);
         free(s);
     } else {
-        sp_bench_print_table(stdout, b->cfg, b->n_cfg, b->agg);
+        bench_print_table(stdout, b->cfg, b->n_cfg, b->agg);
         printf("results: %s/results.json, %s/results.csv%s\n", o->out_dir, o->out_dir,
                pr == 0 ? ", plots: tokens_per_second.png, block_efficiency.png, accept_hist.png"
                        : "");

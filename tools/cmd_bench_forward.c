@@ -4,7 +4,10 @@
  * weight-streaming bandwidth as a percentage of the read bandwidth measured
  * in the same run (a streaming read over a buffer well beyond the LLC, with
  * the same thread count), so figures from different machines and days say
- * how close decode is to the bound. Load and warm-up times are reported;
+ * how close decode is to the bound (for a mixture of experts, of the weights
+ * a token reads: the selected experts' share), and for a mixture of experts
+ * the experts per layer a k-token forward reads (the union of its tokens'
+ * selections). Load and warm-up times are reported;
  * every timed figure comes after one forward has touched every weight. */
 #include <jansson.h>
 #include <stdio.h>
@@ -13,31 +16,36 @@
 
 #include "cli.h"
 #include "sp_clock.h"
-#include "sp_sysinfo.h"
+#include "dev/sp_sysinfo.h"
 #include "specula.h"
 
 #define N_KS 5
 static const int32_t KS[N_KS] = {1, 2, 4, 8, 16};
 /* tokens per forward when filling the cache to the depth (the library's default batch) */
 #define FILL SP_CTX_DEFAULT_BATCH
+#define MAX_DEPTHS 8
 
 typedef struct bench_opts {
     const char *model;
-    long long threads, reps, depth, decode, bound_mb;
+    long long threads, reps, decode, bound_mb;
+    long long depths[MAX_DEPTHS]; /* increasing */
+    int n_depths;
+    sp_ggml_type type_k, type_v;
     bool json;
 } bench_opts;
 
 static void bench_usage(FILE *f) {
     fprintf(f,
-            "usage: specula bench-forward -m MODEL [-t THREADS] [--reps R] [--depth D]\n"
-            "         [--decode N] [--bound-mb MB] [--json]\n"
+            "usage: specula bench-forward -m MODEL [-t THREADS] [--reps R] [--depth D | --depths D1,D2,..]\n"
+            "         [--decode N] [--bound-mb MB] [-ctk f16|f32|q8_0] [-ctv f16|f32|q8_0] [--json]\n"
             "  Bound: read bandwidth over an MB-megabyte buffer (default 1024 or 4x the\n"
             "  last-level cache, whichever is larger) with the\n"
             "  same threads, best of 5 passes. Decode: N single-token forwards from an\n"
             "  empty cache (default 32), rate is the median over R reps (default 5).\n"
             "  Then, with D tokens cached (default 128), the median time of one forward\n"
             "  over k = 1, 2, 4, 8, 16 new tokens (all logits), the cache truncated back\n"
-            "  to D after each.\n");
+            "  to D after each; --depths: the same at each depth (up to 8, increasing),\n"
+            "  one table. -ctk / -ctv: KV cache types (default f16).\n");
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -67,27 +75,65 @@ static sp_status fwd(sp_ctx *c, int32_t n, int64_t seq0, bool all, float *logits
 static int parse_bench(int argc, char **argv, bench_opts *o) {
     /* the bound's buffer: 1 GiB, or 4x the last-level cache if that is larger */
     const long long llc_mb = (long long)(sp_sysinfo_llc_bytes() >> 20);
-    *o = (bench_opts){.threads = 2, .reps = 5, .depth = 128, .decode = 32,
-                      .bound_mb = 4 * llc_mb > 1024 ? 4 * llc_mb : 1024};
-    enum { O_REPS = SP_OPT_CMD, O_DEPTH, O_DECODE, O_BOUND, O_JSON };
+    const sp_ctx_params dp = sp_ctx_default_params();
+    *o = (bench_opts){.threads = 2, .reps = 5, .depths = {128}, .n_depths = 1, .decode = 32,
+                      .bound_mb = 4 * llc_mb > 1024 ? 4 * llc_mb : 1024, .type_k = dp.type_k,
+                      .type_v = dp.type_v};
+    enum { O_REPS = SP_OPT_CMD, O_DEPTH, O_DECODE, O_BOUND, O_JSON, O_DEPTHS, O_CTK, O_CTV };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, 'm'},     {"threads", required_argument, NULL, 't'},
         {"reps", required_argument, NULL, O_REPS},   {"depth", required_argument, NULL, O_DEPTH},
         {"decode", required_argument, NULL, O_DECODE}, {"bound-mb", required_argument, NULL, O_BOUND},
         {"json", no_argument, NULL, O_JSON},         {"help", no_argument, NULL, 'h'},
+        {"depths", required_argument, NULL, O_DEPTHS}, {"ctk", required_argument, NULL, O_CTK},
+        {"cache-type-k", required_argument, NULL, O_CTK}, {"ctv", required_argument, NULL, O_CTV},
+        {"cache-type-v", required_argument, NULL, O_CTV},
         {NULL, 0, NULL, 0}};
     const char *flag;
     int opt;
     optind = 0;
-    while ((opt = sp_cli_next(argc, argv, "m:t:h", longopts, "bench-forward", &flag)) != -1) {
+    while ((opt = cli_next(argc, argv, "m:t:h", longopts, "bench-forward", &flag)) != -1) {
         int bad = 0;
         switch (opt) {
         case 'm': o->model = optarg; break;
-        case 't': bad = sp_cli_int(flag, optarg, 1, 256, &o->threads); break;
-        case O_REPS: bad = sp_cli_int(flag, optarg, 1, 10000, &o->reps); break;
-        case O_DEPTH: bad = sp_cli_int(flag, optarg, 0, 1 << 16, &o->depth); break;
-        case O_DECODE: bad = sp_cli_int(flag, optarg, 1, 1 << 16, &o->decode); break;
-        case O_BOUND: bad = sp_cli_int(flag, optarg, 1, 1 << 16, &o->bound_mb); break;
+        case 't': bad = cli_int(flag, optarg, 1, 256, &o->threads); break;
+        case O_REPS: bad = cli_int(flag, optarg, 1, 10000, &o->reps); break;
+        case O_DEPTH:
+            bad = cli_int(flag, optarg, 0, 1 << 20, &o->depths[0]);
+            o->n_depths = 1;
+            break;
+        case O_DEPTHS: {
+            /* comma-separated, increasing */
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", optarg);
+            o->n_depths = 0;
+            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save)) {
+                if (o->n_depths == MAX_DEPTHS) {
+                    fprintf(stderr, "specula: %s: at most %d depths\n", flag, MAX_DEPTHS);
+                    return 2;
+                }
+                bad = cli_int(flag, t, 0, 1 << 20, &o->depths[o->n_depths]);
+                if (!bad && o->n_depths > 0 && o->depths[o->n_depths] <= o->depths[o->n_depths - 1]) {
+                    fprintf(stderr, "specula: %s: depths must increase (%s)\n", flag, optarg);
+                    return 2;
+                }
+                o->n_depths++;
+            }
+            if (!bad && o->n_depths == 0) {
+                fprintf(stderr, "specula: %s: no depth given\n", flag);
+                return 2;
+            }
+            break;
+        }
+        case O_CTK:
+        case O_CTV:
+            if (!sp_kv_type_parse(optarg, opt == O_CTK ? &o->type_k : &o->type_v)) {
+                fprintf(stderr, "specula: %s: unknown KV cache type '%s' (f32, f16 or q8_0)\n", flag, optarg);
+                return 2;
+            }
+            break;
+        case O_DECODE: bad = cli_int(flag, optarg, 1, 1 << 16, &o->decode); break;
+        case O_BOUND: bad = cli_int(flag, optarg, 1, 1 << 16, &o->bound_mb); break;
         case O_JSON: o->json = true; break;
         case 'h': bench_usage(stdout); return -1;
         default: return 2;
@@ -101,26 +147,44 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
     return 0;
 }
 
-/* Prints the table (or one JSON object) of one bench-forward run. */
-static void report(const bench_opts *po, const sp_model *m, double bound, double load_ms, double warm_ms,
-                   double t_decode, const double *t_k) {
+/* Prints the table (or one JSON object) of one bench-forward run: t_k[d][ki]
+ * is the forward of KS[ki] tokens at depth o.depths[d]; k_experts[ki] the
+ * experts read per layer by that forward at the first depth (mixtures). */
+static void report(const bench_opts *po, const sp_model *m, const sp_ctx *c, double bound, double load_ms,
+                   double warm_ms, double t_decode, double (*t_k)[N_KS], double decode_experts,
+                   const double *k_experts) {
     const bench_opts o = *po;
-    const double wbytes = (double)sp_model_weight_bytes(m);
+    /* a mixture of experts reads only the selected experts: the weights a
+     * decode step streams are the rest plus that share of the experts */
+    const sp_model_config *cfg = sp_model_cfg(m);
+    const double ebytes = (double)sp_model_expert_bytes(m);
+    const double wbytes = (double)sp_model_weight_bytes(m) - ebytes +
+                          (cfg->n_expert ? ebytes * decode_experts / cfg->n_expert : 0);
     const double gbs = wbytes / t_decode / 1e9, pct = bound > 0 ? 100.0 * gbs / bound : 0;
     const char *isa = sp_sysinfo_isa();
+    const char *tk = sp_ggml_type_name(o.type_k), *tv = sp_ggml_type_name(o.type_v);
     char cpu[128];
     sp_sysinfo_cpu(cpu, sizeof cpu);
     if (o.json) {
-        json_t *ks = json_array();
-        for (int ki = 0; ki < N_KS; ki++)
-            json_array_append_new(ks, json_pack("{s:i,s:f,s:f}", "k", KS[ki], "ms", 1e3 * t_k[ki],
-                                                "ratio", t_k[ki] / t_k[0]));
-        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o}", "model",
+        /* "forward": the first depth's (as before --depths); "depths": all */
+        json_t *ks = json_array(), *ds = json_array();
+        for (int d = 0; d < o.n_depths; d++) {
+            json_t *row = json_array();
+            for (int ki = 0; ki < N_KS; ki++) {
+                json_t *e = json_pack("{s:i,s:f,s:f,s:f}", "k", KS[ki], "ms", 1e3 * t_k[d][ki], "ratio",
+                                      t_k[d][ki] / t_k[d][0], "experts_per_layer",
+                                      d == 0 ? k_experts[ki] : 0.0);
+                if (d == 0) json_array_append(ks, e);
+                json_array_append_new(row, e);
+            }
+            json_array_append_new(ds, json_pack("{s:i,s:o}", "depth", (int)o.depths[d], "forward", row));
+        }
+        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o,s:o,s:o}", "model",
                               o.model, "desc", sp_model_desc(m), "cpu", cpu, "isa", isa, "threads",
-                              (int)o.threads, "depth", (int)o.depth, "reps", (int)o.reps,
+                              (int)o.threads, "depth", (int)o.depths[0], "reps", (int)o.reps,
                               "decode_tok_s", 1.0 / t_decode, "weight_bytes", wbytes, "gb_s", gbs,
                               "bound_gb_s", bound, "pct_of_bound", pct, "load_ms", load_ms,
-                              "warm_ms", warm_ms, "forward", ks);
+                              "warm_ms", warm_ms, "forward", ks, "depths", ds, "kv_cache", cli_kv_json(c));
         char *js = json_dumps(j, JSON_COMPACT);
         if (js) printf("%s\n", js);
         free(js);
@@ -128,16 +192,37 @@ static void report(const bench_opts *po, const sp_model *m, double bound, double
     } else {
         printf("model   %s (%s)\n", o.model, sp_model_desc(m));
         printf("cpu     %s, isa %s, %lld threads, %.1f MB of weights\n", cpu, isa, o.threads, wbytes / 1e6);
+        printf("kv      K %s, V %s: %.1f MiB at the largest depth's context (%d tokens)\n", tk, tv,
+               (double)sp_ctx_kv_bytes(c) / (1 << 20), sp_ctx_n_ctx(c));
         printf("bound   %.2f GB/s read bandwidth measured now (%lld MB buffer, %lld threads)\n", bound,
                o.bound_mb, o.threads);
         printf("load    %.1f ms, first forward (warm-up) %.1f ms\n", load_ms, warm_ms);
         printf("decode  %.2f tok/s (%.3f ms/token, median of %lld reps x %lld tokens)\n",
                1.0 / t_decode, 1e3 * t_decode, o.reps, o.decode);
+        if (cfg->n_expert)
+            printf("experts %d of %d per token; decode reads %.2f per layer (%.1f MB of weights per token)\n",
+                   cfg->n_expert_used, cfg->n_expert, decode_experts, wbytes / 1e6);
         printf("stream  %.2f GB/s of weights = %.0f%% of the bound\n", gbs, pct);
-        printf("forward at depth %lld (median of %lld):\n", o.depth, o.reps);
-        printf("  %3s %10s %8s\n", "k", "ms", "vs k=1");
-        for (int ki = 0; ki < N_KS; ki++)
-            printf("  %3d %10.3f %8.2f\n", KS[ki], 1e3 * t_k[ki], t_k[ki] / t_k[0]);
+        if (o.n_depths == 1) {
+            printf("forward at depth %lld (median of %lld):\n", o.depths[0], o.reps);
+            /* mixtures: the union of the experts the k tokens select, read once per layer */
+            printf("  %3s %10s %8s%s\n", "k", "ms", "vs k=1", cfg->n_expert ? "  experts/layer" : "");
+            for (int ki = 0; ki < N_KS; ki++) {
+                printf("  %3d %10.3f %8.2f", KS[ki], 1e3 * t_k[0][ki], t_k[0][ki] / t_k[0][0]);
+                if (cfg->n_expert) printf(" %14.2f", k_experts[ki]);
+                printf("\n");
+            }
+        } else {
+            printf("forward ms at each depth (median of %lld), KV K %s V %s:\n", o.reps, tk, tv);
+            printf("  %7s", "depth");
+            for (int ki = 0; ki < N_KS; ki++) printf("  k=%-6d", KS[ki]);
+            printf("  %6s %6s %10s\n", "k8/k1", "k16/k1", "decode/s");
+            for (int d = 0; d < o.n_depths; d++) {
+                printf("  %7lld", o.depths[d]);
+                for (int ki = 0; ki < N_KS; ki++) printf("  %8.3f", 1e3 * t_k[d][ki]);
+                printf("  %6.2f %6.2f %10.2f\n", t_k[d][3] / t_k[d][0], t_k[d][4] / t_k[d][0], 1.0 / t_k[d][0]);
+            }
+        }
     }
 }
 
@@ -150,6 +235,7 @@ int cmd_bench_forward(int argc, char **argv) {
     sp_ctx *c = NULL;
     float *logits = NULL;
     double *times = NULL;
+    double(*t_k)[N_KS] = NULL;
     rc = 1;
     double bound = 0;
     if (sp_sysinfo_read_bandwidth((int)o.threads, (size_t)o.bound_mb << 20, 5, &bound, &err)) goto fail;
@@ -158,14 +244,18 @@ int cmd_bench_forward(int argc, char **argv) {
     const double load_ms = 1e3 * (sp_now() - t_load0);
     const sp_model_config *cfg = sp_model_cfg(m);
     sp_ctx_params cp = sp_ctx_default_params();
-    const int64_t need = (o.decode > o.depth + KS[N_KS - 1] ? o.decode : o.depth + KS[N_KS - 1]) + 1;
+    const long long deepest = o.depths[o.n_depths - 1];
+    const int64_t need = (o.decode > deepest + KS[N_KS - 1] ? o.decode : deepest + KS[N_KS - 1]) + 1;
     cp.n_ctx = (int32_t)need;
+    cp.type_k = o.type_k;
+    cp.type_v = o.type_v;
     cp.max_batch = FILL;
     cp.n_threads = (int32_t)o.threads;
     if (sp_ctx_init(m, &cp, &c, &err)) goto fail;
     logits = malloc((size_t)FILL * (size_t)cfg->n_vocab * sizeof(float));
     times = malloc((size_t)o.reps * sizeof(double));
-    if (!logits || !times) {
+    t_k = malloc((size_t)o.n_depths * sizeof *t_k);
+    if (!logits || !times || !t_k) {
         sp_fail(&err, SP_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -177,6 +267,8 @@ int cmd_bench_forward(int argc, char **argv) {
     const double warm_ms = 1e3 * (sp_now() - t_warm0);
 
     /* batch-1 decode from an empty cache */
+    uint64_t reads, steps;
+    sp_ctx_expert_reads_reset(c);
     for (long long r = 0; r < o.reps; r++) {
         if (sp_ctx_truncate(c, 0, &err)) goto fail;
         double t0 = sp_now();
@@ -185,31 +277,41 @@ int cmd_bench_forward(int argc, char **argv) {
         times[r] = (sp_now() - t0) / (double)o.decode;
     }
     const double t_decode = median(times, (int)o.reps);
+    sp_ctx_expert_reads(c, &reads, &steps);
+    const double decode_experts = steps ? (double)reads / (double)steps : 0;
 
-    /* k-token forwards at a fixed depth */
+    /* k-token forwards at each depth, the cache filled on from the last */
     if (sp_ctx_truncate(c, 0, &err)) goto fail;
-    for (int64_t done = 0; done < o.depth;) {
-        int32_t n = o.depth - done > FILL ? FILL : (int32_t)(o.depth - done);
-        if (fwd(c, n, done, false, logits, &err)) goto fail;
-        done += n;
-    }
-    double t_k[N_KS];
-    for (int ki = 0; ki < N_KS; ki++) {
-        for (long long r = 0; r < o.reps; r++) {
-            double t0 = sp_now();
-            if (fwd(c, KS[ki], o.depth, true, logits, &err)) goto fail;
-            times[r] = sp_now() - t0;
-            if (sp_ctx_truncate(c, (int32_t)o.depth, &err)) goto fail;
+    double k_experts[N_KS] = {0};
+    int64_t done = 0;
+    for (int d = 0; d < o.n_depths; d++) {
+        const int64_t depth = o.depths[d];
+        while (done < depth) {
+            int32_t n = depth - done > FILL ? FILL : (int32_t)(depth - done);
+            if (fwd(c, n, done, false, logits, &err)) goto fail;
+            done += n;
         }
-        t_k[ki] = median(times, (int)o.reps);
+        for (int ki = 0; ki < N_KS; ki++) {
+            sp_ctx_expert_reads_reset(c);
+            for (long long r = 0; r < o.reps; r++) {
+                double t0 = sp_now();
+                if (fwd(c, KS[ki], depth, true, logits, &err)) goto fail;
+                times[r] = sp_now() - t0;
+                if (sp_ctx_truncate(c, (int32_t)depth, &err)) goto fail;
+            }
+            t_k[d][ki] = median(times, (int)o.reps);
+            sp_ctx_expert_reads(c, &reads, &steps);
+            if (d == 0) k_experts[ki] = steps ? (double)reads / (double)steps : 0;
+        }
     }
 
-    report(&o, m, bound, load_ms, warm_ms, t_decode, t_k);
+    report(&o, m, c, bound, load_ms, warm_ms, t_decode, t_k, decode_experts, k_experts);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "specula: bench-forward: %s\n", err.msg);
     free(logits);
     free(times);
+    free(t_k);
     sp_ctx_free(c);
     sp_model_free(m);
     return rc;

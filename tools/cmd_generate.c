@@ -15,8 +15,8 @@ static void gen_usage(FILE *f) {
             "usage: specula generate -m MODEL [-z TOKENIZER] [-p PROMPT | -f FILE | --prompt-ids 1,2,3]\n"
             "         [-n N]\n"
             "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
-            "         [-c N_CTX] [--json]\n"
-            "       speculation: [-md DRAFT [-zd TOKENIZER]] [--draft model|ngram|layerskip|lowbit|none]\n"
+            "         [-c N_CTX] [-ctk f16|f32|q8_0] [-ctv f16|f32|q8_0] [--json]\n"
+            "       speculation: [-md DRAFT [-zd TOKENIZER]] [--draft model|ngram|layerskip|lowbit|eagle3|none]\n"
             "         [--verify block|token|greedy|lenient|mc|mc-norep|naive] [--lenience L]\n"
             "         [--gamma G | --draft-max G] [--draft-min N] [--adaptive] [--draft-p-min P]\n"
             "         [--tree 4x2x2] [--ngram-min N] [--ngram-max N] [--skip-layers 1,3]\n"
@@ -33,9 +33,9 @@ static void gen_usage(FILE *f) {
 
 void sp_gen_opts_init(sp_gen_opts *o, const sp_spec_params *base) {
     memset(o, 0, sizeof *o);
-    sp_cli_run_opts_default(&o->run);
+    cli_run_opts_default(&o->run);
     sp_spec_config_init(&o->cfg, base);
-    sp_cli_online_opts_default(&o->online);
+    cli_online_opts_default(&o->online);
 }
 
 int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool need_model) {
@@ -53,10 +53,10 @@ int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool ne
     const char *flag;
     int c, r;
     optind = 0;
-    while ((c = sp_cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "p:f:h", LONGOPTS, cmd, &flag)) != -1) {
+    while ((c = cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "p:f:h", LONGOPTS, cmd, &flag)) != -1) {
         if (c == '?') return 2;
-        if ((r = sp_cli_run_opt(c, flag, optarg, &o->run)) || (r = sp_cli_spec_opt(c, optarg, &o->cfg)) ||
-            (r = sp_cli_online_opt(c, flag, optarg, &o->online))) {
+        if ((r = cli_run_opt(c, flag, optarg, &o->run)) || (r = cli_spec_opt(c, optarg, &o->cfg)) ||
+            (r = cli_online_opt(c, flag, optarg, &o->online))) {
             if (r < 0) return 2;
             continue;
         }
@@ -79,18 +79,20 @@ int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool ne
     }
     if (o->prompt_ids) { /* the list's form now, its range once the model is loaded */
         int32_t *ids, n;
-        if (sp_cli_ids(o->prompt_ids_flag, o->prompt_ids, &ids, &n)) return 2;
+        if (cli_ids(o->prompt_ids_flag, o->prompt_ids, &ids, &n)) return 2;
         free(ids);
     }
     sp_error e = {0};
     if (sp_spec_config_finish(&o->cfg, o->run.draft_model != NULL, &e)) {
         fprintf(stderr, "specula: %s%s\n", e.msg,
-                o->cfg.params.draft.kind == SP_DRAFT_MODEL && !o->run.draft_model ? " (-md DRAFT)" : "");
+                o->cfg.params.draft.kind == SP_DRAFT_MODEL && !o->run.draft_model    ? " (-md DRAFT)"
+                : o->cfg.params.draft.kind == SP_DRAFT_EAGLE3 && !o->run.draft_model ? " (-md HEAD.gguf)"
+                                                                                      : "");
         return 2;
     }
     o->spec = o->cfg.params;
-    if (o->run.draft_model && o->spec.draft.kind != SP_DRAFT_MODEL) {
-        fprintf(stderr, "specula: -md is only used with the model drafter (--draft model)\n");
+    if (o->run.draft_model && o->spec.draft.kind != SP_DRAFT_MODEL && o->spec.draft.kind != SP_DRAFT_EAGLE3) {
+        fprintf(stderr, "specula: -md is only used with the model and eagle3 drafters (--draft model|eagle3)\n");
         return 2;
     }
     if (o->online.on && (o->spec.draft.kind != SP_DRAFT_MODEL || o->spec.tree.depth > 0)) {
@@ -148,6 +150,7 @@ static bool on_tokens(void *ud, const int32_t *ids, int32_t n) {
 /* Everything one generation holds; released by gen_free. */
 typedef struct gen_run {
     sp_model *model, *dmodel;
+    sp_eagle3 *head;
     sp_ctx *ctx;
     sp_spec *spec;
     sp_online *online;
@@ -168,6 +171,7 @@ static void gen_free(gen_run *g) {
     sp_spec_free(g->spec); /* before the learner whose snapshot it may serve */
     sp_online_free(g->online);
     sp_ctx_free(g->ctx);
+    sp_eagle3_free(g->head);
     sp_model_free(g->dmodel);
     sp_model_free(g->model);
 }
@@ -176,11 +180,14 @@ static void gen_free(gen_run *g) {
  * speculation settings) and the speculation object. 0 or 1 after one line. */
 static int gen_setup(const sp_gen_opts *o, gen_run *g) {
     sp_error err = {0};
-    sp_cli_run_opts run = o->run;
+    cli_run_opts run = o->run;
     run.ids_only = o->prompt_ids != NULL;
-    if (sp_cli_load_models(&run, &g->model, &g->dmodel)) return 1;
+    if (cli_load_models(&run, &g->model, &g->dmodel) ||
+        cli_load_head(o->run.draft_model, o->spec.draft.kind, g->model, &g->head))
+        return 1;
     sp_spec_params sp = o->spec;
     sp.draft.draft_model = g->dmodel;
+    sp.draft.eagle3 = g->head;
     if (sp_sampler_params_check(&o->run.sampling, &err)) goto fail;
     g->text = o->prompt ? o->prompt : "";
     g->text_len = strlen(g->text);
@@ -193,9 +200,10 @@ static int gen_setup(const sp_gen_opts *o, gen_run *g) {
     cp.n_ctx = (int32_t)o->run.n_ctx;
     cp.n_threads = (int32_t)o->run.threads;
     cp.max_batch = sp_spec_config_batch(&sp);
+    cli_ctx_types(&o->run, &cp);
     if (sp_ctx_init(g->model, &cp, &g->ctx, &err) || sp_spec_init(g->ctx, &sp, &g->spec, &err))
         goto fail;
-    if (o->online.on && sp_cli_online_start(&o->online, o->run.draft_model, g->spec, g->dmodel, &g->online))
+    if (o->online.on && cli_online_start(&o->online, o->run.draft_model, g->spec, g->dmodel, &g->online))
         return 1;
     return 0;
 fail:
@@ -216,8 +224,8 @@ static int gen_prompt(const sp_gen_opts *o, gen_run *g) {
     }
     if (o->prompt_ids) {
         int32_t *ids, n;
-        if (sp_cli_ids(o->prompt_ids_flag, o->prompt_ids, &ids, &n)) return 1;
-        const int bad = sp_cli_ids_check(o->prompt_ids_flag, ids, n, sp_model_cfg(g->model)->n_vocab);
+        if (cli_ids(o->prompt_ids_flag, o->prompt_ids, &ids, &n)) return 1;
+        const int bad = cli_ids_check(o->prompt_ids_flag, ids, n, sp_model_cfg(g->model)->n_vocab);
         if (!bad && n > n_ctx)
             fprintf(stderr, "specula: %s: %d ids, more than the context size %d\n", o->prompt_ids_flag, n, n_ctx);
         if (bad || n > n_ctx) {
@@ -286,7 +294,7 @@ static int gen_decode(const sp_gen_opts *o, gen_run *g) {
 static int gen_print_json(const sp_gen_opts *o, const gen_run *g, double tps) {
     size_t bad = 0;
     json_t *j = json_object(), *toks = json_array();
-    json_t *text = sp_cli_json_text(g->ss.text ? g->ss.text : "", g->ss.len, &bad);
+    json_t *text = cli_json_text(g->ss.text ? g->ss.text : "", g->ss.len, &bad);
     int rc = j && toks && text ? 0 : 1;
     for (int32_t i = 0; !rc && i < g->gs.n_generated; i++)
         rc |= json_array_append_new(toks, json_integer(g->out[i]));
@@ -305,9 +313,10 @@ static int gen_print_json(const sp_gen_opts *o, const gen_run *g, double tps) {
     rc |= json_object_set_new(j, "tokens_per_second", json_real(tps));
     rc |= json_object_set_new(j, "stopped_at_eos", json_boolean(g->gs.hit_eog));
     rc |= json_object_set_new(j, "model", json_string(sp_model_desc(g->model)));
+    rc |= json_object_set_new(j, "kv_cache", cli_kv_json(g->ctx));
     if (o->spec.draft.kind != SP_DRAFT_NONE)
-        rc |= json_object_set_new(j, "spec", sp_cli_spec_json(&g->sst));
-    if (g->online) rc |= json_object_set_new(j, "online", sp_cli_online_json(g->online));
+        rc |= json_object_set_new(j, "spec", cli_spec_json(&g->sst));
+    if (g->online) rc |= json_object_set_new(j, "online", cli_online_json(g->online));
     char *s = rc ? NULL : json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(j);
     if (!s) {
@@ -335,8 +344,9 @@ int sp_gen_main(const sp_gen_opts *o, sp_gen_result *res) {
                     "\n[%s] prompt %d tokens (%.1f ms), generated %d tokens in %.3f s: %.1f tokens/s\n",
                     sp_model_desc(g.model), g.n_prompt, g.gs.t_prefill * 1e3, g.gs.n_generated, secs,
                     tps);
-            if (o->spec.draft.kind != SP_DRAFT_NONE) sp_cli_spec_print(stderr, &g.sst);
-            if (g.online) sp_cli_online_print(stderr, g.online);
+            if (o->spec.draft.kind != SP_DRAFT_NONE) cli_spec_print(stderr, &g.sst);
+            cli_kv_print(g.ctx);
+            if (g.online) cli_online_print(stderr, g.online);
         }
     }
     gen_free(&g);

@@ -11,36 +11,48 @@
 static void logits_usage(FILE *f) {
     fprintf(f,
             "usage: specula logits -m MODEL --ids 5,17,99 [--json] [-t THREADS] [-c N_CTX]\n"
+            "         [-ctk f16|f32|q8_0] [-ctv f16|f32|q8_0]\n"
             "  Evaluates the ids (no BOS added) in one forward pass and prints the logits\n"
             "  of every position: one line per position, the values space-separated in\n"
             "  %%.6g, or with --json one line {\"logits\": [[...], ...]} (%%.9g: the exact\n"
             "  floats). -c: the context size (default: the training context clamped to\n"
             "  [512, 4096]; it decides phi3's long or short RoPE factors, as llama.cpp's\n"
-            "  context size does).\n");
+            "  context size does). -ctk / -ctv: the KV cache types (default f16, as\n"
+            "  llama.cpp's).\n");
 }
 
 int cmd_logits(int argc, char **argv) {
-    enum { O_IDS = SP_OPT_CMD, O_JSON };
+    enum { O_IDS = SP_OPT_CMD, O_JSON, O_CTK, O_CTV };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, 'm'},     {"ids", required_argument, NULL, O_IDS},
         {"json", no_argument, NULL, O_JSON},         {"threads", required_argument, NULL, 't'},
         {"ctx-size", required_argument, NULL, 'c'},  {"help", no_argument, NULL, 'h'},
+        {"ctk", required_argument, NULL, O_CTK},     {"cache-type-k", required_argument, NULL, O_CTK},
+        {"ctv", required_argument, NULL, O_CTV},     {"cache-type-v", required_argument, NULL, O_CTV},
         {NULL, 0, NULL, 0}};
     const char *model = NULL, *ids_s = NULL, *flag, *ids_flag = "--ids";
     bool json = false;
     long long threads = 1, n_ctx = 0;
+    sp_ctx_params cp = sp_ctx_default_params();
     int opt;
     optind = 0;
-    while ((opt = sp_cli_next(argc, argv, "m:t:c:h", longopts, "logits", &flag)) != -1) {
+    while ((opt = cli_next(argc, argv, "m:t:c:h", longopts, "logits", &flag)) != -1) {
         switch (opt) {
         case 'm': model = optarg; break;
         case O_IDS: ids_s = optarg, ids_flag = flag; break;
         case O_JSON: json = true; break;
         case 't':
-            if (sp_cli_int(flag, optarg, 1, 512, &threads)) return 2;
+            if (cli_int(flag, optarg, 1, 512, &threads)) return 2;
             break;
         case 'c':
-            if (sp_cli_int(flag, optarg, 1, 1 << 24, &n_ctx)) return 2;
+            if (cli_int(flag, optarg, 1, 1 << 24, &n_ctx)) return 2;
+            break;
+        case O_CTK:
+        case O_CTV:
+            if (!sp_kv_type_parse(optarg, opt == O_CTK ? &cp.type_k : &cp.type_v)) {
+                fprintf(stderr, "specula: %s: unknown KV cache type '%s' (f32, f16 or q8_0)\n", flag, optarg);
+                return 2;
+            }
             break;
         case 'h': logits_usage(stdout); return 0;
         default: return 2;
@@ -51,7 +63,7 @@ int cmd_logits(int argc, char **argv) {
         return 2;
     }
     int32_t *ids = NULL, n = 0;
-    if (sp_cli_ids(ids_flag, ids_s, &ids, &n)) return 2;
+    if (cli_ids(ids_flag, ids_s, &ids, &n)) return 2;
     sp_error err = {0};
     sp_model *m = NULL;
     sp_ctx *c = NULL;
@@ -61,11 +73,10 @@ int cmd_logits(int argc, char **argv) {
     mp.no_prefault = true;
     if (sp_model_load(model, &mp, &m, &err)) goto fail;
     const int32_t V = sp_model_cfg(m)->n_vocab;
-    if (sp_cli_ids_check(ids_flag, ids, n, V)) {
+    if (cli_ids_check(ids_flag, ids, n, V)) {
         rc = 2;
         goto done;
     }
-    sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = (int32_t)n_ctx;
     cp.n_threads = (int32_t)threads;
     cp.max_batch = n;

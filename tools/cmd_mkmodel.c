@@ -13,13 +13,18 @@
 
 static void mk_usage(FILE *f) {
     fprintf(f,
-            "usage: specula mkmodel --out F.gguf [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3|qwen35]\n"
+            "usage: specula mkmodel --out F.gguf [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3|qwen3moe|gpt-oss|qwen35]\n"
             "         --dim D --layers L --heads H --kv-heads K\n"
             "         --ffn F [--vocab-from MODEL.gguf | --vocab N] [--pad-vocab N] [--ctx N]\n"
-            "         --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|iq4_xs|q4_K|q5_K|q6_K|q4_K_M|q5_K_M\n"
-            "         --seed S\n"
+            "         --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|iq4_xs|q4_K|q5_K|q6_K|q4_K_M|q5_K_M|mxfp4\n"
+            "         [--experts E --experts-used K] [--sliding-window W] [--yarn F] --seed S\n"
             "  q4_K_M, q5_K_M: llama-quantize's mixes (Q6_K output, and attn_v and ffn_down\n"
             "  on some layers).\n"
+            "  --experts E: mixture-of-experts FFNs of E experts of --ffn each, K per token\n"
+            "  (llama: Mixtral style; qwen3moe and gpt-oss need them). mxfp4: the experts in\n"
+            "  MXFP4, the other matrices Q8_0 (llama-quantize's MXFP4_MOE).\n"
+            "  --sliding-window W: the sliding layers' window (gpt-oss: 128, gemma: 4096).\n"
+            "  --yarn F: YaRN RoPE scaling by F (> 1) from an original context of --ctx / F.\n"
             "  Without --vocab-from or --vocab, the vocabulary of\n"
             "  $SPECULA_SHARED/models/stories260K.gguf (default ../shared) is copied.\n"
             "  --pad-vocab N appends \"[PAD<i>]\" entries up to N ids (Qwen-style padding).\n");
@@ -45,10 +50,10 @@ int cmd_mkmodel(int argc, char **argv) {
     sp_mkmodel_params p = sp_mkmodel_default_params();
     const char *out = NULL;
     long long dim = -1, layers = -1, heads = -1, kv_heads = -1, ffn = -1, vocab = -1, seed = -1,
-              n_ctx = -1, pad = -1;
+              n_ctx = -1, pad = -1, experts = 0, experts_used = -1, swa = 0;
     int type = -1;
     enum { O_VOCAB_FROM = SP_OPT_CMD, O_ARCH, O_TYPE, O_DIM, O_LAYERS, O_HEADS, O_KV_HEADS, O_FFN,
-           O_VOCAB, O_CTX, O_PAD_VOCAB, O_SEED };
+           O_VOCAB, O_CTX, O_PAD_VOCAB, O_SEED, O_EXPERTS, O_EXPERTS_USED, O_SWA, O_YARN };
     static const struct option longopts[] = {
         {"out", required_argument, NULL, 'o'},        {"vocab-from", required_argument, NULL, O_VOCAB_FROM},
         {"arch", required_argument, NULL, O_ARCH},    {"type", required_argument, NULL, O_TYPE},
@@ -57,6 +62,8 @@ int cmd_mkmodel(int argc, char **argv) {
         {"ffn", required_argument, NULL, O_FFN},      {"vocab", required_argument, NULL, O_VOCAB},
         {"ctx", required_argument, NULL, O_CTX},      {"pad-vocab", required_argument, NULL, O_PAD_VOCAB},
         {"seed", required_argument, NULL, O_SEED},    {"help", no_argument, NULL, 'h'},
+        {"experts", required_argument, NULL, O_EXPERTS}, {"experts-used", required_argument, NULL, O_EXPERTS_USED},
+        {"sliding-window", required_argument, NULL, O_SWA}, {"yarn", required_argument, NULL, O_YARN},
         {NULL, 0, NULL, 0}};
     /* integer options: id, range, destination */
     const struct {
@@ -64,11 +71,13 @@ int cmd_mkmodel(int argc, char **argv) {
         long long lo, hi, *dst;
     } ints[] = {{O_DIM, 2, 16384, &dim},        {O_LAYERS, 1, 256, &layers},     {O_HEADS, 1, 1024, &heads},
                 {O_KV_HEADS, 1, 1024, &kv_heads}, {O_FFN, 1, 65536, &ffn},       {O_VOCAB, 4, 4096, &vocab},
-                {O_CTX, 1, 1 << 20, &n_ctx},    {O_PAD_VOCAB, 0, 1 << 20, &pad}, {O_SEED, 0, INT64_MAX, &seed}};
+                {O_CTX, 1, 1 << 20, &n_ctx},    {O_PAD_VOCAB, 0, 1 << 20, &pad}, {O_SEED, 0, INT64_MAX, &seed},
+                {O_EXPERTS, 1, 256, &experts},  {O_EXPERTS_USED, 1, 256, &experts_used},
+                {O_SWA, 1, 1 << 20, &swa}};
     const char *flag;
     int opt;
     optind = 0;
-    while ((opt = sp_cli_next(argc, argv, "o:h", longopts, "mkmodel", &flag)) != -1) {
+    while ((opt = cli_next(argc, argv, "o:h", longopts, "mkmodel", &flag)) != -1) {
         switch (opt) {
         case 'h': mk_usage(stdout); return 0;
         case 'o': out = optarg; break;
@@ -79,14 +88,24 @@ int cmd_mkmodel(int argc, char **argv) {
             type = p.mix_k_m ? (tolower((unsigned char)optarg[1]) == '4' ? SP_GGML_Q4_K : SP_GGML_Q5_K)
                              : parse_type(optarg);
             if (type < 0) {
-                fprintf(stderr, "specula: %s must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q4_K, q5_K, q6_K, q4_K_M or q5_K_M, got '%s'\n", flag, optarg);
+                fprintf(stderr, "specula: %s must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q4_K, q5_K, q6_K, q4_K_M, q5_K_M or mxfp4, got '%s'\n", flag, optarg);
                 return 2;
             }
             break;
+        case O_YARN: {
+            char *end;
+            const double f = strtod(optarg, &end);
+            if (end == optarg || *end || !(f > 1 && f <= 1024)) {
+                fprintf(stderr, "specula: %s must be a number in (1, 1024], got '%s'\n", flag, optarg);
+                return 2;
+            }
+            p.yarn_factor = (float)f;
+            break;
+        }
         case '?': return 2;
         default:
             for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-                if (ints[i].id == opt && sp_cli_int(flag, optarg, ints[i].lo, ints[i].hi, ints[i].dst)) return 2;
+                if (ints[i].id == opt && cli_int(flag, optarg, ints[i].lo, ints[i].hi, ints[i].dst)) return 2;
             break;
         }
     }
@@ -99,6 +118,13 @@ int cmd_mkmodel(int argc, char **argv) {
         fprintf(stderr, "specula: mkmodel needs %s (try 'specula mkmodel --help')\n", need);
         return 2;
     }
+    if ((experts > 0) != (experts_used > 0)) {
+        fprintf(stderr, "specula: --experts and --experts-used go together\n");
+        return 2;
+    }
+    p.n_expert = (int32_t)experts;
+    p.sliding_window = (int32_t)swa;
+    p.n_expert_used = experts_used > 0 ? (int32_t)experts_used : 0;
     if (p.vocab_from && vocab >= 0) {
         fprintf(stderr, "specula: give either --vocab-from or --vocab, not both\n");
         return 2;

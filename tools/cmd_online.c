@@ -38,29 +38,29 @@ int cmd_online(int argc, char **argv) {
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    sp_cli_run_opts run;
-    sp_cli_run_opts_default(&run);
+    cli_run_opts run;
+    cli_run_opts_default(&run);
     run.sampling.temperature = 1.0f;
     const char *prompt = "Once upon a time", *out = NULL, *flag;
     long long rounds = 5, gens = 4, steps = 100, topk = 16, gamma = 4;
     double lr = 3e-3;
     int c, r;
     optind = 0;
-    while ((c = sp_cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "p:h", LONGOPTS, "online", &flag)) != -1) {
+    while ((c = cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "p:h", LONGOPTS, "online", &flag)) != -1) {
         if (c == '?') return 2;
-        if ((r = sp_cli_run_opt(c, flag, optarg, &run))) {
+        if ((r = cli_run_opt(c, flag, optarg, &run))) {
             if (r < 0) return 2;
             continue;
         }
         switch (c) {
         case 'p': prompt = optarg; break;
         case O_OUT: out = optarg; break;
-        case O_ROUNDS: if (sp_cli_int(flag, optarg, 1, 1000, &rounds)) return 2; break;
-        case O_GENS: if (sp_cli_int(flag, optarg, 1, 10000, &gens)) return 2; break;
-        case O_STEPS: if (sp_cli_int(flag, optarg, 0, 1000000, &steps)) return 2; break;
-        case O_TOPK: if (sp_cli_int(flag, optarg, 1, 256, &topk)) return 2; break;
-        case O_GAMMA: if (sp_cli_int(flag, optarg, 1, SP_SPEC_MAX_GAMMA, &gamma)) return 2; break;
-        case O_LR: if (sp_cli_float(flag, optarg, 1e-7, 0.5, &lr)) return 2; break;
+        case O_ROUNDS: if (cli_int(flag, optarg, 1, 1000, &rounds)) return 2; break;
+        case O_GENS: if (cli_int(flag, optarg, 1, 10000, &gens)) return 2; break;
+        case O_STEPS: if (cli_int(flag, optarg, 0, 1000000, &steps)) return 2; break;
+        case O_TOPK: if (cli_int(flag, optarg, 1, 256, &topk)) return 2; break;
+        case O_GAMMA: if (cli_int(flag, optarg, 1, SP_SPEC_MAX_GAMMA, &gamma)) return 2; break;
+        case O_LR: if (cli_float(flag, optarg, 1e-7, 0.5, &lr)) return 2; break;
         case 'h': online_usage(stdout); return 0;
         default: return 2;
         }
@@ -80,14 +80,15 @@ int cmd_online(int argc, char **argv) {
     sp_spec *s = NULL;
     int32_t *ids = NULL, *outt = NULL, n_prompt = 0;
     int rc = 1;
-    sp_cli_run_opts tr = run;
+    cli_run_opts tr = run;
     tr.draft_model = NULL;
-    if (sp_cli_load_models(&tr, &tm, &dm)) goto done;
+    if (cli_load_models(&tr, &tm, &dm)) goto done;
     if (sp_online_init(run.draft_model, &op, &on, &e) || sp_online_export(on, out, &e)) goto fail;
     const sp_tokenizer *tok = sp_model_tokenizer(tm);
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = run.n_ctx > 0 ? (int32_t)run.n_ctx : 1024;
     cp.n_threads = (int32_t)run.threads;
+    cli_ctx_types(&run, &cp);
     if (sp_ctx_init(tm, &cp, &ctx, &e)) goto fail;
     ids = malloc((size_t)cp.n_ctx * sizeof *ids);
     outt = malloc((size_t)run.n_predict * sizeof *outt);

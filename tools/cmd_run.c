@@ -130,7 +130,7 @@ static int find_default_model(char *model, char *tokz, size_t cap) {
     snprintf(tokz, cap, "%s/%s", dir, DEFAULT_FILES[1].name);
     if (exists(model) && exists(tokz)) return 0;
     fprintf(stderr, "specula: downloading the default model (stories260K) into %s\n", dir);
-    if (sp_cli_make_dirs(dir)) {
+    if (cli_make_dirs(dir)) {
         fprintf(stderr, "specula: cannot create %s: %s\n", dir, strerror(errno));
         return -1;
     }

@@ -4,7 +4,7 @@
  * Endpoints: POST /v1/completions, POST /v1/chat/completions, GET
  * /v1/models, GET /health, GET /metrics (Prometheus text). A request's
  * "speculative" object goes through the speculation configuration layer
- * (sp_spec_config_json over the server's defaults), so it is validated with
+ * (sp_spec_config_json_text over the server's defaults), so it is validated with
  * the CLI's messages. Requests run on --parallel slots, each with its own
  * KV cache and speculation state; beyond them requests wait in a queue of
  * --queue places, then get 503. With --parallel above 1, requests are
@@ -16,7 +16,9 @@
  * connection's reader drains; a client that
  * disconnects closes the pipe, which cancels its generation. SIGINT and
  * SIGTERM stop the daemon: in-flight generations are cancelled, every
- * connection finishes, everything is freed, exit 0. */
+ * connection finishes, everything is freed, exit 0. The request side
+ * (routing, body parsing and validation, stop strings, response objects)
+ * is tools/serve_request.c, which fuzz/fuzz_serve_request.c drives alone. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -64,12 +66,13 @@ static const double TPOT_B[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 
 static struct server {
     sp_model *m, *dm;                    /* dm: the first draft, dms[0] */
+    sp_eagle3 *head;                     /* -md was an EAGLE-3 head (--draft eagle3) */
     sp_model *dms[SP_CLI_MAX_DRAFTS];    /* every -md */
     int n_dm;
     sp_router *router;                   /* several drafts: one is chosen per request */
     pthread_mutex_t rmu;                 /* router and routed[] */
     uint64_t routed[SP_CLI_MAX_DRAFTS], explored;
-    sp_cli_online_opts online;
+    cli_online_opts online;
     const sp_tokenizer *tok;
     char model_id[256];
     sp_spec_params defaults;
@@ -99,7 +102,7 @@ static struct server {
 /* ----------------------------------------------------------- generation */
 
 typedef struct run {
-    sp_serve_req r;
+    serve_req r;
     slot *sl;
     int32_t *prompt, n_prompt, *out;
     char *text;             /* generated text after stop handling */
@@ -116,7 +119,7 @@ typedef struct run {
     int draft;               /* the -md index it drafted with, -1 for none */
     char id[40];
     long long created;
-    sp_serve_err err;
+    serve_err err;
 } run;
 
 static bool write_all(int fd, const char *p, size_t n) {
@@ -134,22 +137,22 @@ static const char *finish_reason(const run *g) {
 }
 
 /* What the response objects report about g. */
-static sp_serve_out out_of(const run *g) {
-    return (sp_serve_out){.id = g->id, .model = S.model_id, .created = g->created, .text = g->text, .len = g->len,
+static serve_out out_of(const run *g) {
+    return (serve_out){.id = g->id, .model = S.model_id, .created = g->created, .text = g->text, .len = g->len,
                           .finish = finish_reason(g), .n_prompt = g->n_prompt, .n_gen = g->n_gen, .sst = &g->sst,
                           .draft = g->draft};
 }
 
 /* The server's settings requests are checked against. */
-static sp_serve_limits limits(void) {
-    return (sp_serve_limits){.n_ctx = S.n_ctx, .sampling = S.sampling, .seed = S.seed, .defaults = S.defaults,
-                             .has_draft = S.dm != NULL, .tmpl = S.tmpl};
+static serve_limits limits(void) {
+    return (serve_limits){.n_ctx = S.n_ctx, .sampling = S.sampling, .seed = S.seed, .defaults = S.defaults,
+                             .has_draft = S.dm != NULL || S.head != NULL, .tmpl = S.tmpl};
 }
 
 /* One SSE chunk with text delta s[0..n) (n may be 0) and finish (NULL while running). */
 static bool send_chunk(run *g, const char *s, size_t n, const char *finish, bool usage_only) {
-    const sp_serve_out o = out_of(g);
-    json_t *c = sp_serve_chunk_json(&g->r, &o, s, n, g->sent == 0, finish, usage_only);
+    const serve_out o = out_of(g);
+    json_t *c = serve_chunk_json(&g->r, &o, s, n, g->sent == 0, finish, usage_only);
     if (!c) return false;
     char *txt = json_dumps(c, JSON_COMPACT);
     json_decref(c);
@@ -161,7 +164,7 @@ static bool send_chunk(run *g, const char *s, size_t n, const char *finish, bool
 
 /* Streams the text that can no longer be cut by a stop string. */
 static bool stream_ready(run *g, bool final) {
-    const size_t upto = sp_serve_ready(&g->r, g->text, g->len, final);
+    const size_t upto = serve_ready(&g->r, g->text, g->len, final);
     if (upto <= g->sent) return true;
     bool ok = send_chunk(g, g->text + g->sent, upto - g->sent, NULL, false);
     g->sent = upto;
@@ -189,7 +192,7 @@ static bool on_tokens(void *ud, const int32_t *ids, int32_t n) {
         memcpy(g->text + g->len, piece, k);
         g->len += k;
         g->text[g->len] = 0;
-        if (sp_serve_stop_scan(&g->r, g->text, &g->len, k, g->sent)) g->stop_hit = true;
+        if (serve_stop_scan(&g->r, g->text, &g->len, k, g->sent)) g->stop_hit = true;
         if (g->stop_hit) break;
     }
     g->t_last = now;
@@ -534,8 +537,8 @@ static void generate(run *g) {
         if (shared) batch_active(-1);
     }
     sp_ctx_truncate(sl->ctx, 0, NULL);
-    if (st) sp_serve_bad(&g->err, st == SP_ERR_ARG || st == SP_ERR_RANGE ? 400 : 500, NULL, NULL, "%s", se.msg);
-    else if (g->failed) sp_serve_bad(&g->err, 500, NULL, NULL, "out of memory keeping the generated text");
+    if (st) serve_bad(&g->err, st == SP_ERR_ARG || st == SP_ERR_RANGE ? 400 : 500, NULL, NULL, "%s", se.msg);
+    else if (g->failed) serve_bad(&g->err, 500, NULL, NULL, "out of memory keeping the generated text");
     else record_metrics(g);
     if (!st && S.router && g->draft >= 0 && g->sst.drafted > 0) { /* the router learns what it reached */
         pthread_mutex_lock(&S.rmu);
@@ -545,7 +548,7 @@ static void generate(run *g) {
 }
 
 /* Takes a free slot, waiting in the queue; NULL (and 503) when it is full. */
-static slot *slot_acquire(sp_serve_err *e) {
+static slot *slot_acquire(serve_err *e) {
     pthread_mutex_lock(&S.mu);
     slot *got = NULL;
     for (;;) {
@@ -559,7 +562,7 @@ static slot *slot_acquire(sp_serve_err *e) {
     }
     if (got) got->busy = true;
     pthread_mutex_unlock(&S.mu);
-    if (!got) sp_serve_bad(e, 503, NULL, "server_busy", "the server is busy (%d requests running, %d waiting); retry later",
+    if (!got) serve_bad(e, 503, NULL, "server_busy", "the server is busy (%d requests running, %d waiting); retry later",
                   S.parallel, S.queue_max);
     return got;
 }
@@ -572,7 +575,7 @@ static void slot_release(slot *s) {
 }
 
 static void run_free(run *g) {
-    sp_serve_req_free(&g->r);
+    serve_req_free(&g->r);
     free(g->prompt);
     free(g->out);
     free(g->text);
@@ -583,37 +586,37 @@ static void run_free(run *g) {
 static int prepare(run *g) {
     sp_error se = {0};
     g->prompt = malloc((size_t)S.n_ctx * sizeof *g->prompt);
-    if (!g->prompt) return sp_serve_bad(&g->err, 500, NULL, NULL, "out of memory");
+    if (!g->prompt) return serve_bad(&g->err, 500, NULL, NULL, "out of memory");
     sp_tok_encode_params ep = {.add_bos = sp_tokenizer_add_bos(S.tok), .parse_special = g->r.ep == SP_SERVE_CHAT};
     sp_status st = sp_tokenizer_encode_ex(S.tok, g->r.text, strlen(g->r.text), &ep, g->prompt, S.n_ctx,
                                           &g->n_prompt, &se);
     if (st == SP_ERR_RANGE)
-        return sp_serve_bad(&g->err, 400, g->r.ep == SP_SERVE_CHAT ? "messages" : "prompt", "context_length_exceeded",
+        return serve_bad(&g->err, 400, g->r.ep == SP_SERVE_CHAT ? "messages" : "prompt", "context_length_exceeded",
                    "the prompt is %d tokens, more than the context size %d", g->n_prompt, S.n_ctx);
-    if (st) return sp_serve_bad(&g->err, 400, NULL, NULL, "%s", se.msg);
-    if (g->n_prompt == 0) return sp_serve_bad(&g->err, 400, "prompt", NULL, "the prompt is empty and the model adds no BOS token");
+    if (st) return serve_bad(&g->err, 400, NULL, NULL, "%s", se.msg);
+    if (g->n_prompt == 0) return serve_bad(&g->err, 400, "prompt", NULL, "the prompt is empty and the model adds no BOS token");
     const int32_t extra = sp_spec_config_extra_ctx(&g->r.spec);
     const int32_t room = S.n_ctx - g->n_prompt - extra;
     if (g->r.max_tokens < 0) g->r.max_tokens = g->r.ep == SP_SERVE_CHAT ? room : (room < 16 ? room : 16);
     if (room < 1 || g->r.max_tokens > room)
-        return sp_serve_bad(&g->err, 400, "max_tokens", "context_length_exceeded",
+        return serve_bad(&g->err, 400, "max_tokens", "context_length_exceeded",
                    "the prompt (%d tokens) plus max_tokens %d%s exceed the context size %d", g->n_prompt,
                    g->r.max_tokens < 0 ? 1 : g->r.max_tokens, extra ? " plus the draft tree" : "", S.n_ctx);
     g->out = malloc((size_t)g->r.max_tokens * sizeof *g->out);
-    if (!g->out) return sp_serve_bad(&g->err, 500, NULL, NULL, "out of memory");
+    if (!g->out) return serve_bad(&g->err, 500, NULL, NULL, "out of memory");
     return 0;
 }
 
 static json_t *final_json(run *g) {
-    const sp_serve_out o = out_of(g);
-    return sp_serve_final_json(&g->r, &o);
+    const serve_out o = out_of(g);
+    return serve_final_json(&g->r, &o);
 }
 
 static void *stream_thread(void *arg) {
     run *g = arg;
     generate(g);
     if (g->err.status) {
-        json_t *e = sp_serve_err_json(&g->err);
+        json_t *e = serve_err_json(&g->err);
         char *t = json_dumps(e, JSON_COMPACT);
         json_decref(e);
         if (t) write_all(g->wfd, "data: ", 6), write_all(g->wfd, t, strlen(t)), write_all(g->wfd, "\n\n", 2);
@@ -672,8 +675,8 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, jso
     return ret;
 }
 
-static enum MHD_Result reply_err(struct MHD_Connection *c, const sp_serve_err *e, int ep) {
-    return reply_json(c, e->status, sp_serve_err_json(e), ep);
+static enum MHD_Result reply_err(struct MHD_Connection *c, const serve_err *e, int ep) {
+    return reply_json(c, e->status, serve_err_json(e), ep);
 }
 
 static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, char *txt, const char *type, int ep) {
@@ -688,7 +691,7 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, cha
 /* The Authorization header against the key, in time independent of where
  * they differ. */
 static bool authorized(struct MHD_Connection *c) {
-    return sp_serve_key_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), S.api_key);
+    return serve_key_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), S.api_key);
 }
 
 static char *metrics_text(void) {
@@ -817,8 +820,8 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, conn *k, int ep
     static atomic_ullong next_id;
     snprintf(g->id, sizeof g->id, "%s-%llu", ep == SP_SERVE_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);
-    const sp_serve_limits lim = limits();
-    if (sp_serve_parse(&lim, k->body ? k->body : "", k->len, (sp_serve_ep)ep, &g->r, &g->err) || prepare(g) ||
+    const serve_limits lim = limits();
+    if (serve_parse(&lim, k->body ? k->body : "", k->len, (serve_ep)ep, &g->r, &g->err) || prepare(g) ||
         !(g->sl = slot_acquire(&g->err))) {
         enum MHD_Result ret = reply_err(c, &g->err, ep);
         run_free(g);
@@ -834,7 +837,7 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, conn *k, int ep
     int fds[2];
     if (pipe2(fds, O_CLOEXEC)) {
         slot_release(g->sl);
-        sp_serve_bad(&g->err, 500, NULL, NULL, "cannot create a pipe");
+        serve_bad(&g->err, 500, NULL, NULL, "cannot create a pipe");
         enum MHD_Result ret = reply_err(c, &g->err, ep);
         run_free(g);
         return ret;
@@ -879,9 +882,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    const sp_serve_ep ep = sp_serve_endpoint(url);
-    sp_serve_err e = {0};
-    if (sp_serve_route(ep, method, url, ep == SP_SERVE_HEALTH || authorized(c), k->too_big, &e))
+    const serve_ep ep = serve_endpoint(url);
+    serve_err e = {0};
+    if (serve_route(ep, method, url, ep == SP_SERVE_HEALTH || authorized(c), k->too_big, &e))
         return reply_err(c, &e, ep);
     if (ep == SP_SERVE_HEALTH) return reply_json(c, 200, json_pack("{s:s}", "status", "ok"), ep);
     if (ep == SP_SERVE_MODELS)
@@ -895,7 +898,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return reply_text(c, 200, t, "text/plain; version=0.0.4", ep);
     }
     if (atomic_load(&S.stopping)) {
-        sp_serve_bad(&e, 503, NULL, "shutting_down", "the server is shutting down");
+        serve_bad(&e, 503, NULL, "shutting_down", "the server is shutting down");
         return reply_err(c, &e, ep);
     }
     return handle_generate(c, k, ep);
@@ -905,7 +908,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void serve_usage(FILE *f) {
     fprintf(f,
-            "usage: specula serve -m MODEL [-md DRAFT] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
+            "usage: specula serve -m MODEL [-md DRAFT | --draft eagle3 -md HEAD.gguf] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
             "         [--queue N] [-c CTX] [-t THREADS] [--api-key KEY] [--chat-template NAME]\n"
             "         [--alias NAME] [--batching auto|on|off] [--no-batching] [--no-spec-batching]\n"
             "         [--spec-cost share|wall]\n"
@@ -1006,32 +1009,32 @@ int cmd_serve(int argc, char **argv) {
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    sp_cli_run_opts run;
-    sp_cli_run_opts_default(&run);
+    cli_run_opts run;
+    cli_run_opts_default(&run);
     run.n_ctx = 2048;
     run.multi_draft = true;
     double explore = 0.1;
     sp_spec_config cfg;
     sp_spec_config_init(&cfg, NULL);
-    sp_cli_online_opts_default(&S.online);
+    cli_online_opts_default(&S.online);
     const char *host = "127.0.0.1", *tmpl_name = NULL, *alias = NULL, *flag;
     long long port = 8080, par = 1, queue = 64;
     enum { B_AUTO, B_ON, B_OFF } batch_mode = B_AUTO;
     bool no_spec_batching = false;
     int c, r;
     optind = 0;
-    while ((c = sp_cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "h", LONGOPTS, "serve", &flag)) != -1) {
+    while ((c = cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "h", LONGOPTS, "serve", &flag)) != -1) {
         if (c == '?') return 2;
-        if ((r = sp_cli_run_opt(c, flag, optarg, &run)) || (r = sp_cli_spec_opt(c, optarg, &cfg)) ||
-            (r = sp_cli_online_opt(c, flag, optarg, &S.online))) {
+        if ((r = cli_run_opt(c, flag, optarg, &run)) || (r = cli_spec_opt(c, optarg, &cfg)) ||
+            (r = cli_online_opt(c, flag, optarg, &S.online))) {
             if (r < 0) return 2;
             continue;
         }
         switch (c) {
         case O_HOST: host = optarg; break;
-        case O_PORT: if (sp_cli_int(flag, optarg, 0, 65535, &port)) return 2; break;
-        case O_PAR: if (sp_cli_int(flag, optarg, 1, 64, &par)) return 2; break;
-        case O_QUEUE: if (sp_cli_int(flag, optarg, 0, 4096, &queue)) return 2; break;
+        case O_PORT: if (cli_int(flag, optarg, 0, 65535, &port)) return 2; break;
+        case O_PAR: if (cli_int(flag, optarg, 1, 64, &par)) return 2; break;
+        case O_QUEUE: if (cli_int(flag, optarg, 0, 4096, &queue)) return 2; break;
         case O_KEY: S.api_key = optarg; break;
         case O_TMPL: tmpl_name = optarg; break;
         case O_ALIAS: alias = optarg; break;
@@ -1047,7 +1050,7 @@ int cmd_serve(int argc, char **argv) {
             break;
         case O_NOSPECBATCH: no_spec_batching = true; break;
         case O_EXPLORE:
-            if (sp_cli_float(flag, optarg, 0, 1, &explore)) return 2;
+            if (cli_float(flag, optarg, 0, 1, &explore)) return 2;
             break;
         case O_SPECCOST:
             if (strcmp(optarg, "share") && strcmp(optarg, "wall")) {
@@ -1082,14 +1085,23 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "specula: --chat-template must be one of %s, got '%s'\n", sp_chat_names(), tmpl_name);
         return 2;
     }
-    if (S.online.on && !run.draft_model) {
+    const bool head = run.draft_model && cli_is_eagle3(run.draft_model);
+    if (S.online.on && (!run.draft_model || head)) {
         fprintf(stderr, "specula: --online trains a draft model: give one with -md DRAFT\n");
         return 2;
     }
-    if (sp_cli_load_models(&run, &S.m, &S.dm)) return 1;
+    if (head && run.n_draft_models > 1) {
+        fprintf(stderr, "specula: %s is an EAGLE-3 head: give it as the only -md\n", run.draft_model);
+        return 2;
+    }
+    if (cli_load_models(&run, &S.m, &S.dm)) return 1;
+    if (head && cli_load_head(run.draft_model, cfg.params.draft.kind, S.m, &S.head)) {
+        sp_model_free(S.m);
+        return 1;
+    }
     S.dms[0] = S.dm;
     S.n_dm = S.dm ? run.n_draft_models : 0;
-    if (sp_cli_load_more_drafts(&run, S.dms)) {
+    if (cli_load_more_drafts(&run, S.dms)) {
         for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(S.dms[d]);
         sp_model_free(S.m);
         return 1;
@@ -1107,6 +1119,7 @@ int cmd_serve(int argc, char **argv) {
     S.tok = sp_model_tokenizer(S.m);
     S.defaults = cfg.params;
     S.defaults.draft.draft_model = S.dm;
+    S.defaults.draft.eagle3 = S.head;
     S.sampling = run.sampling;
     S.seed = (uint64_t)run.seed;
     S.tmpl = tmpl_name ? sp_chat_by_name(tmpl_name) : model_template(run.model);
@@ -1140,6 +1153,7 @@ int cmd_serve(int argc, char **argv) {
          * threads are split between the slots */
         cp.n_threads = S.threads / S.parallel > 0 ? S.threads / S.parallel : 1;
         cp.pool = S.pool;
+        cli_ctx_types(&run, &cp);
         if (sp_ctx_init(S.m, &cp, &S.slots[i].ctx, &e)) {
             fprintf(stderr, "specula: %s\n", e.msg);
             rc = 1;
@@ -1194,6 +1208,7 @@ int cmd_serve(int argc, char **argv) {
                 S.model_id, sp_model_desc(S.m), sp_chat_name(S.tmpl), S.parallel, S.parallel > 1 ? "s" : "",
                 S.defaults.draft.kind == SP_DRAFT_NONE ? "off" : sp_drafter_name(S.defaults.draft.kind), how,
                 host, di ? (unsigned)di->port : (unsigned)port);
+        cli_kv_print(S.slots[0].ctx); /* per slot */
         int sig = 0;
         sigwait(&set, &sig);
         fprintf(stderr, "specula: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -1214,6 +1229,7 @@ int cmd_serve(int argc, char **argv) {
     sp_pool_free(S.pool);
     sp_router_free(S.router);
     for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(S.dms[d]); /* dms[0] is dm */
+    sp_eagle3_free(S.head);
     sp_model_free(S.m);
     return rc;
 }

@@ -33,7 +33,7 @@ int cmd_tokenize(int argc, char **argv) {
     bool special = false, no_bos = false, ids_only = false, json = false;
     int opt;
     optind = 0;
-    while ((opt = sp_cli_next(argc, argv, "m:z:p:f:h", longopts, "tokenize", &flag)) != -1) {
+    while ((opt = cli_next(argc, argv, "m:z:p:f:h", longopts, "tokenize", &flag)) != -1) {
         switch (opt) {
         case 'm': model = optarg; break;
         case 'z': tokz = optarg; break;
@@ -72,7 +72,7 @@ int cmd_tokenize(int argc, char **argv) {
     int32_t *ids = NULL;
     int rc = 1;
     /* a GGUF (full or vocabulary-only): only its tokenizer is read */
-    if (sp_cli_is_gguf(model)) {
+    if (cli_is_gguf(model)) {
         if (tokz) {
             fprintf(stderr, "specula: -z: %s is a GGUF model with its own tokenizer (-z is for llama2.c checkpoints)\n",
                     model);
@@ -117,8 +117,8 @@ int cmd_tokenize(int argc, char **argv) {
             sp_str piece = sp_tokenizer_token_text(t, ids[i]);
             size_t bad = 0;
             json_array_append_new(ja, json_integer(ids[i]));
-            json_array_append_new(jp, k || !piece.len ? sp_cli_json_text(buf, k, &bad)
-                                                      : sp_cli_json_text(piece.ptr, (size_t)piece.len, &bad));
+            json_array_append_new(jp, k || !piece.len ? cli_json_text(buf, k, &bad)
+                                                      : cli_json_text(piece.ptr, (size_t)piece.len, &bad));
         }
         json_object_set_new(j, "ids", ja);
         json_object_set_new(j, "pieces", jp);

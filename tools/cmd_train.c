@@ -165,7 +165,7 @@ static int run(int argc, char **argv, bool distill) {
     const char *flag;
     int opt;
     optind = 0;
-    while ((opt = sp_cli_next(argc, argv, distill ? "m:o:t:h" : "o:t:h", distill ? distill_opts : train_opts,
+    while ((opt = cli_next(argc, argv, distill ? "m:o:t:h" : "o:t:h", distill ? distill_opts : train_opts,
                               cmd, &flag)) != -1) {
         switch (opt) {
         case 'h': train_usage(stdout, distill); return 0;
@@ -181,14 +181,14 @@ static int run(int argc, char **argv, bool distill) {
         case 'm': target = optarg; break;
         case O_QUIET: quiet = true; break;
         case 't':
-            if (sp_cli_int(flag, optarg, 1, 256, &threads)) return 2;
+            if (cli_int(flag, optarg, 1, 256, &threads)) return 2;
             break;
         case O_SEED:
-            if (sp_cli_int(flag, optarg, 0, 1LL << 62, &v)) return 2;
+            if (cli_int(flag, optarg, 0, 1LL << 62, &v)) return 2;
             p.seed = (uint64_t)v;
             break;
         case O_ON_POLICY:
-            if (sp_cli_float(flag, optarg, 0, 1, &p.on_policy)) return 2;
+            if (cli_float(flag, optarg, 0, 1, &p.on_policy)) return 2;
             break;
         case O_TYPE:
             if (!strcasecmp(optarg, "f32")) type = SP_GGML_F32;
@@ -212,10 +212,10 @@ static int run(int argc, char **argv, bool distill) {
             for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
                 if (nums[i].id != opt) continue;
                 if (nums[i].f32) {
-                    if (sp_cli_float(flag, optarg, nums[i].lo, nums[i].hi, &d)) return 2;
+                    if (cli_float(flag, optarg, nums[i].lo, nums[i].hi, &d)) return 2;
                     *nums[i].f32 = (float)d;
                 } else {
-                    if (sp_cli_int(flag, optarg, (long long)nums[i].lo, (long long)nums[i].hi, &v)) return 2;
+                    if (cli_int(flag, optarg, (long long)nums[i].lo, (long long)nums[i].hi, &v)) return 2;
                     if (nums[i].i64) *nums[i].i64 = v;
                     else *nums[i].i32 = (int32_t)v;
                 }

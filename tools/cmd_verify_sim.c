@@ -71,7 +71,7 @@ static int vsim_parse(int argc, char **argv, vsim_opts *o) {
     long long v;
     int c;
     optind = 0;
-    while ((c = sp_cli_next(argc, argv, "h", LONGOPTS, "verify-sim", &flag)) != -1) {
+    while ((c = cli_next(argc, argv, "h", LONGOPTS, "verify-sim", &flag)) != -1) {
         sp_error e = {0};
         switch (c) {
         case '?': return 2;
@@ -84,33 +84,33 @@ static int vsim_parse(int argc, char **argv, vsim_opts *o) {
             }
             break;
         case O_LENIENCE:
-            if (sp_cli_float(flag, optarg, 1e-9, 1.0, &o->prm.lenience)) return 2;
+            if (cli_float(flag, optarg, 1e-9, 1.0, &o->prm.lenience)) return 2;
             break;
         case O_P: o->p_str = optarg; break;
         case O_Q: o->q_str = optarg; break;
         case O_MARKOV:
-            if (sp_cli_int(flag, optarg, 2, SP_VSIM_MAX_VOCAB, &o->markov)) return 2;
+            if (cli_int(flag, optarg, 2, SP_VSIM_MAX_VOCAB, &o->markov)) return 2;
             break;
         case O_GAMMA:
-            if (sp_cli_int(flag, optarg, 1, SP_VERIFY_MAX_GAMMA, &v)) return 2;
+            if (cli_int(flag, optarg, 1, SP_VERIFY_MAX_GAMMA, &v)) return 2;
             o->prm.gamma = (int32_t)v;
             o->have_gamma = true;
             break;
         case O_CAND:
-            if (sp_cli_int(flag, optarg, 1, SP_TREE_MAX_NODES - 1, &v)) return 2;
+            if (cli_int(flag, optarg, 1, SP_TREE_MAX_NODES - 1, &v)) return 2;
             o->prm.candidates = (int32_t)v;
             o->have_cand = true;
             break;
         case O_TREE: o->tree_str = optarg; break;
         case O_TEMP:
-            if (sp_cli_float(flag, optarg, 0.0, 1e6, &o->temp)) return 2;
+            if (cli_float(flag, optarg, 0.0, 1e6, &o->temp)) return 2;
             break;
         case O_TRIALS:
-            if (sp_cli_int(flag, optarg, 1, SP_VSIM_MAX_TRIALS, &v)) return 2;
+            if (cli_int(flag, optarg, 1, SP_VSIM_MAX_TRIALS, &v)) return 2;
             o->prm.trials = v;
             break;
         case O_SEED:
-            if (sp_cli_int(flag, optarg, 0, 0x7fffffffffffffffLL, &v)) return 2;
+            if (cli_int(flag, optarg, 0, 0x7fffffffffffffffLL, &v)) return 2;
             o->prm.seed = (uint64_t)v;
             break;
         default: return 2;

@@ -1,7 +1,7 @@
 /* serve_request: the request and response side of `specula serve`
  * (serve_request.h): routing, the OpenAI request bodies, stop strings and
  * streaming boundaries, the response objects. No HTTP server, no model, no
- * globals: the server's settings come in an sp_serve_limits. */
+ * globals: the server's settings come in an serve_limits. */
 #include "serve_request.h"
 
 #include <stdarg.h>
@@ -14,7 +14,7 @@
 const char *const SP_SERVE_EP_NAMES[SP_SERVE_EP_N] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
                                                       "/health", "/metrics", "other"};
 
-int sp_serve_bad(sp_serve_err *e, unsigned status, const char *param, const char *code, const char *fmt, ...) {
+int serve_bad(serve_err *e, unsigned status, const char *param, const char *code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
@@ -27,7 +27,7 @@ int sp_serve_bad(sp_serve_err *e, unsigned status, const char *param, const char
     return -1;
 }
 
-json_t *sp_serve_err_json(const sp_serve_err *e) {
+json_t *serve_err_json(const serve_err *e) {
     json_t *o = json_object();
     json_object_set_new(o, "message", json_string(e->msg));
     json_object_set_new(o, "type", json_string(e->type));
@@ -68,30 +68,31 @@ static char *content_text(const json_t *c) {
     return s;
 }
 
-static int parse_messages(const sp_serve_limits *L, const json_t *msgs, sp_serve_req *r, sp_serve_err *e) {
+static int parse_messages(const serve_limits *L, const json_t *msgs, serve_req *r, serve_err *e) {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return sp_serve_bad(e, 400, "messages", NULL, "messages: must be a non-empty array");
+        return serve_bad(e, 400, "messages", NULL, "messages: must be a non-empty array");
     size_t n = json_array_size(msgs);
-    if (n > 4096) return sp_serve_bad(e, 400, "messages", NULL, "messages: at most 4096 messages");
+    if (n > 4096) return serve_bad(e, 400, "messages", NULL, "messages: at most 4096 messages");
     sp_chat_msg *cm = calloc(n, sizeof *cm);
     char **texts = calloc(n, sizeof *texts);
     int rc = 0;
     for (size_t i = 0; cm && texts && i < n && !rc; i++) {
         const json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
         if (!json_is_object(m) || !json_is_string(role)) {
-            rc = sp_serve_bad(e, 400, "messages", NULL, "messages[%zu]: needs a string role", i);
+            rc = serve_bad(e, 400, "messages", NULL, "messages[%zu]: needs a string role", i);
             break;
         }
         cm[i].role = json_string_value(role);
         if (!strcmp(cm[i].role, "developer")) cm[i].role = "system"; /* OpenAI's newer name */
         if (!(texts[i] = content_text(json_object_get(m, "content"))))
-            rc = sp_serve_bad(e, 400, "messages", NULL, "messages[%zu].content: must be a string or text parts", i);
+            rc = serve_bad(e, 400, "messages", NULL, "messages[%zu].content: must be a string or text parts", i);
         cm[i].content = texts[i];
     }
-    if (!cm || !texts) rc = sp_serve_bad(e, 500, NULL, NULL, "out of memory");
+    if (!cm || !texts) rc = serve_bad(e, 500, NULL, NULL, "out of memory");
     if (!rc) {
         sp_error se = {0};
-        if (sp_chat_render(L->tmpl, cm, (int)n, &r->text, &se)) rc = sp_serve_bad(e, 400, "messages", NULL, "%s", se.msg);
+        if (sp_chat_render(L->tmpl, cm, (int)n, &r->text, &se))
+            rc = serve_bad(e, 400, "messages", NULL, "%s", se.msg);
     }
     for (size_t i = 0; texts && i < n; i++) free(texts[i]);
     free(texts);
@@ -102,56 +103,57 @@ static int parse_messages(const sp_serve_limits *L, const json_t *msgs, sp_serve
 /* Fields every endpoint accepts besides its prompt. Unknown fields are
  * refused (a misspelt parameter must not be silently ignored), except
  * "user" and penalties/logprobs at their neutral values. */
-static int parse_common(const sp_serve_limits *L, const json_t *j, sp_serve_req *r, sp_serve_err *e) {
+static int parse_common(const serve_limits *L, const json_t *j, serve_req *r, serve_err *e) {
     const char *key;
     json_t *v;
     double d;
     json_object_foreach((json_t *)j, key, v) {
         if (!strcmp(key, "model")) {
-            if (!json_is_string(v)) return sp_serve_bad(e, 400, key, NULL, "model: must be a string");
+            if (!json_is_string(v)) return serve_bad(e, 400, key, NULL, "model: must be a string");
             snprintf(r->model, sizeof r->model, "%s", json_string_value(v));
         } else if (!strcmp(key, "prompt") || !strcmp(key, "messages") || !strcmp(key, "user")) {
             continue; /* prompt/messages: per endpoint */
         } else if (!strcmp(key, "max_tokens") || !strcmp(key, "max_completion_tokens")) {
             if (json_is_null(v)) continue;
             if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > L->n_ctx)
-                return sp_serve_bad(e, 400, key, NULL, "%s: must be an integer in [1, %d] (the context size)", key,
+                return serve_bad(e, 400, key, NULL, "%s: must be an integer in [1, %d] (the context size)", key,
                            L->n_ctx);
             r->max_tokens = (int32_t)json_integer_value(v);
         } else if (!strcmp(key, "temperature")) {
             if (json_is_null(v)) continue;
             if (!num(v, &d) || !(d >= 0 && d <= 2))
-                return sp_serve_bad(e, 400, key, NULL, "temperature: must be a number in [0, 2]");
+                return serve_bad(e, 400, key, NULL, "temperature: must be a number in [0, 2]");
             r->smp.temperature = (float)d;
         } else if (!strcmp(key, "top_p")) {
             if (json_is_null(v)) continue;
-            if (!num(v, &d) || !(d > 0 && d <= 1)) return sp_serve_bad(e, 400, key, NULL, "top_p: must be in (0, 1]");
+            if (!num(v, &d) || !(d > 0 && d <= 1)) return serve_bad(e, 400, key, NULL, "top_p: must be in (0, 1]");
             r->smp.top_p = (float)d;
         } else if (!strcmp(key, "min_p")) {
             if (json_is_null(v)) continue;
-            if (!num(v, &d) || !(d >= 0 && d <= 1)) return sp_serve_bad(e, 400, key, NULL, "min_p: must be in [0, 1]");
+            if (!num(v, &d) || !(d >= 0 && d <= 1)) return serve_bad(e, 400, key, NULL, "min_p: must be in [0, 1]");
             r->smp.min_p = (float)d;
         } else if (!strcmp(key, "top_k")) {
             if (json_is_null(v)) continue;
             if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 24))
-                return sp_serve_bad(e, 400, key, NULL, "top_k: must be an integer >= 0");
+                return serve_bad(e, 400, key, NULL, "top_k: must be an integer >= 0");
             r->smp.top_k = (int32_t)json_integer_value(v);
         } else if (!strcmp(key, "seed")) {
             if (json_is_null(v)) continue;
-            if (!json_is_integer(v)) return sp_serve_bad(e, 400, key, NULL, "seed: must be an integer");
+            if (!json_is_integer(v)) return serve_bad(e, 400, key, NULL, "seed: must be an integer");
             r->seed = (uint64_t)json_integer_value(v);
         } else if (!strcmp(key, "n")) {
             if (!json_is_integer(v) || json_integer_value(v) != 1)
-                return sp_serve_bad(e, 400, key, NULL, "n: only 1 is supported");
+                return serve_bad(e, 400, key, NULL, "n: only 1 is supported");
         } else if (!strcmp(key, "stream")) {
             if (json_is_null(v)) continue;
-            if (!json_is_boolean(v)) return sp_serve_bad(e, 400, key, NULL, "stream: must be a boolean");
+            if (!json_is_boolean(v)) return serve_bad(e, 400, key, NULL, "stream: must be a boolean");
             r->stream = json_is_true(v);
         } else if (!strcmp(key, "stream_options")) {
             if (json_is_null(v)) continue;
             const json_t *u = json_object_get(v, "include_usage");
             if (!json_is_object(v) || (u && !json_is_boolean(u)))
-                return sp_serve_bad(e, 400, key, NULL, "stream_options: must be an object with a boolean include_usage");
+                return serve_bad(e, 400, key, NULL,
+                                    "stream_options: must be an object with a boolean include_usage");
             r->include_usage = json_is_true(u);
         } else if (!strcmp(key, "stop")) {
             if (json_is_null(v)) continue;
@@ -159,17 +161,21 @@ static int parse_common(const sp_serve_limits *L, const json_t *j, sp_serve_req 
             json_t *s;
             if (json_is_string(v)) {
                 v = json_pack("[O]", v);
-                if (!v) return sp_serve_bad(e, 500, NULL, NULL, "out of memory");
+                if (!v) return serve_bad(e, 500, NULL, NULL, "out of memory");
             } else {
                 json_incref(v);
             }
             int rc = 0;
             if (!json_is_array(v) || json_array_size(v) > SP_SERVE_N_STOP_MAX)
-                rc = sp_serve_bad(e, 400, key, NULL, "stop: must be a string or a list of at most %d strings", SP_SERVE_N_STOP_MAX);
+                rc = serve_bad(e, 400, key, NULL, "stop: must be a string or a list of at most %d strings",
+                                  SP_SERVE_N_STOP_MAX);
             json_array_foreach(v, i, s) {
                 if (rc) break;
                 if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) > SP_SERVE_STOP_LEN_MAX)
-                    rc = sp_serve_bad(e, 400, key, NULL, "stop: each entry must be a string of 1 to %d bytes", SP_SERVE_STOP_LEN_MAX);
+                    rc = serve_bad(e, 400, key, NULL, "stop: each entry must be a string of 1 to %d bytes",
+                                      SP_SERVE_STOP_LEN_MAX);
+                else if (strlen(json_string_value(s)) != json_string_length(s)) /* "\u0000" */
+                    rc = serve_bad(e, 400, key, NULL, "stop: an entry holds a NUL character");
                 else
                     memcpy(r->stop[r->n_stop++], json_string_value(s), json_string_length(s) + 1);
             }
@@ -180,33 +186,37 @@ static int parse_common(const sp_serve_limits *L, const json_t *j, sp_serve_req 
             sp_spec_config c;
             sp_spec_config_init(&c, &L->defaults);
             sp_error se = {0};
-            if (sp_spec_config_json(&c, v, &se) || sp_spec_config_finish(&c, L->has_draft, &se))
-                return sp_serve_bad(e, 400, "speculative", NULL, "speculative: %s", se.msg);
+            char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+            if (!txt) return serve_bad(e, 500, "speculative", NULL, "speculative: out of memory");
+            sp_status st = sp_spec_config_json_text(&c, txt, strlen(txt), &se);
+            free(txt);
+            if (st || sp_spec_config_finish(&c, L->has_draft, &se))
+                return serve_bad(e, 400, "speculative", NULL, "speculative: %s", se.msg);
             r->spec = c.params;
             if (c.off_by_n_max) r->spec.draft.kind = SP_DRAFT_NONE;
         } else if (!strcmp(key, "frequency_penalty") || !strcmp(key, "presence_penalty")) {
             if (!json_is_null(v) && (!num(v, &d) || d != 0))
-                return sp_serve_bad(e, 400, key, NULL, "%s: not supported (only 0)", key);
+                return serve_bad(e, 400, key, NULL, "%s: not supported (only 0)", key);
         } else if (!strcmp(key, "logprobs") || !strcmp(key, "echo")) {
             if (!json_is_null(v) && !json_is_false(v))
-                return sp_serve_bad(e, 400, key, NULL, "%s: not supported", key);
+                return serve_bad(e, 400, key, NULL, "%s: not supported", key);
         } else {
-            return sp_serve_bad(e, 400, key, NULL, "unrecognized request argument: %s", key);
+            return serve_bad(e, 400, key, NULL, "unrecognized request argument: %s", key);
         }
     }
     sp_error se = {0};
     if (sp_sampler_params_check(&r->smp, &se) || sp_spec_config_check_sampling(&r->spec, &r->smp, &se))
-        return sp_serve_bad(e, 400, NULL, NULL, "%s", se.msg);
+        return serve_bad(e, 400, NULL, NULL, "%s", se.msg);
     return 0;
 }
 
-int sp_serve_parse(const sp_serve_limits *L, const char *body, size_t len, sp_serve_ep ep, sp_serve_req *r,
-                   sp_serve_err *e) {
+int serve_parse(const serve_limits *L, const char *body, size_t len, serve_ep ep, serve_req *r,
+                   serve_err *e) {
     json_error_t je;
     json_t *j = json_loadb(body, len, 0, &je);
-    if (!j) return sp_serve_bad(e, 400, NULL, NULL, "could not parse the JSON body: %s (line %d)", je.text, je.line);
+    if (!j) return serve_bad(e, 400, NULL, NULL, "could not parse the JSON body: %s (line %d)", je.text, je.line);
     int rc = 0;
-    if (!json_is_object(j)) rc = sp_serve_bad(e, 400, NULL, NULL, "the body must be a JSON object");
+    if (!json_is_object(j)) rc = serve_bad(e, 400, NULL, NULL, "the body must be a JSON object");
     r->ep = ep;
     r->max_tokens = -1;
     r->smp = L->sampling;
@@ -215,54 +225,55 @@ int sp_serve_parse(const sp_serve_limits *L, const char *body, size_t len, sp_se
     if (!rc) rc = parse_common(L, j, r, e);
     if (!rc && ep == SP_SERVE_CHAT) {
         if (L->tmpl == SP_CHAT_NONE)
-            rc = sp_serve_bad(e, 400, "messages", NULL,
-                     "this model has no chat template Specula recognises; start the server with "
-                     "--chat-template NAME (%s)", sp_chat_names());
+            rc = serve_bad(e, 400, "messages", NULL,
+                              "this model has no chat template Specula recognises; start the server with "
+                              "--chat-template NAME (%s)", sp_chat_names());
         else
             rc = parse_messages(L, json_object_get(j, "messages"), r, e);
         /* the family's end-of-turn text also ends the answer, should the
          * vocabulary not mark it as an end-of-generation token */
         const char *eot = sp_chat_end_of_turn(L->tmpl);
-        if (!rc && r->n_stop < SP_SERVE_N_STOP_MAX && *eot) snprintf(r->stop[r->n_stop++], SP_SERVE_STOP_LEN_MAX + 1, "%s", eot);
+        if (!rc && r->n_stop < SP_SERVE_N_STOP_MAX && *eot)
+            snprintf(r->stop[r->n_stop++], SP_SERVE_STOP_LEN_MAX + 1, "%s", eot);
     } else if (!rc) {
         const json_t *p = json_object_get(j, "prompt");
         if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
         if (!json_is_string(p))
-            rc = sp_serve_bad(e, 400, "prompt", NULL, "prompt: must be a string (or a list of one string)");
+            rc = serve_bad(e, 400, "prompt", NULL, "prompt: must be a string (or a list of one string)");
         else if (!(r->text = strdup(json_string_value(p))))
-            rc = sp_serve_bad(e, 500, NULL, NULL, "out of memory");
+            rc = serve_bad(e, 500, NULL, NULL, "out of memory");
     }
     json_decref(j);
     return rc;
 }
 
-void sp_serve_req_free(sp_serve_req *r) {
+void serve_req_free(serve_req *r) {
     free(r->text);
     r->text = NULL;
 }
 
-sp_serve_ep sp_serve_endpoint(const char *url) {
+serve_ep serve_endpoint(const char *url) {
     for (int ep = 0; ep < SP_SERVE_OTHER; ep++)
-        if (!strcmp(url, SP_SERVE_EP_NAMES[ep])) return (sp_serve_ep)ep;
+        if (!strcmp(url, SP_SERVE_EP_NAMES[ep])) return (serve_ep)ep;
     return SP_SERVE_OTHER;
 }
 
-int sp_serve_route(sp_serve_ep ep, const char *method, const char *url, bool authorized, bool too_big,
-                   sp_serve_err *e) {
+int serve_route(serve_ep ep, const char *method, const char *url, bool authorized, bool too_big,
+                   serve_err *e) {
     const bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
-    if (ep == SP_SERVE_OTHER) return sp_serve_bad(e, 404, NULL, "not_found", "no such endpoint: %s %s", method, url);
+    if (ep == SP_SERVE_OTHER) return serve_bad(e, 404, NULL, "not_found", "no such endpoint: %s %s", method, url);
     if ((ep <= SP_SERVE_CHAT && !post) || (ep > SP_SERVE_CHAT && !get))
-        return sp_serve_bad(e, 405, NULL, "method_not_allowed", "%s needs %s", url,
+        return serve_bad(e, 405, NULL, "method_not_allowed", "%s needs %s", url,
                             ep <= SP_SERVE_CHAT ? "POST" : "GET");
     if (ep != SP_SERVE_HEALTH && !authorized)
-        return sp_serve_bad(e, 401, NULL, "invalid_api_key", "a valid API key is needed (Authorization: Bearer KEY)");
+        return serve_bad(e, 401, NULL, "invalid_api_key", "a valid API key is needed (Authorization: Bearer KEY)");
     if (too_big)
-        return sp_serve_bad(e, 413, NULL, "request_too_large", "the request body is larger than %d bytes",
+        return serve_bad(e, 413, NULL, "request_too_large", "the request body is larger than %d bytes",
                             SP_SERVE_BODY_MAX);
     return 0;
 }
 
-bool sp_serve_key_ok(const char *h, const char *key) {
+bool serve_key_ok(const char *h, const char *key) {
     if (!key) return true;
     if (!h || strncmp(h, "Bearer ", 7)) return false;
     h += 7;
@@ -275,7 +286,7 @@ bool sp_serve_key_ok(const char *h, const char *key) {
 
 /* ---- generated text ---- */
 
-bool sp_serve_stop_scan(const sp_serve_req *r, char *text, size_t *len, size_t k, size_t sent) {
+bool serve_stop_scan(const serve_req *r, char *text, size_t *len, size_t k, size_t sent) {
     bool hit_any = false;
     for (int s = 0; s < r->n_stop; s++) {
         size_t sl = strlen(r->stop[s]);
@@ -301,12 +312,12 @@ static size_t utf8_complete(const char *s, size_t n) {
     return back + 1 >= need ? n : i - 1;
 }
 
-size_t sp_serve_ready(const sp_serve_req *r, const char *text, size_t len, bool final) {
+size_t serve_ready(const serve_req *r, const char *text, size_t len, bool final) {
     if (final) return len;
     size_t hold = 0;
     for (int i = 0; i < r->n_stop; i++) {
         size_t sl = strlen(r->stop[i]);
-        for (size_t k = sl - 1; k > hold; k--) /* longest text suffix that starts stop i */
+        for (size_t k = sl ? sl - 1 : 0; k > hold; k--) /* longest text suffix that starts stop i */
             if (k <= len && !memcmp(text + len - k, r->stop[i], k)) {
                 hold = k;
                 break;
@@ -317,10 +328,10 @@ size_t sp_serve_ready(const sp_serve_req *r, const char *text, size_t len, bool 
 
 static json_t *text_json(const char *s, size_t n) {
     size_t badn = 0;
-    return sp_cli_json_text(s, n, &badn);
+    return cli_json_text(s, n, &badn);
 }
 
-static json_t *spec_metrics(const sp_serve_out *o) {
+static json_t *spec_metrics(const serve_out *o) {
     json_t *m = json_object(), *pos = json_array();
     const sp_spec_stats *s = o->sst;
     /* accepted tokens per draft position: position i accepted when tau > i */
@@ -345,12 +356,12 @@ static json_t *spec_metrics(const sp_serve_out *o) {
     return w;
 }
 
-static json_t *usage_json(const sp_serve_out *o) {
+static json_t *usage_json(const serve_out *o) {
     return json_pack("{s:i, s:i, s:i}", "prompt_tokens", o->n_prompt, "completion_tokens", o->n_gen,
                      "total_tokens", o->n_prompt + o->n_gen);
 }
 
-json_t *sp_serve_final_json(const sp_serve_req *r, const sp_serve_out *o) {
+json_t *serve_final_json(const serve_req *r, const serve_out *o) {
     const bool chat = r->ep == SP_SERVE_CHAT;
     json_t *j = json_object(), *choices = json_array(), *ch = json_object();
     json_object_set_new(j, "id", json_string(o->id));
@@ -375,7 +386,7 @@ json_t *sp_serve_final_json(const sp_serve_req *r, const sp_serve_out *o) {
     return j;
 }
 
-json_t *sp_serve_chunk_json(const sp_serve_req *r, const sp_serve_out *o, const char *s, size_t n, bool first,
+json_t *serve_chunk_json(const serve_req *r, const serve_out *o, const char *s, size_t n, bool first,
                             const char *finish, bool usage_only) {
     const bool chat = r->ep == SP_SERVE_CHAT;
     json_t *c = json_object(), *choices = json_array();

@@ -7,7 +7,7 @@
 
 #include "cli.h"
 
-static const sp_cli_command COMMANDS[] = {
+static const cli_command COMMANDS[] = {
     {"run", "generate from the default model (demo)", cmd_run},
     {"generate", "generate text from a model", cmd_generate},
     {"mkmodel", "write a random-weight model (tests, benchmarks)", cmd_mkmodel},

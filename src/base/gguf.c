@@ -51,6 +51,7 @@ static const type_info k_types[SP_GGML_TYPE_COUNT] = {
     [SP_GGML_BF16] = {"bf16", 1, 2},
     [SP_GGML_TQ1_0] = {"tq1_0", 256, 54},
     [SP_GGML_TQ2_0] = {"tq2_0", 256, 66},
+    [SP_GGML_MXFP4] = {"mxfp4", 32, 17},
 };
 
 static const type_info *type_get(sp_ggml_type t) {

@@ -154,6 +154,28 @@ static sp_status add_random(sp_gguf_writer *w, const char *name, sp_ggml_type ty
     return st;
 }
 
+/* n_expert matrices of rows x cols, N(0, std^2), as one 3-D tensor. */
+static sp_status add_experts(sp_gguf_writer *w, const char *name, sp_ggml_type type, int64_t cols, int64_t rows,
+                             int64_t n_expert, float std, sp_rng *rng, sp_error *err) {
+    const size_t rb = sp_ggml_row_size(type, cols);
+    uint8_t *data = malloc(rb * (size_t)(rows * n_expert));
+    float *row = malloc((size_t)cols * sizeof(float));
+    if (!data || !row) {
+        free(data);
+        free(row);
+        return sp_fail(err, SP_ERR_NOMEM, "out of memory making tensor %s", name);
+    }
+    for (int64_t r = 0; r < rows * n_expert; r++) {
+        for (int64_t i = 0; i < cols; i++) row[i] = std * (float)sp_rng_normal(rng);
+        sp_quantize_row(type, row, data + (size_t)r * rb, cols);
+    }
+    int64_t ne[3] = {cols, rows, n_expert};
+    sp_status st = sp_gguf_writer_add_tensor(w, name, type, 3, ne, data, false, err);
+    free(data);
+    free(row);
+    return st;
+}
+
 static sp_status add_ones(sp_gguf_writer *w, const char *name, int64_t n, sp_error *err) {
     float *v = malloc((size_t)n * sizeof(float));
     if (!v) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
@@ -229,15 +251,27 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
                        "bad model shape: dim %d, layers %d, heads %d, kv heads %d, ffn %d (need "
                        "heads | dim, kv heads | heads, even head size)",
                        p->dim, p->n_layers, p->n_heads, p->n_kv_heads, p->ffn_dim);
-    static const char *const ARCHS[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen35"};
+    static const char *const ARCHS[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe", "gpt-oss", "qwen35"};
     bool arch_ok = !p->arch || !*p->arch;
     for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0] && !arch_ok; i++) arch_ok = !strcmp(p->arch, ARCHS[i]);
     if (!arch_ok)
         return sp_fail(err, SP_ERR_ARG, "architecture '%s' is not one mkmodel writes (llama, qwen2, qwen3, "
-                       "phi3, gemma2, gemma3, qwen35)", p->arch);
+                       "phi3, gemma2, gemma3, qwen3moe, gpt-oss, qwen35)", p->arch);
+    const char *arch = p->arch && *p->arch ? p->arch : "llama";
+    const bool qwen3moe = !strcmp(arch, "qwen3moe"), gptoss = !strcmp(arch, "gpt-oss");
+    const bool moe = p->n_expert > 0;
+    if ((qwen3moe || gptoss) && !moe)
+        return sp_fail(err, SP_ERR_ARG, "%s needs experts (--experts E --experts-used K)", arch);
+    if (moe && (strcmp(arch, "llama") && !qwen3moe && !gptoss))
+        return sp_fail(err, SP_ERR_ARG, "experts are written for llama, qwen3moe and gpt-oss, not %s", arch);
+    if (p->n_expert < 0 || p->n_expert > 256 || (moe && (p->n_expert_used < 1 || p->n_expert_used > p->n_expert)))
+        return sp_fail(err, SP_ERR_ARG, "bad expert counts: %d experts, %d used (1 <= used <= experts <= 256)",
+                       p->n_expert, p->n_expert_used);
     if (!sp_quant_supported(p->type))
         return sp_fail(err, SP_ERR_UNSUPPORTED, "cannot write weights of type %s",
                        sp_ggml_type_name(p->type));
+    if (p->type == SP_GGML_MXFP4 && !moe)
+        return sp_fail(err, SP_ERR_ARG, "mxfp4 is written for the experts of a mixture-of-experts model");
     if (p->mix_k_m && p->type != SP_GGML_Q4_K && p->type != SP_GGML_Q5_K)
         return sp_fail(err, SP_ERR_ARG, "the K_M mix is made from Q4_K or Q5_K, not %s",
                        sp_ggml_type_name(p->type));
@@ -245,6 +279,11 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     if (p->dim % blk || p->ffn_dim % blk)
         return sp_fail(err, SP_ERR_ARG, "dim %d and ffn %d must be multiples of %lld for %s",
                        p->dim, p->ffn_dim, (long long)blk, sp_ggml_type_name(p->type));
+    if (p->yarn_factor != 0 && !(p->yarn_factor > 1 && p->yarn_factor <= 1024 && p->n_ctx / p->yarn_factor >= 1))
+        return sp_fail(err, SP_ERR_ARG, "YaRN factor must be in (1, 1024] and at most the context %d, got %g", p->n_ctx,
+                       (double)p->yarn_factor);
+    if (p->sliding_window < 0 || p->sliding_window > 1 << 20)
+        return sp_fail(err, SP_ERR_ARG, "sliding window must be in [0, %d], got %d", 1 << 20, p->sliding_window);
     if (p->pad_vocab < 0 || p->pad_vocab > 1 << 20)
         return sp_fail(err, SP_ERR_ARG, "vocabulary padding must be in [0, %d], got %d", 1 << 20,
                        p->pad_vocab);
@@ -266,8 +305,7 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
         st = synth_vocab(w, n_vocab, p->pad_vocab, err);
     if (!p->vocab_from && p->pad_vocab > n_vocab) n_vocab = p->pad_vocab;
     const int32_t hd = p->dim / p->n_heads, kv_dim = p->n_kv_heads * hd;
-    const char *arch = p->arch && *p->arch ? p->arch : "llama";
-    const bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3"), phi3 = !strcmp(arch, "phi3");
+    const bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3") || qwen3moe, phi3 = !strcmp(arch, "phi3");
     const bool gemma2 = !strcmp(arch, "gemma2"), gemma3 = !strcmp(arch, "gemma3");
     /* qwen35: three of every four layers Gated DeltaNet (value heads of S =
      * min(head size, 128), dim / S of them, half as many key heads), the
@@ -300,10 +338,26 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     sp_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)n_vocab);
     sp_gguf_writer_set_f32(w, K("rope.freq_base"), qwen2 || qwen3 || gemma3 || q35 ? 1e6f : 10000.0f);
     sp_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), qwen2 || qwen3 || q35 ? 1e-6f : 1e-5f);
-    if (gemma2 || gemma3) sp_gguf_writer_set_u32(w, K("attention.sliding_window"), 4096);
+    if (gemma2 || gemma3)
+        sp_gguf_writer_set_u32(w, K("attention.sliding_window"), p->sliding_window > 0 ? (uint32_t)p->sliding_window : 4096);
     if (gemma2) {
         sp_gguf_writer_set_f32(w, K("attn_logit_softcapping"), 50.0f);
         sp_gguf_writer_set_f32(w, K("final_logit_softcapping"), 30.0f);
+    }
+    if (p->yarn_factor > 1) {
+        sp_gguf_writer_set_str(w, K("rope.scaling.type"), "yarn");
+        sp_gguf_writer_set_f32(w, K("rope.scaling.factor"), p->yarn_factor);
+        sp_gguf_writer_set_u32(w, K("rope.scaling.original_context_length"), (uint32_t)(p->n_ctx / p->yarn_factor));
+    }
+    if (moe) {
+        sp_gguf_writer_set_u32(w, K("expert_count"), (uint32_t)p->n_expert);
+        sp_gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)p->n_expert_used);
+        if (qwen3moe || gptoss) sp_gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)p->ffn_dim);
+    }
+    if (gptoss) { /* sliding layers alternate with full ones, the first sliding (llama.cpp's default) */
+        sp_gguf_writer_set_u32(w, K("attention.sliding_window"), p->sliding_window > 0 ? (uint32_t)p->sliding_window : 128);
+        sp_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)hd);
+        sp_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)hd);
     }
 #undef K
 
@@ -312,14 +366,16 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     const float sd = 1.0f / sqrtf((float)p->dim), sf = 1.0f / sqrtf((float)p->ffn_dim);
     const float so = (p->logit_scale > 0 ? p->logit_scale : 1.0f) * sd;
     char nm[96];
-    if (!st) st = add_random(w, "token_embd.weight", p->type, p->dim, n_vocab, 1.0f, &rng, err);
+    /* MXFP4: the experts' type; the other matrices Q8_0 (as llama-quantize's MXFP4_MOE) */
+    const sp_ggml_type tx = p->type, tmat = p->type == SP_GGML_MXFP4 ? SP_GGML_Q8_0 : p->type;
+    if (!st) st = add_random(w, "token_embd.weight", tmat, p->dim, n_vocab, 1.0f, &rng, err);
     if (!st) st = add_ones(w, "output_norm.weight", p->dim, err);
     /* qwen2 and the gemmas tie the output to the embeddings, as their small models do */
-    const sp_ggml_type t6 = p->mix_k_m ? SP_GGML_Q6_K : p->type;
+    const sp_ggml_type t6 = p->mix_k_m ? SP_GGML_Q6_K : tmat;
     if (!st && !qwen2 && !gemma2 && !gemma3)
         st = add_random(w, "output.weight", t6, p->dim, n_vocab, so, &rng, err);
     for (int32_t l = 0; l < p->n_layers && !st; l++) {
-        const sp_ggml_type tm = more_bits(l, p->n_layers) ? t6 : p->type; /* attn_v, ffn_down */
+        const sp_ggml_type tm = more_bits(l, p->n_layers) ? t6 : tmat; /* attn_v, ffn_down */
 #define N(s) (snprintf(nm, sizeof nm, "blk.%d." s ".weight", l), nm)
 #define NB(s) (snprintf(nm, sizeof nm, "blk.%d." s ".bias", l), nm)
         if (q35) {
@@ -327,24 +383,36 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
             continue;
         }
         if ((st = add_ones(w, N("attn_norm"), p->dim, err)) ||
-            (st = add_random(w, N("attn_output"), p->type, p->dim, p->dim, sd, &rng, err)) ||
-            (st = add_ones(w, N("ffn_norm"), p->dim, err)) ||
-            (st = add_random(w, N("ffn_down"), tm, p->ffn_dim, p->dim, sf, &rng, err)))
+            (st = add_random(w, N("attn_output"), tmat, p->dim, p->dim, sd, &rng, err)) ||
+            (st = add_ones(w, gptoss ? N("post_attention_norm") : N("ffn_norm"), p->dim, err)) ||
+            (!moe && (st = add_random(w, N("ffn_down"), tm, p->ffn_dim, p->dim, sf, &rng, err))))
             break;
         if (phi3) {
-            if ((st = add_random(w, N("attn_qkv"), p->type, p->dim, p->dim + 2 * kv_dim, sd, &rng, err)) ||
-                (st = add_random(w, N("ffn_up"), p->type, p->dim, 2 * p->ffn_dim, sd, &rng, err)))
+            if ((st = add_random(w, N("attn_qkv"), tmat, p->dim, p->dim + 2 * kv_dim, sd, &rng, err)) ||
+                (st = add_random(w, N("ffn_up"), tmat, p->dim, 2 * p->ffn_dim, sd, &rng, err)))
                 break;
-        } else if ((st = add_random(w, N("attn_q"), p->type, p->dim, p->dim, sd, &rng, err)) ||
-                   (st = add_random(w, N("attn_k"), p->type, p->dim, kv_dim, sd, &rng, err)) ||
+        } else if ((st = add_random(w, N("attn_q"), tmat, p->dim, p->dim, sd, &rng, err)) ||
+                   (st = add_random(w, N("attn_k"), tmat, p->dim, kv_dim, sd, &rng, err)) ||
                    (st = add_random(w, N("attn_v"), tm, p->dim, kv_dim, sd, &rng, err)) ||
-                   (st = add_random(w, N("ffn_gate"), p->type, p->dim, p->ffn_dim, sd, &rng, err)) ||
-                   (st = add_random(w, N("ffn_up"), p->type, p->dim, p->ffn_dim, sd, &rng, err))) {
+                   (!moe && (st = add_random(w, N("ffn_gate"), tmat, p->dim, p->ffn_dim, sd, &rng, err))) ||
+                   (!moe && (st = add_random(w, N("ffn_up"), tmat, p->dim, p->ffn_dim, sd, &rng, err)))) {
             break;
         }
-        if (qwen2 && ((st = add_random(w, NB("attn_q"), SP_GGML_F32, p->dim, 1, 0.1f, &rng, err)) ||
-                      (st = add_random(w, NB("attn_k"), SP_GGML_F32, kv_dim, 1, 0.1f, &rng, err)) ||
-                      (st = add_random(w, NB("attn_v"), SP_GGML_F32, kv_dim, 1, 0.1f, &rng, err))))
+        if (moe && ((st = add_random(w, N("ffn_gate_inp"), SP_GGML_F32, p->dim, p->n_expert, sd, &rng, err)) ||
+                    (st = add_experts(w, N("ffn_gate_exps"), tx, p->dim, p->ffn_dim, p->n_expert, sd, &rng, err)) ||
+                    (st = add_experts(w, N("ffn_up_exps"), tx, p->dim, p->ffn_dim, p->n_expert, sd, &rng, err)) ||
+                    (st = add_experts(w, N("ffn_down_exps"), tx, p->ffn_dim, p->dim, p->n_expert, sf, &rng, err))))
+            break;
+        if ((qwen2 || gptoss) && ((st = add_random(w, NB("attn_q"), SP_GGML_F32, p->dim, 1, 0.1f, &rng, err)) ||
+                                  (st = add_random(w, NB("attn_k"), SP_GGML_F32, kv_dim, 1, 0.1f, &rng, err)) ||
+                                  (st = add_random(w, NB("attn_v"), SP_GGML_F32, kv_dim, 1, 0.1f, &rng, err))))
+            break;
+        if (gptoss && ((st = add_random(w, NB("attn_output"), SP_GGML_F32, p->dim, 1, 0.1f, &rng, err)) ||
+                       (st = add_random(w, N("attn_sinks"), SP_GGML_F32, p->n_heads, 1, 1.0f, &rng, err)) ||
+                       (st = add_random(w, NB("ffn_gate_inp"), SP_GGML_F32, p->n_expert, 1, 0.1f, &rng, err)) ||
+                       (st = add_random(w, NB("ffn_gate_exps"), SP_GGML_F32, p->ffn_dim, p->n_expert, 0.1f, &rng, err)) ||
+                       (st = add_random(w, NB("ffn_up_exps"), SP_GGML_F32, p->ffn_dim, p->n_expert, 0.1f, &rng, err)) ||
+                       (st = add_random(w, NB("ffn_down_exps"), SP_GGML_F32, p->dim, p->n_expert, 0.1f, &rng, err))))
             break;
         if ((qwen3 || gemma3) && ((st = add_ones(w, N("attn_q_norm"), hd, err)) ||
                                   (st = add_ones(w, N("attn_k_norm"), hd, err))))

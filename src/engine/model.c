@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.h"
 #include "deltanet.h"
 #include "model_internal.h"
 #include "threadpool.h"
@@ -34,8 +35,8 @@ struct sp_ctx {
     uint8_t *act;         /* [3][B][act_stride] prepared activations, one slot per
                            * matmul of a job (a mixed file's wq/wk/wv may differ in type) */
     size_t act_stride;
-    float *att;           /* [nth][n_ctx] attention scores per thread */
-    int32_t *att_idx;     /* [nth][n_ctx] their visible slots (ops.h: ranks) */
+    int32_t att_rows;     /* query rows per attention task (attention.h) */
+    uint8_t *att_scratch; /* [nth] sp_att_scratch_bytes(att_rows, n_ctx, head_dim) */
     int32_t *pos;         /* [B] */
     sp_rope_freqs rope;   /* RoPE angles (ops.h) */
     float *rope_cs;       /* [B][rot_dim] cos/sin per new token */
@@ -43,18 +44,39 @@ struct sp_ctx {
     float *rope_cs_local;     /* [B][rot_dim] for them, or NULL */
     float *gate;          /* [B][q_dim] attention output gates (model attn_gated), or NULL */
     sp_rstate *rs;        /* the recurrent layers' state (deltanet.h), or NULL */
+    int32_t *kv_layer;    /* [n_layers] each attention layer's layer of the cache (recurrent
+                           * layers have none: the cache holds the attention layers only) */
+    sp_moe_scratch *moe;      /* expert scratch (moe.h), or NULL for a dense model */
+    /* hidden-state taps (sp_ctx_set_taps): residual stream entering layer
+     * tap_layer[i] (n_layers: the final state before the output norm) */
+    int32_t n_taps;
+    int32_t *tap_layer;   /* [n_taps] */
+    float *taps;          /* [n_taps][B][dim] rows of the last forward */
+    int32_t tap_rows;     /* rows the last forward recorded */
 };
 
 sp_ctx_params sp_ctx_default_params(void) {
-    sp_ctx_params p = {.n_ctx = 0, .max_batch = SP_CTX_DEFAULT_BATCH, .n_threads = 1, .pool = NULL};
+    sp_ctx_params p = {.n_ctx = 0, .max_batch = SP_CTX_DEFAULT_BATCH, .n_threads = 1, .pool = NULL,
+                       .type_k = SP_GGML_F16, .type_v = SP_GGML_F16};
     return p;
 }
 
 const sp_model *sp_ctx_model(const sp_ctx *c) { return c->m; }
 int32_t sp_ctx_n_ctx(const sp_ctx *c) { return c->kv.n_ctx; }
 int32_t sp_ctx_max_batch(const sp_ctx *c) { return c->max_batch; }
+uint64_t sp_ctx_kv_bytes(const sp_ctx *c) {
+    return sp_kv_bytes(c->kv.type_k, c->kv.type_v, c->kv.n_layers, c->kv.kv_dim, c->kv.n_ctx);
+}
+sp_ggml_type sp_ctx_type_k(const sp_ctx *c) { return c->kv.type_k; }
+sp_ggml_type sp_ctx_type_v(const sp_ctx *c) { return c->kv.type_v; }
+uint64_t sp_ctx_kv_bytes_allocated(const sp_ctx *c) {
+    return sp_kv_bytes(c->kv.type_k, c->kv.type_v, c->kv.n_layers, c->kv.kv_dim, c->kv.n_alloc);
+}
 int32_t sp_ctx_n_past(const sp_ctx *c) { return c->kv.n; }
 sp_kv *sp_ctx_kv(sp_ctx *c) { return &c->kv; }
+sp_moe_scratch *sp_ctx_moe(sp_ctx *c) { return c->moe; }
+void sp_ctx_expert_reads(const sp_ctx *c, uint64_t *experts, uint64_t *steps) { sp_moe_stats(c->moe, experts, steps); }
+void sp_ctx_expert_reads_reset(sp_ctx *c) { sp_moe_stats_reset(c->moe); }
 sp_pool *sp_ctx_pool(sp_ctx *c) { return c->pool; }
 
 /* The recurrent state first: it may refuse a rollback the cache allows. */
@@ -91,6 +113,8 @@ sp_status sp_ctx_set_skip_layers(sp_ctx *c, const bool *skip, sp_error *err) {
 
 void sp_ctx_free(sp_ctx *c) {
     if (!c) return;
+    free(c->tap_layer);
+    free(c->taps);
     sp_kv_free(&c->kv);
     if (c->owns_pool) sp_pool_free(c->pool);
     free(c->skip);
@@ -103,13 +127,14 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->hb2);
     free(c->x2);
     free(c->act);
-    free(c->att);
-    free(c->att_idx);
+    free(c->att_scratch);
     free(c->pos);
     free(c->rope_cs);
     free(c->rope_cs_local);
     free(c->gate);
+    free(c->kv_layer);
     sp_rstate_free(c->rs);
+    sp_moe_scratch_free(c->moe);
     free(c);
 }
 
@@ -117,6 +142,20 @@ static void *alloc64(size_t bytes) {
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64)) return NULL;
     return p;
+}
+
+/* YaRN's parameters as llama.cpp's context sets them for a file that gives
+ * only the type, factor, original context and attention factor: extension
+ * factor 1, betas 32 and 1, and an attention factor of get_mscale(factor)
+ * / (1 + 0.1 ln factor) times the file's (the FMAs GCC forms). */
+static void yarn_setup(sp_rope_freqs *f, const sp_model *m, float base) {
+    const float factor = 1.0f / f->freq_scale;
+    f->yarn = true;
+    f->ext_factor = 1.0f;
+    f->attn_factor = factor <= 1.0f ? 1.0f : fmaf(0.1f, logf(factor), 1.0f);
+    f->attn_factor *= 1.0f / fmaf(0.1f, logf(factor), 1.0f);
+    f->attn_factor *= m->rope_attn_factor;
+    sp_rope_yarn_corr(m->cfg.rot_dim, m->n_ctx_orig, base, 32.0f, 1.0f, f->corr);
 }
 
 sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, sp_error *err) {
@@ -145,7 +184,14 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
         st = sp_pool_init(p->n_threads, &c->pool, err);
         c->owns_pool = true;
     }
-    if (!st) st = sp_kv_init(&c->kv, cfg->n_layers, cfg->n_kv_heads * cfg->head_dim, n_ctx, err);
+    int32_t n_att = 0;
+    c->kv_layer = malloc((size_t)cfg->n_layers * sizeof *c->kv_layer);
+    if (!st && !c->kv_layer) st = sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    for (int32_t l = 0; !st && l < cfg->n_layers; l++) c->kv_layer[l] = m->layers[l].dn ? -1 : n_att++;
+    if (!st) /* at least one layer's rows, unused if every layer is recurrent */
+        st = sp_kv_init(&c->kv, n_att > 0 ? n_att : 1, cfg->n_kv_heads * cfg->head_dim, cfg->head_dim, n_ctx,
+                        p->type_k, p->type_v, err);
+    if (!st) st = sp_moe_scratch_init(m, p->max_batch, &c->moe, err);
     if (st) {
         sp_ctx_free(c);
         return st;
@@ -176,8 +222,9 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     c->kb = alloc64(B * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim * 4);
     c->vb = alloc64(B * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim * 4);
     c->act = alloc64(3 * B * c->act_stride);
-    c->att = alloc64((size_t)nth * (size_t)n_ctx * 4);
-    c->att_idx = malloc((size_t)nth * (size_t)n_ctx * sizeof(int32_t));
+    SP_ASSERT(cfg->n_heads / cfg->n_kv_heads <= SP_ATT_ROWS_CAP);
+    c->att_rows = sp_att_rows_max(cfg->n_heads, cfg->n_kv_heads, p->max_batch, n_ctx);
+    c->att_scratch = alloc64((size_t)nth * sp_att_scratch_bytes(c->att_rows, n_ctx, cfg->head_dim));
     c->pos = malloc(B * sizeof(int32_t));
     c->rope_cs = malloc(B * (size_t)cfg->rot_dim * sizeof(float));
     /* phi3's long factors beyond its original context, as llama.cpp chooses them */
@@ -185,22 +232,60 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
                            : n_ctx > m->n_ctx_orig && m->rope_long ? m->rope_long : m->rope_short;
     c->rope = (sp_rope_freqs){.theta_scale = powf(cfg->rope_theta, -2.0f / (float)cfg->rot_dim),
                               .freq_scale = cfg->rope_scale, .factors = factors};
+    if (m->rope_yarn) yarn_setup(&c->rope, m, cfg->rope_theta);
     if (m->rope_theta_local > 0) {
         c->rope_cs_local = malloc(B * (size_t)cfg->rot_dim * sizeof(float));
         c->rope_local = (sp_rope_freqs){.theta_scale = powf(m->rope_theta_local, -2.0f / (float)cfg->rot_dim),
                                         .freq_scale = m->rope_scale_local > 0 ? m->rope_scale_local : 1.0f};
+        if (m->rope_yarn) yarn_setup(&c->rope_local, m, m->rope_theta_local); /* gpt-oss's sliding layers */
         if (!c->rope_cs_local) {
             sp_ctx_free(c);
             return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
         }
     }
-    if (!c->x || !c->xb || !c->q || !c->kb || !c->vb || !c->hb || !c->hb2 || !c->x2 || !c->act || !c->att ||
-        !c->att_idx || !c->pos || !c->rope_cs || (m->attn_gated && !c->gate)) {
+    if (!c->x || !c->xb || !c->q || !c->kb || !c->vb || !c->hb || !c->hb2 || !c->x2 || !c->act ||
+        !c->att_scratch || !c->pos || !c->rope_cs || (m->attn_gated && !c->gate)) {
         sp_ctx_free(c);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
     }
     *out = c;
     return SP_OK;
+}
+
+sp_status sp_ctx_set_taps(sp_ctx *c, const int32_t *layers, int32_t n, sp_error *err) {
+    if (n < 0 || n > SP_MAX_TAPS || (n > 0 && !layers))
+        return sp_fail(err, SP_ERR_ARG, "taps: %d layers (0 to %d)", n, SP_MAX_TAPS);
+    for (int32_t i = 0; i < n; i++)
+        if (layers[i] < 0 || layers[i] > c->m->cfg.n_layers)
+            return sp_fail(err, SP_ERR_ARG, "taps: layer %d outside [0, %d] of a %d-layer model",
+                           layers[i], c->m->cfg.n_layers, c->m->cfg.n_layers);
+    int32_t *tl = NULL;
+    float *t = NULL;
+    if (n > 0) {
+        tl = malloc((size_t)n * sizeof *tl);
+        t = alloc64((size_t)n * (size_t)c->max_batch * (size_t)c->m->cfg.dim * sizeof(float));
+        if (!tl || !t) {
+            free(tl);
+            free(t);
+            return sp_fail(err, SP_ERR_NOMEM, "out of memory for hidden-state taps");
+        }
+        memcpy(tl, layers, (size_t)n * sizeof *tl);
+    }
+    free(c->tap_layer);
+    free(c->taps);
+    c->tap_layer = tl;
+    c->taps = t;
+    c->n_taps = n;
+    c->tap_rows = 0;
+    return SP_OK;
+}
+
+int32_t sp_ctx_n_taps(const sp_ctx *c) { return c->n_taps; }
+
+const float *sp_ctx_taps(const sp_ctx *c, int32_t i, int32_t *n_rows) {
+    if (n_rows) *n_rows = i >= 0 && i < c->n_taps ? c->tap_rows : 0;
+    if (i < 0 || i >= c->n_taps || c->tap_rows == 0) return NULL;
+    return c->taps + (size_t)i * (size_t)c->max_batch * (size_t)c->m->cfg.dim;
 }
 
 /* ------------------------------------------------------------------ jobs */
@@ -371,79 +456,6 @@ void sp_ctx_matmul(sp_ctx *c, const sp_mm_out *mm, int n_mm, const float *x, int
     job_exec(c, &j);
 }
 
-/* Attention of the n new tokens (queries in c->q) over the cache. */
-typedef struct att_job {
-    sp_ctx *c;          /* the sequence's context: its cache and score scratch */
-    const float *q;     /* [n][q_dim] queries of its new tokens */
-    const int32_t *pos; /* [n] their positions */
-    int32_t layer, n, n_past;
-    int32_t mask_base, mask_w; /* mask covers slots [mask_base, n_past + n) */
-    const uint8_t *mask;
-    int32_t window; /* > 0: sliding window of this layer */
-    float softcap;  /* > 0: scores -> cap * tanh(score / cap) */
-    float *out; /* [n][q_dim], stride out_stride floats */
-    int64_t out_stride;
-} att_job;
-
-static inline bool visible(const att_job *a, int32_t t, int32_t slot) {
-    if (slot < a->mask_base) return true;
-    if (!a->mask) return slot - a->n_past <= t;
-    return a->mask[(int64_t)t * a->mask_w + (slot - a->mask_base)] != 0;
-}
-
-static void att_job_run(void *arg, int ith, int nth) {
-    const att_job *a = arg;
-    const sp_ctx *c = a->c;
-    const sp_model_config *cfg = &c->m->cfg;
-    const int32_t hd = cfg->head_dim, H = cfg->n_heads, group = cfg->n_heads / cfg->n_kv_heads;
-    const int64_t q_dim = (int64_t)H * hd;
-    const float scale = c->m->q_prescale ? 1.0f
-                        : c->m->kq_scale > 0 ? c->m->kq_scale : 1.0f / sqrtf((float)hd); /* see attention_block */
-    float *att = c->att + (size_t)ith * (size_t)c->kv.n_ctx;
-    const int64_t tasks = (int64_t)a->n * H;
-    const int32_t end = a->n_past + a->n;
-    const sp_att_scores_fn scores = sp_ops_att_scores();
-    const sp_att_mix_fn mix = sp_ops_att_mix();
-    const sp_softmax_fn softmax = sp_ops_softmax();
-    /* head-major: a head's tokens follow each other, so its K and V rows
-     * (a few tens of KiB) are read from memory once and from L2 for the
-     * other tokens, rather than the whole layer's cache once per token */
-    for (int64_t task = tasks * ith / nth; task < tasks * (ith + 1) / nth; task++) {
-        int32_t h = (int32_t)(task / a->n), t = (int32_t)(task % a->n);
-        const float *q = a->q + t * q_dim + (int64_t)h * hd;
-        const int64_t koff = (int64_t)(h / group) * hd;
-        /* causal: slots after the token's own are never seen */
-        const int32_t ns = a->mask ? end : a->n_past + t + 1;
-        scores(q, sp_kv_k(&c->kv, a->layer, 0) + koff, c->kv.kv_dim, ns, hd, scale, att);
-        if (a->softcap > 0) /* as ggml: scale by 1/cap, tanh, scale by cap (before masking) */
-            for (int32_t s = 0; s < ns; s++) att[s] = tanhf(att[s] * (1.0f / a->softcap)) * a->softcap;
-        /* sliding window: the slots before it get -inf in place (weight
-         * exactly 0; they keep their lanes, as in ggml, where the mask does
-         * this); slots below mask_base / n_past hold positions equal to
-         * their index, newer slots the positions of this batch */
-        if (a->window > 0) {
-            const int32_t lo = a->pos[t] - a->window + 1;
-            for (int32_t s = 0; s < ns; s++)
-                if ((s < a->n_past ? s : a->pos[s - a->n_past]) < lo) att[s] = -INFINITY;
-        }
-        /* a tree mask: the slots it lets the token see, in slot order,
-         * become ranks 0..nv-1 (ops.h): for a tree node, its positions */
-        int32_t nv = ns, *idx = NULL;
-        if (a->mask) {
-            idx = c->att_idx + (size_t)ith * (size_t)c->kv.n_ctx;
-            nv = 0;
-            for (int32_t s = 0; s < ns; s++)
-                if (visible(a, t, s)) {
-                    idx[nv] = s;
-                    att[nv++] = att[s];
-                }
-        }
-        softmax(att, nv);
-        mix(att, idx, sp_kv_v(&c->kv, a->layer, 0) + koff, c->kv.kv_dim, nv, hd,
-            a->out + t * a->out_stride + (int64_t)h * hd);
-    }
-}
-
 /* One sequence of a forward: its context (cache), batch and rows. */
 typedef struct seq_rows {
     sp_ctx *c;
@@ -454,8 +466,8 @@ typedef struct seq_rows {
 
 /* One layer's attention block for the new tokens of every sequence (rows
  * of the lead context's scratch, sequence after sequence): norm, q/k/v
- * (one matmul each over all rows; keys and values go straight into the
- * cache for one sequence, else through kb/vb into each sequence's cache),
+ * (one matmul each over all rows; keys and values through kb/vb into each
+ * sequence's cache, converted to its types),
  * biases and per-head norms where the architecture has them, RoPE,
  * attention of each sequence over its own cache under its batch's mask and
  * the sliding window, the output projection, and the residual add. */
@@ -464,9 +476,7 @@ static void attention_block(sp_ctx *c, const seq_rows *sq, int n_seq, int32_t l,
     const sp_layer *L = &c->m->layers[l];
     const int64_t dim = cfg->dim, hd = cfg->head_dim, q_dim = (int64_t)cfg->n_heads * hd;
     const int64_t kv_dim = (int64_t)cfg->n_kv_heads * hd, wide = q_dim > dim ? q_dim : dim;
-    const bool one = n_seq == 1;
-    float *kd = one ? sp_kv_k(&sq[0].c->kv, l, sq[0].n_past) : c->kb;
-    float *vd = one ? sp_kv_v(&sq[0].c->kv, l, sq[0].n_past) : c->vb;
+    float *kd = c->kb, *vd = c->vb;
     for (int32_t t = 0; t < n; t++)
         sp_rmsnorm(c->xb + t * wide, c->x + t * dim, L->attn_norm, dim, cfg->norm_eps);
     mm_job j = {0};
@@ -489,30 +499,48 @@ static void attention_block(sp_ctx *c, const seq_rows *sq, int n_seq, int32_t l,
         sp_rope_apply(c->q + t * q_dim, cfg->n_heads, (int32_t)hd, cfg->rot_dim, cs, cfg->rope_neox);
         sp_rope_apply(kd + t * kv_dim, cfg->n_kv_heads, (int32_t)hd, cfg->rot_dim, cs, cfg->rope_neox);
     }
-    if (c->m->q_prescale) { /* phi3, gemma2: the query scale before the dot (model_internal.h) */
+    /* the query scale before the dot (phi3, gemma2; gemma3 over an F16 or
+     * Q8_0 cache, model_internal.h); all sequences share the first's types */
+    const bool prescale = sq[0].c->kv.type_k == SP_GGML_F32 ? c->m->q_prescale : c->m->q_prescale_lowp;
+    if (prescale) {
         const float s = c->m->kq_scale > 0 ? c->m->kq_scale : 1.0f / sqrtf((float)hd);
         for (int64_t i = 0; i < (int64_t)n * q_dim; i++) c->q[i] *= s;
     }
-    if (!one)
-        for (int i = 0; i < n_seq; i++) {
-            const size_t bytes = (size_t)sq[i].n * (size_t)kv_dim * sizeof(float);
-            memcpy(sp_kv_k(&sq[i].c->kv, l, sq[i].n_past), kd + (int64_t)sq[i].row0 * kv_dim, bytes);
-            memcpy(sp_kv_v(&sq[i].c->kv, l, sq[i].n_past), vd + (int64_t)sq[i].row0 * kv_dim, bytes);
+    for (int i = 0; i < n_seq; i++) { /* quantised caches: rotated as llama.cpp (kv.h) */
+        const sp_kv *kv = &sq[i].c->kv;
+        if (kv->rot_k) {
+            sp_fwht(c->q + (int64_t)sq[i].row0 * q_dim, (int64_t)sq[i].n * q_dim, kv->rot_k);
+            sp_fwht(kd + (int64_t)sq[i].row0 * kv_dim, (int64_t)sq[i].n * kv_dim, kv->rot_k);
         }
+        if (kv->rot_v) sp_fwht(vd + (int64_t)sq[i].row0 * kv_dim, (int64_t)sq[i].n * kv_dim, kv->rot_v);
+    }
+    const int32_t kl = c->kv_layer[l]; /* the same model in every sequence */
+    SP_ASSERT(kl >= 0);
+    for (int i = 0; i < n_seq; i++)
+        sp_kv_store(&sq[i].c->kv, kl, sq[i].n_past, kd + (int64_t)sq[i].row0 * kv_dim,
+                    vd + (int64_t)sq[i].row0 * kv_dim, kv_dim, sq[i].n);
+    const float scale = prescale ? 1.0f
+                        : c->m->kq_scale > 0 ? c->m->kq_scale : 1.0f / sqrtf((float)hd);
     for (int i = 0; i < n_seq; i++) {
         const int32_t ns = sq[i].n, np = sq[i].n_past;
-        att_job a = {.c = sq[i].c, .q = c->q + (int64_t)sq[i].row0 * q_dim, .pos = c->pos + sq[i].row0,
-                     .layer = l, .n = ns, .n_past = np, .mask_base = sq[i].mask_base,
-                     .mask_w = np + ns - sq[i].mask_base, .mask = sq[i].b->mask, .window = L->window,
-                     .softcap = c->m->attn_softcap, .out = c->xb + (int64_t)sq[i].row0 * wide,
-                     .out_stride = wide};
+        sp_ctx *sc = sq[i].c;
+        sp_att_job a = {.kv = &sc->kv, .layer = kl, .n = ns, .n_past = np, .n_heads = cfg->n_heads,
+                        .n_kv_heads = cfg->n_kv_heads, .head_dim = (int32_t)hd, .scale = scale,
+                        .q = c->q + (int64_t)sq[i].row0 * q_dim, .pos = c->pos + sq[i].row0,
+                        .mask_base = sq[i].mask_base, .mask_w = np + ns - sq[i].mask_base,
+                        .mask = sq[i].b->mask, .window = L->window, .softcap = c->m->attn_softcap,
+                        .sinks = L->sinks,
+                        .out = c->xb + (int64_t)sq[i].row0 * wide, .out_stride = wide,
+                        .rows_max = sc->att_rows, .scratch = sc->att_scratch};
         /* per (token, head, slot): a dot, an exp and an axpy of head_dim,
          * several times a matmul's multiply-add per weight: split sooner */
         uint64_t att_work = (uint64_t)ns * (uint64_t)(np + ns) * (uint64_t)q_dim;
         if (att_work < PAR_MIN_WORK / 4 || sp_pool_n_threads(c->pool) == 1)
-            att_job_run(&a, 0, 1);
+            sp_att_job_run(&a, 0, 1);
         else
-            sp_pool_run(c->pool, att_job_run, &a);
+            sp_pool_run(c->pool, sp_att_job_run, &a);
+        if (sc->kv.rot_v) /* back from the rotated values */
+            for (int32_t t = 0; t < ns; t++) sp_fwht(a.out + t * wide, q_dim, sc->kv.rot_v);
     }
     if (c->gate) sp_gated_attn_apply(c->xb, wide, c->gate, n, q_dim);
     mm_job jo = {0};
@@ -552,7 +580,8 @@ static float gelu_ggml(float x) {
     return sp_fp16_to_fp32(sp_fp32_to_fp16(g));
 }
 
-/* One layer's feed-forward block: norm, gate and up, SwiGLU, down, residual. */
+/* One layer's feed-forward block: norm, gate and up, SwiGLU, down, residual
+ * (or the experts' block, moe.h). */
 static void ffn_block(sp_ctx *c, int32_t l, int32_t n) {
     const sp_model_config *cfg = &c->m->cfg;
     const sp_layer *L = &c->m->layers[l];
@@ -560,6 +589,11 @@ static void ffn_block(sp_ctx *c, int32_t l, int32_t n) {
     const int64_t ffn = cfg->ffn_dim, wide = q_dim > dim ? q_dim : dim;
     for (int32_t t = 0; t < n; t++)
         sp_rmsnorm(c->xb + t * wide, c->x + t * dim, L->ffn_norm, dim, cfg->norm_eps);
+    if (L->exp_up) { /* mixture of experts (moe.c) */
+        sp_moe_ffn(c->moe, c->pool, c->m, L, c->xb, wide, n, c->x2, dim);
+        for (int64_t i = 0; i < n * dim; i++) c->x[i] += c->x2[i];
+        return;
+    }
     mm_job jf = {0};
     job_add(c, &jf, &L->w1, c->xb, wide, n, c->hb, ffn);
     job_add(c, &jf, &L->w3, c->xb, wide, n, c->hb2, ffn);
@@ -593,6 +627,8 @@ static sp_status check_seq(sp_ctx *lead, seq_rows *q, sp_error *err) {
         return sp_fail(err, SP_ERR_RANGE,
                        "context full: %d cached + %d new tokens exceed the context size %d",
                        n_past, n, c->kv.n_ctx);
+    sp_status rst = sp_kv_reserve(&c->kv, n_past + n, err);
+    if (rst) return rst;
     for (int32_t i = 0; i < n; i++) {
         if (b->tokens[i] < 0 || b->tokens[i] >= V)
             return sp_fail(err, SP_ERR_ARG, "token id %d out of range [0, %d)", b->tokens[i], V);
@@ -618,6 +654,20 @@ static sp_status check_seq(sp_ctx *lead, seq_rows *q, sp_error *err) {
     q->n_past = n_past;
     q->mask_base = mask_base;
     return SP_OK;
+}
+
+/* Copies every sequence's rows of the residual stream (the lead's x) into
+ * the taps of layer l its context asked for. */
+static void record_taps(const sp_ctx *lead, const seq_rows *sq, int n_seq, int32_t l) {
+    const int64_t dim = lead->m->cfg.dim;
+    for (int i = 0; i < n_seq; i++) {
+        sp_ctx *c = sq[i].c;
+        for (int32_t k = 0; k < c->n_taps; k++)
+            if (c->tap_layer[k] == l)
+                memcpy(c->taps + (size_t)k * (size_t)c->max_batch * (size_t)dim,
+                       lead->x + (int64_t)sq[i].row0 * dim, (size_t)sq[i].n * (size_t)dim * sizeof(float));
+        c->tap_rows = sq[i].n;
+    }
 }
 
 /* The forward of sp_forward and sp_forward_multi: every sequence's rows in
@@ -647,6 +697,7 @@ static sp_status forward_seqs(sp_ctx *c, seq_rows *sq, int n_seq, int32_t n, con
     for (int i = 0; i < n_seq; i++)
         if (sq[i].c->rs) sp_rstate_begin(sq[i].c->rs, sq[i].b, sq[i].n_past);
     for (int32_t l = 0; l < cfg->n_layers; l++) {
+        record_taps(c, sq, n_seq, l);
         if (skip && skip[l]) continue;
         if (m->layers[l].dn)
             recurrent_block(c, sq, n_seq, l, n);
@@ -654,6 +705,7 @@ static sp_status forward_seqs(sp_ctx *c, seq_rows *sq, int n_seq, int32_t n, con
             attention_block(c, sq, n_seq, l, n);
         ffn_block(c, l, n);
     }
+    record_taps(c, sq, n_seq, cfg->n_layers);
 
     for (int i = 0; i < n_seq; i++)
         if (sq[i].c->rs) sp_rstate_end(sq[i].c->rs);
@@ -706,6 +758,8 @@ sp_status sp_forward_multi(sp_ctx *const *ctxs, const sp_batch *batches, int32_t
         for (int32_t k = 0; k < i; k++)
             if (ctxs[k] == c) return sp_fail(err, SP_ERR_ARG, "sequence %d: the same context twice", i);
         if (c->skip) return sp_fail(err, SP_ERR_ARG, "sequence %d: layer skipping is set", i);
+        if (c->kv.type_k != lead->kv.type_k || c->kv.type_v != lead->kv.type_v)
+            return sp_fail(err, SP_ERR_ARG, "sequence %d: its KV cache types differ from the first's", i);
         if (sp_pool_n_threads(c->pool) < nth)
             return sp_fail(err, SP_ERR_ARG,
                            "sequence %d: its context has %d threads, fewer than the first's %d", i,

@@ -3,6 +3,7 @@
 #ifndef SP_MODEL_INTERNAL_H
 #define SP_MODEL_INTERNAL_H
 
+#include "moe.h"
 #include "sp_file.h"
 #include "sp_gguf.h"
 #include "sp_model.h"
@@ -39,9 +40,17 @@ typedef struct sp_layer {
     sp_weight w3;           /* up   [ffn, dim] */
     const float *q_norm, *k_norm; /* per-head RMSNorm weights [head_dim] (qwen3, gemma3) or NULL */
     const float *post_attn_norm, *post_ffn_norm; /* [dim] norms of the block outputs (gemma) or NULL */
+    const float *sinks;     /* per-head attention sink logits [n_heads] (gpt-oss) or NULL */
     int32_t window;         /* > 0: sliding-window layer (attends to the last `window` positions) */
     bool rope_local;        /* uses the local RoPE table (gemma3's sliding layers) */
     struct sp_deltanet *dn; /* a Gated DeltaNet layer in place of attention (deltanet.h), or NULL */
+    /* mixture of experts (moe.h; exp_up NULL: the dense w1/w2/w3 FFN) */
+    sp_weight gate_inp;     /* router [n_expert, dim] */
+    const float *gate_inp_b; /* [n_expert] or NULL */
+    sp_weight *exp_gate, *exp_up, *exp_down; /* [n_expert]: expert e's [ffn, dim], [ffn, dim],
+                                              * [dim, ffn] (rows of the 3-D file tensor) */
+    const float *exp_gate_b, *exp_up_b, *exp_down_b; /* [n_expert][ffn], .., [n_expert][dim] or NULL */
+    const float *exp_gate_s, *exp_up_s, *exp_down_s; /* per-expert output scales [n_expert] or NULL */
 } sp_layer;
 
 /* The Gated DeltaNet layers' shape (qwen35, deltanet.h); zero without them. */
@@ -57,6 +66,8 @@ struct sp_model {
     sp_model_config cfg;
     char desc[96];
     sp_gguf *gguf;        /* owned when loaded from GGUF */
+    uint8_t *claimed;     /* while a GGUF loads: [n_tensors], 1 for each tensor the
+                           * architecture reads (model_load.c: claim); NULL after */
     void *map;            /* owned mapping of a llama2.c checkpoint */
     size_t map_len;
     sp_tokenizer *tok;
@@ -76,6 +87,8 @@ struct sp_model {
     float attn_softcap;   /* > 0: attention scores -> cap * tanh(score / cap) (gemma2) */
     bool q_prescale;      /* queries times 1/sqrt(head_dim) before the dot, not the scores
                            * after (phi3, gemma2: as llama.cpp's graphs; other last bits) */
+    bool q_prescale_lowp; /* the same when the cache is F16 or Q8_0 (the queries are then
+                           * rounded after the scale, as llama.cpp 2026-09 does: gemma3) */
     float final_softcap;  /* > 0: logits -> cap * tanh(logit / cap) (gemma2) */
     float rope_theta_local; /* > 0: RoPE base of the rope_local layers (gemma2, gemma3) */
     float rope_scale_local; /* their linear position scale (0: 1) */
@@ -84,6 +97,9 @@ struct sp_model {
                            * output is multiplied by sigmoid(gate) (qwen35) */
     int32_t rope_sections[4]; /* IMRoPE sections (qwen35; all 0: plain RoPE) */
     sp_dn_shape dn;
+    sp_moe_cfg moe;       /* n_expert 0: dense FFNs */
+    bool rope_yarn;       /* YaRN RoPE scaling (factor 1 / cfg.rope_scale, from n_ctx_orig) */
+    float rope_attn_factor; /* rope.scaling.attn_factor (YaRN) */
     void **owned;         /* buffers made at load time (converted norms, requantised weights) */
     int n_owned, cap_owned;
 };
@@ -116,5 +132,7 @@ void sp_ctx_matmul(sp_ctx *c, const sp_mm_out *mm, int n_mm, const float *x, int
 /* The KV cache of a context. */
 #include "kv.h"
 sp_kv *sp_ctx_kv(sp_ctx *c);
+/* The context's expert scratch (its read statistics), or NULL for a dense model. */
+sp_moe_scratch *sp_ctx_moe(sp_ctx *c);
 
 #endif

@@ -60,20 +60,35 @@ uint64_t sp_model_weight_bytes(const sp_model *m) {
         const sp_layer *L = &m->layers[l];
         n += weight_bytes(&L->wq) + weight_bytes(&L->wk) + weight_bytes(&L->wv) +
              weight_bytes(&L->wo) + weight_bytes(&L->w1) + weight_bytes(&L->w2) +
-             weight_bytes(&L->w3);
+             weight_bytes(&L->w3) + weight_bytes(&L->gate_inp);
         if (L->dn) {
             sp_weight *dw[SP_DELTANET_N_WEIGHTS];
             sp_deltanet_weights(L->dn, dw);
             for (int i = 0; i < SP_DELTANET_N_WEIGHTS; i++) n += weight_bytes(dw[i]);
         }
     }
+    return n + sp_model_expert_bytes(m);
+}
+
+uint64_t sp_model_expert_bytes(const sp_model *m) {
+    uint64_t n = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const sp_layer *L = &m->layers[l];
+        for (int e = 0; L->exp_up && e < m->moe.n_expert; e++)
+            n += weight_bytes(&L->exp_gate[e]) + weight_bytes(&L->exp_up[e]) + weight_bytes(&L->exp_down[e]);
+    }
     return n;
 }
 
 void sp_model_set_desc(sp_model *m, const char *arch) {
     const sp_model_config *c = &m->cfg;
-    snprintf(m->desc, sizeof m->desc, "%s %dL d%d h%d/%d ffn%d v%d %s", arch, c->n_layers, c->dim,
-             c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab, sp_ggml_type_name(c->wtype));
+    if (m->moe.n_expert)
+        snprintf(m->desc, sizeof m->desc, "%s %dL d%d h%d/%d e%d/%d ffn%d v%d %s", arch, c->n_layers, c->dim,
+                 c->n_heads, c->n_kv_heads, m->moe.n_used, m->moe.n_expert, m->moe.ffn, c->n_vocab,
+                 sp_ggml_type_name(c->wtype));
+    else
+        snprintf(m->desc, sizeof m->desc, "%s %dL d%d h%d/%d ffn%d v%d %s", arch, c->n_layers, c->dim,
+                 c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab, sp_ggml_type_name(c->wtype));
 }
 
 /* Shape and derived-size checks common to both formats. */
@@ -103,9 +118,20 @@ static sp_status check_config(const sp_model_config *c, const char *path, sp_err
 
 /* ------------------------------------------------------------------ GGUF */
 
+/* Marks the file's tensor `name` (if there) as one the architecture reads,
+ * bound or not (llama.cpp loads some it never uses, e.g. "NAME.input_scale"):
+ * a tensor no architecture row claims makes llama.cpp refuse the file
+ * ("wrong number of tensors"), and Specula with it (load_gguf). Every
+ * tensor bound through bind_matrix is claimed there. */
+static const sp_gguf_tensor *claim(sp_model *m, const char *name) {
+    const sp_gguf_tensor *t = sp_gguf_find_tensor(m->gguf, name);
+    if (t && m->claimed) m->claimed[t - sp_gguf_tensor_at(m->gguf, 0)] = 1; /* one array */
+    return t;
+}
+
 static sp_status bind_matrix(sp_model *m, const char *path, const char *name, int64_t cols,
                              int64_t rows, bool optional, sp_weight *w, sp_error *err) {
-    const sp_gguf_tensor *t = sp_gguf_find_tensor(m->gguf, name);
+    const sp_gguf_tensor *t = claim(m, name);
     memset(w, 0, sizeof *w);
     if (!t) {
         if (optional) return SP_OK;
@@ -186,15 +212,19 @@ static sp_status get_f32_or(const sp_gguf *g, const char *key, float def, float 
  *    with an optional bias (attn_qkv.bias, or all three separate biases
  *    with a fused matrix) and optional per-matrix "NAME.scale" [1]
  *    multiplying the matmul's output; attn_output and its optional scale.
- *    Keys: context_length, embedding_length, block_count,
- *    feed_forward_length, attention.head_count(_kv), attention.key_length,
- *    attention.value_length, attention.layer_norm_rms_epsilon,
+ *    Keys, required as llama.cpp requires them: context_length,
+ *    embedding_length, block_count, attention.layer_norm_rms_epsilon (and,
+ *    which these architectures cannot run without, attention.head_count,
+ *    feed_forward_length); optional: attention.head_count_kv,
+ *    attention.key_length, attention.value_length,
  *    rope.dimension_count, rope.freq_base, rope.scaling.type (absent:
  *    linear), rope.scaling.factor (or rope.scale_linear; absent or 0: no
- *    scaling), expert_count (refused when > 0: no experts here).
+ *    scaling), rope.scaling.attn_factor (refused unless 1), expert_count
+ *    (refused when > 0: no experts here).
  *  - the rest per row of ARCHS below. Keys a file carries that its
  *    architecture does not read (llama.cpp's test files write nearly all of
- *    them) are not read here either. */
+ *    them) are not read here either; a tensor it does not read refuses the
+ *    file, as in llama.cpp (claim). */
 typedef struct arch_info {
     const char *name;
     bool neox;           /* RoPE on halves of each head */
@@ -212,20 +242,27 @@ typedef struct arch_info {
                           * 2 gemma2 (default 4096; pattern default 2);
                           * 3 gemma3 (only when > 0; pattern default 6) */
     int gemma;           /* 2 or 3: embeddings x sqrt(dim), GELU gate, post-block norms */
+    int moe;             /* experts (moe.h): 1 when expert_count > 0 (llama: Mixtral style), 2 always
+                          * (qwen3moe, gpt-oss); their *_exps.scale applied unless oai */
+    bool oai;            /* gpt-oss: attention sinks, output bias, router and expert biases,
+                          * softmax over the selected experts, clamped SwiGLU, post-attention
+                          * norm as the FFN norm, sliding layers by pattern (default 2) */
     bool hybrid;         /* qwen35: Gated DeltaNet layers (deltanet.h) beside gated attention
                           * (q projection [query | gate] per head), IMRoPE sections, the FFN
                           * norm named post_attention_norm */
 } arch_info;
 
 static const arch_info ARCHS[] = {
-    /*               neox   qk_nrm fused  q_pre  freqs  lng/sh wo_b   ffn_b  ffn_s  out_b  swa gemma hybrid */
-    {"llama",  false, false, false, false, true,  false, true,  true,  true,  false, 0, 0, false},
-    {"qwen2",  true,  false, false, false, false, false, false, false, false, true,  0, 0, false},
-    {"qwen3",  true,  true,  false, false, false, false, false, false, true,  false, 0, 0, false},
-    {"phi3",   true,  false, true,  true,  false, true,  false, false, false, true,  1, 0, false},
-    {"gemma2", true,  false, false, true,  false, false, false, false, false, false, 2, 2, false},
-    {"gemma3", true,  true,  false, false, false, false, false, false, false, false, 3, 3, false},
-    {"qwen35", true,  true,  false, false, false, false, false, false, true,  false, 0, 0, true},
+    /*               neox   qk_nrm fused  q_pre  freqs  lng/sh wo_b   ffn_b  ffn_s  out_b  swa gemma moe oai   hybrid */
+    {"llama",  false, false, false, false, true,  false, true,  true,  true,  false, 0, 0, 1, false, false},
+    {"qwen2",  true,  false, false, false, false, false, false, false, false, true,  0, 0, 0, false, false},
+    {"qwen3",  true,  true,  false, false, false, false, false, false, true,  false, 0, 0, 0, false, false},
+    {"phi3",   true,  false, true,  true,  false, true,  false, false, false, true,  1, 0, 0, false, false},
+    {"gemma2", true,  false, false, true,  false, false, false, false, false, false, 2, 2, 0, false, false},
+    {"gemma3", true,  true,  false, false, false, false, false, false, false, false, 3, 3, 0, false, false},
+    {"qwen3moe", true, true, false, false, false, false, false, false, false, false, 0, 0, 2, false, false},
+    {"gpt-oss", true,  false, false, false, false, false, true,  false, false, false, 0, 0, 2, true, false},
+    {"qwen35", true,  true,  false, false, false, false, false, false, true,  false, 0, 0, 0, false, true},
 };
 /* gemma3: llama.cpp of 2026-09 scales its queries, that of 2025-05 (which
  * made ../shared/reference/arch) its scores; the scores' order gives both
@@ -246,11 +283,11 @@ static sp_weight weight_rows(const sp_weight *w, int64_t r0, int64_t n) {
     return v;
 }
 
-/* rope.scaling.*: linear (positions divided by the factor) and none are
- * supported; the others change the model's function and are refused by
+/* rope.scaling.*: linear (positions divided by the factor), yarn and none
+ * are supported; the others change the model's function and are refused by
  * name rather than silently ignored. */
 static sp_status read_rope_scaling(const sp_gguf *g, const char *path, const char *a, float *scale,
-                                   sp_error *err) {
+                                   bool *yarn, sp_error *err) {
     char key[128];
     *scale = 1.0f;
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
@@ -261,14 +298,24 @@ static sp_status read_rope_scaling(const sp_gguf *g, const char *path, const cha
             return sp_fail(err, SP_ERR_FORMAT, "%s: metadata %s is not a string", path, key);
         snprintf(ty, sizeof ty, "%.*s", (int)(sk->v.str.len < 31 ? sk->v.str.len : 31), sk->v.str.ptr);
     }
-    if (!strcmp(ty, "none")) return SP_OK; /* llama.cpp: never scaled */
-    if (strcmp(ty, "linear") != 0)
+    *yarn = !strcmp(ty, "yarn"); /* ops.h, with llama.cpp's context defaults (model.c) */
+    if (strcmp(ty, "none") != 0 && strcmp(ty, "linear") != 0 && !*yarn)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "%s: RoPE scaling '%s' (%s) is not supported (supported: none, linear)", path, ty, key);
+                       "%s: RoPE scaling '%s' (%s) is not supported (supported: none, linear, yarn)", path, ty, key);
+    /* rope.scaling.attn_factor multiplies llama.cpp's RoPE cos/sin: YaRN's
+     * takes it (model.c), otherwise only 1 here */
+    float af = 1.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", a);
+    sp_status st = get_f32_or(g, key, 1.0f, &af, err);
+    if (st) return st;
+    if (af != 1.0f && !*yarn)
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: %s = %g is not supported (only 1, or with yarn)", path, key,
+                       (double)af);
+    if (!strcmp(ty, "none")) return SP_OK; /* llama.cpp: never scaled */
     float f = 0.0f;
     snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
     if (!sp_gguf_find(g, key)) snprintf(key, sizeof key, "%s.rope.scale_linear", a);
-    sp_status st = get_f32_or(g, key, 0.0f, &f, err);
+    st = get_f32_or(g, key, 0.0f, &f, err);
     if (st) return st;
     if (f == 0.0f) return SP_OK; /* absent or 0: not set */
     if (!(f > 0.0f) || !isfinite(f))
@@ -315,7 +362,7 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     uint32_t u;
     int32_t experts = 0;
     if ((st = get_u32_or(g, KEY("expert_count"), 0, &experts, err))) return st;
-    if (experts > 0)
+    if (experts > 0 && !ai->moe)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
                        "%s: %s = %d: mixture-of-experts layers are not supported for architecture '%s'",
                        path, key, experts, a);
@@ -328,10 +375,10 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     if ((st = get_u32_or(g, KEY("attention.head_count_kv"), u, &c->n_kv_heads, err))) return st;
     if ((st = sp_gguf_get_u32(g, KEY("feed_forward_length"), &u, err))) return st;
     c->ffn_dim = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
-    if ((st = get_u32_or(g, KEY("context_length"), 2048, &c->n_ctx_train, err))) return st;
+    if ((st = sp_gguf_get_u32(g, KEY("context_length"), &u, err))) return st;
+    c->n_ctx_train = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
     if ((st = get_f32_or(g, KEY("rope.freq_base"), 10000.0f, &c->rope_theta, err))) return st;
-    if ((st = get_f32_or(g, KEY("attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps, err)))
-        return st;
+    if ((st = sp_gguf_get_f32(g, KEY("attention.layer_norm_rms_epsilon"), &c->norm_eps, err))) return st;
     c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
     /* key_length: a head size other than dim / heads (Mistral-NeMo, Qwen3) */
     if ((st = get_u32_or(g, KEY("attention.key_length"), (uint32_t)c->head_dim, &c->head_dim, err)))
@@ -351,9 +398,17 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     if ((st = get_u32_or(g, KEY("rope.scaling.original_context_length"), (uint32_t)c->n_ctx_train,
                          &m->n_ctx_orig, err)))
         return st;
-    if ((st = read_rope_scaling(g, path, a, &c->rope_scale, err))) return st;
+    if ((st = read_rope_scaling(g, path, a, &c->rope_scale, &m->rope_yarn, err))) return st;
+    m->rope_attn_factor = 1.0f;
+    if (m->rope_yarn &&
+        ((st = get_f32_or(g, KEY("rope.scaling.attn_factor"), 1.0f, &m->rope_attn_factor, err)) ||
+         (!(m->rope_attn_factor > 0) && (st = sp_fail(err, SP_ERR_FORMAT, "%s: bad %s", path, key))) ||
+         (m->n_ctx_orig <= 0 && (st = sp_fail(err, SP_ERR_FORMAT, "%s: bad YaRN original context %d", path,
+                                              m->n_ctx_orig)))))
+        return st;
     c->rope_neox = ai->neox;
     m->q_prescale = ai->q_prescale;
+    m->q_prescale_lowp = ai->q_prescale || ai->gemma == 3;
     c->sliding_window = 0;
     if (ai->swa) {
         int32_t win = ai->swa == 2 ? 4096 : 0;
@@ -381,7 +436,7 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
         m->embed_scale = sqrtf((float)c->dim);
         m->geglu = true;
         /* the 27B models scale the queries by 1/sqrt(dim / heads) */
-        if ((ai->gemma == 2 && c->n_layers == 46) || (ai->gemma == 3 && c->n_layers == 62))
+        if (c->n_heads > 0 && ((ai->gemma == 2 && c->n_layers == 46) || (ai->gemma == 3 && c->n_layers == 62)))
             m->kq_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     }
     if (ai->hybrid) {
@@ -400,7 +455,123 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
         if (m->rope_sections[0] + m->rope_sections[1] + m->rope_sections[2] + m->rope_sections[3] > c->rot_dim)
             return sp_fail(err, SP_ERR_FORMAT, "%s: %s add up to more than the %d rotated dimensions", path, key, c->rot_dim);
     }
+    if (ai->oai) { /* gpt-oss: the window is required; the sliding layers' base */
+        if (!sp_gguf_find(g, KEY("attention.sliding_window")))
+            return sp_fail(err, SP_ERR_FORMAT, "%s: %s is missing", path, key);
+        if ((st = get_u32_or(g, key, 0, &c->sliding_window, err))) return st;
+        if (c->sliding_window <= 0) return sp_fail(err, SP_ERR_FORMAT, "%s: %s must be positive", path, key);
+        float base_swa = c->rope_theta;
+        if ((st = get_f32_or(g, KEY("rope.freq_base_swa"), c->rope_theta, &base_swa, err))) return st;
+        if (base_swa != c->rope_theta) m->rope_theta_local = base_swa, m->rope_scale_local = c->rope_scale;
+    }
+    /* experts: the counts as llama.cpp reads them for every architecture,
+     * the rest per architecture (llama, qwen3moe: softmax gating, selected
+     * weights normalised; gpt-oss: softmax over the selected logits) */
+    if (ai->moe && (experts > 0 || ai->moe == 2)) {
+        sp_moe_cfg *mc = &m->moe;
+        mc->n_expert = experts;
+        if ((st = get_u32_or(g, KEY("expert_used_count"), 0, &mc->n_used, err))) return st;
+        if (mc->n_expert < 1 || mc->n_expert > 256 || mc->n_used < 1 || mc->n_used > mc->n_expert)
+            return sp_fail(err, SP_ERR_FORMAT,
+                           "%s: bad expert counts %s.expert_count = %d, %s.expert_used_count = %d (1 <= used <= "
+                           "experts <= 256)", path, a, mc->n_expert, a, mc->n_used);
+        /* the experts' FFN width: expert_feed_forward_length (qwen3moe: 0 or
+         * absent means feed_forward_length / used; llama: feed_forward_length) */
+        mc->ffn = c->ffn_dim;
+        if (ai->moe == 2) {
+            if ((st = get_u32_or(g, KEY("expert_feed_forward_length"), 0, &mc->ffn, err))) return st;
+            if (mc->ffn == 0 && !ai->oai) mc->ffn = c->ffn_dim / mc->n_used;
+        }
+        if (mc->ffn <= 0 || mc->ffn > 1 << 20)
+            return sp_fail(err, SP_ERR_FORMAT, "%s: bad expert FFN length %d", path, mc->ffn);
+        mc->gating = ai->oai ? SP_MOE_SOFTMAX_WEIGHT : SP_MOE_SOFTMAX;
+        mc->norm_w = !ai->oai;
+        mc->w_scale = 0.0f;
+        mc->swiglu_oai = ai->oai;
+        c->n_expert = mc->n_expert;
+        c->n_expert_used = mc->n_used;
+    }
 #undef KEY
+    return SP_OK;
+}
+
+/* A 3-D expert tensor [cols, rows, n_expert] as n_expert matrices (owned
+ * array), each a view of its slice. */
+static sp_status bind_experts(sp_model *m, const char *path, const char *name, int64_t cols, int64_t rows,
+                              sp_weight **out, sp_error *err) {
+    const int32_t E = m->moe.n_expert;
+    *out = NULL;
+    const sp_gguf_tensor *t = claim(m, name);
+    if (!t) return sp_fail(err, SP_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != E || t->ne[3] != 1)
+        return sp_fail(err, SP_ERR_FORMAT,
+                       "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %d]", path, name,
+                       (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                       (long long)cols, (long long)rows, E);
+    if (!sp_quant_loadable(t->type))
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which Specula does not support", path,
+                       name, sp_ggml_type_name(t->type));
+    sp_weight *w = sp_model_alloc(m, (size_t)E * sizeof *w);
+    if (!w) return sp_fail(err, SP_ERR_NOMEM, "out of memory binding '%s'", name);
+    const size_t rb = sp_ggml_row_size(t->type, cols);
+    for (int32_t e = 0; e < E; e++)
+        w[e] = (sp_weight){.type = t->type, .rows = rows, .cols = cols, .row_bytes = rb,
+                           .data = (const uint8_t *)t->data + (size_t)e * (size_t)rows * rb};
+    *out = w;
+    return SP_OK;
+}
+
+/* An optional [n, E] per-expert vector tensor (biases, or with n = 1 the
+ * [E] scales) as f32; absent gives NULL. */
+static sp_status bind_expert_vec(sp_model *m, const char *path, const char *name, int64_t n, const float **out,
+                                 sp_error *err) {
+    *out = NULL;
+    const sp_gguf_tensor *t = claim(m, name);
+    if (!t) return SP_OK;
+    const int32_t E = m->moe.n_expert;
+    if (t->ne[0] != (n == 1 ? E : n) || t->ne[1] != (n == 1 ? 1 : E) || t->ne[2] != 1 || t->ne[3] != 1 ||
+        !sp_quant_loadable(t->type))
+        return sp_fail(err, SP_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld] type %s, expected [%lld, %d]",
+                       path, name, (long long)t->ne[0], (long long)t->ne[1], sp_ggml_type_name(t->type),
+                       (long long)(n == 1 ? E : n), n == 1 ? 1 : E);
+    if (t->type == SP_GGML_F32) {
+        *out = (const float *)t->data;
+        return SP_OK;
+    }
+    float *buf = sp_model_alloc(m, (size_t)n * (size_t)E * sizeof(float));
+    if (!buf) return sp_fail(err, SP_ERR_NOMEM, "out of memory converting '%s'", name);
+    sp_dequantize_row(t->type, t->data, buf, n * E);
+    *out = buf;
+    return SP_OK;
+}
+
+/* Layer l's experts (model_internal.h): router, 3-D gate/up/down, their
+ * scales (not gpt-oss: its graph does not apply them) or gpt-oss's biases. */
+static sp_status bind_moe(sp_model *m, const char *path, const arch_info *ai, int l, sp_layer *L, sp_error *err) {
+    const int64_t dim = m->cfg.dim, fe = m->moe.ffn, E = m->moe.n_expert;
+    char nm[96];
+    sp_status st;
+#define T(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+    if ((st = bind_matrix(m, path, T("ffn_gate_inp.weight"), dim, E, false, &L->gate_inp, err)) ||
+        (st = bind_experts(m, path, T("ffn_gate_exps.weight"), dim, fe, &L->exp_gate, err)) ||
+        (st = bind_experts(m, path, T("ffn_up_exps.weight"), dim, fe, &L->exp_up, err)) ||
+        (st = bind_experts(m, path, T("ffn_down_exps.weight"), fe, dim, &L->exp_down, err)))
+        return st;
+    if (!ai->oai)
+        return (st = bind_expert_vec(m, path, T("ffn_gate_exps.scale"), 1, &L->exp_gate_s, err)) ||
+                       (st = bind_expert_vec(m, path, T("ffn_up_exps.scale"), 1, &L->exp_up_s, err)) ||
+                       (st = bind_expert_vec(m, path, T("ffn_down_exps.scale"), 1, &L->exp_down_s, err))
+                   ? st
+                   : SP_OK;
+    if ((st = bind_vector(m, path, T("ffn_gate_inp.bias"), E, &L->gate_inp_b, err)) ||
+        (st = bind_expert_vec(m, path, T("ffn_gate_exps.bias"), fe, &L->exp_gate_b, err)) ||
+        (st = bind_expert_vec(m, path, T("ffn_up_exps.bias"), fe, &L->exp_up_b, err)) ||
+        (st = bind_expert_vec(m, path, T("ffn_down_exps.bias"), dim, &L->exp_down_b, err)) ||
+        (st = bind_vector(m, path, T("attn_sinks.weight"), m->cfg.n_heads, &L->sinks, err)))
+        return st;
+    if (!L->exp_gate_b || !L->exp_up_b || !L->exp_down_b)
+        return sp_fail(err, SP_ERR_FORMAT, "%s: blk.%d: an expert bias tensor is missing", path, l);
+#undef T
     return SP_OK;
 }
 
@@ -482,33 +653,40 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for layers");
     }
     /* sliding: the recurrent layers of a hybrid; gemma3 without a window has
-     * no sliding layers (nor their RoPE) */
-    st = ai->hybrid                            ? sp_deltanet_config(m, path, a, sliding, err)
-         : ai->gemma && c->sliding_window > 0 ? read_swa_pattern(m, path, a, ai->gemma == 2 ? 2 : 6, sliding, err)
-                                              : SP_OK;
+     * no sliding layers (nor their RoPE); gpt-oss's pattern defaults to 2 */
+    st = ai->hybrid ? sp_deltanet_config(m, path, a, sliding, err)
+         : (ai->gemma || ai->oai) && c->sliding_window > 0
+             ? read_swa_pattern(m, path, a, ai->gemma == 3 ? 6 : 2, sliding, err)
+             : SP_OK;
     for (int l = 0; !st && l < c->n_layers; l++) {
         sp_layer *L = &m->layers[l];
         char nm[96];
         const bool rec = ai->hybrid && sliding[l];
 #define T(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+        const bool moe = m->moe.n_expert > 0;
         if ((st = bind_vector(m, path, T("attn_norm.weight"), dim, &L->attn_norm, err)) ||
-            (st = bind_vector(m, path, ai->hybrid ? T("post_attention_norm.weight") : T("ffn_norm.weight"), dim,
-                              &L->ffn_norm, err)) ||
+            (st = bind_vector(m, path, ai->oai || ai->hybrid ? T("post_attention_norm.weight") : T("ffn_norm.weight"),
+                              dim, &L->ffn_norm, err)) ||
             (rec && (st = sp_deltanet_bind(m, path, l, err))) ||
             (!rec && ((st = bind_qkv(m, path, l, L, err)) ||
                       (st = bind_matrix(m, path, T("attn_output.weight"), q_dim, dim, false, &L->wo, err)) ||
                       (st = opt_vector(m, path, T("attn_output.scale"), 1, &L->wo.scale, err)) ||
                       (ai->wo_bias && (st = opt_vector(m, path, T("attn_output.bias"), dim, &L->wo.bias, err))))) ||
-            (st = bind_matrix(m, path, T("ffn_down.weight"), ffn, dim, false, &L->w2, err)))
+            (moe && (st = bind_moe(m, path, ai, l, L, err))) ||
+            (!moe && (st = bind_matrix(m, path, T("ffn_down.weight"), ffn, dim, false, &L->w2, err))))
             break;
-        if (ai->ffn_fused) {
+        if (ai->oai && !L->wo.bias) {
+            st = sp_fail(err, SP_ERR_FORMAT, "%s: tensor 'blk.%d.attn_output.bias' is missing", path, l);
+            break;
+        }
+        if (!moe && ai->ffn_fused) {
             /* phi3: gate and up halves of ffn_up */
             sp_weight gu;
             if ((st = bind_matrix(m, path, T("ffn_up.weight"), dim, 2 * ffn, false, &gu, err))) break;
             L->w1 = weight_rows(&gu, 0, ffn);
             L->w3 = weight_rows(&gu, ffn, ffn);
-        } else if ((st = bind_matrix(m, path, T("ffn_gate.weight"), dim, ffn, false, &L->w1, err)) ||
-                   (st = bind_matrix(m, path, T("ffn_up.weight"), dim, ffn, false, &L->w3, err))) {
+        } else if (!moe && ((st = bind_matrix(m, path, T("ffn_gate.weight"), dim, ffn, false, &L->w1, err)) ||
+                            (st = bind_matrix(m, path, T("ffn_up.weight"), dim, ffn, false, &L->w3, err)))) {
             break;
         }
         if (ai->ffn_bias &&
@@ -526,7 +704,23 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
             ((st = bind_vector(m, path, T("attn_q_norm.weight"), c->head_dim, &L->q_norm, err)) ||
              (st = bind_vector(m, path, T("attn_k_norm.weight"), c->head_dim, &L->k_norm, err))))
             break;
-        if (ai->gemma && !ai->hybrid) {
+        /* llama.cpp loads NAME.scale and NAME.input_scale of every matrix the
+         * layer has, applied or not (its generic pass in load_tensors) */
+        static const char *MATS[] = {"attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv",
+                                     "ffn_gate", "ffn_down", "ffn_up", "ffn_gate_exps", "ffn_down_exps",
+                                     "ffn_up_exps", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_out"};
+        for (size_t i = 0; i < sizeof MATS / sizeof MATS[0]; i++) {
+            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, MATS[i]);
+            if (!sp_gguf_find_tensor(m->gguf, nm)) continue;
+            snprintf(nm, sizeof nm, "blk.%d.%s.scale", l, MATS[i]);
+            claim(m, nm);
+            snprintf(nm, sizeof nm, "blk.%d.%s.input_scale", l, MATS[i]);
+            claim(m, nm);
+        }
+        if (ai->oai) {
+            L->window = sliding[l] ? c->sliding_window : 0;
+            L->rope_local = sliding[l] && m->rope_theta_local > 0;
+        } else if (ai->gemma && !ai->hybrid) {
             if ((st = bind_vector(m, path, T("post_attention_norm.weight"), dim, &L->post_attn_norm, err)) ||
                 (st = bind_vector(m, path, T("post_ffw_norm.weight"), dim, &L->post_ffn_norm, err)))
                 break;
@@ -595,9 +789,11 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
     const arch_info *ai = arch_find(a);
     if (!ai)
         return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen35)",
+                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe, gpt-oss, qwen35)",
                        path, a);
 
+    m->claimed = calloc(sp_gguf_n_tensors(g) + 1, 1);
+    if (!m->claimed) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     if ((st = read_config(m, path, a, ai, err))) return st;
     sp_model_config *c = &m->cfg;
     const sp_gguf_tensor *te = sp_gguf_find_tensor(g, "token_embd.weight");
@@ -622,6 +818,16 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
           (st = opt_rope_factors(m, path, "rope_factors_short.weight", &m->rope_short, err)))))
         return st;
     if ((st = bind_layers(m, path, a, ai, err))) return st;
+    /* read by llama.cpp for these, unused by their causal graphs */
+    if (!strcmp(a, "qwen3")) claim(m, "cls.output.weight"); /* a reranker's head */
+    if (ai->gemma == 3) claim(m, "dense_2.weight"), claim(m, "dense_3.weight"); /* embedding heads */
+    for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++)
+        if (!m->claimed[i]) {
+            const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+            return sp_fail(err, SP_ERR_FORMAT,
+                           "%s: tensor '%.*s' is not one architecture '%s' has (llama.cpp refuses the file too)",
+                           path, (int)(t->name.len > 96 ? 96 : t->name.len), t->name.ptr, a);
+        }
     c->wtype = m->layers[0].wq.data ? m->layers[0].wq.type : m->layers[0].w1.type; /* qwen35: recurrent */
     sp_model_set_desc(m, a);
     return load_vocab(m, path, a, p, err);
@@ -747,11 +953,17 @@ sp_status sp_model_pack_weights(sp_model *m, const sp_file_map *fm, sp_error *er
     sp_status st = pack_weight(m, &m->output, fm, err);
     for (int l = 0; !st && l < m->cfg.n_layers; l++) {
         sp_layer *L = &m->layers[l];
-        sp_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
+        sp_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3, &L->gate_inp};
         for (size_t i = 0; !st && i < sizeof ws / sizeof ws[0]; i++) st = pack_weight(m, ws[i], fm, err);
         sp_weight *dw[SP_DELTANET_N_WEIGHTS];
         if (L->dn) sp_deltanet_weights(L->dn, dw);
         for (int i = 0; !st && L->dn && i < SP_DELTANET_N_WEIGHTS; i++) st = pack_weight(m, dw[i], fm, err);
+        /* F16 experts are read unpacked (moe.h: ggml's vec_dot_f16 order) */
+        for (int e = 0; !st && L->exp_up && L->exp_up[0].type != SP_GGML_F16 && e < m->moe.n_expert; e++) {
+            st = pack_weight(m, &L->exp_gate[e], fm, err);
+            if (!st) st = pack_weight(m, &L->exp_up[e], fm, err);
+            if (!st) st = pack_weight(m, &L->exp_down[e], fm, err);
+        }
     }
     return st;
 }
@@ -776,9 +988,11 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
     sp_model *m = calloc(1, sizeof *m);
     if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     sp_status st;
-    if (gguf)
+    if (gguf) {
         st = load_gguf(m, path, params, err);
-    else
+        free(m->claimed);
+        m->claimed = NULL;
+    } else
         st = load_llama2c(m, path, params, err);
     if (!st) {
         const bool prefault = !(params && params->no_prefault), lock = params && params->mlock;

@@ -15,13 +15,14 @@ bool sp_model_is_plain(const sp_model *m) {
                  !m->rope_short && !m->output.bias && !m->output.scale && !(m->kq_scale > 0) &&
                  cfg->head_dim * cfg->n_heads == cfg->dim && cfg->rot_dim == cfg->head_dim &&
                  !(m->embed_scale > 0 && m->embed_scale != 1.0f) && !m->geglu &&
-                 !(m->attn_softcap > 0) && !(m->final_softcap > 0) && !m->attn_gated && m->dn.n_layers == 0;
+                 !(m->attn_softcap > 0) && !(m->final_softcap > 0) && !m->rope_yarn && !m->moe.n_expert &&
+                 !m->attn_gated && m->dn.n_layers == 0;
     for (int32_t l = 0; plain && l < cfg->n_layers; l++) {
         const sp_layer *L = &m->layers[l];
         const sp_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) plain = plain && !ws[i]->bias && !ws[i]->scale;
         plain = plain && !L->q_norm && !L->k_norm && !L->post_attn_norm &&
-                !L->post_ffn_norm && L->window <= 0 && !L->rope_local;
+                !L->post_ffn_norm && L->window <= 0 && !L->rope_local && !L->sinks && !L->exp_up;
     }
     return plain;
 }

@@ -1,5 +1,6 @@
 /* ops: scalar reference kernels, activation preparation, ISA dispatch. */
 #include "ops.h"
+#include "kv.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -64,6 +65,26 @@ static bool is_fpk(sp_ggml_type t) { return t == SP_GGML_F32 || t == SP_GGML_F16
 DEFINE_FLOAT_PK_REF(mm_f32_pk_ref, float, f32_id)
 DEFINE_FLOAT_PK_REF(mm_f16_pk_ref, uint16_t, sp_fp16_to_fp32)
 DEFINE_FLOAT_PK_REF(mm_bf16_pk_ref, uint16_t, sp_bf16_to_fp32)
+
+/* ggml's vec_dot_f16 order (ops.h: sp_ops_mm_f16_vecdot). */
+static void mm_f16_vecdot_ref(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t np = m->k / 64 * 64;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *w = (const uint16_t *)(m->w + r * m->w_stride);
+        for (int32_t t = 0; t < m->n; t++) {
+            const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride);
+            float a[4][16] = {{0}};
+            for (int64_t i = 0; i < np; i += 64)
+                for (int j = 0; j < 4; j++)
+                    for (int l = 0; l < 16; l++)
+                        a[j][l] = fmaf(sp_fp16_to_fp32(w[i + 16 * j + l]), x[i + 16 * j + l], a[j][l]);
+            for (int l = 0; l < 16; l++) a[0][l] = (a[0][l] + a[2][l]) + (a[1][l] + a[3][l]);
+            double s = sp_reduce16(a[0]);
+            for (int64_t i = np; i < m->k; i++) s += (double)(sp_fp16_to_fp32(w[i]) * x[i]);
+            m->y[t * m->ld_y + r] = (float)s;
+        }
+    }
+}
 
 /* Element size of a packable float type, and the packing (past the row end
  * and past the last row: zeros, from the caller's memset). */
@@ -329,18 +350,21 @@ static void pack_q6k(const uint8_t *w, size_t w_stride, int64_t rows, int64_t k,
     }
 }
 
-/* Packed Q4_1, Q5_0, Q5_1, IQ4_NL (ops.h): units of two blocks c = 0, 1,
- * Q4_0's quants, then (Q5_*) the fifth-bit masks, the f16 d and (Q4_1,
- * Q5_1) the f16 m of each block. */
+/* Packed Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (ops.h): units of two blocks c =
+ * 0, 1, Q4_0's quants, then (Q5_*) the fifth-bit masks, the f16 d (MXFP4:
+ * the f32 d = 2^(e - 128), 64 bytes per block, as f16 cannot hold it) and
+ * (Q4_1, Q5_1) the f16 m of each block. */
 typedef struct pk32_layout { size_t unit, mask, d, m; } pk32_layout; /* mask, m: 0 when none */
 static pk32_layout pk32(sp_ggml_type t) {
+    if (t == SP_GGML_MXFP4) return (pk32_layout){640, 0, 512, 0};
     const bool q5 = t == SP_GGML_Q5_0 || t == SP_GGML_Q5_1, hm = t == SP_GGML_Q4_1 || t == SP_GGML_Q5_1;
     const size_t d = 512 + (q5 ? 128 : 0);
     return (pk32_layout){d + (hm ? 128 : 64), q5 ? 512 : 0, d, hm ? d + 64 : 0};
 }
 
 static bool is_pk32(sp_ggml_type t) {
-    return t == SP_GGML_Q4_1 || t == SP_GGML_Q5_0 || t == SP_GGML_Q5_1 || t == SP_GGML_IQ4_NL;
+    return t == SP_GGML_Q4_1 || t == SP_GGML_Q5_0 || t == SP_GGML_Q5_1 || t == SP_GGML_IQ4_NL ||
+           t == SP_GGML_MXFP4;
 }
 
 /* The reference over packed Q4_1/Q5_0/Q5_1/IQ4_NL: mm_q32_ref's integer dot
@@ -369,12 +393,19 @@ static void mm_packed_q32_ref(const sp_mm *m, int64_t r0, int64_t r1) {
                                        ((4 * i + e % 4) % 8)) & 1) << 4;
                     if (t == SP_GGML_Q5_0) q -= 16;
                     if (t == SP_GGML_IQ4_NL) q = sp_iq4nl_values[q];
+                    if (t == SP_GGML_MXFP4) q = sp_mxfp4_values[q];
                     sumi += q * xq[b * SP_QK + e];
                 }
                 uint16_t hd, hm = 0;
-                memcpy(&hd, unit + L.d + 32 * c + 2 * (size_t)i, 2);
+                float d;
+                if (t == SP_GGML_MXFP4) {
+                    memcpy(&d, unit + L.d + 64 * c + 4 * (size_t)i, 4);
+                } else {
+                    memcpy(&hd, unit + L.d + 32 * c + 2 * (size_t)i, 2);
+                    d = sp_fp16_to_fp32(hd);
+                }
                 if (L.m) memcpy(&hm, unit + L.m + 32 * c + 2 * (size_t)i, 2);
-                const float d = sp_fp16_to_fp32(hd), mn = sp_fp16_to_fp32(hm);
+                const float mn = sp_fp16_to_fp32(hm);
                 float v = (d * sp_act_d(xr, m->k)[b]) * (float)sumi;
                 if (mn != 0) v += mn * sp_act_s(xr, m->k)[b];
                 acc += v;
@@ -394,6 +425,7 @@ static void pack_q32(sp_ggml_type t, const uint8_t *w, size_t w_stride, int64_t 
     case SP_GGML_Q4_1: om = 2, oqs = 4; break;
     case SP_GGML_Q5_0: oqh = 2, oqs = 6; break;
     case SP_GGML_Q5_1: om = 2, oqh = 4, oqs = 8; break;
+    case SP_GGML_MXFP4: oqs = 1; break;
     default: oqs = 2; break; /* IQ4_NL */
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -410,7 +442,12 @@ static void pack_q32(sp_ggml_type t, const uint8_t *w, size_t w_stride, int64_t 
                 for (size_t j = 0; j < 8; j++) /* mask j, bits 4i..4i+3: elements 4j..4j+3's fifth bits */
                     unit[L.mask + 64 * c + 8 * j + i / 2] |= (uint8_t)(((qh >> (4 * j)) & 0xF) << (4 * (i % 2)));
             }
-            memcpy(unit + L.d + 32 * c + 2 * i, blk, 2);
+            if (t == SP_GGML_MXFP4) {
+                const float d = sp_e8m0_half(blk[0]);
+                memcpy(unit + L.d + 64 * c + 4 * i, &d, 4);
+            } else {
+                memcpy(unit + L.d + 32 * c + 2 * i, blk, 2);
+            }
             if (L.m) memcpy(unit + L.m + 32 * c + 2 * i, blk + om, 2);
         }
     }
@@ -625,7 +662,7 @@ void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t 
     }
 }
 
-/* The other 32-block formats (Q4_1, Q5_0, Q5_1, IQ4_NL) against q8
+/* The other 32-block formats (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) against q8
  * activations: a block's weights are unpacked once to integers and applied
  * to every token; per block y += (d_w d_x) * sum(q_w q_x) + m_w * s_x, the
  * formula and the float products of ggml's vec_dot (s_x: see ops.h).
@@ -703,17 +740,96 @@ static void att_scores_ref(const float *q, const float *k, int64_t stride, int32
     for (int32_t s = 0; s < n; s++) out[s] = dot_ggml(q, k + s * stride, hd) * scale;
 }
 
-static void att_mix_ref(const float *p, const int32_t *idx, const float *v, int64_t stride, int32_t n,
-                        int32_t hd, float *o) {
-    for (int32_t i = 0; i < hd; i++) {
-        float a[16] = {0};
-        for (int32_t r = 0; r < n; r++)
-            if (p[r] != 0.0f) a[r % 16] = fmaf(v[(int64_t)(idx ? idx[r] : r) * stride + i], p[r], a[r % 16]);
-        o[i] = sp_reduce16(a);
+/* Accumulating mixes (ops.h): rank r into acc row r mod 16. */
+static void att_mix_acc_f32_ref(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                                int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    for (int32_t r = r0; r < r1; r++) {
+        if (p[r] == 0.0f) continue;
+        const float *vr = (const float *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
+        float *a = acc + (r & 15) * (int64_t)ld;
+        for (int32_t i = 0; i < hd; i++) a[i] = fmaf(vr[i], p[r], a[i]);
     }
 }
 
 static void act_q8_ref(const float *x, int64_t k, void *dst);
+/* ---- attention over F16 / Q8_0 caches (ops.h) ---- */
+
+static inline float h2f(uint16_t h) { return sp_fp16_to_fp32(h); }
+
+/* ggml's vec_dot_f16 (x86: 4 x 16 lanes over 64-dim steps, a double tail). */
+static float dot_f16_ggml(const uint16_t *x, const uint16_t *y, int32_t n) {
+    const int32_t np = n / 64 * 64;
+    float a[4][16] = {{0}};
+    for (int32_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++)
+                a[j][l] = fmaf(h2f(x[i + 16 * j + l]), h2f(y[i + 16 * j + l]), a[j][l]);
+    float t[16];
+    for (int l = 0; l < 16; l++) t[l] = (a[0][l] + a[2][l]) + (a[1][l] + a[3][l]);
+    double s = sp_reduce16(t);
+    for (int32_t i = np; i < n; i++) s += (double)(h2f(x[i]) * h2f(y[i]));
+    return (float)s;
+}
+
+static void att_scores_f16_ref(const void *q, const void *k, size_t stride, int32_t n, int32_t hd,
+                               float scale, float *out) {
+    const uint16_t *qh = q;
+    for (int32_t s = 0; s < n; s++) {
+        const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+        if (hd % 16) {
+            out[s] = dot_f16_ggml(ks, qh, hd) * scale;
+            continue;
+        }
+        float a[16] = {0};
+        for (int32_t i = 0; i < hd; i++) a[i % 16] = fmaf(h2f(ks[i]), h2f(qh[i]), a[i % 16]);
+        out[s] = sp_reduce16(a) * scale;
+    }
+}
+
+static void att_mix_acc_f16_ref(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                                int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    for (int32_t r = r0; r < r1; r++) {
+        const float pr = h2f(sp_fp32_to_fp16(p[r]));
+        if (pr == 0.0f) continue;
+        const uint16_t *vr = (const uint16_t *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
+        float *a = acc + (r & 15) * (int64_t)ld;
+        for (int32_t i = 0; i < hd; i++) a[i] = fmaf(h2f(vr[i]), pr, a[i]);
+    }
+}
+
+static void att_scores_q8_ref(const void *q, const void *k, size_t stride, int32_t n, int32_t hd,
+                              float scale, float *out) {
+    const sp_block_q8_0 *qb = q;
+    for (int32_t s = 0; s < n; s++) {
+        const sp_block_q8_0 *kb = (const sp_block_q8_0 *)((const uint8_t *)k + (size_t)s * stride);
+        float a[8] = {0};
+        for (int32_t b = 0; b < hd / SP_QK; b++) {
+            const float d = h2f(kb[b].d) * h2f(qb[b].d);
+            for (int j = 0; j < 8; j++) {
+                int32_t sum = 0;
+                for (int e = 4 * j; e < 4 * j + 4; e++) sum += kb[b].qs[e] * qb[b].qs[e];
+                a[j] = fmaf(d, (float)sum, a[j]);
+            }
+        }
+        float h[4];
+        for (int j = 0; j < 4; j++) h[j] = a[j] + a[j + 4];
+        out[s] = ((h[0] + h[2]) + (h[1] + h[3])) * scale;
+    }
+}
+
+static void att_mix_acc_q8_ref(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                               int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    for (int32_t r = r0; r < r1; r++) {
+        if (p[r] == 0.0f) continue;
+        const sp_block_q8_0 *vb = (const sp_block_q8_0 *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
+        float *a = acc + (r & 15) * (int64_t)ld;
+        for (int32_t i = 0; i < hd; i++) {
+            const float x = h2f(vb[i / SP_QK].d) * (float)vb[i / SP_QK].qs[i % SP_QK];
+            a[i] = fmaf(x, p[r], a[i]);
+        }
+    }
+}
+
 
 /* The sum of the 64-bit words mod 2^64 (every ISA returns the same), with
  * four independent accumulators: bound by loads, not by a chain. */
@@ -738,7 +854,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm[SP_GGML_Q4_0] = mm_q4_0_ref;
     t->mm_packed[SP_GGML_Q8_0] = t->mm_packed[SP_GGML_Q4_0] = mm_packed_ref;
     t->mm_packed[SP_GGML_Q4_1] = t->mm_packed[SP_GGML_Q5_0] = t->mm_packed[SP_GGML_Q5_1] =
-        t->mm_packed[SP_GGML_IQ4_NL] = mm_packed_q32_ref;
+        t->mm_packed[SP_GGML_IQ4_NL] = t->mm_packed[SP_GGML_MXFP4] = mm_packed_q32_ref;
     t->mm_packed[SP_GGML_IQ4_XS] = mm_packed_iq4xs_ref;
     t->mm_packed[SP_GGML_Q3_K] = t->mm_packed[SP_GGML_Q2_K] = mm_packed_q23k_ref;
     t->mm_packed[SP_GGML_Q4_K] = t->mm_packed[SP_GGML_Q5_K] = mm_packed_q45k_ref;
@@ -746,12 +862,18 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->mm_packed[SP_GGML_F32] = mm_f32_pk_ref;
     t->mm_packed[SP_GGML_F16] = mm_f16_pk_ref;
     t->mm_packed[SP_GGML_BF16] = mm_bf16_pk_ref;
-    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32_ref;
+    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] =
+        t->mm[SP_GGML_MXFP4] = mm_q32_ref;
     t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
         t->mm[SP_GGML_Q6_K] = t->mm[SP_GGML_IQ4_XS] = mm_k_ref;
+    t->mm_f16_vecdot = mm_f16_vecdot_ref;
     t->att_scores = att_scores_ref;
-    t->att_mix = att_mix_ref;
     t->softmax = sp_softmax;
+    t->att_scores_kv[0] = att_scores_f16_ref;
+    t->att_scores_kv[1] = att_scores_q8_ref;
+    t->att_mix_acc[0] = att_mix_acc_f32_ref;
+    t->att_mix_acc[1] = att_mix_acc_f16_ref;
+    t->att_mix_acc[2] = att_mix_acc_q8_ref;
     t->swiglu = sp_swiglu;
     t->act_q8 = act_q8_ref;
     t->read_sum = read_sum_ref;
@@ -762,7 +884,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
 sp_act_kind sp_ops_act_kind(sp_ggml_type wtype) {
     switch (wtype) {
     case SP_GGML_Q8_0: case SP_GGML_Q4_0: case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1:
-    case SP_GGML_IQ4_NL:
+    case SP_GGML_IQ4_NL: case SP_GGML_MXFP4:
         return SP_ACT_Q8;
     case SP_GGML_Q2_K: case SP_GGML_Q3_K: case SP_GGML_Q4_K: case SP_GGML_Q5_K: case SP_GGML_Q6_K:
     case SP_GGML_IQ4_XS:
@@ -971,12 +1093,43 @@ void sp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps
 
 void sp_rope_cs(float *cs, int32_t pos, const sp_rope_freqs *f, int32_t rot_dim) {
     float theta = (float)pos;
+    if (f->yarn) {
+        /* ggml's rope_yarn with the FMAs GCC forms in it (checked against
+         * llama.cpp's logits, tests/test_moe.c) */
+        float mscale = f->attn_factor;
+        if (f->ext_factor != 0.0f) mscale *= fmaf(0.1f, logf(1.0f / f->freq_scale), 1.0f);
+        for (int32_t i = 0; i < rot_dim / 2; i++) {
+            const float te = f->factors ? theta / f->factors[i] : theta, ti = f->freq_scale * te;
+            float a = ti;
+            if (f->ext_factor != 0.0f) {
+                const float y = ((float)i - f->corr[0]) / fmaxf(0.001f, f->corr[1] - f->corr[0]);
+                const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * f->ext_factor;
+                a = fmaf(ti, 1.0f - mix, te * mix);
+            }
+            cs[2 * i] = cosf(a) * mscale;
+            cs[2 * i + 1] = sinf(a) * mscale;
+            theta *= f->theta_scale;
+        }
+        return;
+    }
     for (int32_t i = 0; i < rot_dim / 2; i++) {
         const float a = f->freq_scale * (f->factors ? theta / f->factors[i] : theta);
         cs[2 * i] = cosf(a);
         cs[2 * i + 1] = sinf(a);
         theta *= f->theta_scale;
     }
+}
+
+static float yarn_corr_dim(int32_t rot_dim, int32_t n_ctx_orig, float beta, float base) {
+    return (float)rot_dim * logf((float)n_ctx_orig / (beta * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+void sp_rope_yarn_corr(int32_t rot_dim, int32_t n_ctx_orig, float base, float beta_fast, float beta_slow,
+                       float corr[2]) {
+    const float start = floorf(yarn_corr_dim(rot_dim, n_ctx_orig, beta_fast, base));
+    const float end = ceilf(yarn_corr_dim(rot_dim, n_ctx_orig, beta_slow, base));
+    corr[0] = start > 0 ? start : 0;
+    corr[1] = end < (float)(rot_dim - 1) ? end : (float)(rot_dim - 1);
 }
 
 void sp_rope_apply(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, const float *cs,
@@ -993,6 +1146,21 @@ void sp_rope_apply(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim,
     }
 }
 
+void sp_fwht(float *x, int64_t len, int32_t n) {
+    const float scale = 1.0f / sqrtf((float)n);
+    for (int64_t r = 0; r + n <= len; r += n) {
+        float *y = x + r;
+        for (int32_t j = 0; j < n; j++) y[j] *= scale;
+        for (int32_t span = 1; span < n; span <<= 1)
+            for (int32_t i = 0; i < n; i += 2 * span)
+                for (int32_t j = 0; j < span; j++) {
+                    const float u = y[i + j], v = y[i + span + j];
+                    y[i + j] = u + v;
+                    y[i + span + j] = u - v;
+                }
+    }
+}
+
 void sp_softmax(float *x, int64_t n) {
     /* a plain compare, not fmaxf (a libm call here), as ggml's max */
     float mx = -INFINITY;
@@ -1003,6 +1171,20 @@ void sp_softmax(float *x, int64_t n) {
         for (int64_t l = 0; l < 16 && g + l < n; l++) e[l] = x[g + l] = sp_exp_ggml(x[g + l] - mx);
         sum += (double)sp_reduce16(e);
     }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void sp_softmax_sink(float *x, int64_t n, float sink) {
+    float mx = sink;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int64_t g = 0; g < n; g += 16) {
+        float e[16] = {0};
+        for (int64_t l = 0; l < 16 && g + l < n; l++) e[l] = x[g + l] = sp_exp_ggml(x[g + l] - mx);
+        sum += (double)sp_reduce16(e);
+    }
+    sum += (double)expf(sink - mx);
     const float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
@@ -1099,9 +1281,14 @@ static void fill_missing(sp_ops_table *t) {
     const sp_ops_table *ref = &g_tables[SP_ISA_SCALAR];
     for (int i = 0; i < SP_GGML_TYPE_COUNT; i++)
         if (!t->mm[i]) t->mm[i] = ref->mm[i];
+    if (!t->mm_f16_vecdot) t->mm_f16_vecdot = ref->mm_f16_vecdot;
     if (!t->att_scores) t->att_scores = ref->att_scores;
-    if (!t->att_mix) t->att_mix = ref->att_mix;
     if (!t->softmax) t->softmax = ref->softmax;
+    for (int i = 0; i < 2; i++) {
+        if (!t->att_scores_kv[i]) t->att_scores_kv[i] = ref->att_scores_kv[i];
+    }
+    for (int i = 0; i < 3; i++)
+        if (!t->att_mix_acc[i]) t->att_mix_acc[i] = ref->att_mix_acc[i];
     if (!t->swiglu) t->swiglu = ref->swiglu;
     if (!t->act_q8) t->act_q8 = ref->act_q8;
     if (!t->read_sum) t->read_sum = ref->read_sum;
@@ -1186,6 +1373,13 @@ sp_mm_kernel sp_ops_mm_isa(sp_ggml_type wtype, sp_isa isa) {
 
 sp_mm_kernel sp_ops_mm(sp_ggml_type wtype) { return sp_ops_mm_isa(wtype, sp_ops_isa()); }
 
+sp_mm_kernel sp_ops_mm_f16_vecdot_isa(sp_isa isa) {
+    pthread_once(&g_once, ops_init_once);
+    return isa > g_best ? NULL : g_tables[isa].mm_f16_vecdot;
+}
+
+sp_mm_kernel sp_ops_mm_f16_vecdot(void) { return sp_ops_mm_f16_vecdot_isa(sp_ops_isa()); }
+
 sp_mm_kernel sp_ops_mm_packed_isa(sp_ggml_type wtype, sp_isa isa) {
     pthread_once(&g_once, ops_init_once);
     if ((unsigned)wtype >= SP_GGML_TYPE_COUNT || isa > g_best || ggml_order_mm(wtype)) return NULL;
@@ -1199,7 +1393,62 @@ bool sp_ops_packs(sp_ggml_type wtype) {
 }
 
 sp_att_scores_fn sp_ops_att_scores(void) { return g_tables[sp_ops_isa()].att_scores; }
-sp_att_mix_fn sp_ops_att_mix(void) { return g_tables[sp_ops_isa()].att_mix; }
 sp_softmax_fn sp_ops_softmax(void) { return g_tables[sp_ops_isa()].softmax; }
+
+/* F32 through the float kernels (stride in floats there) */
+static void att_scores_f32_kv(const void *q, const void *k, size_t stride, int32_t n, int32_t hd,
+                              float scale, float *out) {
+    g_tables[sp_ops_isa()].att_scores(q, k, (int64_t)(stride / sizeof(float)), n, hd, scale, out);
+}
+sp_att_scores_kv_fn sp_ops_att_scores_kv(sp_ggml_type ktype) {
+    return ktype == SP_GGML_F32 ? att_scores_f32_kv : g_tables[sp_ops_isa()].att_scores_kv[ktype == SP_GGML_Q8_0];
+}
+
+static int mix_index(sp_ggml_type t) { return t == SP_GGML_F32 ? 0 : t == SP_GGML_F16 ? 1 : 2; }
+sp_att_mix_acc_fn sp_ops_att_mix_acc(sp_ggml_type vtype) { return g_tables[sp_ops_isa()].att_mix_acc[mix_index(vtype)]; }
+
+void sp_att_mix_finish(const float *acc, int32_t ld, int32_t hd, float *o) {
+    /* sp_reduce16 of each column, written so that the loops vectorise */
+    for (int32_t i = 0; i < hd; i++) {
+        float h[8], q[4];
+        for (int l = 0; l < 8; l++) h[l] = acc[l * (int64_t)ld + i] + acc[(l + 8) * (int64_t)ld + i];
+        for (int l = 0; l < 4; l++) q[l] = h[l] + h[l + 4];
+        o[i] = (q[0] + q[2]) + (q[1] + q[3]);
+    }
+}
+
+/* The whole mix: acc on the stack for heads up to 1024, zeroed, one piece, finish. */
+enum { MIX_WHOLE_MAX = 1024 };
+static void mix_whole(sp_ggml_type t, const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n,
+                      int32_t hd, float *o) {
+    SP_ASSERT(hd <= MIX_WHOLE_MAX);
+    float acc[16 * MIX_WHOLE_MAX] __attribute__((aligned(64)));
+    memset(acc, 0, sizeof(float) * 16 * (size_t)hd);
+    sp_ops_att_mix_acc(t)(p, idx, v, stride, 0, n, hd, acc, hd);
+    sp_att_mix_finish(acc, hd, hd, o);
+}
+static void mix_f32(const float *p, const int32_t *idx, const float *v, int64_t stride, int32_t n, int32_t hd,
+                    float *o) {
+    mix_whole(SP_GGML_F32, p, idx, v, (size_t)stride * sizeof(float), n, hd, o);
+}
+static void mix_f32_kv(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n, int32_t hd,
+                       float *o) {
+    mix_whole(SP_GGML_F32, p, idx, v, stride, n, hd, o);
+}
+static void mix_f16_kv(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n, int32_t hd,
+                       float *o) {
+    mix_whole(SP_GGML_F16, p, idx, v, stride, n, hd, o);
+}
+static void mix_q8_kv(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t n, int32_t hd,
+                      float *o) {
+    mix_whole(SP_GGML_Q8_0, p, idx, v, stride, n, hd, o);
+}
+sp_att_mix_fn sp_ops_att_mix(void) { return mix_f32; }
+sp_att_mix_kv_fn sp_ops_att_mix_kv(sp_ggml_type vtype) {
+    return vtype == SP_GGML_F32 ? mix_f32_kv : vtype == SP_GGML_F16 ? mix_f16_kv : mix_q8_kv;
+}
+void sp_ops_att_query(sp_ggml_type ktype, const float *q, int32_t hd, void *dst) {
+    sp_kv_convert_row(ktype, q, dst, hd);
+}
 sp_swiglu_fn sp_ops_swiglu(void) { return g_tables[sp_ops_isa()].swiglu; }
 uint64_t sp_ops_read_sum(const void *p, size_t bytes) { return g_tables[sp_ops_isa()].read_sum(p, bytes); }

@@ -14,7 +14,7 @@
  *  - F32/F16/BF16 weights read x as plain f32 (every ISA sums an output
  *    in 16 FMA lanes, element i into lane i mod 16, then sp_reduce16:
  *    tinyBLAS's order, the same bits on every ISA);
- *  - 32-block weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) read the "q8"
+ *  - 32-block weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) read the "q8"
  *    layout: per 32-block, amax = max|x|, d = amax/127 kept as ggml keeps it
  *    (rounded to f16), q = round-to-nearest-even(x * 127/amax) (ggml's x86
  *    quantiser), sum = sum of q, s = f16(d * sum) (ggml's q8_1 s, used by
@@ -72,7 +72,9 @@
  * j - 4's high nibble otherwise), the f16 d of the 16 rows (32 bytes per
  * block) and, for Q4_1/Q5_1, their f16 m (32 bytes per block): units of 640
  * (Q4_1), 704 (Q5_0), 768 (Q5_1), 576 (IQ4_NL) bytes, the size of 32 of
- * the original blocks.
+ * the original blocks. MXFP4 packs as IQ4_NL except for the scales: the
+ * f32 d = 2^(e - 128) of the 16 rows (64 bytes per block, as f16 cannot
+ * hold every E8M0 scale), units of 640 bytes.
  * Q4_K packs the same way with one unit of 2368 bytes per super-block b:
  * 2048 bytes of quants, chunk 8p + j (p < 4 pairs of sub-blocks, j < 8)
  * holding row i's qs[32p + 4j..+3] at bytes 4i.. (low nibbles: sub-block 2p
@@ -192,6 +194,18 @@ void sp_ops_pack(sp_ggml_type wtype, const uint8_t *w, size_t w_stride, int64_t 
 sp_mm_kernel sp_ops_mm_packed(sp_ggml_type wtype);
 sp_mm_kernel sp_ops_mm_packed_isa(sp_ggml_type wtype, sp_isa isa);
 
+/* F16 weights against f16-valued f32 activations in the order of ggml's
+ * vec_dot_f16 on AVX-512 (what llama.cpp's mul_mat_id, the expert matmul,
+ * computes with; its dense matmuls use tinyBLAS's order, the kernels
+ * above): per output, for the first k/64*64 elements 4 x 16 lanes
+ * a_j[l] = fma(w_i, x_i, a_j[l]) with i = 64c + 16j + l; a_0 + a_2 and
+ * a_1 + a_3, those two added, sp_reduce16 of that widened to double; then
+ * each remaining element's float product w_i x_i added in double; the
+ * result rounded to float. Over the original rows (not packed); the same
+ * bits in every ISA (AVX2 uses the scalar reference). */
+sp_mm_kernel sp_ops_mm_f16_vecdot(void);
+sp_mm_kernel sp_ops_mm_f16_vecdot_isa(sp_isa isa);
+
 /* Activation layout for a weight type (see the top). */
 typedef enum sp_act_kind { SP_ACT_F32, SP_ACT_Q8, SP_ACT_Q8_K } sp_act_kind;
 sp_act_kind sp_ops_act_kind(sp_ggml_type wtype);
@@ -218,11 +232,36 @@ void sp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps
 typedef struct sp_rope_freqs {
     float theta_scale, freq_scale;
     const float *factors; /* [rot_dim/2] or NULL */
+    /* YaRN (ggml's rope_yarn) when yarn is set: with t_e = theta_i / factors[i]
+     * and t_i = freq_scale * t_e, ramp r = (1 - clamp((i - corr[0]) /
+     * max(0.001, corr[1] - corr[0]), 0, 1)) * ext_factor, the angle is
+     * t_i (1 - r) + t_e r and cos, sin are scaled by attn_factor (times
+     * 1 + 0.1 ln(1 / freq_scale) when ext_factor != 0); corr from
+     * sp_rope_yarn_init. */
+    bool yarn;
+    float ext_factor, attn_factor, corr[2];
 } sp_rope_freqs;
+/* YaRN's correction dims for a RoPE of rot_dim dimensions, base and
+ * original context n_ctx_orig (ggml_rope_yarn_corr_dims): floor and ceil of
+ * rot_dim ln(n_ctx_orig / (2 pi beta)) / (2 ln base) for beta_fast and
+ * beta_slow, clamped to [0, rot_dim - 1]. */
+void sp_rope_yarn_corr(int32_t rot_dim, int32_t n_ctx_orig, float base, float beta_fast, float beta_slow,
+                       float corr[2]);
 void sp_rope_cs(float *cs, int32_t pos, const sp_rope_freqs *f, int32_t rot_dim);
 void sp_rope_apply(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dim, const float *cs,
                    bool neox);
 void sp_softmax(float *x, int64_t n);
+/* The orthonormal Walsh-Hadamard transform of each run of n floats of x
+ * (len a multiple of n, n a power of 2), as ggml's CPU fwht: every value
+ * times 1/sqrtf(n) first, then butterflies (u + v, u - v) at spans 1, 2,
+ * 4, ... n/2. llama.cpp rotates queries and keys (and values, and the
+ * attention output back) by it when the cache holding them is quantised. */
+void sp_fwht(float *x, int64_t len, int32_t n);
+/* The softmax above with one more logit, `sink`, whose weight is dropped
+ * (gpt-oss's attention sinks), as ggml's soft_max with sinks: the max over
+ * x and sink, then x's exps and group sums as above, then expf(sink - max)
+ * added to the sum. Scalar in every ISA. */
+void sp_softmax_sink(float *x, int64_t n, float sink);
 /* exp(x) as ggml's AVX-512 vector expf computes it (a degree-5 polynomial
  * on x - n ln2, n = round(x / ln2), scaled by 2^n; |n| > 192 gives 0 or
  * inf): within ~2 ulp of expf, but these bits, not expf's. */
@@ -265,6 +304,47 @@ typedef void (*sp_att_mix_fn)(const float *p, const int32_t *idx, const float *v
                               int32_t n, int32_t hd, float *o);
 sp_att_scores_fn sp_ops_att_scores(void);
 sp_att_mix_fn sp_ops_att_mix(void);
+/* The same over a typed KV cache (kv.h): llama.cpp's arithmetic with an
+ * F16 or Q8_0 cache, flash attention off, for a batch of 2 or more tokens
+ * (ggml converts the queries, then the probabilities, to the cache's dot
+ * type and hands the products to tinyBLAS; a single token goes through
+ * ggml's vec_dot kernels, whose last bits differ: not reproduced). Rows
+ * are `stride` bytes apart; q is the query as sp_ops_att_query made it.
+ *   F16 scores: q rounded to f16; when hd % 16 == 0, out[s] = scale *
+ *            sp_reduce16(a) with a[l] = fma(k_i, q_i, a[l]) over dims
+ *            i = l mod 16 in order (tinyBLAS<16> on f16); otherwise
+ *            ggml's vec_dot_f16: 4 x 16 lanes over the first hd/64*64
+ *            dims as in the F32 scores, summed ((a0 + a2) + (a1 + a3)),
+ *            sp_reduce16 into a double, the rest added in double as float
+ *            products, rounded to float.
+ *   F16 mix: as the F32 mix with p_r rounded to f16 first.
+ *   Q8_0 scores: q quantised as the cache's rows (kv.h); per 32-block b,
+ *            8 lanes j += fma(d_k d_q, sum of the 4 int8 products
+ *            4j..4j+3) in block order, added as ggml's hsum_float_8
+ *            ((a_j + a_(j+4)), then (h0 + h2) + (h1 + h3)) (tinyBLAS_Q0).
+ *   Q8_0 mix: as the F32 mix over the values d * q (a float product).
+ *            llama.cpp needs flash attention for a quantised V cache,
+ *            whose arithmetic this is not: close, not equal. */
+typedef void (*sp_att_scores_kv_fn)(const void *q, const void *k, size_t stride, int32_t n,
+                                    int32_t hd, float scale, float *out);
+typedef void (*sp_att_mix_kv_fn)(const float *p, const int32_t *idx, const void *v, size_t stride,
+                                 int32_t n, int32_t hd, float *o);
+/* The mix in pieces (grouped attention walks the cache block by block for
+ * many query rows): adds ranks r0..r1-1 into acc, 16 rows of acc_ld floats
+ * (row l gathers the ranks r with r mod 16 == l, hd floats used), in rank
+ * order; sp_att_mix_finish then gives o[i] = sp_reduce16 over the rows.
+ * Zeroed acc, ranks 0..n-1 in any number of pieces, then finish: the mix's
+ * bits. */
+typedef void (*sp_att_mix_acc_fn)(const float *p, const int32_t *idx, const void *v, size_t stride,
+                                  int32_t r0, int32_t r1, int32_t hd, float *acc, int32_t acc_ld);
+sp_att_mix_acc_fn sp_ops_att_mix_acc(sp_ggml_type vtype);
+void sp_att_mix_finish(const float *acc, int32_t acc_ld, int32_t hd, float *o);
+/* The query q (hd floats) in the form the scores over a `ktype` cache
+ * read: floats (F32), halves (F16) or q8_0 blocks (Q8_0) at dst, which
+ * holds hd * 4 bytes. */
+void sp_ops_att_query(sp_ggml_type ktype, const float *q, int32_t hd, void *dst);
+sp_att_scores_kv_fn sp_ops_att_scores_kv(sp_ggml_type ktype);
+sp_att_mix_kv_fn sp_ops_att_mix_kv(sp_ggml_type vtype);
 /* 16 floats summed in the order of GCC's _mm512_reduce_add_ps (ggml's
  * horizontal sum): halves h_i = a_i + a_(i+8), quarters q_i = h_i + h_(i+4),
  * then (q_0 + q_2) + (q_1 + q_3). */
@@ -286,9 +366,13 @@ sp_swiglu_fn sp_ops_swiglu(void);
 typedef struct sp_ops_table {
     sp_mm_kernel mm[SP_GGML_TYPE_COUNT];
     sp_mm_kernel mm_packed[SP_GGML_TYPE_COUNT]; /* over packed weights; NULL: none */
+    sp_mm_kernel mm_f16_vecdot;  /* sp_ops_mm_f16_vecdot; NULL: the scalar one */
     sp_att_scores_fn att_scores; /* NULL: the scalar one */
-    sp_att_mix_fn att_mix;
     sp_softmax_fn softmax;       /* NULL: sp_softmax */
+    /* over F16 / Q8_0 caches (index 0: F16, 1: Q8_0); NULL: scalar ones */
+    sp_att_scores_kv_fn att_scores_kv[2];
+    /* the mix, accumulating (index 0: F32, 1: F16, 2: Q8_0); NULL: scalar */
+    sp_att_mix_acc_fn att_mix_acc[3];
     /* sp_swiglu for the ISA, bit-identical to it. NULL: sp_swiglu */
     sp_swiglu_fn swiglu;
     /* q8 activation row (see sp_ops_act_prepare); must be bit-identical to

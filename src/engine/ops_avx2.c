@@ -442,7 +442,7 @@ static void mm_kquant(const sp_mm *m, int64_t r0, int64_t r1) {
     }
 }
 
-/* ---- Q4_1, Q5_0, Q5_1, IQ4_NL against q8 activations ----
+/* ---- Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 against q8 activations ----
  * A block's 32 values unpacked once to signed bytes; per token one
  * maddubs(|w|, sign(x, w)) (pairs at most 2 * 127 * 127) and a madd give the
  * exact integer dot; the float expression is the scalar reference's, so the
@@ -492,6 +492,13 @@ static void mm_q32(const sp_mm *m, int64_t r0, int64_t r1) {
                 d = _cvtsh_ss(x->d), mn = _cvtsh_ss(x->m);
                 break;
             }
+            case SP_GGML_MXFP4: {
+                const sp_block_mxfp4 *x = (const sp_block_mxfp4 *)w + b;
+                const __m128i tab = _mm_loadu_si128((const __m128i *)sp_mxfp4_values);
+                v = _mm256_shuffle_epi8(_mm256_set_m128i(tab, tab), nibbles32(x->qs));
+                d = sp_e8m0_half(x->e);
+                break;
+            }
             default: { /* IQ4_NL */
                 const sp_block_iq4_nl *x = (const sp_block_iq4_nl *)w + b;
                 v = _mm256_shuffle_epi8(iq4_table(), nibbles32(x->qs));
@@ -515,7 +522,8 @@ static void mm_q32(const sp_mm *m, int64_t r0, int64_t r1) {
 void sp_ops_fill_kquants_avx2(sp_ops_table *t) {
     t->mm[SP_GGML_Q2_K] = t->mm[SP_GGML_Q3_K] = t->mm[SP_GGML_Q4_K] = t->mm[SP_GGML_Q5_K] =
         t->mm[SP_GGML_Q6_K] = t->mm[SP_GGML_IQ4_XS] = mm_kquant;
-    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32;
+    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] =
+        t->mm[SP_GGML_MXFP4] = mm_q32;
 }
 
 /* ---- attention, softmax, SwiGLU (see ops.h), bit-identical to the scalar
@@ -550,40 +558,87 @@ static void att_scores(const float *q, const float *k, int64_t stride, int32_t n
     }
 }
 
-/* tinyBLAS's order (ops.h): 16 accumulator rows in L1, one per rank mod 16. */
+/* tinyBLAS's order (ops.h), accumulating: 16 accumulator rows in L1, one per
+ * rank mod 16, loaded from and stored back to acc; VLOAD8(vr, b, w): 8
+ * values widened to f32 (beyond w: zero). */
 enum { MIX_HD_MAX = 256 };
-static void att_mix(const float *p, const int32_t *idx, const float *v, int64_t stride, int32_t n,
-                    int32_t hd, float *o) {
-    if (hd > MIX_HD_MAX) {
-        const int32_t h0 = hd / 2 / 8 * 8;
-        att_mix(p, idx, v, stride, n, h0, o);
-        att_mix(p, idx, v + h0, stride, n, hd - h0, o + h0);
-        return;
+AI __m256 acc_load(const float *a, int32_t b, int32_t w) {
+    return 8 * b + 8 <= w ? _mm256_loadu_ps(a + 8 * b) : _mm256_maskload_ps(a + 8 * b, tail_mask(w - 8 * b));
+}
+AI void acc_store(float *a, int32_t b, int32_t w, __m256 x) {
+    if (8 * b + 8 <= w)
+        _mm256_storeu_ps(a + 8 * b, x);
+    else
+        _mm256_maskstore_ps(a + 8 * b, tail_mask(w - 8 * b), x);
+}
+/* x rounded to f16 and back by F16C: round to nearest even, subnormals
+ * and overflow as sp_fp32_to_fp16 (the default MXCSR: no DAZ/FTZ). */
+AI float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+#define MIX_ACC_BODY(ROW_T, PR, VLOAD8)                                                           \
+    for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {                                             \
+        const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = (w + 7) / 8;          \
+        __m256 a[16][MIX_HD_MAX / 8];                                                             \
+        for (int l = 0; l < 16; l++)                                                              \
+            for (int32_t b = 0; b < nb; b++) a[l][b] = acc_load(acc + l * (int64_t)ld + d0, b, w); \
+        for (int32_t r = r0; r < r1; r++) {                                                       \
+            const float pf = PR;                                                                  \
+            if (pf == 0.0f) continue;                                                             \
+            const __m256 pr = _mm256_set1_ps(pf);                                                 \
+            const ROW_T *vr = (const ROW_T *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride) + d0; \
+            __m256 *ar = a[r & 15];                                                               \
+            for (int32_t b = 0; b < nb; b++) ar[b] = _mm256_fmadd_ps(VLOAD8(vr, b, w), pr, ar[b]); \
+        }                                                                                         \
+        for (int l = 0; l < 16; l++)                                                              \
+            for (int32_t b = 0; b < nb; b++) acc_store(acc + l * (int64_t)ld + d0, b, w, a[l][b]); \
     }
-    __m256 a[16][MIX_HD_MAX / 8];
-    const int32_t nb = (hd + 7) / 8;
-    for (int l = 0; l < 16; l++)
-        for (int32_t b = 0; b < nb; b++) a[l][b] = _mm256_setzero_ps();
-    for (int32_t r = 0; r < n; r++) {
-        if (p[r] == 0.0f) continue;
-        const __m256 pr = _mm256_set1_ps(p[r]);
-        const float *vr = v + (int64_t)(idx ? idx[r] : r) * stride;
-        __m256 *ar = a[r & 15];
-        for (int32_t b = 0; b < nb; b++) {
-            const __m256 vv = 8 * b + 8 <= hd ? _mm256_loadu_ps(vr + 8 * b)
-                                              : _mm256_maskload_ps(vr + 8 * b, tail_mask(hd - 8 * b));
-            ar[b] = _mm256_fmadd_ps(vv, pr, ar[b]);
+
+#define VLOAD8_F32(vr, b, w) acc_load((vr), (b), (w))
+#define VLOAD8_F16(vr, b, w) _mm256_cvtph_ps(load_h8((vr), 8 * (b), (w)))
+
+static void att_mix_acc_f32(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                            int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(float, p[r], VLOAD8_F32)
+}
+
+static void att_mix_acc_f16(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                            int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(uint16_t, round_f16(p[r]), VLOAD8_F16)
+}
+
+/* ---- attention over an F16 cache (ops.h): 16 lanes as two halves ---- */
+
+AI __m256 load_h8f(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+static void att_scores_f16(const void *q, const void *k, size_t stride, int32_t n, int32_t hd, float scale,
+                           float *out) {
+    const uint16_t *qh = q;
+    const bool tiny = hd % 16 != 0; /* ggml's vec_dot_f16 (4 accumulators over 64-dim steps) */
+    const int32_t np = tiny ? hd / 64 * 64 : hd;
+    for (int32_t s = 0; s < n; s++) {
+        const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+        __m256 lo, hi;
+        if (tiny) {
+            __m256 a[8];
+            for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
+            for (int32_t i = 0; i < np; i += 64)
+                for (int j = 0; j < 8; j++)
+                    a[j] = _mm256_fmadd_ps(load_h8f(ks + i + 8 * j), load_h8f(qh + i + 8 * j), a[j]);
+            lo = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
+            hi = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
+        } else {
+            lo = hi = _mm256_setzero_ps();
+            for (int32_t i = 0; i < hd; i += 16) {
+                lo = _mm256_fmadd_ps(load_h8f(ks + i), load_h8f(qh + i), lo);
+                hi = _mm256_fmadd_ps(load_h8f(ks + i + 8), load_h8f(qh + i + 8), hi);
+            }
         }
-    }
-    for (int32_t b = 0; b < nb; b++) {
-        __m256 h[8];
-        for (int l = 0; l < 8; l++) h[l] = _mm256_add_ps(a[l][b], a[l + 8][b]);
-        for (int l = 0; l < 4; l++) h[l] = _mm256_add_ps(h[l], h[l + 4]);
-        const __m256 r = _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
-        if (8 * b + 8 <= hd)
-            _mm256_storeu_ps(o + 8 * b, r);
-        else
-            _mm256_maskstore_ps(o + 8 * b, tail_mask(hd - 8 * b), r);
+        if (!tiny) {
+            out[s] = hsum16(lo, hi) * scale;
+            continue;
+        }
+        double d = hsum16(lo, hi);
+        for (int32_t i = np; i < hd; i++) d += (double)(sp_fp16_to_fp32(ks[i]) * sp_fp16_to_fp32(qh[i]));
+        out[s] = (float)d * scale;
     }
 }
 
@@ -659,7 +714,9 @@ void sp_ops_fill_avx2(sp_ops_table *t) {
     t->mm[SP_GGML_Q8_0] = mm_q8_0;
     t->mm[SP_GGML_Q4_0] = mm_q4_0;
     t->att_scores = att_scores;
-    t->att_mix = att_mix;
+    t->att_scores_kv[0] = att_scores_f16;
+    t->att_mix_acc[0] = att_mix_acc_f32;
+    t->att_mix_acc[1] = att_mix_acc_f16;
     t->softmax = softmax;
     t->swiglu = swiglu;
     sp_ops_fill_kquants_avx2(t);

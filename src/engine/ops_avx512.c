@@ -653,25 +653,26 @@ static void mm_q4_0_pk(const sp_mm *m, int64_t r0, int64_t r1) {
 #undef Q4_TILE
 }
 
-/* Q4_1, Q5_0, Q5_1, IQ4_NL over packed weights (ops.h): per block, the 16
+/* Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 over packed weights (ops.h): per block, the 16
  * rows' quants become 8 vectors of unsigned bytes u (chunk c: elements
  * 4c..4c+3 of each row): nibbles, plus 16 under the fifth-bit masks (Q5_*),
- * or looked up in the IQ4_NL table plus 128 (vpshufb: a nibble index stays
+ * or looked up in the IQ4_NL / MXFP4 table plus 128 (vpshufb: a nibble index stays
  * inside its 128-bit lane). Per token 8 dpbusd against broadcast 4-byte
- * groups, started from -off * sum(x) (off = 16 for Q5_0, 128 for IQ4_NL,
+ * groups, started from -off * sum(x) (off = 16 for Q5_0, 128 for IQ4_NL and MXFP4,
  * else 0), give sumi = sum(q x) exactly; then mm_q32_ref's float step on
  * 16 lanes: v = (d_w d_x) sumi, v += m_w s_x in the lanes whose m_w != 0,
  * y += v, blocks in order: bit-identical to the scalar reference. */
 AI void pk32_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, const sp_ggml_type ty, bool pf,
                   __mmask16 live) {
     const bool q5 = ty == SP_GGML_Q5_0 || ty == SP_GGML_Q5_1, hm = ty == SP_GGML_Q4_1 || ty == SP_GGML_Q5_1;
-    const bool nl = ty == SP_GGML_IQ4_NL;
+    const bool mx = ty == SP_GGML_MXFP4, nl = ty == SP_GGML_IQ4_NL || mx;
     const int32_t off = ty == SP_GGML_Q5_0 ? 16 : nl ? 128 : 0;
-    const size_t od = 512 + (q5 ? 128 : 0), us = od + (hm ? 128 : 64);
+    const size_t od = 512 + (q5 ? 128 : 0), us = mx ? 640 : od + (hm ? 128 : 64);
     const int64_t k = m->k, nb = k / SP_QK;
     const uint8_t *grp = m->w + g * m->w_stride;
     const __m512i m4 = _mm512_set1_epi8(0x0F), c16 = _mm512_set1_epi8(16);
-    const __m512i tab = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)sp_iq4nl_values)),
+    const int8_t *values = mx ? sp_mxfp4_values : sp_iq4nl_values;
+    const __m512i tab = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)values)),
                                          _mm512_set1_epi8(-128)); /* table + 128 as unsigned bytes */
     __m512 acc[16];
     const uint8_t *xs[16];
@@ -701,7 +702,8 @@ AI void pk32_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, const sp_
             }
         if (nl)
             UNROLL for (int j = 0; j < 8; j++) w[j] = _mm512_shuffle_epi8(tab, w[j]);
-        const __m512 wd = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + od + 32 * c)));
+        const __m512 wd = mx ? _mm512_load_ps(unit + od + 64 * c)
+                             : _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(unit + od + 32 * c)));
         __m512 wm = _mm512_setzero_ps();
         __mmask16 mlive = 0;
         if (hm) {
@@ -726,14 +728,17 @@ AI void pk32_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, const sp_
 #define PK32_TILE_Q50(nt) pk32_tile(m, g, t, nt, SP_GGML_Q5_0, t == 0, live)
 #define PK32_TILE_Q51(nt) pk32_tile(m, g, t, nt, SP_GGML_Q5_1, t == 0, live)
 #define PK32_TILE_NL(nt) pk32_tile(m, g, t, nt, SP_GGML_IQ4_NL, t == 0, live)
+#define PK32_TILE_MX(nt) pk32_tile(m, g, t, nt, SP_GGML_MXFP4, t == 0, live)
 static void mm_q4_1_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_Q41) }
 static void mm_q5_0_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_Q50) }
 static void mm_q5_1_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_Q51) }
 static void mm_iq4_nl_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_NL) }
+static void mm_mxfp4_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_MX) }
 #undef PK32_TILE_Q41
 #undef PK32_TILE_Q50
 #undef PK32_TILE_Q51
 #undef PK32_TILE_NL
+#undef PK32_TILE_MX
 
 /* The start of a packed K-quant tile: the token rows' activations, zeroed
  * outputs; returns the offset at which an activation row keeps its
@@ -1123,36 +1128,141 @@ static void att_scores(const float *q, const float *k, int64_t stride, int32_t n
     }
 }
 
-/* tinyBLAS's order (ops.h): 16 accumulator rows, one per rank mod 16 (in
- * L1, all head dims at once: each rank is one pass over its value row),
- * then sp_reduce16 across the rows, 16 dims at a time. */
+/* tinyBLAS's order (ops.h), accumulating: 16 accumulator rows, one per
+ * rank mod 16 (in L1, up to MIX_HD_MAX head dims at once: each rank is one
+ * pass over its value row), loaded from and stored back to acc. VLOAD(vr,
+ * b, w) loads 16 values of a row widened to f32 (lanes beyond w zero). */
 enum { MIX_HD_MAX = 256 };
-static void att_mix(const float *p, const int32_t *idx, const float *v, int64_t stride, int32_t n,
-                    int32_t hd, float *o) {
-    if (hd > MIX_HD_MAX) { /* larger heads: in halves */
-        const int32_t h0 = hd / 2 / 16 * 16;
-        att_mix(p, idx, v, stride, n, h0, o);
-        att_mix(p, idx, v + h0, stride, n, hd - h0, o + h0);
+/* x rounded to f16 and back by F16C: round to nearest even, subnormals
+ * and overflow as sp_fp32_to_fp16 (the default MXCSR: no DAZ/FTZ). */
+AI float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+#define MIX_ACC_BODY(ROW_T, PR, VLOAD)                                                            \
+    for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {                                             \
+        const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = (w + 15) / 16;        \
+        __m512 a[16][MIX_HD_MAX / 16];                                                            \
+        for (int l = 0; l < 16; l++)                                                              \
+            for (int32_t b = 0; b < nb; b++)                                                      \
+                a[l][b] = _mm512_maskz_loadu_ps(lanes(w - 16 * b), acc + l * (int64_t)ld + d0 + 16 * b); \
+        for (int32_t r = r0; r < r1; r++) {                                                       \
+            const float pf = PR;                                                                  \
+            if (pf == 0.0f) continue;                                                             \
+            const __m512 pr = _mm512_set1_ps(pf);                                                 \
+            const ROW_T *vr = (const ROW_T *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride) + d0; \
+            __m512 *ar = a[r & 15];                                                               \
+            for (int32_t b = 0; b < nb; b++) ar[b] = _mm512_fmadd_ps(VLOAD(vr, b, w), pr, ar[b]); \
+        }                                                                                         \
+        for (int l = 0; l < 16; l++)                                                              \
+            for (int32_t b = 0; b < nb; b++)                                                      \
+                _mm512_mask_storeu_ps(acc + l * (int64_t)ld + d0 + 16 * b, lanes(w - 16 * b), a[l][b]); \
+    }
+
+#define VLOAD_F32(vr, b, w) _mm512_maskz_loadu_ps(lanes((w) - 16 * (b)), (vr) + 16 * (b))
+#define VLOAD_F16(vr, b, w) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes((w) - 16 * (b)), (vr) + 16 * (b)))
+
+static void att_mix_acc_f32(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                            int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(float, p[r], VLOAD_F32)
+}
+
+/* F16 values, p rounded to f16 (ops.h) */
+static void att_mix_acc_f16(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                            int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(uint16_t, round_f16(p[r]), VLOAD_F16)
+}
+
+/* ---- attention over an F16 cache (ops.h), bit-identical to the scalar
+ * references in ops.c ---- */
+
+AI __m512 load_h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+
+static void att_scores_f16(const void *q, const void *k, size_t stride, int32_t n, int32_t hd, float scale,
+                           float *out) {
+    const uint16_t *qh = q;
+    if (hd % 16) { /* ggml's vec_dot_f16 */
+        const int32_t np = hd / 64 * 64;
+        for (int32_t s = 0; s < n; s++) {
+            const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+            __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int32_t i = 0; i < np; i += 64)
+                for (int j = 0; j < 4; j++)
+                    a[j] = _mm512_fmadd_ps(load_h16(ks + i + 16 * j), load_h16(qh + i + 16 * j), a[j]);
+            double d = hsum16(_mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3])));
+            for (int32_t i = np; i < hd; i++) d += (double)(sp_fp16_to_fp32(ks[i]) * sp_fp16_to_fp32(qh[i]));
+            out[s] = (float)d * scale;
+        }
         return;
     }
-    __m512 a[16][MIX_HD_MAX / 16];
-    const int32_t nb = (hd + 15) / 16;
-    for (int l = 0; l < 16; l++)
-        for (int32_t b = 0; b < nb; b++) a[l][b] = _mm512_setzero_ps();
-    for (int32_t r = 0; r < n; r++) {
-        if (p[r] == 0.0f) continue;
-        const __m512 pr = _mm512_set1_ps(p[r]);
-        const float *vr = v + (int64_t)(idx ? idx[r] : r) * stride;
-        __m512 *ar = a[r & 15];
-        for (int32_t b = 0; b < nb; b++)
-            ar[b] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lanes(hd - 16 * b), vr + 16 * b), pr, ar[b]);
+    enum { QMAX = 512 };
+    if (hd <= QMAX) { /* the query widened once */
+        float qf[QMAX] __attribute__((aligned(64)));
+        for (int32_t i = 0; i < hd; i += 16) _mm512_store_ps(qf + i, load_h16(qh + i));
+        for (int32_t s = 0; s < n; s++) {
+            const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+            __m512 a = _mm512_setzero_ps();
+            for (int32_t i = 0; i < hd; i += 16) a = _mm512_fmadd_ps(load_h16(ks + i), _mm512_load_ps(qf + i), a);
+            out[s] = hsum16(a) * scale;
+        }
+        return;
     }
-    for (int32_t b = 0; b < nb; b++) {
-        __m512 h[8];
-        UNROLL for (int l = 0; l < 8; l++) h[l] = _mm512_add_ps(a[l][b], a[l + 8][b]);
-        UNROLL for (int l = 0; l < 4; l++) h[l] = _mm512_add_ps(h[l], h[l + 4]);
-        _mm512_mask_storeu_ps(o + 16 * b, lanes(hd - 16 * b),
-                              _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3])));
+    for (int32_t s = 0; s < n; s++) {
+        const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+        __m512 a = _mm512_setzero_ps();
+        for (int32_t i = 0; i < hd; i += 16) a = _mm512_fmadd_ps(load_h16(ks + i), load_h16(qh + i), a);
+        out[s] = hsum16(a) * scale;
+    }
+}
+
+/* ---- attention over a Q8_0 cache (ops.h), bit-identical to the scalar
+ * references: the int8 products summed exactly in 8 lanes of 4 (maddubs
+ * on |k| and sign-moved q, then pairs), per block lane j += fma(d_k d_q,
+ * sum_j), the lanes added as hsum_float_8 ---- */
+
+static void att_scores_q8(const void *q, const void *k, size_t stride, int32_t n, int32_t hd, float scale,
+                          float *out) {
+    const sp_block_q8_0 *qb = q;
+    const int32_t nb = hd / SP_QK;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int32_t s = 0; s < n; s++) {
+        const sp_block_q8_0 *kb = (const sp_block_q8_0 *)((const uint8_t *)k + (size_t)s * stride);
+        __m256 a = _mm256_setzero_ps();
+        for (int32_t b = 0; b < nb; b++) {
+            const __m256i kv = _mm256_loadu_si256((const __m256i *)kb[b].qs);
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)qb[b].qs);
+            const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(kv, kv), _mm256_sign_epi8(qv, kv));
+            const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+            const float d = _cvtsh_ss(kb[b].d) * _cvtsh_ss(qb[b].d);
+            a = _mm256_fmadd_ps(_mm256_set1_ps(d), sum, a);
+        }
+        const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        const __m128 t = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        out[s] = _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t))) * scale;
+    }
+}
+
+/* As the F32 mix over the values d * q (one float product each). */
+static void att_mix_acc_q8(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                           int32_t hd, float *acc, int32_t ld) {
+    for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {
+        const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = w / 16;
+        __m512 a[16][MIX_HD_MAX / 16];
+        for (int l = 0; l < 16; l++)
+            for (int32_t b = 0; b < nb; b++) a[l][b] = _mm512_loadu_ps(acc + l * (int64_t)ld + d0 + 16 * b);
+        for (int32_t r = r0; r < r1; r++) {
+            if (p[r] == 0.0f) continue;
+            const __m512 pr = _mm512_set1_ps(p[r]);
+            const sp_block_q8_0 *vb =
+                (const sp_block_q8_0 *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride) + d0 / SP_QK;
+            __m512 *ar = a[r & 15];
+            for (int32_t b = 0; b < nb; b++) {
+                const sp_block_q8_0 *blk = vb + b / 2;
+                const __m512 x = _mm512_mul_ps(
+                    _mm512_set1_ps(_cvtsh_ss(blk->d)),
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk->qs + 16 * (b & 1))))));
+                ar[b] = _mm512_fmadd_ps(x, pr, ar[b]);
+            }
+        }
+        for (int l = 0; l < 16; l++)
+            for (int32_t b = 0; b < nb; b++) _mm512_storeu_ps(acc + l * (int64_t)ld + d0 + 16 * b, a[l][b]);
     }
 }
 
@@ -1473,7 +1583,7 @@ static void mm_q4_K(const sp_mm *m, int64_t r0, int64_t r1) { mm_k512(m, r0, r1,
 static void mm_q5_K(const sp_mm *m, int64_t r0, int64_t r1) { mm_k512(m, r0, r1, 5); }
 static void mm_q6_K(const sp_mm *m, int64_t r0, int64_t r1) { mm_k512(m, r0, r1, 6); }
 
-/* ---- Q4_1, Q5_0, Q5_1, IQ4_NL against q8 activations (VNNI) ----
+/* ---- Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 against q8 activations (VNNI) ----
  * Blocks go in groups of 16. A block's 32 weights are unpacked once per
  * group into unsigned bytes u = q + off (Q4_1, Q5_1: the stored 4/5-bit
  * values, off 0; Q5_0: value + 16; IQ4_NL: table value + 128), so for every
@@ -1507,6 +1617,12 @@ AI __m256i q32_unpack(sp_ggml_type t, const uint8_t *blk) {
         const sp_block_q5_1 *x = (const sp_block_q5_1 *)blk;
         return _mm256_or_si256(nib32(x->qs), qh5(x->qh));
     }
+    case SP_GGML_MXFP4: { /* as IQ4_NL with the FP4 table, quants after the exponent byte */
+        const __m128i tab = _mm_loadu_si128((const __m128i *)sp_mxfp4_values);
+        const __m256i v = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(tab),
+                                              nib32(((const sp_block_mxfp4 *)blk)->qs));
+        return _mm256_xor_si256(v, _mm256_set1_epi8(-128));
+    }
     default: { /* IQ4_NL: table lookup, then + 128 (flip the sign bit) */
         const __m128i tab = _mm_loadu_si128((const __m128i *)sp_iq4nl_values);
         const __m256i v = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(tab),
@@ -1539,7 +1655,7 @@ static void mm_q32_512(const sp_mm *m, int64_t r0, int64_t r1) {
     const int64_t k = m->k, nb = k / SP_QK;
     const size_t bsz = sp_ggml_row_size(t, SP_QK);
     const bool has_m = t == SP_GGML_Q4_1 || t == SP_GGML_Q5_1;
-    const int off_shift = t == SP_GGML_Q5_0 ? 4 : t == SP_GGML_IQ4_NL ? 7 : -1; /* off = 16 or 128 */
+    const int off_shift = t == SP_GGML_Q5_0 ? 4 : t == SP_GGML_IQ4_NL || t == SP_GGML_MXFP4 ? 7 : -1; /* off = 16 or 128 */
     float yacc[Q32_RB][32];
     for (int64_t r = r0; r < r1; r += Q32_RB) {
         const int rb = r1 - r < Q32_RB ? (int)(r1 - r) : Q32_RB;
@@ -1561,7 +1677,13 @@ static void mm_q32_512(const sp_mm *m, int64_t r0, int64_t r1) {
                         const __m256i hi = 2 * j + 1 < ng ? q32_unpack(t, blk + (2 * j + 1) * bsz) : _mm256_setzero_si256();
                         u[q][j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
                     }
-                    wd[q] = block_scales(blk, (int)bsz, ng);
+                    if (t == SP_GGML_MXFP4) { /* E8M0 exponents, not f16 scales */
+                        float ds[16] = {0};
+                        for (int b = 0; b < ng; b++) ds[b] = sp_e8m0_half(blk[(size_t)b * bsz]);
+                        wd[q] = _mm512_loadu_ps(ds);
+                    } else {
+                        wd[q] = block_scales(blk, (int)bsz, ng);
+                    }
                     wm[q] = has_m ? block_scales(blk + 2, (int)bsz, ng) : _mm512_setzero_ps();
                     mlive[q] = _mm512_cmp_ps_mask(wm[q], _mm512_setzero_ps(), _CMP_NEQ_UQ) & live;
                 }
@@ -1601,11 +1723,40 @@ static void mm_q32_512(const sp_mm *m, int64_t r0, int64_t r1) {
     }
 }
 
+/* ggml's vec_dot_f16 order (ops.h: sp_ops_mm_f16_vecdot): 4 accumulators
+ * of 16 lanes over 64 elements per step. */
+static void mm_f16_vecdot(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t np = m->k / 64 * 64;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *w = (const uint16_t *)(m->w + r * m->w_stride);
+        for (int32_t t = 0; t < m->n; t++) {
+            const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride);
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int64_t i = 0; i < np; i += 64) {
+                a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))), _mm512_loadu_ps(x + i), a0);
+                a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 16))), _mm512_loadu_ps(x + i + 16), a1);
+                a2 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 32))), _mm512_loadu_ps(x + i + 32), a2);
+                a3 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + 48))), _mm512_loadu_ps(x + i + 48), a3);
+            }
+            float v[16];
+            _mm512_storeu_ps(v, _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
+            double s = sp_reduce16(v);
+            for (int64_t i = np; i < m->k; i++) s += (double)(_cvtsh_ss(w[i]) * x[i]);
+            m->y[t * m->ld_y + r] = (float)s;
+        }
+    }
+}
+
 void sp_ops_fill_avx512(sp_ops_table *t) {
+    t->mm_f16_vecdot = mm_f16_vecdot;
     t->read_sum = read_sum;
     t->act_q8 = act_q8;
     t->att_scores = att_scores;
-    t->att_mix = att_mix;
+    t->att_scores_kv[0] = att_scores_f16;
+    t->att_mix_acc[0] = att_mix_acc_f32;
+    t->att_mix_acc[1] = att_mix_acc_f16;
+    t->att_scores_kv[1] = att_scores_q8;
+    t->att_mix_acc[2] = att_mix_acc_q8;
     t->softmax = softmax;
     t->swiglu = swiglu;
     t->mm[SP_GGML_F32] = mm_f32;
@@ -1621,6 +1772,7 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm_packed[SP_GGML_Q5_0] = mm_q5_0_pk;
     t->mm_packed[SP_GGML_Q5_1] = mm_q5_1_pk;
     t->mm_packed[SP_GGML_IQ4_NL] = mm_iq4_nl_pk;
+    t->mm_packed[SP_GGML_MXFP4] = mm_mxfp4_pk;
     t->mm_packed[SP_GGML_IQ4_XS] = mm_iq4_xs_pk;
     t->mm_packed[SP_GGML_Q3_K] = mm_q3_K_pk;
     t->mm_packed[SP_GGML_Q2_K] = mm_q2_K_pk;
@@ -1638,5 +1790,6 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm[SP_GGML_Q4_K] = mm_q4_K;
     t->mm[SP_GGML_Q5_K] = mm_q5_K;
     t->mm[SP_GGML_Q6_K] = mm_q6_K;
-    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] = mm_q32_512;
+    t->mm[SP_GGML_Q4_1] = t->mm[SP_GGML_Q5_0] = t->mm[SP_GGML_Q5_1] = t->mm[SP_GGML_IQ4_NL] =
+        t->mm[SP_GGML_MXFP4] = mm_q32_512;
 }

@@ -74,12 +74,20 @@ uint16_t sp_fp32_to_bf16(float f) {
 const int8_t sp_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                      1,    13,   25,  38,  53,  69,  89,  113};
 
+const int8_t sp_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float sp_e8m0_half(uint8_t e) {
+    /* 2^(e-128): a normal float with biased exponent e - 1 for e >= 2,
+     * the subnormals with mantissa bit 21 (e = 0) or 22 (e = 1) below */
+    return bits_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+
 int sp_quant_loadable(sp_ggml_type t) {
     switch (t) {
     case SP_GGML_F32: case SP_GGML_F16: case SP_GGML_BF16: case SP_GGML_Q8_0: case SP_GGML_Q4_0:
     case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1: case SP_GGML_IQ4_NL:
     case SP_GGML_Q2_K: case SP_GGML_Q3_K: case SP_GGML_Q4_K: case SP_GGML_Q5_K: case SP_GGML_Q6_K:
-    case SP_GGML_IQ4_XS:
+    case SP_GGML_IQ4_XS: case SP_GGML_MXFP4:
         return 1;
     default:
         return 0;
@@ -101,7 +109,7 @@ int sp_quant_supported(sp_ggml_type t) {
     switch (t) {
     case SP_GGML_F32: case SP_GGML_F16: case SP_GGML_BF16: case SP_GGML_Q8_0: case SP_GGML_Q4_0:
     case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1: case SP_GGML_Q4_K: case SP_GGML_Q5_K:
-    case SP_GGML_Q6_K: case SP_GGML_IQ4_NL: case SP_GGML_IQ4_XS:
+    case SP_GGML_Q6_K: case SP_GGML_IQ4_NL: case SP_GGML_IQ4_XS: case SP_GGML_MXFP4:
         return 1;
     default:
         return 0;
@@ -400,6 +408,33 @@ static void quantize_q4_0(const float *x, sp_block_q4_0 *y, int64_t nb) {
     }
 }
 
+/* ggml's quantize_row_mxfp4_ref: e = floor(log2(amax)) - 2 + 127 (0 for an
+ * all-zero block), d = 2^(e - 128), and each element the table entry whose
+ * d * value is nearest (the first on ties, in table order). Exponents
+ * outside the byte are clamped (ggml leaves them undefined). */
+static void quantize_mxfp4(const float *x, sp_block_mxfp4 *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += SP_QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < SP_QK; j++) amax = amax < fabsf(x[j]) ? fabsf(x[j]) : amax;
+        const float ef = amax > 0.0f ? floorf(log2f(amax)) - 2 + 127 : 0.0f;
+        const uint8_t e = (uint8_t)(ef < 0.0f ? 0.0f : ef > 255.0f ? 255.0f : ef);
+        const float d = sp_e8m0_half(e);
+        y[i].e = e;
+        for (int j = 0; j < SP_QK / 2; j++) {
+            int best[2] = {0, 0};
+            for (int h = 0; h < 2; h++) {
+                const float v = x[j + h * SP_QK / 2];
+                float err = fabsf((float)sp_mxfp4_values[0] * d - v);
+                for (int c = 1; c < 16; c++) {
+                    const float ec = fabsf((float)sp_mxfp4_values[c] * d - v);
+                    if (ec < err) err = ec, best[h] = c;
+                }
+            }
+            y[i].qs[j] = (uint8_t)(best[0] | best[1] << 4);
+        }
+    }
+}
+
 void sp_quantize_row(sp_ggml_type type, const float *src, void *dst, int64_t n) {
     SP_ASSERT(sp_quant_supported(type) && n >= 0 && n % sp_ggml_blck_size(type) == 0);
     switch (type) {
@@ -426,6 +461,7 @@ void sp_quantize_row(sp_ggml_type type, const float *src, void *dst, int64_t n) 
     case SP_GGML_IQ4_NL: quantize_iq4_nl(src, dst, n / SP_QK); break;
     case SP_GGML_Q6_K: quantize_q6_K(src, dst, n / SP_QK_K); break;
     case SP_GGML_IQ4_XS: quantize_iq4_xs(src, dst, n / SP_QK_K); break;
+    case SP_GGML_MXFP4: quantize_mxfp4(src, dst, n / SP_QK); break;
     default: SP_ASSERT(0 && "unsupported type");
     }
 }
@@ -464,6 +500,13 @@ void sp_quant_q32_values(sp_ggml_type type, const void *src, int64_t b, int32_t 
         for (int j = 0; j < 16; j++)
             q[j] = sp_iq4nl_values[x->qs[j] & 0xF], q[j + 16] = sp_iq4nl_values[x->qs[j] >> 4];
         *d = sp_fp16_to_fp32(x->d);
+        break;
+    }
+    case SP_GGML_MXFP4: {
+        const sp_block_mxfp4 *x = (const sp_block_mxfp4 *)src + b;
+        for (int j = 0; j < 16; j++)
+            q[j] = sp_mxfp4_values[x->qs[j] & 0xF], q[j + 16] = sp_mxfp4_values[x->qs[j] >> 4];
+        *d = sp_e8m0_half(x->e);
         break;
     }
     default: SP_ASSERT(0 && "not a 32-block format");
@@ -593,7 +636,7 @@ void sp_dequantize_row(sp_ggml_type type, const void *src, float *dst, int64_t n
     case SP_GGML_F32:
         memcpy(dst, src, (size_t)n * sizeof(float));
         break;
-    case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1: case SP_GGML_IQ4_NL:
+    case SP_GGML_Q4_1: case SP_GGML_Q5_0: case SP_GGML_Q5_1: case SP_GGML_IQ4_NL: case SP_GGML_MXFP4:
         dequant_q32(type, src, dst, n / SP_QK);
         break;
     case SP_GGML_Q2_K: case SP_GGML_Q3_K: case SP_GGML_Q4_K: case SP_GGML_Q5_K: case SP_GGML_Q6_K:

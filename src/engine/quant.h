@@ -9,6 +9,11 @@
  *         little-endian u32 qh is element i's):        x = d * (q - 16)
  *   Q5_1  Q5_0 with an offset m:                        x = d * q + m
  *   IQ4_NL blocks of 32, nibbles index a fixed non-linear table:  x = d * kv[nibble]
+ *   MXFP4 blocks of 32 (OCP microscaling FP4, ggml type 39): a shared E8M0
+ *         exponent byte e, then IQ4_NL's nibble order; x = d * fp4[nibble]
+ *         with fp4 = twice the E2M1 values (0, 1, 2, 3, 4, 6, 8, 12 and
+ *         their negatives) and d = 2^(e - 128) (half the E8M0 scale, so the
+ *         table stays integer; e = 0, 1 give the subnormals 2^-128, 2^-127).
  * K-quants: super-blocks of 256 with sub-block scales (the layouts of
  * ggml's block_q2_K ... block_q6_K, block_iq4_xs; see sp_quant.c for each
  * element's formula). The block layouts are facts of the file format;
@@ -55,6 +60,11 @@ typedef struct {
     uint16_t d;
     uint8_t qs[SP_QK / 2];
 } sp_block_iq4_nl;
+
+typedef struct {
+    uint8_t e;          /* E8M0 exponent */
+    uint8_t qs[SP_QK / 2];
+} sp_block_mxfp4;
 
 #define SP_QK_K 256
 
@@ -104,6 +114,7 @@ _Static_assert(sizeof(sp_block_q4_1) == 20, "q4_1 block layout");
 _Static_assert(sizeof(sp_block_q5_0) == 22, "q5_0 block layout");
 _Static_assert(sizeof(sp_block_q5_1) == 24, "q5_1 block layout");
 _Static_assert(sizeof(sp_block_iq4_nl) == 18, "iq4_nl block layout");
+_Static_assert(sizeof(sp_block_mxfp4) == 17, "mxfp4 block layout");
 _Static_assert(sizeof(sp_block_q2_K) == 84, "q2_K block layout");
 _Static_assert(sizeof(sp_block_q3_K) == 110, "q3_K block layout");
 _Static_assert(sizeof(sp_block_q4_K) == 144, "q4_K block layout");
@@ -113,6 +124,10 @@ _Static_assert(sizeof(sp_block_iq4_xs) == 136, "iq4_xs block layout");
 
 /* The 16 values an IQ4_NL / IQ4_XS nibble stands for. */
 extern const int8_t sp_iq4nl_values[16];
+/* The 16 values an MXFP4 nibble stands for (twice E2M1). */
+extern const int8_t sp_mxfp4_values[16];
+/* An MXFP4 block's scale d = 2^(e - 128) from its E8M0 byte (exact). */
+float sp_e8m0_half(uint8_t e);
 /* Unpack the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
 static inline void sp_q4k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn) {
     if (j < 4) {
@@ -123,7 +138,7 @@ static inline void sp_q4k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_
         *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
 }
-/* Block b of a 32-block row (Q4_1, Q5_0, Q5_1, IQ4_NL) as integer values q,
+/* Block b of a 32-block row (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) as integer values q,
  * scale d and offset m: x[i] = d * q[i] + m. */
 void sp_quant_q32_values(sp_ggml_type type, const void *src, int64_t b, int32_t q[SP_QK], float *d,
                          float *m);

@@ -53,6 +53,7 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
     m->n_owned = m->cap_owned = 0;
     m->layers = calloc((size_t)src->cfg.n_layers, sizeof *m->layers);
     int64_t maxc = src->cfg.dim > src->cfg.ffn_dim ? src->cfg.dim : src->cfg.ffn_dim;
+    if (src->moe.ffn > maxc) maxc = src->moe.ffn;
     if ((int64_t)src->cfg.n_heads * src->cfg.head_dim > maxc)
         maxc = (int64_t)src->cfg.n_heads * src->cfg.head_dim;
     if ((int64_t)src->dn.n_v * src->dn.hv > maxc) maxc = (int64_t)src->dn.n_v * src->dn.hv;
@@ -82,6 +83,20 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
             sp_deltanet_weights(dn, dw);
             for (int i = 0; !st && i < SP_DELTANET_N_WEIGHTS; i++) st = requant_matrix(m, sw[i], type, dw[i], row, err);
             D->dn = dn;
+        }
+        if (S->exp_up) { /* experts too; the router stays (its choices are the target's) */
+            const size_t bytes = (size_t)m->moe.n_expert * sizeof(sp_weight);
+            D->exp_gate = sp_model_alloc(m, bytes), D->exp_up = sp_model_alloc(m, bytes);
+            D->exp_down = sp_model_alloc(m, bytes);
+            if (!D->exp_gate || !D->exp_up || !D->exp_down) {
+                st = sp_fail(err, SP_ERR_NOMEM, "out of memory re-quantising experts");
+                break;
+            }
+            for (int e = 0; !st && e < m->moe.n_expert; e++) {
+                st = requant_matrix(m, &S->exp_gate[e], type, &D->exp_gate[e], row, err);
+                if (!st) st = requant_matrix(m, &S->exp_up[e], type, &D->exp_up[e], row, err);
+                if (!st) st = requant_matrix(m, &S->exp_down[e], type, &D->exp_down[e], row, err);
+            }
         }
     }
     if (!st) st = requant_matrix(m, &src->output, type, &m->output, row, err);

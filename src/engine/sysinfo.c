@@ -1,5 +1,5 @@
 /* sysinfo: CPU name, kernel ISA and measured read bandwidth (sp_sysinfo.h). */
-#include "sp_sysinfo.h"
+#include "dev/sp_sysinfo.h"
 
 #include <stdint.h>
 #include <stdio.h>

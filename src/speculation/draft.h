@@ -30,6 +30,14 @@ typedef struct sp_draft_counters {
 } sp_draft_counters;
 const sp_draft_counters *sp_drafter_counters(const sp_drafter *d);
 
+/* After every target forward of the loop (prompt chunks, verification
+ * passes; chains): the target evaluated hist-consistent rows at positions
+ * p0..p0+B-1 of `target` (its taps hold them), and hist[0..n_known) is the
+ * committed text known so far. Feature drafters (eagle3) encode the rows
+ * and advance their cache; the others ignore it. */
+sp_status sp_drafter_target_rows(sp_drafter *d, sp_ctx *target, const int32_t *hist, int32_t n_known,
+                                 int32_t p0, int32_t B, sp_error *err);
+
 /* Prefill: make the drafter's cache hold hist[0..n) (model kinds). */
 sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_error *err);
 

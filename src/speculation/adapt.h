@@ -1,7 +1,7 @@
 /* adapt: the adaptive draft-length controller of the speculative chain loop
  * (ALGORITHMS.md section 6). It observes each iteration's measured costs
  * and acceptances and proposes the next draft length, 0 (decode plainly)
- * included, maximising expected tokens per second. Internal to src/spec.
+ * included, maximising expected tokens per second. Internal to src/speculation.
  *
  * Per iteration, in this order: sp_adapt_propose, then (when the target
  * forward ran) sp_adapt_observe_target, then sp_adapt_observe_step. Costs

@@ -278,8 +278,10 @@ static sp_status step_tree(gen_run *g, int32_t remaining, sp_error *err) {
     st->t_draft += sp_now() - t0;
     if (rc) return rc;
     st->drafted += nn - 1;
+    const int32_t past = sp_ctx_n_past(s->target);
     rc = target_pass(s, g->hist, g->n, s->tree.token + 1, nn > 1 ? s->tree.parent : NULL,
                      s->tree.depth, nn - 1, g->smp, st, err);
+    if (!rc) rc = sp_drafter_target_rows(s->drafter, s->target, g->hist, g->n, past, g->n - past + nn - 1, err);
     if (rc) return rc;
     int32_t path[SP_TREE_MAX_DEPTH + 1], n_path = 0, y;
     double tv = sp_now();
@@ -326,7 +328,9 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
     st->t_draft += sp_now() - t0;
     if (rc) return rc;
     st->drafted += nd;
+    const int32_t past = sp_ctx_n_past(s->target);
     rc = target_pass(s, g->hist, g->n, s->draft, NULL, NULL, nd, g->smp, st, err);
+    if (!rc) rc = sp_drafter_target_rows(s->drafter, s->target, g->hist, g->n, past, g->n - past + nd, err);
     if (rc) return rc;
     sp_verify_result vr = {0, 0};
     double tv = sp_now();
@@ -432,6 +436,7 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
             double cost;
             rc = target_forward(s, &b, s->logits, &cost, err);
             if (!rc) stats->prefill_forwards++;
+            if (!rc) rc = sp_drafter_target_rows(s->drafter, s->target, g.hist, g.n, i, b.n, err);
         }
         if (!rc) rc = sp_drafter_prefill(s->drafter, g.hist, g.n - 1, err);
     }

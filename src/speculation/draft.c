@@ -1,8 +1,10 @@
-/* draft: drafters (draft model, prompt lookup, layer skip, low-bit copy),
- * chain and tree drafting, and keeping the draft cache in step with the
- * committed text. See sp_draft.h. */
+/* draft: drafters (draft model, prompt lookup, layer skip, low-bit copy,
+ * EAGLE-3 head), chain and tree drafting, and keeping the draft cache in
+ * step with the committed text. See sp_draft.h. */
 #include "draft.h"
+#include "eagle3.h"
 
+#include <math.h>
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,16 @@ struct sp_drafter {
     int32_t tree_cached;     /* tree nodes 1..tree_cached are in the cache */
     int32_t off;             /* history index of draft cache slot 0 (> 0 after a resync) */
     sp_draft_counters cnt;
+    /* eagle3: the head's context (slot P: the pair (hist[P+1], g_P), eagle3.h)
+     * and the encoded target rows g_P not yet all consumed, for positions
+     * [g0, g0 + gn) */
+    const sp_eagle3 *head;
+    sp_eagle3_ctx *ectx;
+    float *g;                /* [g_cap][edim] */
+    int32_t g0, gn, g_cap, edim;
+    float *pre;              /* [edim] pre-norm output of the last decoded pair */
+    float *tpre;             /* [SP_TREE_MAX_NODES][edim] each draft tree node's pre-norm output */
+    int32_t *tpos;           /* [max_batch] positions of a tree level */
 };
 
 /* When the draft cache lags the history by more than DRAFT_RESYNC_GAP
@@ -40,7 +52,7 @@ struct sp_drafter {
 #define DRAFT_RESYNC_GAP 64
 #define DRAFT_RESYNC_KEEP 32
 
-static const char *const KIND_NAMES[] = {"none", "model", "ngram", "layerskip", "lowbit"};
+static const char *const KIND_NAMES[] = {"none", "model", "ngram", "layerskip", "lowbit", "eagle3"};
 
 const char *sp_drafter_name(sp_drafter_kind k) {
     return (unsigned)k < sizeof KIND_NAMES / sizeof KIND_NAMES[0] ? KIND_NAMES[k] : "unknown";
@@ -52,7 +64,7 @@ sp_status sp_drafter_parse(const char *name, sp_drafter_kind *out, sp_error *err
             *out = (sp_drafter_kind)i;
             return SP_OK;
         }
-    return sp_fail(err, SP_ERR_ARG, "unknown drafter '%s' (model, ngram, layerskip, lowbit, none)",
+    return sp_fail(err, SP_ERR_ARG, "unknown drafter '%s' (model, ngram, layerskip, lowbit, eagle3, none)",
                    name ? name : "");
 }
 
@@ -123,6 +135,11 @@ sp_drafter_params sp_drafter_default_params(void) {
 
 void sp_drafter_free(sp_drafter *d) {
     if (!d) return;
+    sp_eagle3_ctx_free(d->ectx);
+    free(d->g);
+    free(d->pre);
+    free(d->tpre);
+    free(d->tpos);
     sp_ctx_free(d->ctx);
     sp_model_free(d->owned_model);
     free(d->logits);
@@ -140,6 +157,8 @@ sp_ctx *sp_drafter_ctx(sp_drafter *d) { return d->ctx; }
 sp_status sp_drafter_reset(sp_drafter *d, sp_error *err) {
     d->off = 0;
     d->tree_cached = 0;
+    d->g0 = d->gn = 0;
+    if (d->ectx) return sp_eagle3_ctx_truncate(d->ectx, 0, err);
     return d->ctx ? sp_ctx_truncate(d->ctx, 0, err) : SP_OK;
 }
 const sp_draft_counters *sp_drafter_counters(const sp_drafter *d) { return &d->cnt; }
@@ -201,6 +220,13 @@ sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *ta
         bool skip[SP_DRAFT_MAX_LAYERS];
         return sp_parse_skip_layers(p->skip_layers, L, skip, err);
     }
+    case SP_DRAFT_EAGLE3: {
+        if (!p->eagle3)
+            return sp_fail(err, SP_ERR_ARG, "drafter: 'eagle3' needs an EAGLE-3 head, and none was given");
+        if (sp_eagle3_target(p->eagle3) != target)
+            return sp_fail(err, SP_ERR_ARG, "drafter: the EAGLE-3 head was loaded for another target");
+        return SP_OK;
+    }
     case SP_DRAFT_NGRAM:
         if (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > SP_NGRAM_MAX)
             return sp_fail(err, SP_ERR_ARG,
@@ -243,9 +269,35 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
         cp.n_ctx = sp_ctx_n_ctx(target);
         cp.max_batch = d->max_batch;
         cp.pool = sp_ctx_pool(target);
+        /* the target's cache types; F16 where a draft's heads cannot be Q8_0 */
+        cp.type_k = sp_ctx_type_k(target);
+        cp.type_v = sp_ctx_type_v(target);
+        if (sp_model_cfg(dm)->head_dim % 32) {
+            if (cp.type_k == SP_GGML_Q8_0) cp.type_k = SP_GGML_F16;
+            if (cp.type_v == SP_GGML_Q8_0) cp.type_v = SP_GGML_F16;
+        }
         d->Vd = sp_model_cfg(dm)->n_vocab;
         st = sp_ctx_init(dm, &cp, &d->ctx, err);
         if (!st && p->kind == SP_DRAFT_LAYERSKIP) st = sp_ctx_set_skip_layers(d->ctx, skip_buf, err);
+    }
+    if (!st && p->kind == SP_DRAFT_EAGLE3) {
+        /* the head reads the taps of every target row; its batch takes a
+         * whole target forward */
+        const int32_t tb = sp_ctx_max_batch(target);
+        d->head = p->eagle3;
+        d->edim = sp_eagle3_dim(d->head);
+        d->g_cap = tb + 2;
+        st = sp_ctx_set_taps(target, sp_eagle3_target_layers(d->head), 3, err);
+        if (!st)
+            st = sp_eagle3_ctx_init(d->head, sp_ctx_n_ctx(target), tb > d->max_batch ? tb : d->max_batch,
+                                    sp_ctx_pool(target), &d->ectx, err);
+        if (!st) {
+            d->g = malloc((size_t)d->g_cap * (size_t)d->edim * sizeof(float));
+            d->pre = malloc((size_t)d->edim * sizeof(float));
+            d->tpre = malloc((size_t)SP_TREE_MAX_NODES * (size_t)d->edim * sizeof(float));
+            d->tpos = malloc((size_t)d->max_batch * sizeof *d->tpos);
+            if (!d->g || !d->pre || !d->tpre || !d->tpos) st = sp_fail(err, SP_ERR_NOMEM, "out of memory for the head's rows");
+        }
     }
     if (!st) {
         size_t B = (size_t)d->max_batch;
@@ -325,6 +377,125 @@ static sp_status catch_up(sp_drafter *d, const int32_t *hist, int32_t n, sp_erro
     return SP_OK;
 }
 
+static float row_max(const float *x, int32_t n) {
+    float m = x[0];
+    for (int32_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* ---------------------------------------------------------------- eagle3 */
+
+/* Drop the encoded rows the head's cache no longer needs: those of the
+ * pairs it holds, but one (the last pair is evaluated again when a draft
+ * starts from it, as after a prompt). */
+static void e3_drop_consumed(sp_drafter *d) {
+    const int32_t keep_from = sp_eagle3_ctx_n_past(d->ectx) - 1;
+    const int32_t drop = keep_from - d->g0;
+    if (drop <= 0) return;
+    if (drop >= d->gn) {
+        d->g0 += d->gn;
+        d->gn = 0;
+        return;
+    }
+    memmove(d->g, d->g + (size_t)drop * (size_t)d->edim, (size_t)(d->gn - drop) * (size_t)d->edim * sizeof(float));
+    d->g0 += drop;
+    d->gn -= drop;
+}
+
+/* Evaluate the pairs P = n_past.. up to `last` (inclusive): (hist[P+1],
+ * g_P). The last row's logits go to d->logits, its pre-norm output to
+ * d->pre. The rows must be there. */
+static sp_status e3_pairs(sp_drafter *d, const int32_t *hist, int32_t last, sp_error *err) {
+    int32_t P = sp_eagle3_ctx_n_past(d->ectx);
+    if (P > last) return SP_OK;
+    if (P < d->g0 || last >= d->g0 + d->gn)
+        return sp_fail(err, SP_ERR_STATE,
+                       "eagle3: the target's hidden states of positions %d..%d are missing (have %d..%d)", P,
+                       last, d->g0, d->g0 + d->gn - 1);
+    const double t0 = sp_now();
+    sp_status st = SP_OK;
+    while (!st && P <= last) {
+        const int32_t m = last - P + 1 < d->max_batch ? last - P + 1 : d->max_batch;
+        st = sp_eagle3_decode(d->ectx, hist + P + 1, d->g + (size_t)(P - d->g0) * (size_t)d->edim, m, false,
+                              d->logits, d->pre, err);
+        d->cnt.forwards++;
+        P += m;
+    }
+    d->cnt.seconds += sp_now() - t0;
+    return st;
+}
+
+sp_status sp_drafter_target_rows(sp_drafter *d, sp_ctx *target, const int32_t *hist, int32_t n_known,
+                                 int32_t p0, int32_t B, sp_error *err) {
+    if (!d->ectx) return SP_OK;
+    /* rows at p0 and later are replaced (a rejected draft's), and so are
+     * the pairs that used them */
+    if (d->g0 + d->gn > p0) d->gn = p0 > d->g0 ? p0 - d->g0 : 0;
+    if (d->gn == 0) d->g0 = p0;
+    sp_status st = SP_OK;
+    if (sp_eagle3_ctx_n_past(d->ectx) > p0) st = sp_eagle3_ctx_truncate(d->ectx, p0, err);
+    /* the pairs whose next token is known and not the last one (the draft
+     * starts from that) */
+    if (!st) st = e3_pairs(d, hist, (n_known - 2 < p0 - 1 ? n_known - 2 : p0 - 1) - 1, err);
+    if (st) return st;
+    e3_drop_consumed(d);
+    if (d->g0 + d->gn != p0) { /* a gap (rows the drafter did not see): start afresh from here */
+        if ((st = sp_eagle3_ctx_truncate(d->ectx, 0, err))) return st;
+        d->g0 = p0;
+        d->gn = 0;
+    }
+    if (d->gn + B > d->g_cap)
+        return sp_fail(err, SP_ERR_STATE, "eagle3: %d target rows pending, room for %d", d->gn + B, d->g_cap);
+    const double t0 = sp_now();
+    const float *taps[3];
+    for (int i = 0; i < 3; i++) {
+        int32_t rows;
+        taps[i] = sp_ctx_taps(target, i, &rows);
+        if (!taps[i] || rows != B || sp_ctx_n_taps(target) != 3)
+            return sp_fail(err, SP_ERR_STATE, "eagle3: the target's forward recorded no taps for its %d rows", B);
+    }
+    const int32_t mb = d->max_batch, td = sp_eagle3_target_dim(d->head);
+    for (int32_t r = 0; !st && r < B; r += mb) {
+        const int32_t m = B - r < mb ? B - r : mb;
+        const float *part[3] = {taps[0] + (size_t)r * td, taps[1] + (size_t)r * td, taps[2] + (size_t)r * td};
+        st = sp_eagle3_encode(d->ectx, part, m, d->g + (size_t)(d->gn + r) * (size_t)d->edim, err);
+    }
+    if (!st) d->gn += B;
+    d->cnt.seconds += sp_now() - t0;
+    return st;
+}
+
+/* A chain from the head: the pairs up to P = n-2 (its token hist[n-1], the
+ * last committed one), then one pair per drafted token, fed its
+ * predecessor's pre-norm output as g. The drafted pairs are dropped after:
+ * the target's rows replace them. */
+static sp_status e3_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t gamma, int32_t n_min,
+                          float p_min, sp_sampler *smp, sp_rng *rng, int32_t *draft, float *q, int32_t *n_draft,
+                          sp_error *err) {
+    const int32_t V = d->V;
+    sp_status st = SP_OK;
+    if (n < 2) return SP_OK; /* no target row yet: nothing to draft from */
+    if (sp_eagle3_ctx_n_past(d->ectx) > n - 2) st = sp_eagle3_ctx_truncate(d->ectx, n - 2, err);
+    if (!st) st = e3_pairs(d, hist, n - 2, err);
+    if (st) return st;
+    e3_drop_consumed(d);
+    for (int32_t i = 0; i < gamma; i++) {
+        float *qi = q + (int64_t)i * V;
+        sp_sampler_probs(smp, d->logits, qi);
+        if (i >= n_min && p_min > 0 && row_max(qi, V) < p_min) break;
+        draft[i] = sp_sample_from_probs(qi, V, sp_rng_uniform(rng));
+        *n_draft = i + 1;
+        if (i + 1 < gamma) {
+            const double t0 = sp_now();
+            st = sp_eagle3_decode(d->ectx, &draft[i], d->pre, 1, false, d->logits, d->pre, err);
+            d->cnt.seconds += sp_now() - t0;
+            d->cnt.forwards++;
+            if (st) return st;
+        }
+    }
+    return sp_eagle3_ctx_truncate(d->ectx, n - 1, err);
+}
+
 sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_error *err) {
     if (!d->ctx || n <= 0) return SP_OK;
     d->off = 0;
@@ -333,12 +504,6 @@ sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_e
     if (!st && d->dlogits) widen_rows(d, 1, d->logits);
     d->cnt.seconds += sp_now() - t0;
     return st;
-}
-
-static float row_max(const float *x, int32_t n) {
-    float m = x[0];
-    for (int32_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
-    return m;
 }
 
 sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t gamma,
@@ -356,6 +521,7 @@ sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_
         *n_draft = k;
         return SP_OK;
     }
+    if (d->ectx) return e3_chain(d, hist, n, gamma, n_min, p_min, smp, rng, draft, q, n_draft, err);
     sp_status st = catch_up(d, hist, n, err);
     if (st) return st;
     for (int32_t i = 0; i < gamma; i++) {
@@ -373,6 +539,10 @@ sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_
 }
 
 sp_status sp_drafter_accept_chain(sp_drafter *d, int32_t n, int32_t tau, sp_error *err) {
+    if (d->ectx) { /* the rows past the accepted ones were a rejected draft's */
+        if (d->g0 + d->gn > n + tau) d->gn = n + tau > d->g0 ? n + tau - d->g0 : 0;
+        return SP_OK;
+    }
     if (!d->ctx) return SP_OK;
     int32_t keep = n + tau - d->off, have = sp_ctx_n_past(d->ctx);
     if (keep < 0) keep = 0;
@@ -412,11 +582,82 @@ static int32_t pick_children(sp_drafter *d, const float *logits, const float *q,
     return m;
 }
 
+/* A tree from the head: the root is the pair of the last committed token
+ * (as a chain's start); each level's nodes are evaluated in one call under
+ * an ancestor mask over the tree's slots, a node's pair taking its parent's
+ * pre-norm output as g, at position n - 2 + depth. */
+static sp_status e3_tree(sp_drafter *d, const int32_t *hist, int32_t n, const sp_tree_shape *shape,
+                         int32_t max_depth, bool greedy, sp_mc_mode mode, sp_sampler *smp, sp_rng *rng,
+                         sp_draft_tree *t, sp_error *err) {
+    const int32_t V = d->V, E = d->edim;
+    t->n_nodes = 1;
+    t->parent[0] = -1;
+    t->token[0] = hist[n - 1];
+    t->depth[0] = 0;
+    sp_status st = SP_OK;
+    if (n < 2) { /* no target row yet: a root without children */
+        memset(t->q, 0, (size_t)V * sizeof(float));
+        t->q[hist[n - 1]] = 1;
+        return SP_OK;
+    }
+    if (sp_eagle3_ctx_n_past(d->ectx) > n - 2) st = sp_eagle3_ctx_truncate(d->ectx, n - 2, err);
+    if (!st) st = e3_pairs(d, hist, n - 2, err);
+    if (st) return st;
+    e3_drop_consumed(d);
+    const int32_t base = sp_eagle3_ctx_n_past(d->ectx); /* n - 1: the first tree slot */
+    memcpy(d->tpre, d->pre, (size_t)E * sizeof(float));
+    sp_sampler_probs(smp, d->logits, t->q);
+    int32_t f0 = 0, f1 = 1;
+    const int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
+    for (int32_t lev = 1; lev <= depth; lev++) {
+        const int32_t first_new = t->n_nodes;
+        for (int32_t f = f0; f < f1; f++) {
+            int32_t kids[SP_TREE_MAX_NODES];
+            int32_t k = shape->branch[lev - 1];
+            if (t->n_nodes + k > SP_TREE_MAX_NODES) k = SP_TREE_MAX_NODES - t->n_nodes;
+            k = pick_children(d, d->logits + (int64_t)(f - f0) * V, t->q + (int64_t)f * V, k, greedy, mode, rng, kids);
+            for (int32_t j = 0; j < k; j++) {
+                const int32_t c = t->n_nodes++;
+                t->parent[c] = f;
+                t->token[c] = kids[j];
+                t->depth[c] = lev;
+            }
+        }
+        f0 = first_new;
+        f1 = t->n_nodes;
+        if (lev == depth || f1 == f0) break;
+        const int32_t m = f1 - f0;
+        if (m > d->max_batch)
+            return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the draft batch %d", m, d->max_batch);
+        /* nodes 1..f0-1 sit at slots base.. (node a at base + a - 1); this level follows */
+        const int32_t w = sp_eagle3_ctx_n_past(d->ectx) + m - base;
+        float *g = d->g + (size_t)d->gn * (size_t)E; /* scratch past the kept rows */
+        if (d->gn + m > d->g_cap)
+            return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the head's rows", m);
+        sp_tree_ancestor_mask(t->parent, f0, m, 0, w, d->mask);
+        for (int32_t i = 0; i < m; i++) {
+            d->tok[i] = t->token[f0 + i];
+            d->tpos[i] = n - 2 + lev;
+            memcpy(g + (size_t)i * E, d->tpre + (size_t)t->parent[f0 + i] * E, (size_t)E * sizeof(float));
+        }
+        const double t0 = sp_now();
+        st = sp_eagle3_decode_tree(d->ectx, d->tok, g, d->tpos, m, d->mask, base, true, d->logits,
+                                   d->tpre + (size_t)f0 * E, err);
+        d->cnt.seconds += sp_now() - t0;
+        d->cnt.forwards++;
+        if (st) return st;
+        for (int32_t i = 0; i < m; i++)
+            sp_sampler_probs(smp, d->logits + (int64_t)i * V, t->q + (int64_t)(f0 + i) * V);
+    }
+    return sp_eagle3_ctx_truncate(d->ectx, base, err);
+}
+
 sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
                           const sp_tree_shape *shape, int32_t max_depth, bool greedy,
                           sp_mc_mode mode, sp_sampler *smp, sp_rng *rng, sp_draft_tree *t,
                           sp_error *err) {
-    if (!d->ctx) return sp_fail(err, SP_ERR_ARG, "trees need a model-based drafter");
+    if (d->ectx) return e3_tree(d, hist, n, shape, max_depth, greedy, mode, smp, rng, t, err);
+    if (!d->ctx) return sp_fail(err, SP_ERR_ARG, "trees need a model-based drafter (model, layerskip, lowbit, eagle3)");
     const int32_t V = d->V;
     sp_status st = catch_up(d, hist, n, err);
     if (st) return st;
@@ -476,6 +717,19 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
 sp_status sp_drafter_accept_tree(sp_drafter *d, int32_t n, const sp_draft_tree *t,
                                  const int32_t *path, int32_t n_path, sp_error *err) {
     (void)t;
+    if (d->ectx) { /* keep the encoded rows of the tail and of the accepted path's nodes */
+        const int32_t keep = n - d->g0; /* rows of positions g0..n-1 */
+        if (keep < 0 || keep > d->gn) return SP_OK; /* nothing of this pass was seen */
+        int32_t m = keep;
+        for (int32_t i = 0; i < n_path; i++) {
+            const int32_t r = keep + path[i] - 1;
+            if (r >= d->gn) break;
+            if (r != m) memmove(d->g + (size_t)m * d->edim, d->g + (size_t)r * d->edim, (size_t)d->edim * sizeof(float));
+            m++;
+        }
+        d->gn = m;
+        return SP_OK;
+    }
     /* A tree trimmed to depth 0 drafted nothing and left the cache behind:
      * the next catch-up brings it level. */
     if (!d->ctx || sp_ctx_n_past(d->ctx) < n - d->off) return SP_OK;

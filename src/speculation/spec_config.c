@@ -341,7 +341,8 @@ static const char *json_kind(const json_t *v) {
     return "?";
 }
 
-sp_status sp_spec_config_json(sp_spec_config *c, const json_t *obj, sp_error *err) {
+/* Applies a parsed JSON value (an object, else the error names its kind). */
+static sp_status config_json(sp_spec_config *c, const json_t *obj, sp_error *err) {
     if (!obj || !json_is_object(obj))
         return sp_fail(err, SP_ERR_ARG, "speculative settings: expected a JSON object, got %s",
                        obj ? json_kind(obj) : "nothing");
@@ -384,11 +385,11 @@ sp_status sp_spec_config_json(sp_spec_config *c, const json_t *obj, sp_error *er
 sp_status sp_spec_config_json_text(sp_spec_config *c, const char *text, size_t len,
                                    sp_error *err) {
     json_error_t je;
-    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!j)
         return sp_fail(err, SP_ERR_ARG, "speculative settings: not valid JSON (%s at column %d)",
                        je.text, je.column);
-    sp_status st = sp_spec_config_json(c, j, err);
+    sp_status st = config_json(c, j, err);
     json_decref(j);
     return st;
 }
@@ -400,7 +401,7 @@ static bool tree_verifier(sp_verifier v) {
 }
 
 static bool model_based(sp_drafter_kind k) {
-    return k == SP_DRAFT_MODEL || k == SP_DRAFT_LAYERSKIP || k == SP_DRAFT_LOWBIT;
+    return k == SP_DRAFT_MODEL || k == SP_DRAFT_LAYERSKIP || k == SP_DRAFT_LOWBIT || k == SP_DRAFT_EAGLE3;
 }
 
 sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_error *err) {
@@ -421,6 +422,8 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
     }
     if (kind == SP_DRAFT_MODEL && !has_draft_model)
         return sp_fail(err, SP_ERR_ARG, "drafter: 'model' needs a draft model, and none was given");
+    if (kind == SP_DRAFT_EAGLE3 && !has_draft_model)
+        return sp_fail(err, SP_ERR_ARG, "drafter: 'eagle3' needs an EAGLE-3 head file, and none was given");
     /* chain or tree */
     if (is_given(c, S_TREE) && is_given(c, S_GAMMA))
         return sp_fail(err, SP_ERR_ARG, "gamma: a tree's shape sets the draft length; drop one");
@@ -450,7 +453,7 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
         {S_ADAPTIVE, plain, "plain decoding drafts nothing"},
         {S_P_MIN, plain && !c->off_by_n_max, "plain decoding drafts nothing"},
         {S_N_MIN, plain && !c->off_by_n_max, "plain decoding drafts nothing"},
-        {S_TREE, !model_based(kind), "trees need a model-based drafter (model, layerskip, lowbit)"},
+        {S_TREE, !model_based(kind), "trees need a model-based drafter (model, layerskip, lowbit, eagle3)"},
         {S_NGRAM_MIN, kind != SP_DRAFT_NGRAM, "only the ngram drafter uses it"},
         {S_NGRAM_MAX, kind != SP_DRAFT_NGRAM, "only the ngram drafter uses it"},
         {S_SKIP, kind != SP_DRAFT_LAYERSKIP, "only the layerskip drafter uses it"},
@@ -474,7 +477,7 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
 
 sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
     const sp_drafter_kind kind = p->draft.kind;
-    if ((unsigned)kind > SP_DRAFT_LOWBIT)
+    if ((unsigned)kind > SP_DRAFT_EAGLE3)
         return sp_fail(err, SP_ERR_ARG, "drafter: unknown kind %d", (int)kind);
     if (kind == SP_DRAFT_NONE) return SP_OK; /* nothing else is used */
     if ((unsigned)p->verifier > SP_VERIFIER_NAIVE)
@@ -504,7 +507,7 @@ sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
             return sp_fail(err, SP_ERR_ARG, "tree: invalid shape (%s)", e.msg[0] ? e.msg : "node count");
         if (!model_based(kind))
             return sp_fail(err, SP_ERR_ARG,
-                           "tree: trees need a model-based drafter (model, layerskip, lowbit), not %s",
+                           "tree: trees need a model-based drafter (model, layerskip, lowbit, eagle3), not %s",
                            sp_drafter_name(kind));
         if (!tree_verifier(p->verifier) && p->verifier != SP_VERIFIER_GREEDY)
             return sp_fail(err, SP_ERR_ARG,
