@@ -10,7 +10,8 @@
  *
  * Settings (aliases in brackets):
  *   drafter [draft]     none | model | ngram | layerskip | lowbit
- *   verifier [verify]   token | block | greedy | lenient | mc | mc-norep | naive
+ *   verifier [verify]   token | block | greedy | lenient | mc | mc-norep | naive |
+ *                       gbv | traversal (gbv: K paths as tree Kx1x..x1, drawn i.i.d.)
  *   gamma               draft length, 1..SP_SPEC_MAX_GAMMA (the maximum when adaptive)
  *   n_max               llama.cpp's name for gamma; n_max 0 turns speculation off
  *   n_min               draft at least this many tokens whatever p_min says,
@@ -50,8 +51,9 @@
  *    typo must not silently measure something else), except that n_min and
  *    p_min sent along with n_max 0 are ignored, as llama.cpp clients send
  *    them together;
- *  - a tree needs a model-based drafter and verifier mc, mc-norep, naive or
- *    greedy; mc, mc-norep and naive need a tree; a tree and a draft length
+ *  - a tree needs a model-based drafter and verifier mc, mc-norep, naive,
+ *    gbv, traversal or greedy; mc, mc-norep, naive, gbv and traversal need a
+ *    tree; a tree and a draft length
  *    given together are an error (the shape sets the length).
  * What needs the model (vocabulary, layer count, batch and context sizes)
  * is checked by sp_spec_config_check, which sp_spec_init calls. */

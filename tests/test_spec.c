@@ -85,6 +85,8 @@ static const cfg GREEDY_CFGS[] = {
     {SP_DRAFT_MODEL, SP_VERIFIER_MC, 0, "2x2", false, 0, false, 0},
     {SP_DRAFT_LAYERSKIP, SP_VERIFIER_GREEDY, 0, "4x2x1", false, 0, false, 0},
     {SP_DRAFT_LOWBIT, SP_VERIFIER_NAIVE, 0, "2x2x2x2", false, 0, false, 0},
+    {SP_DRAFT_MODEL, SP_VERIFIER_TRAVERSAL, 0, "3x2x2", false, 0, false, 0},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_GBV, 0, "3x1x1x1", false, 0, false, 0},
 };
 
 /* Temperature 0: every configuration emits plain greedy decoding's tokens. */
@@ -507,6 +509,10 @@ static void test_distribution(void **state) {
     distribution_case(tm, dm, SP_DRAFT_LOWBIT, SP_VERIFIER_TOKEN, NULL, &plain, N);
     distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, "2x2", &filt, N);
     distribution_case(tm, dm, SP_DRAFT_LAYERSKIP, SP_VERIFIER_MC, "3x1", &plain, N);
+    for (int f = 0; f < 2; f++) { /* traversal and GBV (K = 3 paths) with every sampler */
+        distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_TRAVERSAL, "2x2", sps[f], N);
+        distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_GBV, "3x1", sps[f], N);
+    }
     /* drafting stopped by p_min, even before the first token (n_min 0) */
     distribution_case_p(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, NULL, &plain, N, 0.5f, 0);
     /* the adaptive draft length (0 included) chosen from measured costs */

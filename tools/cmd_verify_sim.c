@@ -11,16 +11,19 @@
 static void vsim_usage(FILE *f) {
     fprintf(f,
             "usage: specula verify-sim [options]\n"
-            "  --verifier NAME   token|block|greedy|lenient|mc|mc-norep|naive (default block)\n"
+            "  --verifier NAME   token|block|greedy|lenient|mc|mc-norep|naive|gbv|traversal\n"
+            "                    (default block)\n"
             "  --lenience L      lenient only, in (0, 1] (LOSSY verifier; default 0.5)\n"
             "  --p P0,P1,...     context-free target distribution (with --q)\n"
             "  --q Q0,Q1,...     context-free draft distribution (same length as --p)\n"
             "  --markov V        random first-order Markov target and draft over V tokens\n"
             "                    (the default model: --markov 4)\n"
             "  --gamma G         draft length in [1, %d] (default 4; tree depth for --candidates)\n"
-            "  --candidates K    mc/mc-norep/naive: K candidates at the first position,\n"
-            "                    each continued by one drafted chain (default 2)\n"
-            "  --tree SHAPE      mc/mc-norep/naive: draft tree like 2x2 (gamma = its depth)\n"
+            "  --candidates K    mc/mc-norep/naive/gbv/traversal: K candidates at the first\n"
+            "                    position, each continued by one drafted chain (default 2;\n"
+            "                    for gbv: K i.i.d. draft paths)\n"
+            "  --tree SHAPE      the same verifiers: draft tree like 2x2 (gamma = its depth)\n"
+            "gbv and mc draw children i.i.d.; traversal and mc-norep without replacement.\n"
             "  --temp T          temperature for both toy models, T >= 0 (0 = argmax)\n"
             "  --trials N        outer-loop iterations from an empty context (default 10000)\n"
             "  --seed S          seed for the simulation (and --markov tables)\n"
@@ -40,7 +43,8 @@ typedef struct vsim_opts {
 } vsim_opts;
 
 static bool is_mc(sp_verifier v) {
-    return v == SP_VERIFIER_MC || v == SP_VERIFIER_MC_NOREP || v == SP_VERIFIER_NAIVE;
+    return v == SP_VERIFIER_MC || v == SP_VERIFIER_MC_NOREP || v == SP_VERIFIER_NAIVE ||
+           v == SP_VERIFIER_GBV || v == SP_VERIFIER_TRAVERSAL;
 }
 
 /* Parses the flags; returns 0, -1 after --help, or 2 after one line. */
@@ -123,7 +127,8 @@ static int vsim_parse(int argc, char **argv, vsim_opts *o) {
 static int vsim_check(vsim_opts *o) {
     const bool mc = is_mc(o->prm.verifier);
     if (!mc && (o->tree_str || o->have_cand)) {
-        fprintf(stderr, "specula: --tree and --candidates need --verifier mc, mc-norep or naive\n");
+        fprintf(stderr, "specula: --tree and --candidates need --verifier mc, mc-norep, naive, gbv or "
+                        "traversal\n");
         return 2;
     }
     if (o->tree_str && (o->have_cand || o->have_gamma)) {

@@ -545,8 +545,12 @@ static sp_status step_tree(gen_run *g, int32_t remaining, sp_error *err) {
     } else {
         sp_verify_tree vt = {.n_nodes = nn, .parent = s->tree.parent, .token = s->tree.token,
                              .p = s->p, .q = s->q};
+        const bool trav = s->prm.verifier == SP_VERIFIER_GBV ||
+                          s->prm.verifier == SP_VERIFIER_TRAVERSAL;
         rc = g->greedy_t ? sp_verify_tree_greedy(s->ws, &vt, path, SP_TREE_MAX_DEPTH + 1, &n_path,
                                                  &y, err)
+             : trav      ? sp_verify_tree_traversal(s->ws, &vt, g->mode, &g->rng, path,
+                                                    SP_TREE_MAX_DEPTH + 1, &n_path, &y, err)
                          : sp_verify_tree_walk(s->ws, &vt, g->mode, &g->rng, path,
                                                SP_TREE_MAX_DEPTH + 1, &n_path, &y, err);
     }
@@ -674,7 +678,9 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
     sp_status rc = check_generate(s, n_prompt, gp, cap, err);
     if (rc) return rc;
     gen_run g = {.s = s, .stats = stats, .greedy_t = gp->sampling.temperature == 0,
-                 .mode = s->prm.verifier == SP_VERIFIER_MC      ? SP_MC_REPLACE
+                 .mode = s->prm.verifier == SP_VERIFIER_MC ||
+                                 s->prm.verifier == SP_VERIFIER_GBV
+                             ? SP_MC_REPLACE
                          : s->prm.verifier == SP_VERIFIER_NAIVE ? SP_MC_NAIVE
                                                                 : SP_MC_NOREPLACE};
     if ((rc = sp_sampler_init(&gp->sampling, s->V, &g.smp, err))) return rc;

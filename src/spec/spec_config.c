@@ -397,7 +397,8 @@ sp_status sp_spec_config_json_text(sp_spec_config *c, const char *text, size_t l
 /* -------------------------------------------------------------- finish */
 
 static bool tree_verifier(sp_verifier v) {
-    return v == SP_VERIFIER_MC || v == SP_VERIFIER_MC_NOREP || v == SP_VERIFIER_NAIVE;
+    return v == SP_VERIFIER_MC || v == SP_VERIFIER_MC_NOREP || v == SP_VERIFIER_NAIVE ||
+           v == SP_VERIFIER_GBV || v == SP_VERIFIER_TRAVERSAL;
 }
 
 static bool model_based(sp_drafter_kind k) {
@@ -478,7 +479,7 @@ sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
     if ((unsigned)kind > SP_DRAFT_LOWBIT)
         return sp_fail(err, SP_ERR_ARG, "drafter: unknown kind %d", (int)kind);
     if (kind == SP_DRAFT_NONE) return SP_OK; /* nothing else is used */
-    if ((unsigned)p->verifier > SP_VERIFIER_NAIVE)
+    if ((unsigned)p->verifier > SP_VERIFIER_TRAVERSAL)
         return sp_fail(err, SP_ERR_ARG, "verifier: unknown kind %d", (int)p->verifier);
     if (p->gamma < 1 || p->gamma > SP_SPEC_MAX_GAMMA)
         return sp_fail(err, SP_ERR_ARG, "gamma: must be in [1, %d], got %d", SP_SPEC_MAX_GAMMA,
@@ -509,7 +510,8 @@ sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
                            sp_drafter_name(kind));
         if (!tree_verifier(p->verifier) && p->verifier != SP_VERIFIER_GREEDY)
             return sp_fail(err, SP_ERR_ARG,
-                           "tree: trees are verified with mc, mc-norep, naive or greedy, not %s",
+                           "tree: trees are verified with mc, mc-norep, naive, gbv, traversal or "
+                           "greedy, not %s",
                            sp_verifier_name(p->verifier));
     } else if (p->tree.depth < 0) {
         return sp_fail(err, SP_ERR_ARG, "tree: invalid shape (depth %d)", p->tree.depth);

@@ -280,18 +280,22 @@ static void sim_free(sim *b) {
 static sp_status sim_params(sim *b, sp_error *err) {
     const sp_vsim_params *prm = b->prm;
     const sp_verifier vf = prm->verifier;
-    if ((unsigned)vf > SP_VERIFIER_NAIVE) return sp_fail(err, SP_ERR_ARG, "verify-sim: bad verifier");
-    b->is_tree = vf == SP_VERIFIER_MC || vf == SP_VERIFIER_MC_NOREP || vf == SP_VERIFIER_NAIVE;
-    b->mode = vf == SP_VERIFIER_MC ? SP_MC_REPLACE
-              : vf == SP_VERIFIER_MC_NOREP ? SP_MC_NOREPLACE
-                                           : SP_MC_NAIVE;
+    if ((unsigned)vf > SP_VERIFIER_TRAVERSAL)
+        return sp_fail(err, SP_ERR_ARG, "verify-sim: bad verifier");
+    b->is_tree = vf == SP_VERIFIER_MC || vf == SP_VERIFIER_MC_NOREP || vf == SP_VERIFIER_NAIVE ||
+                 vf == SP_VERIFIER_GBV || vf == SP_VERIFIER_TRAVERSAL;
+    b->mode = vf == SP_VERIFIER_MC || vf == SP_VERIFIER_GBV             ? SP_MC_REPLACE
+              : vf == SP_VERIFIER_MC_NOREP || vf == SP_VERIFIER_TRAVERSAL ? SP_MC_NOREPLACE
+                                                                           : SP_MC_NAIVE;
     if (prm->trials < 1 || prm->trials > SP_VSIM_MAX_TRIALS)
         return sp_fail(err, SP_ERR_ARG, "verify-sim: trials %lld outside [1, %lld]",
                        (long long)prm->trials, SP_VSIM_MAX_TRIALS);
     if (vf == SP_VERIFIER_LENIENT && !(prm->lenience > 0.0 && prm->lenience <= 1.0))
         return sp_fail(err, SP_ERR_ARG, "verify-sim: lenience %g outside (0, 1]", prm->lenience);
     if (!b->is_tree) {
-        if (prm->tree) return sp_fail(err, SP_ERR_ARG, "verify-sim: a tree needs mc, mc-norep or naive");
+        if (prm->tree)
+            return sp_fail(err, SP_ERR_ARG,
+                           "verify-sim: a tree needs mc, mc-norep, naive, gbv or traversal");
         if (prm->gamma < 1 || prm->gamma > SP_VERIFY_MAX_GAMMA)
             return sp_fail(err, SP_ERR_ARG, "verify-sim: gamma %d outside [1, %d]", (int)prm->gamma,
                            SP_VERIFY_MAX_GAMMA);
@@ -430,7 +434,12 @@ static sp_status sim_tree_trial(sim *b, int32_t *acc, int32_t *n_emit, sp_error 
     }
     sp_verify_tree t = {n, b->parent, b->token, b->p, b->q};
     int32_t y;
-    sp_status st = sp_verify_tree_walk(b->ws, &t, b->mode, &b->rng, b->path, b->D + 1, acc, &y, err);
+    const sp_verifier vf = b->prm->verifier;
+    sp_status st = vf == SP_VERIFIER_GBV || vf == SP_VERIFIER_TRAVERSAL
+                       ? sp_verify_tree_traversal(b->ws, &t, b->mode, &b->rng, b->path, b->D + 1,
+                                                  acc, &y, err)
+                       : sp_verify_tree_walk(b->ws, &t, b->mode, &b->rng, b->path, b->D + 1, acc,
+                                             &y, err);
     if (st) return st;
     for (int32_t i = 0; i < *acc; i++) b->seq[(*n_emit)++] = b->token[b->path[i]];
     b->seq[(*n_emit)++] = y;
