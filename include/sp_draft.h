@@ -8,6 +8,9 @@
  *              ngram_min) in prompt + output; its q is one-hot
  *   layerskip  the target itself with some layers skipped (shares weights)
  *   lowbit     a copy of the target re-quantised at load (e.g. Q4_0)
+ *   suffix     suffix tries over the request's text and a shared corpus of
+ *              earlier outputs (sp_suffix.h); proposes the most frequent
+ *              continuation, its length chosen per step; its q is one-hot
  * A drafter keeps its own KV cache (model-based kinds) in step with the
  * committed text: before drafting it evaluates the committed tokens it has
  * not seen, and after verification the caller tells it what was accepted.
@@ -23,6 +26,7 @@
 #include "sp_rng.h"
 #include "sp_sampler.h"
 #include "sp_status.h"
+#include "sp_suffix.h"
 #include "sp_verify.h"
 
 typedef enum sp_drafter_kind {
@@ -30,7 +34,8 @@ typedef enum sp_drafter_kind {
     SP_DRAFT_MODEL,
     SP_DRAFT_NGRAM,
     SP_DRAFT_LAYERSKIP,
-    SP_DRAFT_LOWBIT
+    SP_DRAFT_LOWBIT,
+    SP_DRAFT_SUFFIX
 } sp_drafter_kind;
 
 const char *sp_drafter_name(sp_drafter_kind k);
@@ -61,6 +66,8 @@ typedef struct sp_drafter_params {
     char skip_layers[SP_DRAFT_SKIP_LEN]; /* SP_DRAFT_LAYERSKIP, see sp_parse_skip_layers; "" = default */
     sp_ggml_type lowbit_type;    /* SP_DRAFT_LOWBIT, default Q4_0 */
     int32_t max_batch;           /* largest draft batch (tree level); default SP_CTX_DEFAULT_BATCH */
+    sp_suffix_corpus *suffix_corpus; /* SP_DRAFT_SUFFIX: the shared corpus of earlier outputs
+                                      * (not owned); NULL: the drafter keeps its own */
 } sp_drafter_params;
 
 sp_drafter_params sp_drafter_default_params(void);

@@ -9,7 +9,7 @@
  * "verifier", ...), never a command-line flag.
  *
  * Settings (aliases in brackets):
- *   drafter [draft]     none | model | ngram | layerskip | lowbit
+ *   drafter [draft]     none | model | ngram | layerskip | lowbit | suffix
  *   verifier [verify]   token | block | greedy | lenient | mc | mc-norep | naive |
  *                       gbv | traversal (gbv: K paths as tree Kx1x..x1, drawn i.i.d.)
  *   gamma               draft length, 1..SP_SPEC_MAX_GAMMA (the maximum when adaptive)

@@ -38,7 +38,7 @@ static void bench_usage(FILE *f) {
             "  field per line; default %s) and reports acceptance rate, block\n"
             "  efficiency, mean accepted length, tokens/s and speedup over plain decoding.\n"
             "  CFG: plain | key=value,... with the speculation settings drafter (or draft:\n"
-            "    model|ngram|layerskip|lowbit), verifier (or verify), gamma (or n_max), n_min,\n"
+            "    model|ngram|layerskip|lowbit|suffix), verifier (or verify), gamma (or n_max), n_min,\n"
             "    p_min, tree, adaptive, ngram_min, ngram_max, skip_layers (or skip), lowbit,\n"
             "    lenience; e.g. \"draft=model,gamma=4;draft=layerskip,skip=1,3,gamma=4\".\n"
             "  Plain decoding is always run first. Writes results.json, results.csv and\n"

@@ -1,4 +1,5 @@
-/* draft: drafters (draft model, prompt lookup, layer skip, low-bit copy),
+/* draft: drafters (draft model, prompt lookup, layer skip, low-bit copy,
+ * suffix tries in suffix.c),
  * chain and tree drafting, and keeping the draft cache in step with the
  * committed text. See sp_draft.h. */
 #include "draft.h"
@@ -16,7 +17,8 @@ struct sp_drafter {
     sp_drafter_params p;
     sp_drafter_kind kind;
     sp_model *owned_model;   /* lowbit copy */
-    sp_ctx *ctx;             /* NULL for ngram */
+    sp_ctx *ctx;             /* NULL for ngram and suffix */
+    sp_suffix *sfx;          /* suffix */
     int32_t V;               /* the target's vocabulary: rows of logits and q */
     int32_t Vd;              /* the draft model's (differs only by padding) */
     float *logits;           /* [max_batch][V] */
@@ -42,7 +44,8 @@ struct sp_drafter {
 #define DRAFT_RESYNC_GAP 64
 #define DRAFT_RESYNC_KEEP 32
 
-static const char *const KIND_NAMES[] = {"none", "model", "ngram", "layerskip", "lowbit"};
+static const char *const KIND_NAMES[] = {"none",      "model",  "ngram",
+                                         "layerskip", "lowbit", "suffix"};
 
 const char *sp_drafter_name(sp_drafter_kind k) {
     return (unsigned)k < sizeof KIND_NAMES / sizeof KIND_NAMES[0] ? KIND_NAMES[k] : "unknown";
@@ -54,7 +57,7 @@ sp_status sp_drafter_parse(const char *name, sp_drafter_kind *out, sp_error *err
             *out = (sp_drafter_kind)i;
             return SP_OK;
         }
-    return sp_fail(err, SP_ERR_ARG, "unknown drafter '%s' (model, ngram, layerskip, lowbit, none)",
+    return sp_fail(err, SP_ERR_ARG, "unknown drafter '%s' (model, ngram, layerskip, lowbit, suffix, none)",
                    name ? name : "");
 }
 
@@ -126,6 +129,7 @@ sp_drafter_params sp_drafter_default_params(void) {
 void sp_drafter_free(sp_drafter *d) {
     if (!d) return;
     sp_ctx_free(d->ctx);
+    sp_suffix_free(d->sfx);
     sp_model_free(d->owned_model);
     free(d->logits);
     free(d->dlogits);
@@ -138,10 +142,12 @@ void sp_drafter_free(sp_drafter *d) {
 
 sp_drafter_kind sp_drafter_kind_of(const sp_drafter *d) { return d->kind; }
 sp_ctx *sp_drafter_ctx(sp_drafter *d) { return d->ctx; }
+sp_suffix *sp_drafter_suffix(sp_drafter *d) { return d->sfx; }
 
 sp_status sp_drafter_reset(sp_drafter *d, sp_error *err) {
     d->off = 0;
     d->tree_cached = 0;
+    if (d->sfx) return sp_suffix_end_request(d->sfx, err); /* its output joins the corpus */
     return d->ctx ? sp_ctx_truncate(d->ctx, 0, err) : SP_OK;
 }
 const sp_draft_counters *sp_drafter_counters(const sp_drafter *d) { return &d->cnt; }
@@ -186,7 +192,8 @@ sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *ta
                                   sp_error *err) {
     const int32_t L = sp_model_cfg(target)->n_layers;
     switch (p->kind) {
-    case SP_DRAFT_NONE: return SP_OK;
+    case SP_DRAFT_NONE:
+    case SP_DRAFT_SUFFIX: return SP_OK;
     case SP_DRAFT_MODEL:
         if (!p->draft_model)
             return sp_fail(err, SP_ERR_ARG, "drafter: 'model' needs a draft model, and none was given");
@@ -237,6 +244,12 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
     case SP_DRAFT_LAYERSKIP:
         st = sp_parse_skip_layers(p->skip_layers, sp_model_cfg(tm)->n_layers, skip_buf, err);
         dm = tm;
+        break;
+    case SP_DRAFT_SUFFIX:
+        st = sp_suffix_init(p->suffix_corpus,
+                            sp_ctx_n_ctx(target) < SP_SUFFIX_REQUEST_TOKENS ? sp_ctx_n_ctx(target)
+                                                                            : SP_SUFFIX_REQUEST_TOKENS,
+                            &d->sfx, err);
         break;
     default: break;
     }
@@ -348,8 +361,14 @@ sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_
                            int32_t *draft, float *q, int32_t *n_draft, sp_error *err) {
     const int32_t V = d->V;
     *n_draft = 0;
-    if (d->kind == SP_DRAFT_NGRAM) {
-        int32_t k = sp_ngram_propose(hist, n, d->p.ngram_min, d->p.ngram_max, gamma, draft);
+    if (d->kind == SP_DRAFT_NGRAM || d->kind == SP_DRAFT_SUFFIX) {
+        int32_t k = 0;
+        if (d->kind == SP_DRAFT_NGRAM) {
+            k = sp_ngram_propose(hist, n, d->p.ngram_min, d->p.ngram_max, gamma, draft);
+        } else {
+            sp_status st = sp_suffix_propose(d->sfx, hist, n, gamma, draft, &k, err);
+            if (st) return st;
+        }
         for (int32_t i = 0; i < k; i++) {
             float *qi = q + (int64_t)i * V;
             memset(qi, 0, (size_t)V * sizeof(float));
@@ -375,6 +394,7 @@ sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_
 }
 
 sp_status sp_drafter_accept_chain(sp_drafter *d, int32_t n, int32_t tau, sp_error *err) {
+    if (d->sfx) sp_suffix_feedback(d->sfx, tau);
     if (!d->ctx) return SP_OK;
     int32_t keep = n + tau - d->off, have = sp_ctx_n_past(d->ctx);
     if (keep < 0) keep = 0;

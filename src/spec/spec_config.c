@@ -100,12 +100,12 @@ static sp_status apply(sp_spec_config *c, const spelling *sp, const char *key, c
     case S_DRAFTER:
         if (sp_drafter_parse(v->str, &p->draft.kind, err))
             return sp_fail(err, SP_ERR_ARG, "%s: unknown drafter '%s' (none, model, ngram, "
-                           "layerskip, lowbit)", key, v->str);
+                           "layerskip, lowbit, suffix)", key, v->str);
         break;
     case S_VERIFIER:
         if (sp_verifier_parse(v->str, &p->verifier, err))
             return sp_fail(err, SP_ERR_ARG, "%s: unknown verifier '%s' (token, block, greedy, "
-                           "lenient, mc, mc-norep, naive)", key, v->str);
+                           "lenient, mc, mc-norep, naive, gbv, traversal)", key, v->str);
         break;
     case S_GAMMA:
         if (n_max && v->i == 0) { /* llama.cpp: no speculation for this request */
@@ -417,7 +417,7 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
                 for (size_t i = 0; i < N_SPELLINGS; i++)
                     if (SPELLINGS[i].id == (setting_id)id)
                         return sp_fail(err, SP_ERR_ARG,
-                                       "%s: no drafter to use it with (set drafter: ngram, "
+                                       "%s: no drafter to use it with (set drafter: ngram, suffix, "
                                        "layerskip, lowbit, or model with a draft model)",
                                        SPELLINGS[i].name);
     }
@@ -476,7 +476,7 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
 
 sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
     const sp_drafter_kind kind = p->draft.kind;
-    if ((unsigned)kind > SP_DRAFT_LOWBIT)
+    if ((unsigned)kind > SP_DRAFT_SUFFIX)
         return sp_fail(err, SP_ERR_ARG, "drafter: unknown kind %d", (int)kind);
     if (kind == SP_DRAFT_NONE) return SP_OK; /* nothing else is used */
     if ((unsigned)p->verifier > SP_VERIFIER_TRAVERSAL)

@@ -1,0 +1,95 @@
+/* sp_suffix: suffix drafting (SuffixDecoding, Oliaro et al., arXiv
+ * 2411.04975): continuations proposed from what was already said.
+ *
+ * Two depth-bounded suffix tries (every substring of at most
+ * SP_SUFFIX_DEPTH tokens, each node counting its occurrences):
+ *  - the request's own text (prompt and output so far), one per drafter;
+ *  - a global corpus of earlier outputs, FIFO-bounded in tokens, shared by
+ *    every drafter given the same sp_suffix_corpus (server slots, bench
+ *    prompts). Thread-safe: a mutex guards it; lookups hold it for one
+ *    bounded match.
+ * A step finds, in each trie, the longest suffix of the text (at most
+ * SP_SUFFIX_DEPTH - 1 tokens) that occurred before with a continuation, and
+ * follows the most frequent child from there (ties: the child that reached
+ * the count first), re-matching on the text plus the chain when the trie's
+ * depth runs out. Each proposed token is scored by its empirical probability
+ * (child count / continuations of the node) times an acceptance rate learned
+ * online per source (request, corpus) and match-length bucket (1, 2, 3-4,
+ * 5-8, 9-16, 17+) from verification results (accepted / tested tokens,
+ * prior 4 of 5, evidence decaying by 0.97 a step so a bucket that stopped
+ * proposing is tried again); the chain stops when the
+ * product falls below SP_SUFFIX_MIN_SCORE, so its length is chosen per step
+ * (0 when nothing is likely). The source with the larger expected accepted
+ * length (sum of the products) is used. Proposals are deterministic: no
+ * randomness, ties broken by insertion order.
+ *
+ * Bounds: a request trie holds at most request_tokens x SP_SUFFIX_DEPTH
+ * nodes (text past that still matches, but adds no new nodes); the corpus
+ * at most corpus_tokens tokens (oldest outputs dropped first; the trie is
+ * rebuilt from the kept outputs when outputs are dropped, at add time, not
+ * per step). Memory is allocated once at creation, about 48 bytes per node
+ * of capacity (pages are touched only as nodes are used). Time per step:
+ * O(SP_SUFFIX_DEPTH^2) hash look-ups for the match plus O(length) for the
+ * chain, whatever the text length. */
+#ifndef SP_SUFFIX_H
+#define SP_SUFFIX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sp_status.h"
+
+#define SP_SUFFIX_DEPTH 24                /* longest substring a trie holds */
+#define SP_SUFFIX_MIN_SCORE 0.3           /* stop a chain below this expected acceptance */
+#define SP_SUFFIX_CORPUS_TOKENS 16384     /* default FIFO bound of the global corpus */
+#define SP_SUFFIX_REQUEST_TOKENS 8192     /* default bound of a request trie, in tokens */
+#define SP_SUFFIX_MAX_TOKENS (1 << 22)    /* largest bound either may be given */
+
+typedef struct sp_suffix_corpus sp_suffix_corpus;
+typedef struct sp_suffix sp_suffix;
+
+/* A corpus of earlier outputs holding at most max_tokens tokens in
+ * [1, SP_SUFFIX_MAX_TOKENS] (0: SP_SUFFIX_CORPUS_TOKENS). */
+sp_status sp_suffix_corpus_init(int32_t max_tokens, sp_suffix_corpus **out, sp_error *err);
+void sp_suffix_corpus_free(sp_suffix_corpus *c); /* NULL is fine; no drafter may still use it */
+/* Append one output (n tokens, each >= 0) as a document: substrings never
+ * span two documents. Outputs longer than the bound keep their last
+ * max_tokens tokens. Thread-safe. */
+sp_status sp_suffix_corpus_add(sp_suffix_corpus *c, const int32_t *tokens, int32_t n,
+                               sp_error *err);
+
+typedef struct sp_suffix_stats {
+    int64_t corpus_tokens, corpus_docs; /* held now */
+    int64_t corpus_nodes, request_nodes; /* trie nodes in use */
+    int64_t bytes;                       /* memory reserved by this drafter and its corpus */
+    int64_t proposals, proposed, accepted; /* steps that proposed >= 1 token; tokens */
+    int64_t from_corpus;                 /* proposals taken from the corpus */
+} sp_suffix_stats;
+sp_suffix_stats sp_suffix_corpus_stats(sp_suffix_corpus *c); /* corpus fields only */
+
+/* A drafter over `corpus` (shared, not owned; NULL: it makes and owns its
+ * own, kept across requests). request_tokens bounds the request trie (0:
+ * SP_SUFFIX_REQUEST_TOKENS). */
+sp_status sp_suffix_init(sp_suffix_corpus *corpus, int32_t request_tokens, sp_suffix **out,
+                         sp_error *err);
+void sp_suffix_free(sp_suffix *s);
+
+/* End the current request: its output (the text after the length of the
+ * text of its first proposal) goes to the corpus, and the request trie is
+ * emptied. Also done by sp_suffix_propose when the text it is given is not
+ * a continuation of the text it has indexed. */
+sp_status sp_suffix_end_request(sp_suffix *s, sp_error *err);
+
+/* Index hist[0..n) (only the tokens not yet indexed) and propose up to
+ * max_len (>= 0) tokens continuing it into out; *n_out may be 0. Tokens
+ * must be >= 0. */
+sp_status sp_suffix_propose(sp_suffix *s, const int32_t *hist, int32_t n, int32_t max_len,
+                            int32_t *out, int32_t *n_out, sp_error *err);
+
+/* Verification of the last proposal accepted n_accepted of its tokens:
+ * updates the acceptance rates that choose the length. */
+void sp_suffix_feedback(sp_suffix *s, int32_t n_accepted);
+
+sp_suffix_stats sp_suffix_get_stats(sp_suffix *s);
+
+#endif
