@@ -1,10 +1,13 @@
 # Specula build. `make` builds the library, the CLI and the tests;
-# `make check` runs the suite; `make check SAN=1` runs it under ASan+UBSan.
+# `make check` runs the suite; `make check SAN=1` runs it under ASan+UBSan
+# (with float-cast-overflow, which GCC's -fsanitize=undefined leaves out).
 # Sources are globbed: a new src/LAYER/*.c, tools/*.c or tests/test_*.c needs no edit here.
-# src/ is split by layer: base (status, files, clock, threads), engine (GGUF,
-# kernels, the forward pass, samplers), text (tokenizers, Unicode, chat
-# templates), spec (verifiers, drafters, the speculative loop), train (losses,
-# trainer, distillation, online learning). Internal headers are found by name.
+# src/ is split by layer, lowest first (SRC_DIRS; scripts/check_layers.sh
+# reads the order from it): base (status, files, clock, threads, GGUF
+# reading), text (tokenizers, Unicode, chat templates), engine (kernels, the
+# forward pass, samplers), spec (verifiers, drafters, the speculative loop),
+# train (losses, trainer, distillation, online learning); then tools/.
+# Internal headers are found by name.
 
 CC      ?= cc
 SAN     ?= 0
@@ -12,13 +15,14 @@ SAN     ?= 0
 TEST_JOBS ?= 2
 ifeq ($(SAN),1)
 BUILD   ?= build-san
-OPT     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT     := -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer \
+           -fno-sanitize-recover=undefined,float-cast-overflow
 else
 BUILD   ?= build
 OPT     := -O2 -g
 endif
 
-SRC_DIRS := base engine text spec train
+SRC_DIRS := base text engine spec train
 SRC_INC  := $(SRC_DIRS:%=-Isrc/%)
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(OPT) -ffp-contract=off -Wall -Wextra -Werror -pthread -Iinclude $(SRC_INC) -Itools $(EXTRA_CFLAGS)
 LDFLAGS := $(OPT) -pthread
@@ -97,10 +101,14 @@ fuzz:
 	$(MAKE) lib BUILD=build-fuzz CC=clang SAN=0 \
 	  EXTRA_CFLAGS="-O1 -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined"
 	$(MAKE) $(FUZZ_BIN)
+# A harness may link CLI sources too: FUZZ_TOOLS_NAME (the server's
+# request side for fuzz_serve_request, without the HTTP server).
+FUZZ_TOOLS_serve_request := tools/serve_request.c tools/cli_util.c
+build-fuzz/fuzz_serve_request: $(FUZZ_TOOLS_serve_request) tools/serve_request.h tools/cli.h
 build-fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_util.h build-fuzz/libspecula.a
-	clang -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Iinclude $(SRC_INC) \
-	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $< build-fuzz/libspecula.a \
-	  -o $@ $(LDLIBS) -pthread
+	clang -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Iinclude $(SRC_INC) -Itools \
+	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $< $(FUZZ_TOOLS_$*) \
+	  build-fuzz/libspecula.a -o $@ $(LDLIBS) -pthread
 # The AVX-512 kernels (always-inlined tiles for every packed type and tile
 # width) took clang over 5 minutes with the sanitizer and coverage
 # instrumentation, a third of CI; the fuzz build compiles that one file

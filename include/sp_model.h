@@ -4,9 +4,9 @@
  * tensors converted at load time) and is read-only afterwards, so several
  * contexts can share it (e.g. a layer-skipping self-draft). A context owns a
  * KV cache and all scratch memory, sized at init; sp_forward allocates
- * nothing. Architecture: RMSNorm, RoPE, grouped-query attention, SwiGLU FFN,
- * tied or separate output embedding (llama / Llama 2-3, TinyLlama, Mistral-
- * style GQA). Weight types: F32, F16, BF16, Q8_0, Q4_0. */
+ * nothing. Architectures: the Llama family and its relatives (one table in
+ * model_load.c; an unsupported one is named in the load error); weight
+ * types: the float and ggml block formats README.md lists. */
 #ifndef SP_MODEL_H
 #define SP_MODEL_H
 
@@ -31,7 +31,7 @@ typedef struct sp_model_config {
     float rope_theta;
     float rope_scale;    /* linear position scaling: angle = pos * rope_scale * freq */
     float norm_eps;
-    bool rope_neox;      /* false: adjacent pairs (llama); true: halves (qwen2, qwen3, phi3) */
+    bool rope_neox;      /* false: adjacent pairs (llama); true: halves (NeoX style, e.g. qwen2) */
     int32_t sliding_window; /* > 0: a token attends to the last this-many positions only */
     sp_ggml_type wtype;  /* type of the attention/FFN matrices (of layer 0's wq) */
 } sp_model_config;
@@ -64,11 +64,14 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
                         sp_error *err);
 void sp_model_free(sp_model *m);
 
-/* A copy of `src` whose matrices are re-quantised to `type` (Q8_0, Q4_0, F16,
- * BF16 or F32) in memory: the low-precision self-draft. Shares the tokenizer
- * (the copy must be freed before src). */
+/* A copy of `src` whose matrices are re-quantised to `type` (one that
+ * sp_model_requantize_supported accepts) in memory: the low-precision
+ * self-draft. Shares the tokenizer (the copy must be freed before src). */
 sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model **out,
                               sp_error *err);
+/* True for the types sp_model_requantize can make (the weight types Specula
+ * can write as well as compute with). */
+bool sp_model_requantize_supported(sp_ggml_type type);
 
 const sp_model_config *sp_model_cfg(const sp_model *m);
 const sp_tokenizer *sp_model_tokenizer(const sp_model *m);
@@ -97,6 +100,9 @@ void sp_ctx_free(sp_ctx *c);
 const sp_model *sp_ctx_model(const sp_ctx *c);
 int32_t sp_ctx_n_ctx(const sp_ctx *c);
 int32_t sp_ctx_max_batch(const sp_ctx *c);
+/* The worker pool the context computes on: the params' pool, or the one it
+ * made for n_threads (a context sharing its pool, e.g. a draft's, passes it). */
+sp_pool *sp_ctx_pool(sp_ctx *c);
 /* Tokens currently in the KV cache. */
 int32_t sp_ctx_n_past(const sp_ctx *c);
 /* Roll back: keep only the first n cached tokens. */

@@ -55,3 +55,39 @@ for name, data in [("kv", b"\x00draft=ngram,gamma=4,verifier=block"),
                    ("json", b'\x01{"n_max": 8, "n_min": 2, "p_min": 0.5}'),
                    ("json2", b'\x03{"drafter": "layerskip", "skip": "1,3", "gamma": 3, "adaptive": true}')]:
     open("fuzz/corpus/spec_config/" + name, "wb").write(data)
+
+# fuzz_serve_request: 3 header bytes (flags: URL in bits 0-2, method in 3-4,
+# API key set in 5, draft model in 6, body too big in 7; chat template;
+# context size 1 + 16 * byte), an optional first line (path or
+# Authorization header), then the request body.
+import json
+import os
+os.makedirs("fuzz/corpus/serve_request", exist_ok=True)
+def serve_seed(name, flags, tmpl, ctx, body, line=None):
+    head = bytes([flags, tmpl, ctx]) + ((line + "\n").encode() if line is not None else b"")
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    open("fuzz/corpus/serve_request/" + name, "wb").write(head + data)
+serve_seed("completion", 0, 1, 16, {"model": "m", "prompt": "Once upon a time", "max_tokens": 16,
+           "temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 3, "stop": ["\n\n", "The end"],
+           "stream": True, "stream_options": {"include_usage": True}, "n": 1, "user": "u",
+           "frequency_penalty": 0, "presence_penalty": 0, "logprobs": False, "echo": False})
+serve_seed("chat", 1, 1, 32, {"messages": [{"role": "system", "content": "Be brief."},
+           {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": " there"}]},
+           {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "More."}],
+           "max_completion_tokens": 8, "stop": "<|im_end|>", "stream": True})
+for t in range(2, 7):
+    serve_seed("chat-t%d" % t, 1, t, 64, {"messages": [{"role": "user", "content": "Tell me a story. \u00e9\u4e2d"}],
+               "temperature": 0, "stop": ["\u4e2d", "y."]})
+serve_seed("speculative", 0x40, 0, 32, {"prompt": ["abc abc abc"], "temperature": 0,
+           "speculative": {"drafter": "ngram", "gamma": 4, "n_min": 2, "p_min": 0.5, "adaptive": True,
+                           "ngram_min": 1, "ngram_max": 3}})
+serve_seed("speculative-draft", 0x41, 3, 32, {"messages": [{"role": "user", "content": "q"}], "seed": 1,
+           "speculative": {"drafter": "model", "verifier": "mc", "tree": "2x2"}})
+serve_seed("speculative-lowbit", 0x41, 4, 64, {"messages": [{"role": "developer", "content": "s"},
+           {"role": "user", "content": "q"}],
+           "speculative": {"drafter": "lowbit", "n_max": 6}})
+serve_seed("auth", 0x20, 0, 8, {"prompt": "p", "max_tokens": 1}, line="Bearer sk-fuzz")
+serve_seed("path", 0x0E, 0, 8, b"", line="/v1/completions?x=1")
+serve_seed("get-models", 0x0A, 0, 8, b"")
+serve_seed("bad-json", 0, 0, 8, b'{"prompt": "a", "max_tokens": 1e400, "stop": [1]')
+serve_seed("unknown-key", 0, 0, 8, {"prompt": "a", "best_of": 2})

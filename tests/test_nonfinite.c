@@ -44,6 +44,15 @@ static void check_model(sp_model *m) {
     for (int32_t i = 0; i < dim; i++) big[i] = 1e30f;
     m->layers[0].attn_norm = big;
     assert_int_equal(run_forward(m, &err), SP_ERR_NUMERIC);
+    /* tiny: the first attention norm scaled to 1e-39 (issue 25), so the
+     * first layer's matmuls see subnormal activations: 127 / max overflowed
+     * in the q8 and q8_K quantisers; the pass must run, finite */
+    float *tiny = sp_model_alloc(m, (size_t)dim * sizeof(float));
+    for (int32_t i = 0; i < dim; i++) tiny[i] = saved_an[i] * 1e-39f;
+    m->layers[0].attn_norm = tiny;
+    assert_int_equal(run_forward(m, &err), SP_OK);
+    for (int32_t i = 0; i < dim; i++) tiny[i] = saved_an[i] * 1e-44f; /* a few subnormal steps */
+    assert_int_equal(run_forward(m, &err), SP_OK);
     m->layers[0].attn_norm = saved_an;
     assert_int_equal(run_forward(m, &err), SP_OK);
 }
@@ -71,9 +80,27 @@ static void test_nonfinite_q8_0(void **state) {
     sp_model_free(m);
 }
 
+/* The same through the K-quant, IQ4 and legacy kernels: llama-quantize
+ * files of ../shared/reference/formats (K-quant rows take q8_K activations). */
+static void test_nonfinite_formats(void **state) {
+    (void)state;
+    const char *files[] = {"mix-Q4_K_M", "mix-Q2_K", "mix-Q3_K_S", "mix-Q5_K_S", "mix-IQ4_XS", "mix-Q4_1", "mix-Q5_0"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "reference/formats/%s.gguf", files[i]);
+        sp_model *m = NULL;
+        sp_error err = {0};
+        sp_model_params mp = sp_model_default_params();
+        if (sp_model_load(sp_shared(rel), &mp, &m, &err) != SP_OK) fail_msg("%s: %s", rel, err.msg);
+        check_model(m);
+        sp_model_free(m);
+    }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_nonfinite_f32),
     cmocka_unit_test(test_nonfinite_q8_0),
+    cmocka_unit_test(test_nonfinite_formats),
 };
 
 SP_TEST_MAIN(tests)

@@ -63,6 +63,7 @@ typedef struct sp_cli_run_opts {
     long long n_predict, seed, threads, n_ctx;
     bool mlock, no_prefault; /* weight residency (sp_model_params) */
     const char *tokenizer_pre; /* --tokenizer-pre: forced BPE pre-tokeniser, or NULL */
+    bool ids_only; /* the input is token ids: a model without a tokenizer is fine */
     sp_sampler_params sampling;
 } sp_cli_run_opts;
 void sp_cli_run_opts_default(sp_cli_run_opts *r);
@@ -154,7 +155,15 @@ int sp_cli_online_start(const sp_cli_online_opts *o, const char *draft_path, sp_
 json_t *sp_cli_online_json(sp_online *on);
 void sp_cli_online_print(FILE *f, sp_online *on);
 
-/* Loads r->model (which must come with a tokenizer) and, if given,
+/* Token ids written as a comma-separated list ("5,17,99"): at least one,
+ * each a whole number in [0, 2^31). *ids (n of them) is malloc'd. Prints
+ * one line naming the flag and returns -1 when the list is not that. */
+int sp_cli_ids(const char *flag, const char *s, int32_t **ids, int32_t *n);
+/* Prints one line naming the flag and the first id that is not below
+ * n_vocab, and returns -1; 0 when all are. */
+int sp_cli_ids_check(const char *flag, const int32_t *ids, int32_t n, int32_t n_vocab);
+
+/* Loads r->model (which must come with a tokenizer unless r->ids_only) and, if given,
  * r->draft_model (several -md are refused unless r->multi_draft). Prints one line and returns 1 on failure (nothing is left
  * loaded then); 0 on success. */
 int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dmodel);
@@ -193,5 +202,6 @@ int cmd_bench_forward(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_online(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
 
 #endif

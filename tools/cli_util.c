@@ -207,8 +207,12 @@ int sp_cli_load_models(const sp_cli_run_opts *r, sp_model **model, sp_model **dm
         fprintf(stderr, "specula: %s\n", err.msg);
         return 1;
     }
-    if (!sp_model_tokenizer(*model)) {
-        fprintf(stderr, "specula: %s has no tokenizer; give one with -z tokenizer.bin\n", r->model);
+    if (!sp_model_tokenizer(*model) && !r->ids_only) {
+        if (sp_cli_is_gguf(r->model))
+            fprintf(stderr, "specula: %s has no usable tokenizer (e.g. llama.cpp's test vocabulary): it runs "
+                            "on token ids only (generate --prompt-ids 1,2,3, specula logits)\n", r->model);
+        else
+            fprintf(stderr, "specula: %s has no tokenizer; give one with -z tokenizer.bin\n", r->model);
         sp_model_free(*model);
         *model = NULL;
         return 1;
@@ -240,6 +244,58 @@ int sp_cli_load_more_drafts(const sp_cli_run_opts *r, sp_model **dms) {
             return 1;
         }
     }
+    return 0;
+}
+
+int sp_cli_ids(const char *flag, const char *s, int32_t **ids, int32_t *n) {
+    *ids = NULL;
+    *n = 0;
+    if (!s || !*s) {
+        fprintf(stderr, "specula: %s needs a comma-separated list of token ids (e.g. 5,17,99)\n", flag);
+        return -1;
+    }
+    int32_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    if (!v) {
+        fprintf(stderr, "specula: out of memory for %s\n", flag);
+        return -1;
+    }
+    const char *p = s;
+    for (int32_t i = 0; i < cap; i++) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        char buf[24];
+        long long x = -1;
+        char *e = NULL;
+        if (len > 0 && len < sizeof buf && p[0] >= '0' && p[0] <= '9') {
+            memcpy(buf, p, len);
+            buf[len] = 0;
+            errno = 0;
+            x = strtoll(buf, &e, 10);
+            if (errno || *e) x = -1;
+        }
+        if (x < 0 || x > INT32_MAX) {
+            fprintf(stderr, "specula: %s: '%.*s' (entry %d) is not a token id (a whole number in [0, %d])\n", flag,
+                    (int)(len > 32 ? 32 : len), p, i + 1, INT32_MAX);
+            free(v);
+            return -1;
+        }
+        v[i] = (int32_t)x;
+        p = end ? end + 1 : p + len;
+    }
+    *ids = v;
+    *n = cap;
+    return 0;
+}
+
+int sp_cli_ids_check(const char *flag, const int32_t *ids, int32_t n, int32_t n_vocab) {
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] >= n_vocab) {
+            fprintf(stderr, "specula: %s: token id %d (entry %d) is out of range: the vocabulary has %d ids\n",
+                    flag, ids[i], i + 1, n_vocab);
+            return -1;
+        }
     return 0;
 }
 

@@ -12,7 +12,8 @@
 
 static void gen_usage(FILE *f) {
     fprintf(f,
-            "usage: specula generate -m MODEL [-z TOKENIZER] [-p PROMPT | -f FILE] [-n N]\n"
+            "usage: specula generate -m MODEL [-z TOKENIZER] [-p PROMPT | -f FILE | --prompt-ids 1,2,3]\n"
+            "         [-n N]\n"
             "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
             "         [-c N_CTX] [--json]\n"
             "       speculation: [-md DRAFT [-zd TOKENIZER]]\n"
@@ -23,6 +24,9 @@ static void gen_usage(FILE *f) {
             "         [--tree 4x2x2] [--ngram-min N] [--ngram-max N] [--skip-layers 1,3]\n"
             "         [--lowbit q4_0|q8_0|f16|bf16|f32]\n"
             "  MODEL is a GGUF file or a llama2.c checkpoint (then -z tokenizer.bin).\n"
+            "  --prompt-ids: the prompt as token ids, used as given (no BOS added); a model\n"
+            "  without a usable tokenizer (llama.cpp's test vocabulary) then prints the\n"
+            "  generated ids instead of text.\n"
             "  Defaults: plain decoding; with -md, the draft model and block verification;\n"
             "  with --tree, mc-norep verification. --draft-max 0 turns speculation off.\n"
             SP_CLI_ONLINE_USAGE
@@ -44,6 +48,7 @@ int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool ne
         {"prompt", required_argument, NULL, 'p'},
         {"file", required_argument, NULL, 'f'},
         {"json", no_argument, NULL, SP_OPT_CMD + 0},
+        {"prompt-ids", required_argument, NULL, SP_OPT_CMD + 1},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -61,6 +66,7 @@ int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool ne
         case 'p': o->prompt = optarg; break;
         case 'f': o->prompt_file = optarg; break;
         case SP_OPT_CMD + 0: o->json = true; break;
+        case SP_OPT_CMD + 1: o->prompt_ids = optarg, o->prompt_ids_flag = flag; break;
         case 'h': gen_usage(stdout); return -1;
         default: return 2; /* not reached: every id is handled above */
         }
@@ -69,9 +75,14 @@ int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool ne
         fprintf(stderr, "specula: %s needs a model (-m MODEL)\n", cmd);
         return 2;
     }
-    if (o->prompt && o->prompt_file) {
-        fprintf(stderr, "specula: give either -p or -f, not both\n");
+    if ((o->prompt != NULL) + (o->prompt_file != NULL) + (o->prompt_ids != NULL) > 1) {
+        fprintf(stderr, "specula: give one of -p, -f and --prompt-ids, not several\n");
         return 2;
+    }
+    if (o->prompt_ids) { /* the list's form now, its range once the model is loaded */
+        int32_t *ids, n;
+        if (sp_cli_ids(o->prompt_ids_flag, o->prompt_ids, &ids, &n)) return 2;
+        free(ids);
     }
     sp_error e = {0};
     if (sp_spec_config_finish(&o->cfg, o->run.draft_model != NULL, &e)) {
@@ -105,6 +116,11 @@ typedef struct stream_state {
 static bool on_tokens(void *ud, const int32_t *ids, int32_t n) {
     stream_state *s = ud;
     for (int32_t i = 0; i < n; i++) {
+        if (!s->tok) { /* no tokenizer: the ids, space-separated */
+            if (s->print) printf("%s%d", s->prev >= 0 ? " " : "", ids[i]);
+            s->prev = ids[i];
+            continue;
+        }
         char piece[256];
         size_t k = sp_tokenizer_decode_token(s->tok, s->prev, ids[i], piece, sizeof piece);
         s->prev = ids[i];
@@ -162,7 +178,9 @@ static void gen_free(gen_run *g) {
  * speculation settings) and the speculation object. 0 or 1 after one line. */
 static int gen_setup(const sp_gen_opts *o, gen_run *g) {
     sp_error err = {0};
-    if (sp_cli_load_models(&o->run, &g->model, &g->dmodel)) return 1;
+    sp_cli_run_opts run = o->run;
+    run.ids_only = o->prompt_ids != NULL;
+    if (sp_cli_load_models(&run, &g->model, &g->dmodel)) return 1;
     sp_spec_params sp = o->spec;
     sp.draft.draft_model = g->dmodel;
     if (sp_sampler_params_check(&o->run.sampling, &err)) goto fail;
@@ -198,8 +216,21 @@ static int gen_prompt(const sp_gen_opts *o, gen_run *g) {
         fprintf(stderr, "specula: out of memory for a context of %d tokens\n", n_ctx);
         return 1;
     }
-    if (sp_tokenizer_encode(tok, g->text, g->text_len, sp_tokenizer_add_bos(tok), g->prompt, n_ctx,
-                            &g->n_prompt, &err)) {
+    if (o->prompt_ids) {
+        int32_t *ids, n;
+        if (sp_cli_ids(o->prompt_ids_flag, o->prompt_ids, &ids, &n)) return 1;
+        const int bad = sp_cli_ids_check(o->prompt_ids_flag, ids, n, sp_model_cfg(g->model)->n_vocab);
+        if (!bad && n > n_ctx)
+            fprintf(stderr, "specula: %s: %d ids, more than the context size %d\n", o->prompt_ids_flag, n, n_ctx);
+        if (bad || n > n_ctx) {
+            free(ids);
+            return 1;
+        }
+        memcpy(g->prompt, ids, (size_t)n * sizeof *ids);
+        g->n_prompt = n;
+        free(ids);
+    } else if (sp_tokenizer_encode(tok, g->text, g->text_len, sp_tokenizer_add_bos(tok), g->prompt, n_ctx,
+                                   &g->n_prompt, &err)) {
         if (err.code == SP_ERR_RANGE)
             fprintf(stderr, "specula: prompt is %d tokens, longer than the context size %d\n",
                     g->n_prompt, n_ctx);
@@ -228,9 +259,9 @@ static int gen_decode(const sp_gen_opts *o, gen_run *g) {
     gp.sampling = o->run.sampling;
     gp.seed = (uint64_t)o->run.seed;
     g->ss.tok = sp_model_tokenizer(g->model);
-    g->ss.prev = g->prompt[g->n_prompt - 1];
+    g->ss.prev = g->ss.tok ? g->prompt[g->n_prompt - 1] : -1;
     g->ss.print = !o->json && !o->quiet;
-    if (g->ss.print) {
+    if (g->ss.print && g->ss.tok) {
         fwrite(g->text, 1, g->text_len, stdout);
         fflush(stdout);
     }

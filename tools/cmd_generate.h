@@ -9,6 +9,8 @@
 
 typedef struct sp_gen_opts {
     const char *prompt, *prompt_file;
+    const char *prompt_ids;     /* --prompt-ids as written ("5,17,99"), or NULL */
+    const char *prompt_ids_flag; /* the flag as written, for messages */
     sp_cli_run_opts run;
     sp_spec_config cfg;  /* the speculation flags as given */
     sp_spec_params spec; /* the finished configuration (after sp_gen_parse) */

@@ -32,13 +32,11 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "serve_request.h"
 #include "sp_chat.h"
 #include "sp_clock.h"
 #include "specula.h"
 
-#define BODY_MAX (1 << 20)
-#define N_STOP_MAX 4
-#define STOP_LEN_MAX 256
 
 /* ---------------------------------------------------------------- state */
 
@@ -60,9 +58,6 @@ typedef struct slot {
     sp_spec *attached[SP_CLI_MAX_DRAFTS]; /* the spec each learner observes, or NULL */
 } slot;
 
-enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, EP_N };
-static const char *const EP_NAMES[EP_N] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
-                                           "/health", "/metrics", "other"};
 static const double TTFT_B[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 static const double TPOT_B[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
 #define NB 11
@@ -94,7 +89,7 @@ static struct server {
     sp_pool *pool;          /* batching: the one pool every slot computes on */
     /* metrics (under mmu) */
     pthread_mutex_t mmu;
-    uint64_t req[EP_N][600];
+    uint64_t req[SP_SERVE_EP_N][600];
     uint64_t tok_in, tok_out, drafts, draft_tokens, accepted, acc_pos[SP_SPEC_MAX_GAMMA + 2];
     uint64_t ttft[NB + 1], tpot[NB + 1];
     double ttft_sum, tpot_sum;
@@ -102,257 +97,10 @@ static struct server {
     sp_suffix_corpus *suffix_corpus; /* earlier outputs, shared by every slot's suffix drafter */
 } S;
 
-/* ------------------------------------------------------------- requests */
-
-typedef struct req {
-    int ep;
-    bool stream, include_usage;
-    int32_t max_tokens; /* -1: not given */
-    sp_sampler_params smp;
-    uint64_t seed;
-    int n_stop;
-    char stop[N_STOP_MAX][STOP_LEN_MAX + 1];
-    sp_spec_params spec;
-    char *text; /* the prompt text (rendered for chat) */
-    char model[256];
-} req;
-
-/* An OpenAI error: HTTP status, message, type, param (may be NULL), code. */
-typedef struct apierr {
-    unsigned status;
-    char msg[400];
-    char param[64]; /* copied: the request's JSON is freed before the reply */
-    bool has_param;
-    const char *type, *code; /* static strings */
-} apierr;
-
-static int bad(apierr *e, unsigned status, const char *param, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int bad(apierr *e, unsigned status, const char *param, const char *code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-    e->status = status;
-    e->type = status == 401 ? "authentication_error" : status >= 500 ? "server_error" : "invalid_request_error";
-    e->has_param = param != NULL;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-    e->code = code;
-    return -1;
-}
-
-static json_t *err_json(const apierr *e) {
-    json_t *o = json_object();
-    json_object_set_new(o, "message", json_string(e->msg));
-    json_object_set_new(o, "type", json_string(e->type));
-    json_object_set_new(o, "param", e->has_param ? json_string(e->param) : json_null());
-    json_object_set_new(o, "code", e->code ? json_string(e->code) : json_null());
-    json_t *r = json_object();
-    json_object_set_new(r, "error", o);
-    return r;
-}
-
-static bool num(const json_t *v, double *out) {
-    if (json_is_integer(v)) *out = (double)json_integer_value(v);
-    else if (json_is_real(v)) *out = json_real_value(v);
-    else return false;
-    return true;
-}
-
-/* Text of a chat message's content: a string, or an array of
- * {"type": "text", "text": ...} parts (joined). NULL if neither. */
-static char *content_text(const json_t *c) {
-    if (json_is_string(c)) return strdup(json_string_value(c));
-    if (!json_is_array(c)) return NULL;
-    size_t n = 0, i;
-    json_t *p;
-    json_array_foreach(c, i, p) {
-        const json_t *t = json_object_get(p, "text");
-        if (!json_is_object(p) || !json_is_string(t)) return NULL;
-        n += json_string_length(t);
-    }
-    char *s = malloc(n + 1), *w = s;
-    if (!s) return NULL;
-    json_array_foreach(c, i, p) {
-        const json_t *t = json_object_get(p, "text");
-        memcpy(w, json_string_value(t), json_string_length(t));
-        w += json_string_length(t);
-    }
-    *w = 0;
-    return s;
-}
-
-static int parse_messages(const json_t *msgs, req *r, apierr *e) {
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return bad(e, 400, "messages", NULL, "messages: must be a non-empty array");
-    size_t n = json_array_size(msgs);
-    if (n > 4096) return bad(e, 400, "messages", NULL, "messages: at most 4096 messages");
-    sp_chat_msg *cm = calloc(n, sizeof *cm);
-    char **texts = calloc(n, sizeof *texts);
-    int rc = 0;
-    for (size_t i = 0; cm && texts && i < n && !rc; i++) {
-        const json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
-        if (!json_is_object(m) || !json_is_string(role)) {
-            rc = bad(e, 400, "messages", NULL, "messages[%zu]: needs a string role", i);
-            break;
-        }
-        cm[i].role = json_string_value(role);
-        if (!strcmp(cm[i].role, "developer")) cm[i].role = "system"; /* OpenAI's newer name */
-        if (!(texts[i] = content_text(json_object_get(m, "content"))))
-            rc = bad(e, 400, "messages", NULL, "messages[%zu].content: must be a string or text parts", i);
-        cm[i].content = texts[i];
-    }
-    if (!cm || !texts) rc = bad(e, 500, NULL, NULL, "out of memory");
-    if (!rc) {
-        sp_error se = {0};
-        if (sp_chat_render(S.tmpl, cm, (int)n, &r->text, &se)) rc = bad(e, 400, "messages", NULL, "%s", se.msg);
-    }
-    for (size_t i = 0; texts && i < n; i++) free(texts[i]);
-    free(texts);
-    free(cm);
-    return rc;
-}
-
-/* Fields every endpoint accepts besides its prompt. Unknown fields are
- * refused (a misspelt parameter must not be silently ignored), except
- * "user" and penalties/logprobs at their neutral values. */
-static int parse_common(const json_t *j, req *r, apierr *e) {
-    const char *key;
-    json_t *v;
-    double d;
-    json_object_foreach((json_t *)j, key, v) {
-        if (!strcmp(key, "model")) {
-            if (!json_is_string(v)) return bad(e, 400, key, NULL, "model: must be a string");
-            snprintf(r->model, sizeof r->model, "%s", json_string_value(v));
-        } else if (!strcmp(key, "prompt") || !strcmp(key, "messages") || !strcmp(key, "user")) {
-            continue; /* prompt/messages: per endpoint */
-        } else if (!strcmp(key, "max_tokens") || !strcmp(key, "max_completion_tokens")) {
-            if (json_is_null(v)) continue;
-            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > S.n_ctx)
-                return bad(e, 400, key, NULL, "%s: must be an integer in [1, %d] (the context size)", key,
-                           S.n_ctx);
-            r->max_tokens = (int32_t)json_integer_value(v);
-        } else if (!strcmp(key, "temperature")) {
-            if (json_is_null(v)) continue;
-            if (!num(v, &d) || !(d >= 0 && d <= 2))
-                return bad(e, 400, key, NULL, "temperature: must be a number in [0, 2]");
-            r->smp.temperature = (float)d;
-        } else if (!strcmp(key, "top_p")) {
-            if (json_is_null(v)) continue;
-            if (!num(v, &d) || !(d > 0 && d <= 1)) return bad(e, 400, key, NULL, "top_p: must be in (0, 1]");
-            r->smp.top_p = (float)d;
-        } else if (!strcmp(key, "min_p")) {
-            if (json_is_null(v)) continue;
-            if (!num(v, &d) || !(d >= 0 && d <= 1)) return bad(e, 400, key, NULL, "min_p: must be in [0, 1]");
-            r->smp.min_p = (float)d;
-        } else if (!strcmp(key, "top_k")) {
-            if (json_is_null(v)) continue;
-            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 24))
-                return bad(e, 400, key, NULL, "top_k: must be an integer >= 0");
-            r->smp.top_k = (int32_t)json_integer_value(v);
-        } else if (!strcmp(key, "seed")) {
-            if (json_is_null(v)) continue;
-            if (!json_is_integer(v)) return bad(e, 400, key, NULL, "seed: must be an integer");
-            r->seed = (uint64_t)json_integer_value(v);
-        } else if (!strcmp(key, "n")) {
-            if (!json_is_integer(v) || json_integer_value(v) != 1)
-                return bad(e, 400, key, NULL, "n: only 1 is supported");
-        } else if (!strcmp(key, "stream")) {
-            if (json_is_null(v)) continue;
-            if (!json_is_boolean(v)) return bad(e, 400, key, NULL, "stream: must be a boolean");
-            r->stream = json_is_true(v);
-        } else if (!strcmp(key, "stream_options")) {
-            if (json_is_null(v)) continue;
-            const json_t *u = json_object_get(v, "include_usage");
-            if (!json_is_object(v) || (u && !json_is_boolean(u)))
-                return bad(e, 400, key, NULL, "stream_options: must be an object with a boolean include_usage");
-            r->include_usage = json_is_true(u);
-        } else if (!strcmp(key, "stop")) {
-            if (json_is_null(v)) continue;
-            size_t i;
-            json_t *s;
-            if (json_is_string(v)) {
-                v = json_pack("[O]", v);
-                if (!v) return bad(e, 500, NULL, NULL, "out of memory");
-            } else {
-                json_incref(v);
-            }
-            int rc = 0;
-            if (!json_is_array(v) || json_array_size(v) > N_STOP_MAX)
-                rc = bad(e, 400, key, NULL, "stop: must be a string or a list of at most %d strings", N_STOP_MAX);
-            json_array_foreach(v, i, s) {
-                if (rc) break;
-                if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) > STOP_LEN_MAX)
-                    rc = bad(e, 400, key, NULL, "stop: each entry must be a string of 1 to %d bytes", STOP_LEN_MAX);
-                else
-                    memcpy(r->stop[r->n_stop++], json_string_value(s), json_string_length(s) + 1);
-            }
-            json_decref(v);
-            if (rc) return rc;
-        } else if (!strcmp(key, "speculative")) {
-            if (json_is_null(v)) continue;
-            sp_spec_config c;
-            sp_spec_config_init(&c, &S.defaults);
-            sp_error se = {0};
-            if (sp_spec_config_json(&c, v, &se) || sp_spec_config_finish(&c, S.dm != NULL, &se))
-                return bad(e, 400, "speculative", NULL, "speculative: %s", se.msg);
-            r->spec = c.params;
-            if (c.off_by_n_max) r->spec.draft.kind = SP_DRAFT_NONE;
-        } else if (!strcmp(key, "frequency_penalty") || !strcmp(key, "presence_penalty")) {
-            if (!json_is_null(v) && (!num(v, &d) || d != 0))
-                return bad(e, 400, key, NULL, "%s: not supported (only 0)", key);
-        } else if (!strcmp(key, "logprobs") || !strcmp(key, "echo")) {
-            if (!json_is_null(v) && !json_is_false(v))
-                return bad(e, 400, key, NULL, "%s: not supported", key);
-        } else {
-            return bad(e, 400, key, NULL, "unrecognized request argument: %s", key);
-        }
-    }
-    sp_error se = {0};
-    if (sp_sampler_params_check(&r->smp, &se) || sp_spec_config_check_sampling(&r->spec, &r->smp, &se))
-        return bad(e, 400, NULL, NULL, "%s", se.msg);
-    return 0;
-}
-
-static int parse_request(const char *body, size_t len, int ep, req *r, apierr *e) {
-    json_error_t je;
-    json_t *j = json_loadb(body, len, 0, &je);
-    if (!j) return bad(e, 400, NULL, NULL, "could not parse the JSON body: %s (line %d)", je.text, je.line);
-    int rc = 0;
-    if (!json_is_object(j)) rc = bad(e, 400, NULL, NULL, "the body must be a JSON object");
-    r->ep = ep;
-    r->max_tokens = -1;
-    r->smp = S.sampling;
-    r->seed = S.seed;
-    r->spec = S.defaults;
-    if (!rc) rc = parse_common(j, r, e);
-    if (!rc && ep == EP_CHAT) {
-        if (S.tmpl == SP_CHAT_NONE)
-            rc = bad(e, 400, "messages", NULL,
-                     "this model has no chat template Specula recognises; start the server with "
-                     "--chat-template NAME (%s)", sp_chat_names());
-        else
-            rc = parse_messages(json_object_get(j, "messages"), r, e);
-        /* the family's end-of-turn text also ends the answer, should the
-         * vocabulary not mark it as an end-of-generation token */
-        const char *eot = sp_chat_end_of_turn(S.tmpl);
-        if (!rc && r->n_stop < N_STOP_MAX && *eot) snprintf(r->stop[r->n_stop++], STOP_LEN_MAX + 1, "%s", eot);
-    } else if (!rc) {
-        const json_t *p = json_object_get(j, "prompt");
-        if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
-        if (!json_is_string(p))
-            rc = bad(e, 400, "prompt", NULL, "prompt: must be a string (or a list of one string)");
-        else if (!(r->text = strdup(json_string_value(p))))
-            rc = bad(e, 500, NULL, NULL, "out of memory");
-    }
-    json_decref(j);
-    return rc;
-}
-
 /* ----------------------------------------------------------- generation */
 
 typedef struct run {
-    req r;
+    sp_serve_req r;
     slot *sl;
     int32_t *prompt, n_prompt, *out;
     char *text;             /* generated text after stop handling */
@@ -369,7 +117,7 @@ typedef struct run {
     int draft;               /* the -md index it drafted with, -1 for none */
     char id[40];
     long long created;
-    apierr err;
+    sp_serve_err err;
 } run;
 
 static bool write_all(int fd, const char *p, size_t n) {
@@ -382,82 +130,28 @@ static bool write_all(int fd, const char *p, size_t n) {
     return true;
 }
 
-/* Length of the longest prefix of text[0..n) that ends on a UTF-8
- * character boundary (an incomplete trailing sequence is held back). */
-static size_t utf8_complete(const char *s, size_t n) {
-    size_t i = n, back = 0;
-    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, back++;
-    if (i == 0) return n;
-    unsigned char c = (unsigned char)s[i - 1];
-    size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    return back + 1 >= need ? n : i - 1;
-}
-
-static json_t *text_json(const char *s, size_t n) {
-    size_t badn = 0;
-    return sp_cli_json_text(s, n, &badn);
-}
-
-static json_t *spec_metrics(const run *g) {
-    json_t *o = json_object(), *pos = json_array();
-    const sp_spec_stats *s = &g->sst;
-    /* accepted tokens per draft position: position i accepted when tau > i */
-    for (int i = 0; i < SP_SPEC_MAX_GAMMA; i++) {
-        int64_t c = 0;
-        for (int t = i + 1; t < SP_SPEC_MAX_GAMMA + 2; t++) c += s->accept_hist[t];
-        if (i >= 1 && c == 0) break;
-        json_array_append_new(pos, json_integer(c));
-    }
-    int64_t drafts = s->iterations - s->gamma_hist[0];
-    json_object_set_new(o, "drafter", json_string(s->drafter ? s->drafter : "none"));
-    json_object_set_new(o, "verifier", json_string(s->verifier ? s->verifier : "none"));
-    json_object_set_new(o, "num_drafts", json_integer(drafts));
-    json_object_set_new(o, "num_draft_tokens", json_integer(s->drafted));
-    json_object_set_new(o, "num_accepted_tokens", json_integer(s->accepted));
-    json_object_set_new(o, "acceptance_rate", json_real(sp_spec_acceptance_rate(s)));
-    json_object_set_new(o, "mean_acceptance_length", json_real(drafts ? (double)s->accepted / drafts : 0));
-    json_object_set_new(o, "num_accepted_tokens_per_pos", pos);
-    if (g->draft >= 0) json_object_set_new(o, "draft_model", json_integer(g->draft));
-    json_t *m = json_object();
-    json_object_set_new(m, "speculative_decoding", o);
-    return m;
-}
-
-static json_t *usage_json(const run *g) {
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", g->n_prompt, "completion_tokens", g->n_gen,
-                     "total_tokens", g->n_prompt + g->n_gen);
-}
-
 static const char *finish_reason(const run *g) {
     return g->stop_hit || g->gst.hit_eog ? "stop" : "length";
 }
 
+/* What the response objects report about g. */
+static sp_serve_out out_of(const run *g) {
+    return (sp_serve_out){.id = g->id, .model = S.model_id, .created = g->created, .text = g->text, .len = g->len,
+                          .finish = finish_reason(g), .n_prompt = g->n_prompt, .n_gen = g->n_gen, .sst = &g->sst,
+                          .draft = g->draft};
+}
+
+/* The server's settings requests are checked against. */
+static sp_serve_limits limits(void) {
+    return (sp_serve_limits){.n_ctx = S.n_ctx, .sampling = S.sampling, .seed = S.seed, .defaults = S.defaults,
+                             .has_draft = S.dm != NULL, .tmpl = S.tmpl};
+}
+
 /* One SSE chunk with text delta s[0..n) (n may be 0) and finish (NULL while running). */
 static bool send_chunk(run *g, const char *s, size_t n, const char *finish, bool usage_only) {
-    const bool chat = g->r.ep == EP_CHAT;
-    json_t *c = json_object(), *choices = json_array();
-    json_object_set_new(c, "id", json_string(g->id));
-    json_object_set_new(c, "object", json_string(chat ? "chat.completion.chunk" : "text_completion"));
-    json_object_set_new(c, "created", json_integer(g->created));
-    json_object_set_new(c, "model", json_string(S.model_id));
-    if (!usage_only) {
-        json_t *ch = json_object();
-        json_object_set_new(ch, "index", json_integer(0));
-        if (chat) {
-            json_t *delta = json_object();
-            if (g->sent == 0 && !finish) json_object_set_new(delta, "role", json_string("assistant"));
-            if (n) json_object_set_new(delta, "content", text_json(s, n));
-            json_object_set_new(ch, "delta", delta);
-        } else {
-            json_object_set_new(ch, "text", text_json(s, n));
-            json_object_set_new(ch, "logprobs", json_null());
-        }
-        json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
-        json_array_append_new(choices, ch);
-    }
-    json_object_set_new(c, "choices", choices);
-    if (usage_only) json_object_set_new(c, "usage", usage_json(g));
-    if (finish) json_object_set_new(c, "metrics", spec_metrics(g));
+    const sp_serve_out o = out_of(g);
+    json_t *c = sp_serve_chunk_json(&g->r, &o, s, n, g->sent == 0, finish, usage_only);
+    if (!c) return false;
     char *txt = json_dumps(c, JSON_COMPACT);
     json_decref(c);
     if (!txt) return false;
@@ -468,17 +162,7 @@ static bool send_chunk(run *g, const char *s, size_t n, const char *finish, bool
 
 /* Streams the text that can no longer be cut by a stop string. */
 static bool stream_ready(run *g, bool final) {
-    size_t hold = 0;
-    for (int i = 0; !final && i < g->r.n_stop; i++) {
-        size_t sl = strlen(g->r.stop[i]);
-        for (size_t k = sl - 1; k > hold; k--) /* longest text suffix that starts stop i */
-            if (k <= g->len && !memcmp(g->text + g->len - k, g->r.stop[i], k)) {
-                hold = k;
-                break;
-            }
-    }
-    size_t upto = utf8_complete(g->text, g->len - hold);
-    if (final) upto = g->len;
+    const size_t upto = sp_serve_ready(&g->r, g->text, g->len, final);
     if (upto <= g->sent) return true;
     bool ok = send_chunk(g, g->text + g->sent, upto - g->sent, NULL, false);
     g->sent = upto;
@@ -506,16 +190,7 @@ static bool on_tokens(void *ud, const int32_t *ids, int32_t n) {
         memcpy(g->text + g->len, piece, k);
         g->len += k;
         g->text[g->len] = 0;
-        for (int s = 0; s < g->r.n_stop; s++) {
-            size_t sl = strlen(g->r.stop[s]);
-            size_t from = g->len >= k + sl ? g->len - k - sl : 0;
-            char *hit = strstr(g->text + from, g->r.stop[s]);
-            if (hit && (size_t)(hit - g->text) >= g->sent) {
-                g->len = (size_t)(hit - g->text);
-                g->text[g->len] = 0;
-                g->stop_hit = true;
-            }
-        }
+        if (sp_serve_stop_scan(&g->r, g->text, &g->len, k, g->sent)) g->stop_hit = true;
         if (g->stop_hit) break;
     }
     g->t_last = now;
@@ -706,8 +381,9 @@ static sp_status batch_forward(sp_ctx *ctx, const sp_batch *b, bool spec, float 
     else B.head = &j;
     B.tail = &j;
     B.n_pending++;
-    long wait_ns = (long)(B.last_pass * 0.5e9);
-    wait_ns = wait_ns < 20000 ? 20000 : wait_ns > 1000000 ? 1000000 : wait_ns;
+    /* half the last pass, clamped to [20 us, 1 ms] before the conversion */
+    const double half = B.last_pass * 0.5e9;
+    const long wait_ns = !(half >= 20000) ? 20000 : half > 1000000 ? 1000000 : (long)half;
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_nsec += wait_ns;
@@ -860,8 +536,8 @@ static void generate(run *g) {
         if (shared) batch_active(-1);
     }
     sp_ctx_truncate(sl->ctx, 0, NULL);
-    if (st) bad(&g->err, st == SP_ERR_ARG || st == SP_ERR_RANGE ? 400 : 500, NULL, NULL, "%s", se.msg);
-    else if (g->failed) bad(&g->err, 500, NULL, NULL, "out of memory keeping the generated text");
+    if (st) sp_serve_bad(&g->err, st == SP_ERR_ARG || st == SP_ERR_RANGE ? 400 : 500, NULL, NULL, "%s", se.msg);
+    else if (g->failed) sp_serve_bad(&g->err, 500, NULL, NULL, "out of memory keeping the generated text");
     else record_metrics(g);
     if (!st && S.router && g->draft >= 0 && g->sst.drafted > 0) { /* the router learns what it reached */
         pthread_mutex_lock(&S.rmu);
@@ -871,7 +547,7 @@ static void generate(run *g) {
 }
 
 /* Takes a free slot, waiting in the queue; NULL (and 503) when it is full. */
-static slot *slot_acquire(apierr *e) {
+static slot *slot_acquire(sp_serve_err *e) {
     pthread_mutex_lock(&S.mu);
     slot *got = NULL;
     for (;;) {
@@ -885,7 +561,7 @@ static slot *slot_acquire(apierr *e) {
     }
     if (got) got->busy = true;
     pthread_mutex_unlock(&S.mu);
-    if (!got) bad(e, 503, NULL, "server_busy", "the server is busy (%d requests running, %d waiting); retry later",
+    if (!got) sp_serve_bad(e, 503, NULL, "server_busy", "the server is busy (%d requests running, %d waiting); retry later",
                   S.parallel, S.queue_max);
     return got;
 }
@@ -898,7 +574,7 @@ static void slot_release(slot *s) {
 }
 
 static void run_free(run *g) {
-    free(g->r.text);
+    sp_serve_req_free(&g->r);
     free(g->prompt);
     free(g->out);
     free(g->text);
@@ -909,57 +585,37 @@ static void run_free(run *g) {
 static int prepare(run *g) {
     sp_error se = {0};
     g->prompt = malloc((size_t)S.n_ctx * sizeof *g->prompt);
-    if (!g->prompt) return bad(&g->err, 500, NULL, NULL, "out of memory");
-    sp_tok_encode_params ep = {.add_bos = sp_tokenizer_add_bos(S.tok), .parse_special = g->r.ep == EP_CHAT};
+    if (!g->prompt) return sp_serve_bad(&g->err, 500, NULL, NULL, "out of memory");
+    sp_tok_encode_params ep = {.add_bos = sp_tokenizer_add_bos(S.tok), .parse_special = g->r.ep == SP_SERVE_CHAT};
     sp_status st = sp_tokenizer_encode_ex(S.tok, g->r.text, strlen(g->r.text), &ep, g->prompt, S.n_ctx,
                                           &g->n_prompt, &se);
     if (st == SP_ERR_RANGE)
-        return bad(&g->err, 400, g->r.ep == EP_CHAT ? "messages" : "prompt", "context_length_exceeded",
+        return sp_serve_bad(&g->err, 400, g->r.ep == SP_SERVE_CHAT ? "messages" : "prompt", "context_length_exceeded",
                    "the prompt is %d tokens, more than the context size %d", g->n_prompt, S.n_ctx);
-    if (st) return bad(&g->err, 400, NULL, NULL, "%s", se.msg);
-    if (g->n_prompt == 0) return bad(&g->err, 400, "prompt", NULL, "the prompt is empty and the model adds no BOS token");
+    if (st) return sp_serve_bad(&g->err, 400, NULL, NULL, "%s", se.msg);
+    if (g->n_prompt == 0) return sp_serve_bad(&g->err, 400, "prompt", NULL, "the prompt is empty and the model adds no BOS token");
     const int32_t extra = sp_spec_config_extra_ctx(&g->r.spec);
     const int32_t room = S.n_ctx - g->n_prompt - extra;
-    if (g->r.max_tokens < 0) g->r.max_tokens = g->r.ep == EP_CHAT ? room : (room < 16 ? room : 16);
+    if (g->r.max_tokens < 0) g->r.max_tokens = g->r.ep == SP_SERVE_CHAT ? room : (room < 16 ? room : 16);
     if (room < 1 || g->r.max_tokens > room)
-        return bad(&g->err, 400, "max_tokens", "context_length_exceeded",
+        return sp_serve_bad(&g->err, 400, "max_tokens", "context_length_exceeded",
                    "the prompt (%d tokens) plus max_tokens %d%s exceed the context size %d", g->n_prompt,
                    g->r.max_tokens < 0 ? 1 : g->r.max_tokens, extra ? " plus the draft tree" : "", S.n_ctx);
     g->out = malloc((size_t)g->r.max_tokens * sizeof *g->out);
-    if (!g->out) return bad(&g->err, 500, NULL, NULL, "out of memory");
+    if (!g->out) return sp_serve_bad(&g->err, 500, NULL, NULL, "out of memory");
     return 0;
 }
 
 static json_t *final_json(run *g) {
-    const bool chat = g->r.ep == EP_CHAT;
-    json_t *o = json_object(), *choices = json_array(), *ch = json_object();
-    json_object_set_new(o, "id", json_string(g->id));
-    json_object_set_new(o, "object", json_string(chat ? "chat.completion" : "text_completion"));
-    json_object_set_new(o, "created", json_integer(g->created));
-    json_object_set_new(o, "model", json_string(S.model_id));
-    json_object_set_new(ch, "index", json_integer(0));
-    if (chat) {
-        json_t *msg = json_object();
-        json_object_set_new(msg, "role", json_string("assistant"));
-        json_object_set_new(msg, "content", text_json(g->text ? g->text : "", g->len));
-        json_object_set_new(ch, "message", msg);
-    } else {
-        json_object_set_new(ch, "text", text_json(g->text ? g->text : "", g->len));
-        json_object_set_new(ch, "logprobs", json_null());
-    }
-    json_object_set_new(ch, "finish_reason", json_string(finish_reason(g)));
-    json_array_append_new(choices, ch);
-    json_object_set_new(o, "choices", choices);
-    json_object_set_new(o, "usage", usage_json(g));
-    json_object_set_new(o, "metrics", spec_metrics(g));
-    return o;
+    const sp_serve_out o = out_of(g);
+    return sp_serve_final_json(&g->r, &o);
 }
 
 static void *stream_thread(void *arg) {
     run *g = arg;
     generate(g);
     if (g->err.status) {
-        json_t *e = err_json(&g->err);
+        json_t *e = sp_serve_err_json(&g->err);
         char *t = json_dumps(e, JSON_COMPACT);
         json_decref(e);
         if (t) write_all(g->wfd, "data: ", 6), write_all(g->wfd, t, strlen(t)), write_all(g->wfd, "\n\n", 2);
@@ -1018,8 +674,8 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, jso
     return ret;
 }
 
-static enum MHD_Result reply_err(struct MHD_Connection *c, const apierr *e, int ep) {
-    return reply_json(c, e->status, err_json(e), ep);
+static enum MHD_Result reply_err(struct MHD_Connection *c, const sp_serve_err *e, int ep) {
+    return reply_json(c, e->status, sp_serve_err_json(e), ep);
 }
 
 static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, char *txt, const char *type, int ep) {
@@ -1034,15 +690,7 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, cha
 /* The Authorization header against the key, in time independent of where
  * they differ. */
 static bool authorized(struct MHD_Connection *c) {
-    if (!S.api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7)) return false;
-    h += 7;
-    size_t a = strlen(h), b = strlen(S.api_key), n = a > b ? a : b;
-    unsigned diff = (unsigned)(a ^ b);
-    for (size_t i = 0; i < n; i++)
-        diff |= (unsigned)((i < a ? (unsigned char)h[i] : 0) ^ (i < b ? (unsigned char)S.api_key[i] : 0));
-    return diff == 0;
+    return sp_serve_key_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), S.api_key);
 }
 
 static char *metrics_text(void) {
@@ -1052,9 +700,9 @@ static char *metrics_text(void) {
 #define OUT(...) (n += (size_t)snprintf(s + n, n < cap ? cap - n : 0, __VA_ARGS__))
     pthread_mutex_lock(&S.mmu);
     OUT("# HELP specula:requests_total HTTP requests by endpoint and status.\n# TYPE specula:requests_total counter\n");
-    for (int e = 0; e < EP_N; e++)
+    for (int e = 0; e < SP_SERVE_EP_N; e++)
         for (int st = 0; st < 600; st++)
-            if (S.req[e][st]) OUT("specula:requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", EP_NAMES[e], st,
+            if (S.req[e][st]) OUT("specula:requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", SP_SERVE_EP_NAMES[e], st,
                                   (unsigned long long)S.req[e][st]);
     OUT("# TYPE specula:prompt_tokens_total counter\nspecula:prompt_tokens_total %llu\n", (unsigned long long)S.tok_in);
     OUT("# TYPE specula:generation_tokens_total counter\nspecula:generation_tokens_total %llu\n",
@@ -1169,9 +817,10 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, conn *k, int ep
     g->t0 = sp_now();
     g->created = (long long)time(NULL);
     static atomic_ullong next_id;
-    snprintf(g->id, sizeof g->id, "%s-%llu", ep == EP_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(g->id, sizeof g->id, "%s-%llu", ep == SP_SERVE_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);
-    if (parse_request(k->body ? k->body : "", k->len, ep, &g->r, &g->err) || prepare(g) ||
+    const sp_serve_limits lim = limits();
+    if (sp_serve_parse(&lim, k->body ? k->body : "", k->len, (sp_serve_ep)ep, &g->r, &g->err) || prepare(g) ||
         !(g->sl = slot_acquire(&g->err))) {
         enum MHD_Result ret = reply_err(c, &g->err, ep);
         run_free(g);
@@ -1187,7 +836,7 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, conn *k, int ep
     int fds[2];
     if (pipe2(fds, O_CLOEXEC)) {
         slot_release(g->sl);
-        bad(&g->err, 500, NULL, NULL, "cannot create a pipe");
+        sp_serve_bad(&g->err, 500, NULL, NULL, "cannot create a pipe");
         enum MHD_Result ret = reply_err(c, &g->err, ep);
         run_free(g);
         return ret;
@@ -1218,7 +867,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!k->too_big && k->len + *upload_size <= BODY_MAX) {
+        if (!k->too_big && k->len + *upload_size <= SP_SERVE_BODY_MAX) {
             char *b = realloc(k->body, k->len + *upload_size + 1);
             if (b) {
                 memcpy(b + k->len, upload, *upload_size);
@@ -1232,43 +881,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    int ep = !strcmp(url, "/v1/completions")        ? EP_COMPLETIONS
-             : !strcmp(url, "/v1/chat/completions") ? EP_CHAT
-             : !strcmp(url, "/v1/models")           ? EP_MODELS
-             : !strcmp(url, "/health")              ? EP_HEALTH
-             : !strcmp(url, "/metrics")             ? EP_METRICS
-                                                    : EP_OTHER;
-    apierr e = {0};
-    const bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
-    if (ep == EP_OTHER) {
-        bad(&e, 404, NULL, "not_found", "no such endpoint: %s %s", method, url);
+    const sp_serve_ep ep = sp_serve_endpoint(url);
+    sp_serve_err e = {0};
+    if (sp_serve_route(ep, method, url, ep == SP_SERVE_HEALTH || authorized(c), k->too_big, &e))
         return reply_err(c, &e, ep);
-    }
-    if ((ep <= EP_CHAT && !post) || (ep > EP_CHAT && !get)) {
-        bad(&e, 405, NULL, "method_not_allowed", "%s needs %s", url, ep <= EP_CHAT ? "POST" : "GET");
-        return reply_err(c, &e, ep);
-    }
-    if (ep != EP_HEALTH && !authorized(c)) {
-        bad(&e, 401, NULL, "invalid_api_key", "a valid API key is needed (Authorization: Bearer KEY)");
-        return reply_err(c, &e, ep);
-    }
-    if (k->too_big) {
-        bad(&e, 413, NULL, "request_too_large", "the request body is larger than %d bytes", BODY_MAX);
-        return reply_err(c, &e, ep);
-    }
-    if (ep == EP_HEALTH) return reply_json(c, 200, json_pack("{s:s}", "status", "ok"), ep);
-    if (ep == EP_MODELS)
+    if (ep == SP_SERVE_HEALTH) return reply_json(c, 200, json_pack("{s:s}", "status", "ok"), ep);
+    if (ep == SP_SERVE_MODELS)
         return reply_json(c, 200,
                           json_pack("{s:s, s:[{s:s, s:s, s:i, s:s}]}", "object", "list", "data", "id", S.model_id,
                                     "object", "model", "created", 0, "owned_by", "specula"),
                           ep);
-    if (ep == EP_METRICS) {
+    if (ep == SP_SERVE_METRICS) {
         char *t = metrics_text();
         if (!t) return MHD_NO;
         return reply_text(c, 200, t, "text/plain; version=0.0.4", ep);
     }
     if (atomic_load(&S.stopping)) {
-        bad(&e, 503, NULL, "shutting_down", "the server is shutting down");
+        sp_serve_bad(&e, 503, NULL, "shutting_down", "the server is shutting down");
         return reply_err(c, &e, ep);
     }
     return handle_generate(c, k, ep);

@@ -52,9 +52,10 @@ static void on_step(const sp_distill_progress *p, void *ud) {
     char bar[32];
     for (int i = 0; i < W; i++) bar[i] = i < fill ? '#' : '-';
     bar[W] = 0;
-    double eta = p->elapsed / (double)p->step * (double)(p->steps - p->step);
+    const double eta = p->elapsed / (double)p->step * (double)(p->steps - p->step);
+    const int eta_s = eta >= 0 && eta < 1e8 ? (int)eta : 0; /* step 0 or a stalled clock: no estimate */
     fprintf(stderr, "\r[%s] step %lld/%lld loss %.4f %.0f tok/s ETA %d:%02d ", bar, (long long)p->step,
-            (long long)p->steps, p->loss, p->tokens_per_s, (int)eta / 60, (int)eta % 60);
+            (long long)p->steps, p->loss, p->tokens_per_s, eta_s / 60, eta_s % 60);
     if (p->step == p->steps) fputc('\n', stderr);
     fflush(stderr);
 }

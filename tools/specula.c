@@ -17,6 +17,7 @@ static const sp_cli_command COMMANDS[] = {
     {"distill", "distil a draft model from a target on text", cmd_distill},
     {"verify-sim", "simulate the verifiers on toy models", cmd_verify_sim},
     {"tokenize", "print the token ids of a text (any GGUF, vocabulary-only too)", cmd_tokenize},
+    {"logits", "print the logits of token ids, every position of one forward (compare engines)", cmd_logits},
     {"serve", "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)", cmd_serve},
     {"online", "online speculative decoding: the draft learns from verification while generating", cmd_online},
     {"version", "print the version", cmd_version},

@@ -157,12 +157,15 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     c->att_idx = malloc((size_t)nth * (size_t)n_ctx * sizeof(int32_t));
     c->pos = malloc(B * sizeof(int32_t));
     c->rope_cs = malloc(B * (size_t)cfg->rot_dim * sizeof(float));
+    /* phi3's long factors beyond its original context, as llama.cpp chooses them */
+    const float *factors = m->rope_factors ? m->rope_factors
+                           : n_ctx > m->n_ctx_orig && m->rope_long ? m->rope_long : m->rope_short;
     c->rope = (sp_rope_freqs){.theta_scale = powf(cfg->rope_theta, -2.0f / (float)cfg->rot_dim),
-                              .freq_scale = cfg->rope_scale, .factors = m->rope_factors};
+                              .freq_scale = cfg->rope_scale, .factors = factors};
     if (m->rope_theta_local > 0) {
         c->rope_cs_local = malloc(B * (size_t)cfg->rot_dim * sizeof(float));
         c->rope_local = (sp_rope_freqs){.theta_scale = powf(m->rope_theta_local, -2.0f / (float)cfg->rot_dim),
-                                        .freq_scale = 1.0f};
+                                        .freq_scale = m->rope_scale_local > 0 ? m->rope_scale_local : 1.0f};
         if (!c->rope_cs_local) {
             sp_ctx_free(c);
             return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
@@ -205,6 +208,7 @@ typedef struct mm_job {
     int64_t row_align[3];  /* chunks start at multiples of this (16: packed groups) */
     int64_t chunk_rows[3]; /* rows per chunk */
     int64_t chunk_end[3];  /* cumulative chunk counts */
+    const sp_weight *w[3]; /* for the scale and bias applied after the matmul */
     int n_mm;
     _Atomic int64_t next;  /* next unclaimed chunk */
 } mm_job;
@@ -233,6 +237,19 @@ static void mm_job_run(void *arg, int ith, int nth) {
  * ones read activation slot `slot` of c->act, filled here. */
 static const void *activations(sp_ctx *c, int slot, sp_ggml_type t, const float *src,
                                int64_t src_stride, int64_t k, int32_t n, size_t *stride) {
+    if (t == SP_GGML_F16 || t == SP_GGML_BF16) {
+        /* ggml converts the activations to the weights' type first (its
+         * vec_dot_type), then sums their products in f32: rounded here */
+        float *act = (float *)(c->act + (size_t)slot * (size_t)c->max_batch * c->act_stride);
+        for (int32_t i = 0; i < n; i++)
+            for (int64_t e = 0; e < k; e++) {
+                const float x = src[i * src_stride + e];
+                act[(size_t)i * (c->act_stride / sizeof(float)) + e] =
+                    t == SP_GGML_F16 ? sp_fp16_to_fp32(sp_fp32_to_fp16(x)) : sp_bf16_to_fp32(sp_fp32_to_bf16(x));
+            }
+        *stride = c->act_stride;
+        return act;
+    }
     if (!sp_ops_act_is_q8(t)) {
         *stride = (size_t)src_stride * sizeof(float);
         return src;
@@ -260,6 +277,7 @@ static void job_add(sp_ctx *c, mm_job *j, const sp_weight *w, const float *x, in
         a = activations(c, i, w->type, x, x_stride, w->cols, n, &stride);
     }
     j->src[i] = x;
+    j->w[i] = w;
     /* the packed copy where the ISA in use has a kernel for it (the same
      * kernel whatever n, so a token's logits do not depend on the batch) */
     sp_mm_kernel pk = w->packed ? sp_ops_mm_packed(w->type) : NULL;
@@ -273,7 +291,28 @@ static void job_add(sp_ctx *c, mm_job *j, const sp_weight *w, const float *x, in
     SP_ASSERT(j->fn[i] != NULL);
 }
 
-static void job_exec(sp_ctx *c, mm_job *j) {
+/* The scale and bias of each matmul of j whose weight has them (sp_weight). */
+static void job_affine(const mm_job *j) {
+    for (int i = 0; i < j->n_mm; i++) {
+        const sp_weight *w = j->w[i];
+        if (!w->scale && !w->bias) continue;
+        const float s = w->scale ? w->scale[0] : 1.0f;
+        const int64_t rows = j->rows[i];
+        for (int32_t t = 0; t < j->mm[i].n; t++) {
+            float *y = j->mm[i].y + (int64_t)t * j->mm[i].ld_y;
+            if (!w->bias)
+                for (int64_t r = 0; r < rows; r++) y[r] *= s;
+            else if (!w->scale)
+                for (int64_t r = 0; r < rows; r++) y[r] += w->bias[r];
+            else if (w->bias_first)
+                for (int64_t r = 0; r < rows; r++) y[r] = (y[r] + w->bias[r]) * s;
+            else
+                for (int64_t r = 0; r < rows; r++) y[r] = y[r] * s + w->bias[r];
+        }
+    }
+}
+
+static void job_run(sp_ctx *c, mm_job *j) {
     uint64_t work = 0;
     for (int i = 0; i < j->n_mm; i++) work += (uint64_t)j->rows[i] * (uint64_t)j->mm[i].k * (uint64_t)j->mm[i].n;
     if (work < PAR_MIN_WORK || sp_pool_n_threads(c->pool) == 1) {
@@ -295,6 +334,11 @@ static void job_exec(sp_ctx *c, mm_job *j) {
     }
     atomic_store_explicit(&j->next, 0, memory_order_relaxed);
     sp_pool_run(c->pool, mm_job_run, j);
+}
+
+static void job_exec(sp_ctx *c, mm_job *j) {
+    job_run(c, j);
+    job_affine(j);
 }
 
 /* Attention of the n new tokens (queries in c->q) over the cache. */
@@ -323,7 +367,8 @@ static void att_job_run(void *arg, int ith, int nth) {
     const sp_model_config *cfg = &c->m->cfg;
     const int32_t hd = cfg->head_dim, H = cfg->n_heads, group = cfg->n_heads / cfg->n_kv_heads;
     const int64_t q_dim = (int64_t)H * hd;
-    const float scale = c->m->q_prescale ? 1.0f : 1.0f / sqrtf((float)hd); /* see attention_block */
+    const float scale = c->m->q_prescale ? 1.0f
+                        : c->m->kq_scale > 0 ? c->m->kq_scale : 1.0f / sqrtf((float)hd); /* see attention_block */
     float *att = c->att + (size_t)ith * (size_t)c->kv.n_ctx;
     const int64_t tasks = (int64_t)a->n * H;
     const int32_t end = a->n_past + a->n;
@@ -399,12 +444,6 @@ static void attention_block(sp_ctx *c, const seq_rows *sq, int n_seq, int32_t l,
     job_add(c, &j, &L->wk, c->xb, wide, n, kd, kv_dim);
     job_add(c, &j, &L->wv, c->xb, wide, n, vd, kv_dim);
     job_exec(c, &j);
-    if (L->bq) /* qwen2: q/k/v biases */
-        for (int32_t t = 0; t < n; t++) {
-            float *q = c->q + t * q_dim, *k = kd + t * kv_dim, *v = vd + t * kv_dim;
-            for (int64_t i = 0; i < q_dim; i++) q[i] += L->bq[i];
-            for (int64_t i = 0; i < kv_dim; i++) k[i] += L->bk[i], v[i] += L->bv[i];
-        }
     if (L->q_norm) /* qwen3: RMSNorm of each query and key head before RoPE */
         for (int32_t t = 0; t < n; t++) {
             float *q = c->q + t * q_dim, *k = kd + t * kv_dim;
@@ -420,7 +459,7 @@ static void attention_block(sp_ctx *c, const seq_rows *sq, int n_seq, int32_t l,
         sp_rope_apply(kd + t * kv_dim, cfg->n_kv_heads, (int32_t)hd, cfg->rot_dim, cs, cfg->rope_neox);
     }
     if (c->m->q_prescale) { /* phi3, gemma2: the query scale before the dot (model_internal.h) */
-        const float s = 1.0f / sqrtf((float)hd);
+        const float s = c->m->kq_scale > 0 ? c->m->kq_scale : 1.0f / sqrtf((float)hd);
         for (int64_t i = 0; i < (int64_t)n * q_dim; i++) c->q[i] *= s;
     }
     if (!one)

@@ -1,5 +1,5 @@
 /* model_load: bind Llama weights from a GGUF file or a llama2.c checkpoint,
- * validating every shape, and make re-quantised copies for self-drafting. */
+ * validating every shape. */
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
@@ -64,7 +64,7 @@ uint64_t sp_model_weight_bytes(const sp_model *m) {
     return n;
 }
 
-static void set_desc(sp_model *m, const char *arch) {
+void sp_model_set_desc(sp_model *m, const char *arch) {
     const sp_model_config *c = &m->cfg;
     snprintf(m->desc, sizeof m->desc, "%s %dL d%d h%d/%d ffn%d v%d %s", arch, c->n_layers, c->dim,
              c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab, sp_ggml_type_name(c->wtype));
@@ -160,25 +160,54 @@ static sp_status get_f32_or(const sp_gguf *g, const char *key, float def, float 
 }
 
 /* The architectures Specula runs: one generic forward pass (model.c), with
- * these differences bound at load time. */
+ * these differences bound at load time. What each reads is what llama.cpp's
+ * loader reads for it (src/models/ARCH.cpp, src/llama-model.cpp of
+ * 2026-09), with its defaults and its readings of absent or zero values:
+ *
+ *  - every one: q/k/v as blk.N.attn_qkv or as attn_q/attn_k/attn_v, each
+ *    with an optional bias (attn_qkv.bias, or all three separate biases
+ *    with a fused matrix) and optional per-matrix "NAME.scale" [1]
+ *    multiplying the matmul's output; attn_output and its optional scale.
+ *    Keys: context_length, embedding_length, block_count,
+ *    feed_forward_length, attention.head_count(_kv), attention.key_length,
+ *    attention.value_length, attention.layer_norm_rms_epsilon,
+ *    rope.dimension_count, rope.freq_base, rope.scaling.type (absent:
+ *    linear), rope.scaling.factor (or rope.scale_linear; absent or 0: no
+ *    scaling), expert_count (refused when > 0: no experts here).
+ *  - the rest per row of ARCHS below. Keys a file carries that its
+ *    architecture does not read (llama.cpp's test files write nearly all of
+ *    them) are not read here either. */
 typedef struct arch_info {
     const char *name;
-    bool neox;     /* RoPE on halves of each head */
-    bool qkv_bias; /* blk.N.attn_{q,k,v}.bias */
-    bool qk_norm;  /* blk.N.attn_{q,k}_norm.weight: per-head RMSNorm before RoPE */
-    bool fused;    /* blk.N.attn_qkv and a gate+up ffn_up (phi3) */
-    int gemma;     /* 2 or 3: embeddings x sqrt(dim), GELU gate, post-block norms,
-                    * sliding layers (gemma2: even ones; gemma3: all but every 6th) */
+    bool neox;           /* RoPE on halves of each head */
+    bool qk_norm;        /* blk.N.attn_{q,k}_norm.weight: per-head RMSNorm before RoPE */
+    bool ffn_fused;      /* blk.N.ffn_up is gate and up stacked, no ffn_gate (phi3) */
+    bool q_prescale;     /* the graph scales the queries, not the scores (model_internal.h) */
+    bool rope_freqs;     /* optional rope_freqs.weight (llama) */
+    bool rope_longshort; /* optional rope_factors_long/short.weight (phi3) */
+    bool wo_bias;        /* optional attn_output.bias (llama) */
+    bool ffn_bias;       /* optional ffn_{gate,up,down}.bias (llama) */
+    bool ffn_scale;      /* ffn_{gate,up,down}.scale applied (llama, qwen3) */
+    bool out_bias;       /* optional output.bias (qwen2, phi3) */
+    int swa;             /* attention.sliding_window: 0 not read (llama, qwen2, qwen3);
+                          * 1 read and not applied (phi3: llama.cpp disables it);
+                          * 2 gemma2 (default 4096; pattern default 2);
+                          * 3 gemma3 (only when > 0; pattern default 6) */
+    int gemma;           /* 2 or 3: embeddings x sqrt(dim), GELU gate, post-block norms */
 } arch_info;
 
 static const arch_info ARCHS[] = {
-    {"llama", false, false, false, false, 0},
-    {"qwen2", true, true, false, false, 0},
-    {"qwen3", true, false, true, false, 0},
-    {"phi3", true, false, false, true, 0},
-    {"gemma2", true, false, false, false, 2},
-    {"gemma3", true, false, true, false, 3},
+    /*               neox   qk_nrm fused  q_pre  freqs  lng/sh wo_b   ffn_b  ffn_s  out_b  swa gemma */
+    {"llama",  false, false, false, false, true,  false, true,  true,  true,  false, 0, 0},
+    {"qwen2",  true,  false, false, false, false, false, false, false, false, true,  0, 0},
+    {"qwen3",  true,  true,  false, false, false, false, false, false, true,  false, 0, 0},
+    {"phi3",   true,  false, true,  true,  false, true,  false, false, false, true,  1, 0},
+    {"gemma2", true,  false, false, true,  false, false, false, false, false, false, 2, 2},
+    {"gemma3", true,  true,  false, false, false, false, false, false, false, false, 3, 3},
 };
+/* gemma3: llama.cpp of 2026-09 scales its queries, that of 2025-05 (which
+ * made ../shared/reference/arch) its scores; the scores' order gives both
+ * references' logits exactly as printed, the queries' only the 2026 ones. */
 
 static const arch_info *arch_find(const char *name) {
     for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
@@ -186,12 +215,71 @@ static const arch_info *arch_find(const char *name) {
     return NULL;
 }
 
-/* Rows [r0, r0 + n) of a matrix as a matrix of its own. */
+/* Rows [r0, r0 + n) of a matrix as a matrix of its own (bias rows with it). */
 static sp_weight weight_rows(const sp_weight *w, int64_t r0, int64_t n) {
     sp_weight v = *w;
     v.rows = n;
     v.data = w->data + (size_t)r0 * w->row_bytes;
+    if (w->bias) v.bias = w->bias + r0;
     return v;
+}
+
+/* rope.scaling.*: linear (positions divided by the factor) and none are
+ * supported; the others change the model's function and are refused by
+ * name rather than silently ignored. */
+static sp_status read_rope_scaling(const sp_gguf *g, const char *path, const char *a, float *scale,
+                                   sp_error *err) {
+    char key[128];
+    *scale = 1.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    const sp_gguf_kv *sk = sp_gguf_find(g, key);
+    char ty[32] = "linear";
+    if (sk) {
+        if (sk->type != SP_GGUF_STRING)
+            return sp_fail(err, SP_ERR_FORMAT, "%s: metadata %s is not a string", path, key);
+        snprintf(ty, sizeof ty, "%.*s", (int)(sk->v.str.len < 31 ? sk->v.str.len : 31), sk->v.str.ptr);
+    }
+    if (!strcmp(ty, "none")) return SP_OK; /* llama.cpp: never scaled */
+    if (strcmp(ty, "linear") != 0)
+        return sp_fail(err, SP_ERR_UNSUPPORTED,
+                       "%s: RoPE scaling '%s' (%s) is not supported (supported: none, linear)", path, ty, key);
+    float f = 0.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
+    if (!sp_gguf_find(g, key)) snprintf(key, sizeof key, "%s.rope.scale_linear", a);
+    sp_status st = get_f32_or(g, key, 0.0f, &f, err);
+    if (st) return st;
+    if (f == 0.0f) return SP_OK; /* absent or 0: not set */
+    if (!(f > 0.0f) || !isfinite(f))
+        return sp_fail(err, SP_ERR_FORMAT, "%s: bad RoPE scaling factor %s = %g", path, key, (double)f);
+    *scale = 1.0f / f;
+    return SP_OK;
+}
+
+/* Which layers slide (gemma): attention.sliding_window_pattern as a
+ * per-layer array (non-zero: sliding), or as a number n (every layer but
+ * each n-th), or n_pattern when absent; llama.cpp's set_swa_pattern. */
+static sp_status read_swa_pattern(sp_model *m, const char *path, const char *a, uint32_t n_pattern,
+                                  bool *sliding, sp_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", a);
+    const sp_gguf_kv *kv = sp_gguf_find(m->gguf, key);
+    const int32_t L = m->cfg.n_layers;
+    if (kv && kv->type == SP_GGUF_ARRAY) {
+        if (kv->arr_type != SP_GGUF_BOOL && !(kv->arr_type <= SP_GGUF_INT32 || kv->arr_type == SP_GGUF_UINT64 ||
+                                             kv->arr_type == SP_GGUF_INT64))
+            return sp_fail(err, SP_ERR_FORMAT, "%s: metadata %s is not an array of integers", path, key);
+        for (int32_t l = 0; l < L; l++)
+            sliding[l] = (uint64_t)l < kv->arr_n && sp_gguf_arr_int(kv, (uint64_t)l) != 0;
+        return SP_OK;
+    }
+    if (kv) {
+        uint32_t u;
+        sp_status st = sp_gguf_get_u32(m->gguf, key, &u, err);
+        if (st) return st;
+        n_pattern = u;
+    }
+    for (int32_t l = 0; l < L; l++) sliding[l] = n_pattern == 0 || (uint32_t)l % n_pattern < n_pattern - 1;
+    return SP_OK;
 }
 
 /* The hyperparameters under the architecture's key prefix. */
@@ -203,6 +291,12 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     char key[128];
 #define KEY(s) (snprintf(key, sizeof key, "%s." s, a), key)
     uint32_t u;
+    int32_t experts = 0;
+    if ((st = get_u32_or(g, KEY("expert_count"), 0, &experts, err))) return st;
+    if (experts > 0)
+        return sp_fail(err, SP_ERR_UNSUPPORTED,
+                       "%s: %s = %d: mixture-of-experts layers are not supported for architecture '%s'",
+                       path, key, experts, a);
     if ((st = sp_gguf_get_u32(g, KEY("embedding_length"), &u, err))) return st;
     c->dim = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
     if ((st = sp_gguf_get_u32(g, KEY("block_count"), &u, err))) return st;
@@ -228,106 +322,222 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
                        vlen, c->head_dim);
     if ((st = get_u32_or(g, KEY("rope.dimension_count"), (uint32_t)c->head_dim, &c->rot_dim, err)))
         return st;
-    if ((st = get_u32_or(g, KEY("attention.sliding_window"), 0, &c->sliding_window, err))) return st;
+    if (!strcmp(a, "llama") && c->rot_dim != c->head_dim) /* as llama.cpp refuses it */
+        return sp_fail(err, SP_ERR_FORMAT, "%s: %s = %d, expected the head size %d", path, key,
+                       c->rot_dim, c->head_dim);
+    m->n_ctx_orig = c->n_ctx_train;
+    if ((st = get_u32_or(g, KEY("rope.scaling.original_context_length"), (uint32_t)c->n_ctx_train,
+                         &m->n_ctx_orig, err)))
+        return st;
+    if ((st = read_rope_scaling(g, path, a, &c->rope_scale, err))) return st;
+    c->rope_neox = ai->neox;
+    m->q_prescale = ai->q_prescale;
+    c->sliding_window = 0;
+    if (ai->swa) {
+        int32_t win = ai->swa == 2 ? 4096 : 0;
+        if ((st = get_u32_or(g, KEY("attention.sliding_window"), (uint32_t)win, &win, err))) return st;
+        if (ai->swa >= 2) c->sliding_window = win; /* phi3: read, not applied */
+    }
     if (ai->gemma) {
-        if ((st = get_f32_or(g, KEY("attn_logit_softcapping"), 0.0f, &m->attn_softcap, err)) ||
-            (st = get_f32_or(g, KEY("final_logit_softcapping"), 0.0f, &m->final_softcap, err)))
+        /* gemma2: both caps, defaults 50 and 30; gemma3: the final one, default 0 */
+        m->attn_softcap = ai->gemma == 2 ? 50.0f : 0.0f;
+        m->final_softcap = ai->gemma == 2 ? 30.0f : 0.0f;
+        if ((ai->gemma == 2 && (st = get_f32_or(g, KEY("attn_logit_softcapping"), 50.0f, &m->attn_softcap, err))) ||
+            (st = get_f32_or(g, KEY("final_logit_softcapping"), m->final_softcap, &m->final_softcap, err)))
             return st;
-        if (ai->gemma == 3) {
-            m->attn_softcap = m->final_softcap = 0; /* gemma3 has none */
-            m->rope_theta_local = 10000.0f;         /* its sliding layers' base, unscaled */
-        }
-        if (!(m->attn_softcap >= 0 && m->final_softcap >= 0))
-            return sp_fail(err, SP_ERR_FORMAT, "%s: bad soft-capping values", path);
+        if (!(m->attn_softcap >= 0 && m->final_softcap >= 0) || (ai->gemma == 2 && !(m->attn_softcap > 0)))
+            return sp_fail(err, SP_ERR_FORMAT, "%s: bad soft-capping values (attention %g, final %g)", path,
+                           (double)m->attn_softcap, (double)m->final_softcap);
+        /* the sliding layers' RoPE: gemma2 the global base and scale unless
+         * rope.freq_base_swa; gemma3 base 10000 unless given, unscaled */
+        m->rope_theta_local = ai->gemma == 2 ? c->rope_theta : 10000.0f;
+        m->rope_scale_local = ai->gemma == 2 ? c->rope_scale : 1.0f;
+        if ((st = get_f32_or(g, KEY("rope.freq_base_swa"), m->rope_theta_local, &m->rope_theta_local, err)))
+            return st;
+        if (!(m->rope_theta_local > 0))
+            return sp_fail(err, SP_ERR_FORMAT, "%s: bad %s %g", path, key, (double)m->rope_theta_local);
         m->embed_scale = sqrtf((float)c->dim);
         m->geglu = true;
-    }
-    /* llama.cpp's phi3 and gemma2 graphs scale the queries; its gemma3 and
-     * the others scale the scores (model_internal.h) */
-    m->q_prescale = ai->fused || ai->gemma == 2;
-    c->rope_neox = ai->neox;
-    c->rope_scale = 1.0f;
-    /* RoPE scaling: linear (positions divided by the factor) is supported;
-     * the others change the model's function and are refused by name
-     * rather than silently ignored. Llama 3.1's per-frequency factors come
-     * as the rope_freqs.weight tensor (bound below). */
-    const sp_gguf_kv *sk = sp_gguf_find(g, KEY("rope.scaling.type"));
-    if (sk && sk->type == SP_GGUF_STRING) {
-        char ty[32];
-        snprintf(ty, sizeof ty, "%.*s", (int)(sk->v.str.len < 31 ? sk->v.str.len : 31), sk->v.str.ptr);
-        if (!strcmp(ty, "linear")) {
-            float f = 1.0f;
-            if ((st = get_f32_or(g, KEY("rope.scaling.factor"), 1.0f, &f, err))) return st;
-            if (!(f >= 1.0f && f <= 1024.0f))
-                return sp_fail(err, SP_ERR_FORMAT, "%s: bad RoPE scaling factor %g", path, (double)f);
-            c->rope_scale = 1.0f / f;
-        } else if (strcmp(ty, "none") != 0) {
-            return sp_fail(err, SP_ERR_UNSUPPORTED,
-                           "%s: RoPE scaling '%s' is not supported (supported: none, linear)", path, ty);
-        }
+        /* the 27B models scale the queries by 1/sqrt(dim / heads) */
+        if ((ai->gemma == 2 && c->n_layers == 46) || (ai->gemma == 3 && c->n_layers == 62))
+            m->kq_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     }
 #undef KEY
     return SP_OK;
 }
 
-/* Each layer's tensors (names and shapes per the architecture). */
-static sp_status bind_layers(sp_model *m, const char *path, const arch_info *ai, sp_error *err) {
+/* An optional tensor as f32 (NULL when the file lacks it). */
+static sp_status opt_vector(sp_model *m, const char *path, const char *name, int64_t n,
+                            const float **out, sp_error *err) {
+    *out = NULL;
+    if (!sp_gguf_find_tensor(m->gguf, name)) return SP_OK;
+    return bind_vector(m, path, name, n, out, err);
+}
+
+/* Frequency factors as RoPE divides by them: NaN, inf or 0 would make every
+ * rotated position non-finite, so they are refused here (llama.cpp takes
+ * any value, negative ones too, and so does Specula). */
+static sp_status opt_rope_factors(sp_model *m, const char *path, const char *name, const float **out,
+                                  sp_error *err) {
+    const int32_t n = m->cfg.rot_dim / 2;
+    sp_status st = opt_vector(m, path, name, n, out, err);
+    for (int32_t i = 0; !st && *out && i < n; i++)
+        if (!isfinite((*out)[i]) || (*out)[i] == 0)
+            return sp_fail(err, SP_ERR_FORMAT, "%s: %s[%d] = %g is not a usable frequency factor", path, name, i,
+                           (double)(*out)[i]);
+    return st;
+}
+
+/* q, k, v of layer l: a fused attn_qkv (its bias, or the three separate
+ * biases when all are there) or attn_q/attn_k/attn_v with a bias each; each
+ * matrix's optional scale. */
+static sp_status bind_qkv(sp_model *m, const char *path, int l, sp_layer *L, sp_error *err) {
     const sp_model_config *c = &m->cfg;
     const int64_t dim = c->dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
     const int64_t q_dim = (int64_t)c->n_heads * c->head_dim;
+    char nm[96];
+    sp_status st;
+#define T(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+    if (sp_gguf_find_tensor(m->gguf, T("attn_qkv.weight"))) {
+        sp_weight qkv;
+        const float *b = NULL, *bq = NULL, *bk = NULL, *bv = NULL;
+        if ((st = bind_matrix(m, path, nm, dim, q_dim + 2 * kv_dim, false, &qkv, err)) ||
+            (st = opt_vector(m, path, T("attn_qkv.scale"), 1, &qkv.scale, err)) ||
+            (st = opt_vector(m, path, T("attn_qkv.bias"), q_dim + 2 * kv_dim, &b, err)))
+            return st;
+        if (!b && ((st = opt_vector(m, path, T("attn_q.bias"), q_dim, &bq, err)) ||
+                   (st = opt_vector(m, path, T("attn_k.bias"), kv_dim, &bk, err)) ||
+                   (st = opt_vector(m, path, T("attn_v.bias"), kv_dim, &bv, err))))
+            return st;
+        qkv.bias = b;
+        L->wq = weight_rows(&qkv, 0, q_dim);
+        L->wk = weight_rows(&qkv, q_dim, kv_dim);
+        L->wv = weight_rows(&qkv, q_dim + kv_dim, kv_dim);
+        if (!b && bq && bk && bv) L->wq.bias = bq, L->wk.bias = bk, L->wv.bias = bv;
+        return SP_OK;
+    }
+    if ((st = bind_matrix(m, path, T("attn_q.weight"), dim, q_dim, false, &L->wq, err)) ||
+        (st = bind_matrix(m, path, T("attn_k.weight"), dim, kv_dim, false, &L->wk, err)) ||
+        (st = bind_matrix(m, path, T("attn_v.weight"), dim, kv_dim, false, &L->wv, err)) ||
+        (st = opt_vector(m, path, T("attn_q.bias"), q_dim, &L->wq.bias, err)) ||
+        (st = opt_vector(m, path, T("attn_k.bias"), kv_dim, &L->wk.bias, err)) ||
+        (st = opt_vector(m, path, T("attn_v.bias"), kv_dim, &L->wv.bias, err)) ||
+        (st = opt_vector(m, path, T("attn_q.scale"), 1, &L->wq.scale, err)) ||
+        (st = opt_vector(m, path, T("attn_k.scale"), 1, &L->wk.scale, err)) ||
+        (st = opt_vector(m, path, T("attn_v.scale"), 1, &L->wv.scale, err)))
+        return st;
+#undef T
+    return SP_OK;
+}
+
+/* Each layer's tensors (names and shapes per the architecture). */
+static sp_status bind_layers(sp_model *m, const char *path, const char *a, const arch_info *ai,
+                             sp_error *err) {
+    const sp_model_config *c = &m->cfg;
+    const int64_t dim = c->dim, ffn = c->ffn_dim;
+    const int64_t q_dim = (int64_t)c->n_heads * c->head_dim;
     sp_status st;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    if (!m->layers) return sp_fail(err, SP_ERR_NOMEM, "out of memory for layers");
-    for (int l = 0; l < c->n_layers; l++) {
+    bool *sliding = calloc((size_t)c->n_layers, sizeof *sliding);
+    if (!m->layers || !sliding) {
+        free(sliding);
+        return sp_fail(err, SP_ERR_NOMEM, "out of memory for layers");
+    }
+    /* gemma3 without a window has no sliding layers (nor their RoPE) */
+    st = ai->gemma && c->sliding_window > 0 ? read_swa_pattern(m, path, a, ai->gemma == 2 ? 2 : 6, sliding, err)
+                                            : SP_OK;
+    for (int l = 0; !st && l < c->n_layers; l++) {
         sp_layer *L = &m->layers[l];
         char nm[96];
-#define T(s) (snprintf(nm, sizeof nm, "blk.%d." s ".weight", l), nm)
-#define B(s) (snprintf(nm, sizeof nm, "blk.%d." s ".bias", l), nm)
-        if ((st = bind_vector(m, path, T("attn_norm"), dim, &L->attn_norm, err)) ||
-            (st = bind_vector(m, path, T("ffn_norm"), dim, &L->ffn_norm, err)) ||
-            (st = bind_matrix(m, path, T("attn_output"), q_dim, dim, false, &L->wo, err)) ||
-            (st = bind_matrix(m, path, T("ffn_down"), c->ffn_dim, dim, false, &L->w2, err)))
-            return st;
-        if (ai->fused) {
-            /* phi3: q, k, v are row ranges of attn_qkv; gate and up halves of ffn_up */
-            sp_weight qkv, gu;
-            if ((st = bind_matrix(m, path, T("attn_qkv"), dim, q_dim + 2 * kv_dim, false, &qkv, err)) ||
-                (st = bind_matrix(m, path, T("ffn_up"), dim, 2 * (int64_t)c->ffn_dim, false, &gu, err)))
-                return st;
-            L->wq = weight_rows(&qkv, 0, q_dim);
-            L->wk = weight_rows(&qkv, q_dim, kv_dim);
-            L->wv = weight_rows(&qkv, q_dim + kv_dim, kv_dim);
-            L->w1 = weight_rows(&gu, 0, c->ffn_dim);
-            L->w3 = weight_rows(&gu, c->ffn_dim, c->ffn_dim);
-        } else if ((st = bind_matrix(m, path, T("attn_q"), dim, q_dim, false, &L->wq, err)) ||
-                   (st = bind_matrix(m, path, T("attn_k"), dim, kv_dim, false, &L->wk, err)) ||
-                   (st = bind_matrix(m, path, T("attn_v"), dim, kv_dim, false, &L->wv, err)) ||
-                   (st = bind_matrix(m, path, T("ffn_gate"), dim, c->ffn_dim, false, &L->w1, err)) ||
-                   (st = bind_matrix(m, path, T("ffn_up"), dim, c->ffn_dim, false, &L->w3, err))) {
-            return st;
+#define T(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+        if ((st = bind_vector(m, path, T("attn_norm.weight"), dim, &L->attn_norm, err)) ||
+            (st = bind_vector(m, path, T("ffn_norm.weight"), dim, &L->ffn_norm, err)) ||
+            (st = bind_qkv(m, path, l, L, err)) ||
+            (st = bind_matrix(m, path, T("attn_output.weight"), q_dim, dim, false, &L->wo, err)) ||
+            (st = opt_vector(m, path, T("attn_output.scale"), 1, &L->wo.scale, err)) ||
+            (ai->wo_bias && (st = opt_vector(m, path, T("attn_output.bias"), dim, &L->wo.bias, err))) ||
+            (st = bind_matrix(m, path, T("ffn_down.weight"), ffn, dim, false, &L->w2, err)))
+            break;
+        if (ai->ffn_fused) {
+            /* phi3: gate and up halves of ffn_up */
+            sp_weight gu;
+            if ((st = bind_matrix(m, path, T("ffn_up.weight"), dim, 2 * ffn, false, &gu, err))) break;
+            L->w1 = weight_rows(&gu, 0, ffn);
+            L->w3 = weight_rows(&gu, ffn, ffn);
+        } else if ((st = bind_matrix(m, path, T("ffn_gate.weight"), dim, ffn, false, &L->w1, err)) ||
+                   (st = bind_matrix(m, path, T("ffn_up.weight"), dim, ffn, false, &L->w3, err))) {
+            break;
         }
-        if (ai->qkv_bias &&
-            ((st = bind_vector(m, path, B("attn_q"), q_dim, &L->bq, err)) ||
-             (st = bind_vector(m, path, B("attn_k"), kv_dim, &L->bk, err)) ||
-             (st = bind_vector(m, path, B("attn_v"), kv_dim, &L->bv, err))))
-            return st;
+        if (ai->ffn_bias &&
+            ((st = opt_vector(m, path, T("ffn_gate.bias"), ffn, &L->w1.bias, err)) ||
+             (st = opt_vector(m, path, T("ffn_up.bias"), ffn, &L->w3.bias, err)) ||
+             (st = opt_vector(m, path, T("ffn_down.bias"), dim, &L->w2.bias, err))))
+            break;
+        if (ai->ffn_scale &&
+            ((st = opt_vector(m, path, T("ffn_gate.scale"), 1, &L->w1.scale, err)) ||
+             (st = opt_vector(m, path, T("ffn_up.scale"), 1, &L->w3.scale, err)) ||
+             (st = opt_vector(m, path, T("ffn_down.scale"), 1, &L->w2.scale, err))))
+            break;
+        L->w1.bias_first = L->w2.bias_first = L->w3.bias_first = true; /* llama.cpp's build_ffn */
         if (ai->qk_norm &&
-            ((st = bind_vector(m, path, T("attn_q_norm"), c->head_dim, &L->q_norm, err)) ||
-             (st = bind_vector(m, path, T("attn_k_norm"), c->head_dim, &L->k_norm, err))))
-            return st;
+            ((st = bind_vector(m, path, T("attn_q_norm.weight"), c->head_dim, &L->q_norm, err)) ||
+             (st = bind_vector(m, path, T("attn_k_norm.weight"), c->head_dim, &L->k_norm, err))))
+            break;
         if (ai->gemma) {
-            if ((st = bind_vector(m, path, T("post_attention_norm"), dim, &L->post_attn_norm, err)) ||
-                (st = bind_vector(m, path, T("post_ffw_norm"), dim, &L->post_ffn_norm, err)))
-                return st;
-            const bool sliding = ai->gemma == 2 ? l % 2 == 0 : (l + 1) % 6 != 0;
-            L->window = sliding ? c->sliding_window : 0;
-            L->rope_local = ai->gemma == 3 && sliding;
+            if ((st = bind_vector(m, path, T("post_attention_norm.weight"), dim, &L->post_attn_norm, err)) ||
+                (st = bind_vector(m, path, T("post_ffw_norm.weight"), dim, &L->post_ffn_norm, err)))
+                break;
+            L->window = sliding[l] ? c->sliding_window : 0;
+            L->rope_local = sliding[l];
         } else {
             L->window = c->sliding_window;
         }
 #undef T
-#undef B
     }
+    free(sliding);
+    return st;
+}
+
+/* The vocabulary: tokenizer.ggml.model "llama" or "gpt2" gives a tokenizer
+ * (its tokens one per row of token_embd); "test" (llama.cpp's test
+ * vocabulary, tokenizer.ggml.tokens still one per row) and "none" /
+ * "no_vocab" (ARCH.vocab_size rows if given) give none: such a model runs
+ * on token ids only. */
+static sp_status load_vocab(sp_model *m, const char *path, const char *a, const sp_model_params *p,
+                            sp_error *err) {
+    const sp_gguf *g = m->gguf;
+    const int32_t V = m->cfg.n_vocab;
+    const sp_gguf_kv *km = sp_gguf_find(g, "tokenizer.ggml.model");
+    sp_str model = km && km->type == SP_GGUF_STRING ? km->v.str : (sp_str){"", 0};
+    const bool test = model.len == 4 && !memcmp(model.ptr, "test", 4);
+    const bool none = (model.len == 4 && !memcmp(model.ptr, "none", 4)) ||
+                      (model.len == 8 && !memcmp(model.ptr, "no_vocab", 8));
+    if (test) {
+        const sp_gguf_kv *kt = sp_gguf_find(g, "tokenizer.ggml.tokens");
+        if (!kt || kt->type != SP_GGUF_ARRAY || kt->arr_type != SP_GGUF_STRING)
+            return sp_fail(err, SP_ERR_FORMAT, "%s: test vocabulary without a tokenizer.ggml.tokens string array", path);
+        if (kt->arr_n != (uint64_t)V)
+            return sp_fail(err, SP_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries but token_embd.weight has %d rows",
+                           path, (unsigned long long)kt->arr_n, V);
+        return SP_OK;
+    }
+    if (none) {
+        char key[96];
+        int32_t n = V;
+        snprintf(key, sizeof key, "%s.vocab_size", a);
+        sp_status st = get_u32_or(g, key, (uint32_t)V, &n, err);
+        if (st) return st;
+        if (n != V)
+            return sp_fail(err, SP_ERR_FORMAT, "%s: %s = %d but token_embd.weight has %d rows", path, key, n, V);
+        return SP_OK;
+    }
+    sp_status st = sp_tokenizer_load_gguf_pre(g, p ? p->tokenizer_pre : NULL, &m->tok, err);
+    if (st) return st;
+    m->owns_tok = true;
+    if (sp_tokenizer_n_vocab(m->tok) != V)
+        return sp_fail(err, SP_ERR_FORMAT,
+                       "%s: tokenizer.ggml.tokens has %d entries but token_embd.weight has %d rows",
+                       path, sp_tokenizer_n_vocab(m->tok), V);
     return SP_OK;
 }
 
@@ -355,27 +565,23 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
     const int64_t dim = c->dim;
     if ((st = bind_matrix(m, path, "token_embd.weight", dim, c->n_vocab, false, &m->tok_embd, err)))
         return st;
-    if ((st = bind_matrix(m, path, "output.weight", dim, c->n_vocab, true, &m->output, err)))
+    /* gemma2's output is always the embedding matrix, as llama.cpp binds it */
+    if (ai->gemma != 2 &&
+        (st = bind_matrix(m, path, "output.weight", dim, c->n_vocab, true, &m->output, err)))
         return st;
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    if (ai->out_bias && (st = opt_vector(m, path, "output.bias", c->n_vocab, &m->output.bias, err)))
+        return st;
     if ((st = bind_vector(m, path, "output_norm.weight", dim, &m->out_norm, err))) return st;
-    if (sp_gguf_find_tensor(g, "rope_freqs.weight")) {
-        if ((st = bind_vector(m, path, "rope_freqs.weight", c->rot_dim / 2, &m->rope_factors, err)))
-            return st;
-        for (int32_t i = 0; i < c->rot_dim / 2; i++)
-            if (!(m->rope_factors[i] > 0))
-                return sp_fail(err, SP_ERR_FORMAT, "%s: rope_freqs.weight[%d] is not positive", path, i);
-    }
-    if ((st = bind_layers(m, path, ai, err))) return st;
+    if ((ai->rope_freqs && (st = opt_rope_factors(m, path, "rope_freqs.weight", &m->rope_factors, err))) ||
+        (ai->rope_longshort &&
+         ((st = opt_rope_factors(m, path, "rope_factors_long.weight", &m->rope_long, err)) ||
+          (st = opt_rope_factors(m, path, "rope_factors_short.weight", &m->rope_short, err)))))
+        return st;
+    if ((st = bind_layers(m, path, a, ai, err))) return st;
     c->wtype = m->layers[0].wq.type;
-    set_desc(m, a);
-    if ((st = sp_tokenizer_load_gguf_pre(g, p ? p->tokenizer_pre : NULL, &m->tok, err))) return st;
-    m->owns_tok = true;
-    if (sp_tokenizer_n_vocab(m->tok) != c->n_vocab)
-        return sp_fail(err, SP_ERR_FORMAT,
-                       "%s: tokenizer.ggml.tokens has %d entries but token_embd.weight has %d rows",
-                       path, sp_tokenizer_n_vocab(m->tok), c->n_vocab);
-    return SP_OK;
+    sp_model_set_desc(m, a);
+    return load_vocab(m, path, a, p, err);
 }
 
 /* ------------------------------------------------------------- llama2.c */
@@ -455,7 +661,7 @@ static sp_status load_llama2c(sp_model *m, const char *path, const sp_model_para
     else
         MAT(m->output, V, dim);
 #undef MAT
-    set_desc(m, "llama2.c");
+    sp_model_set_desc(m, "llama2.c");
     if (p && p->tokenizer_path) {
         st = sp_tokenizer_load_llama2c(p->tokenizer_path, c->n_vocab, &m->tok, err);
         if (st) return st;
@@ -494,8 +700,7 @@ static sp_status pack_weight(sp_model *m, sp_weight *w, const sp_file_map *fm, s
     return SP_OK;
 }
 
-/* fm: the file mapping whose pages packed matrices release, or NULL. */
-static sp_status pack_weights(sp_model *m, const sp_file_map *fm, sp_error *err) {
+sp_status sp_model_pack_weights(sp_model *m, const sp_file_map *fm, sp_error *err) {
     sp_status st = pack_weight(m, &m->output, fm, err);
     for (int l = 0; !st && l < m->cfg.n_layers; l++) {
         sp_layer *L = &m->layers[l];
@@ -536,90 +741,12 @@ sp_status sp_model_load(const char *path, const sp_model_params *params, sp_mode
     }
     if (!st) {
         const sp_file_map fm = m->gguf ? sp_gguf_mapping(m->gguf) : (sp_file_map){0};
-        st = pack_weights(m, m->gguf && !(params && params->mlock) ? &fm : NULL, err);
+        st = sp_model_pack_weights(m, m->gguf && !(params && params->mlock) ? &fm : NULL, err);
     }
     if (st) {
         sp_model_free(m);
         return st;
     }
-    *out = m;
-    return SP_OK;
-}
-
-/* ------------------------------------------------------------ requantise */
-
-/* Rows whose length is not a multiple of the block size (e.g. stories260K's
- * FFN of 172) cannot hold a block format; those matrices become F16, the
- * nearest lower-precision type that fits any length. */
-static sp_status requant_matrix(sp_model *dst, const sp_weight *src, sp_ggml_type type,
-                                sp_weight *out, float *row, sp_error *err) {
-    if (sp_ggml_blck_size(type) > 1 && src->cols % sp_ggml_blck_size(type)) type = SP_GGML_F16;
-    *out = *src;
-    out->packed = NULL;
-    out->type = type;
-    out->row_bytes = sp_ggml_row_size(type, src->cols);
-    uint8_t *buf = sp_model_alloc(dst, out->row_bytes * (size_t)src->rows);
-    if (!buf) return sp_fail(err, SP_ERR_NOMEM, "out of memory re-quantising weights");
-    for (int64_t r = 0; r < src->rows; r++) {
-        sp_dequantize_row(src->type, src->data + r * src->row_bytes, row, src->cols);
-        sp_quantize_row(type, row, buf + r * out->row_bytes, src->cols);
-    }
-    out->data = buf;
-    return SP_OK;
-}
-
-sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model **out,
-                              sp_error *err) {
-    *out = NULL;
-    if (!sp_quant_supported(type))
-        return sp_fail(err, SP_ERR_UNSUPPORTED, "cannot re-quantise to type %s",
-                       sp_ggml_type_name(type));
-    sp_model *m = calloc(1, sizeof *m);
-    if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
-    m->cfg = src->cfg;
-    m->cfg.wtype = type;
-    m->tok = src->tok;
-    m->owns_tok = false;
-    m->tok_embd = src->tok_embd;
-    m->out_norm = src->out_norm;
-    m->rope_factors = src->rope_factors;
-    m->embed_scale = src->embed_scale;
-    m->geglu = src->geglu;
-    m->q_prescale = src->q_prescale;
-    m->attn_softcap = src->attn_softcap;
-    m->final_softcap = src->final_softcap;
-    m->rope_theta_local = src->rope_theta_local;
-    m->layers = calloc((size_t)src->cfg.n_layers, sizeof *m->layers);
-    int64_t maxc = src->cfg.dim > src->cfg.ffn_dim ? src->cfg.dim : src->cfg.ffn_dim;
-    if ((int64_t)src->cfg.n_heads * src->cfg.head_dim > maxc)
-        maxc = (int64_t)src->cfg.n_heads * src->cfg.head_dim;
-    float *row = malloc((size_t)maxc * sizeof(float));
-    sp_status st = (!m->layers || !row) ? sp_fail(err, SP_ERR_NOMEM, "out of memory") : SP_OK;
-    for (int l = 0; !st && l < src->cfg.n_layers; l++) {
-        const sp_layer *S = &src->layers[l];
-        sp_layer *D = &m->layers[l];
-        *D = *S; /* norms, biases, q/k norms; the matrices are replaced below */
-        if ((st = requant_matrix(m, &S->wq, type, &D->wq, row, err)) ||
-            (st = requant_matrix(m, &S->wk, type, &D->wk, row, err)) ||
-            (st = requant_matrix(m, &S->wv, type, &D->wv, row, err)) ||
-            (st = requant_matrix(m, &S->wo, type, &D->wo, row, err)) ||
-            (st = requant_matrix(m, &S->w1, type, &D->w1, row, err)) ||
-            (st = requant_matrix(m, &S->w2, type, &D->w2, row, err)) ||
-            (st = requant_matrix(m, &S->w3, type, &D->w3, row, err)))
-            break;
-    }
-    if (!st) st = requant_matrix(m, &src->output, type, &m->output, row, err);
-    free(row);
-    if (!st) st = pack_weights(m, NULL, err);
-    if (st) {
-        sp_model_free(m);
-        return st;
-    }
-    char base[sizeof src->desc];
-    snprintf(base, sizeof base, "%s", src->desc);
-    char *sp = strchr(base, ' ');
-    if (sp) *sp = 0;
-    set_desc(m, base);
     *out = m;
     return SP_OK;
 }

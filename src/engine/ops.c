@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "quant.h"
+#include "toint.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -798,9 +799,16 @@ size_t sp_ops_act_bytes(sp_ggml_type wtype, int64_t k) {
 
 static sp_ops_table g_tables[SP_ISA_COUNT];
 
+/* 127 / amax overflows for amax < 127 / FLT_MAX (a subnormal or tiny
+ * normal block maximum): such a block is multiplied by 2^64 first. The
+ * scaling is exact and the products x * id are the same real numbers, so a
+ * block whose scale did not overflow quantises to the same bits either way. */
+#define ACT_TINY 0x1p-64f
+#define ACT_UP 0x1p64f
+
 /* Scalar reference of the q8 layout (ops.h) without s: per 32-block,
- * d = f16(amax / 127), q = rne(x * (127 / amax)), sum = sum(q); a block
- * holding inf or NaN gets q = 0, d = NaN. */
+ * d = f16(amax / 127), q = rne(x * (127 / amax)) (ACT_TINY blocks scaled
+ * first), sum = sum(q); a block holding inf or NaN gets q = 0, d = NaN. */
 static void act_q8_ref(const float *x, int64_t k, void *dst) {
     int8_t *qs = (int8_t *)dst;
     float *d = (float *)((uint8_t *)dst + k);
@@ -819,10 +827,11 @@ static void act_q8_ref(const float *x, int64_t k, void *dst) {
             sum[b] = 0;
             continue;
         }
-        const float id = amax != 0 ? 127.0f / amax : 0.0f;
+        const float up = amax < ACT_TINY ? ACT_UP : 1.0f;
+        const float id = amax != 0 ? 127.0f / (amax * up) : 0.0f;
         int32_t s = 0;
         for (int i = 0; i < SP_QK; i++) {
-            int v = (int)nearbyintf(xb[i] * id); /* |x * id| <= 127.00002 */
+            const int32_t v = sp_toint_rne(xb[i] * up * id, -127, 127); /* |x * id| <= 127.00002 */
             qs[b * SP_QK + i] = (int8_t)v;
             s += v;
         }
@@ -862,17 +871,16 @@ static void act_q8k(const float *x, int64_t k, void *dst) {
             d[b] = finite ? 0.0f : NAN;
             continue;
         }
-        const float iscale = -127.0f / max;
-        for (int i = 0; i < SP_QK_K; i++) {
-            int v = (int)nearbyintf(iscale * xb[i]); /* in [-128, 128] */
-            qs[b * SP_QK_K + i] = (int8_t)(v > 127 ? 127 : v);
-        }
+        const float up = amax < ACT_TINY ? ACT_UP : 1.0f;
+        const float iscale = -127.0f / (max * up);
+        for (int i = 0; i < SP_QK_K; i++) /* iscale * x in [-128, 128], 128 stored as 127 */
+            qs[b * SP_QK_K + i] = (int8_t)sp_toint_rne(iscale * (xb[i] * up), -128, 127);
         for (int j = 0; j < 16; j++) {
             int32_t s = 0;
             for (int i = 0; i < 16; i++) s += qs[b * SP_QK_K + 16 * j + i];
             bsum[b * 16 + j] = s;
         }
-        d[b] = 1.0f / iscale;
+        d[b] = 1.0f / iscale / up;
     }
 }
 

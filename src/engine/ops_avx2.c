@@ -602,7 +602,8 @@ AI __m256 exp_ggml(__m256 x) {
         _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
                         _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
         u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_cvttps_epi32(n);
+    /* n clamped before the conversion (lanes beyond +-192 are replaced below) */
+    const __m256i e = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(n, _mm256_set1_ps(-192)), _mm256_set1_ps(192)));
     const __m256i lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(-126), e), hi = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(127));
     const __m256i second = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(-100)),
                                            _mm256_and_si256(hi, _mm256_set1_epi32(100)));

@@ -1160,8 +1160,8 @@ static void att_mix(const float *p, const int32_t *idx, const float *v, int64_t 
  * only; the caller routes rows holding inf/NaN to the reference) ----
  * max |x| is exact in any order; 127 / amax and x * id are the same scalar
  * IEEE operations (one rounding per lane); roundscale to nearest-even is
- * nearbyintf under the default rounding mode; d is rounded to f16 by the
- * same scalar conversion. */
+ * nearbyintf under the default rounding mode and leaves |v| <= 127, so the
+ * conversion is exact; d is rounded to f16 by the same scalar conversion. */
 static void act_q8(const float *x, int64_t k, void *dst) {
     int8_t *qs = (int8_t *)dst;
     float *d = (float *)((uint8_t *)dst + k);
@@ -1170,7 +1170,9 @@ static void act_q8(const float *x, int64_t k, void *dst) {
     for (int64_t b = 0; b < k / SP_QK; b++) {
         __m512 x0 = _mm512_loadu_ps(x + b * SP_QK), x1 = _mm512_loadu_ps(x + b * SP_QK + 16);
         float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, absmask), _mm512_and_ps(x1, absmask)));
-        float id = amax != 0 ? 127.0f / amax : 0.0f;
+        const float up = amax < 0x1p-64f ? 0x1p64f : 1.0f; /* as act_q8_ref: 127 / amax must not overflow */
+        if (up != 1.0f) x0 = _mm512_mul_ps(x0, _mm512_set1_ps(up)), x1 = _mm512_mul_ps(x1, _mm512_set1_ps(up));
+        float id = amax != 0 ? 127.0f / (amax * up) : 0.0f;
         __m512i q[2];
         for (int h = 0; h < 2; h++) {
             __m512 v = _mm512_mul_ps(h ? x1 : x0, _mm512_set1_ps(id));

@@ -3,6 +3,7 @@
  * F16, BF16, Q8_0, Q4_0 bit-exact with ggml's reference quantisers. Speed
  * kernels live elsewhere and test against these. */
 #include "quant.h"
+#include "toint.h"
 
 #include <math.h>
 #include <string.h>
@@ -118,8 +119,8 @@ static void quantize_q4_1(const float *x, sp_block_q4_1 *y, int64_t nb) {
         y[i].d = sp_fp32_to_fp16(d);
         y[i].m = sp_fp32_to_fp16(mn);
         for (int j = 0; j < SP_QK / 2; j++) {
-            int q0 = (int)((x[j] - mn) * id + 0.5f), q1 = (int)((x[j + 16] - mn) * id + 0.5f);
-            q0 = q0 > 15 ? 15 : q0, q1 = q1 > 15 ? 15 : q1;
+            const int q0 = sp_toint_trunc((x[j] - mn) * id + 0.5f, 0, 15),
+                      q1 = sp_toint_trunc((x[j + 16] - mn) * id + 0.5f, 0, 15);
             y[i].qs[j] = (uint8_t)(q0 | q1 << 4);
         }
     }
@@ -136,8 +137,7 @@ static void quantize_q5_0(const float *x, sp_block_q5_0 *y, int64_t nb) {
         y[i].d = sp_fp32_to_fp16(d);
         uint32_t qh = 0;
         for (int j = 0; j < SP_QK / 2; j++) {
-            int q0 = (int)(x[j] * id + 16.5f), q1 = (int)(x[j + 16] * id + 16.5f);
-            q0 = q0 > 31 ? 31 : q0, q1 = q1 > 31 ? 31 : q1;
+            const int q0 = sp_toint_trunc(x[j] * id + 16.5f, 0, 31), q1 = sp_toint_trunc(x[j + 16] * id + 16.5f, 0, 31);
             y[i].qs[j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
             qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
         }
@@ -155,7 +155,8 @@ static void quantize_q5_1(const float *x, sp_block_q5_1 *y, int64_t nb) {
         y[i].m = sp_fp32_to_fp16(mn);
         uint32_t qh = 0;
         for (int j = 0; j < SP_QK / 2; j++) {
-            int q0 = (int)((x[j] - mn) * id + 0.5f), q1 = (int)((x[j + 16] - mn) * id + 0.5f);
+            const int q0 = sp_toint_trunc((x[j] - mn) * id + 0.5f, 0, 31),
+                      q1 = sp_toint_trunc((x[j + 16] - mn) * id + 0.5f, 0, 31);
             y[i].qs[j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
             qh |= (uint32_t)((q0 >> 4) & 1) << j | (uint32_t)((q1 >> 4) & 1) << (j + 16);
         }
@@ -163,8 +164,6 @@ static void quantize_q5_1(const float *x, sp_block_q5_1 *y, int64_t nb) {
     }
 }
 
-static int nearest(float v) { return (int)nearbyintf(v); }
-static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* Specula's own Q4_K / Q5_K quantiser (not llama-quantize's iterative
  * search): per sub-block of 32 the range [min(0, x), max(0, x)] in nmax
@@ -191,8 +190,8 @@ static void quantize_k45(const float *x, sp_block_q4_K *y4, sp_block_q5_K *y5) {
     const float dq = sp_fp16_to_fp32(*pd), dmq = sp_fp16_to_fp32(*pdmin);
     uint8_t isc[8], imn[8];
     for (int s = 0; s < 8; s++) {
-        isc[s] = (uint8_t)clampi(dq > 0 ? nearest(sc[s] / dq) : 0, 0, 63);
-        imn[s] = (uint8_t)clampi(dmq > 0 ? nearest(mn[s] / dmq) : 0, 0, 63);
+        isc[s] = (uint8_t)(dq > 0 ? sp_toint_rne(sc[s] / dq, 0, 63) : 0);
+        imn[s] = (uint8_t)(dmq > 0 ? sp_toint_rne(mn[s] / dmq, 0, 63) : 0);
     }
     /* the packing sp_q4k_scale_min reads */
     memset(scales, 0, 12);
@@ -210,7 +209,7 @@ static void quantize_k45(const float *x, sp_block_q4_K *y4, sp_block_q5_K *y5) {
     for (int s = 0; s < 8; s++) {
         const float ds = dq * (float)isc[s], ms = dmq * (float)imn[s];
         for (int l = 0; l < 32; l++) {
-            int q = ds > 0 ? clampi(nearest((x[32 * s + l] + ms) / ds), 0, nmax) : 0;
+            int q = ds > 0 ? sp_toint_rne((x[32 * s + l] + ms) / ds, 0, nmax) : 0;
             uint8_t *b = &qs[32 * (s / 2) + l];
             *b = (s & 1) ? (uint8_t)((*b & 0x0F) | (q & 0xF) << 4) : (uint8_t)((*b & 0xF0) | (q & 0xF));
             if (y5 && (q & 0x10)) y5->qh[l] |= (uint8_t)(1u << s);
@@ -314,7 +313,7 @@ static void quantize_iq4_xs(const float *x, sp_block_iq4_xs *y, int64_t nb) {
         uint16_t sh = 0;
         memset(y[i].scales_l, 0, sizeof y[i].scales_l);
         for (int s = 0; s < 8; s++) {
-            const int ls = clampi(nearest(sc[s] * id), -32, 31);
+            const int ls = sp_toint_rne(sc[s] * id, -32, 31);
             const int st = ls + 32;
             y[i].scales_l[s / 2] |= (uint8_t)((st & 0xF) << (4 * (s % 2)));
             sh |= (uint16_t)((st >> 4) << (2 * s));
@@ -351,13 +350,13 @@ static void quantize_q6_K(const float *x, sp_block_q6_K *y, int64_t nb) {
         const float iscale = -128.0f / max_scale;
         y[i].d = sp_fp32_to_fp16(1.0f / iscale);
         const float d = sp_fp16_to_fp32(y[i].d);
-        for (int s = 0; s < 16; s++) y[i].scales[s] = (int8_t)clampi(nearest(iscale * sc[s]), -128, 127);
+        for (int s = 0; s < 16; s++) y[i].scales[s] = (int8_t)sp_toint_rne(iscale * sc[s], -128, 127);
         for (int h = 0; h < 2; h++)
             for (int j = 0; j < 4; j++)
                 for (int l = 0; l < 32; l++) {
                     const int e = 128 * h + 32 * j + l;
                     const float ds = d * (float)y[i].scales[e / 16];
-                    int q = ds != 0 ? clampi(nearest(x[e] / ds), -32, 31) : 0;
+                    int q = ds != 0 ? sp_toint_rne(x[e] / ds, -32, 31) : 0;
                     q += 32;
                     uint8_t *lo = &y[i].ql[64 * h + l + 32 * (j & 1)];
                     *lo = j >= 2 ? (uint8_t)((*lo & 0x0F) | (q & 0xF) << 4) : (uint8_t)((*lo & 0xF0) | (q & 0xF));
@@ -374,7 +373,7 @@ static void quantize_q8_0(const float *x, sp_block_q8_0 *y, int64_t nb) {
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = sp_fp32_to_fp16(d);
-        for (int j = 0; j < SP_QK; j++) y[i].qs[j] = (int8_t)roundf(x[j] * id);
+        for (int j = 0; j < SP_QK; j++) y[i].qs[j] = (int8_t)sp_toint_round(x[j] * id, -127, 127);
     }
 }
 
@@ -393,11 +392,9 @@ static void quantize_q4_0(const float *x, sp_block_q4_0 *y, int64_t nb) {
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = sp_fp32_to_fp16(d);
         for (int j = 0; j < SP_QK / 2; j++) {
-            /* x*id + 8.5 lies in [0.5, 16.5], so the truncation is in range. */
-            int q0 = (int)(x[j] * id + 8.5f);
-            int q1 = (int)(x[j + SP_QK / 2] * id + 8.5f);
-            if (q0 > 15) q0 = 15;
-            if (q1 > 15) q1 = 15;
+            /* x*id + 8.5 lies in [0.5, 16.5] for finite x and id */
+            const int q0 = sp_toint_trunc(x[j] * id + 8.5f, 0, 15);
+            const int q1 = sp_toint_trunc(x[j + SP_QK / 2] * id + 8.5f, 0, 15);
             y[i].qs[j] = (uint8_t)(q0 | q1 << 4);
         }
     }

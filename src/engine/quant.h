@@ -144,8 +144,8 @@ uint16_t sp_fp32_to_bf16(float f);      /* round to nearest even */
 /* True for the types a model's tensors may have (loaded and computed with). */
 int sp_quant_loadable(sp_ggml_type t);
 /* True for the types Specula can also write (sp_quantize_row), e.g. as a
- * low-bit self-draft: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (ggml's
- * reference quantisers), Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (Specula's own). */
+ * low-bit self-draft: the float types, the block formats with ggml's
+ * reference quantisers and those with Specula's own (quant.c). */
 int sp_quant_supported(sp_ggml_type t);
 /* Convert n floats (n multiple of the block size) to `type`; dst holds
  * sp_ggml_row_size(type, n) bytes. */

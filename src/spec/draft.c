@@ -3,14 +3,12 @@
  * chain and tree drafting, and keeping the draft cache in step with the
  * committed text. See sp_draft.h. */
 #include "draft.h"
-#include "model_internal.h"
 
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sp_clock.h"
-#include "quant.h"
 #include "sp_generate.h"
 
 struct sp_drafter {
@@ -199,7 +197,7 @@ sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *ta
             return sp_fail(err, SP_ERR_ARG, "drafter: 'model' needs a draft model, and none was given");
         return check_vocab(target, p->draft_model, err);
     case SP_DRAFT_LOWBIT:
-        if (!sp_quant_supported(p->lowbit_type))
+        if (!sp_model_requantize_supported(p->lowbit_type))
             return sp_fail(err, SP_ERR_ARG, "lowbit: Specula does not compute with %s weights",
                            sp_ggml_type_name(p->lowbit_type));
         return SP_OK;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adapt.h"
 #include "draft.h"
 #include "sp_clock.h"
 #include "sp_spec_config.h"
@@ -29,32 +30,7 @@ struct sp_spec {
     int32_t *draft;          /* [max_nodes] */
     sp_draft_tree tree;
     int32_t batch_cap;
-    /* adaptive gamma state */
-    /* Acceptance comes in runs, so two rates are tracked (discounted
-     * counts): a1 = P(first draft token accepted), an = P(next accepted |
-     * previous accepted). */
-    double first_a, first_b, next_a, next_b;
-    /* Costs are kept in units of t_one, the time of a one-token target
-     * forward now: it grows with the context (attention), and a cost
-     * measured 200 tokens ago, compared with today's in seconds, would
-     * mislead; as a ratio to the one-token forward of its time it stays
-     * valid. */
-    double t_one;            /* EMA seconds per one-token target forward */
-    double last_cost;        /* what the last target forward was charged (seconds) */
-    int32_t since_one;       /* iterations since t_one was last measured directly */
-    int32_t n_one;           /* direct measurements of t_one so far */
-    double r_draft;          /* EMA draft forward / t_one */
-    double r_target[SP_SPEC_MAX_GAMMA + 2]; /* EMA k-token target forward / t_one ([1] = 1) */
-    double r_over[SP_SPEC_MAX_GAMMA + 2];   /* EMA rest of an iteration (verification,
-                                             * sampling) / t_one, by draft length */
-    double real_cost[2], real_tok[2], real_it[2]; /* realised: discounted cost (in t_one),
-                                       * tokens and count of the iterations that decoded
-                                       * plainly [0] / drafted [1] */
-    int32_t plain_run;       /* iterations decoded plainly since speculation last ran */
-    bool probe_first;        /* a new prompt with carried costs: its first iteration drafts
-                              * ADAPT_FIRST_GAMMA tokens (unless drafting is hopeless) */
-    int32_t probe_every;     /* ... after which speculation is probed again */
-    int64_t iters;           /* chain iterations since the last reset */
+    sp_adapt adapt;          /* the adaptive draft length (adapt.h) */
     sp_spec_observer observer; /* sees the target rows of verified positions */
     void *observer_ud;
     int64_t draft_fwd_carry; /* draft forwards of drafters replaced by sp_spec_set_draft_model */
@@ -165,6 +141,7 @@ sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, s
     if (!s) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     s->prm = *p;
     s->target = target;
+    sp_adapt_init(&s->adapt);
     s->V = sp_model_cfg(sp_ctx_model(target))->n_vocab;
     s->is_tree = p->draft.kind != SP_DRAFT_NONE && p->tree.depth > 0;
     s->shape = p->tree;
@@ -199,227 +176,11 @@ sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, s
     return SP_OK;
 }
 
-/* Forget what the text decided: acceptance, realised rates, probe schedule. */
-static void adapt_forget_text(sp_spec *s) {
-    s->first_a = s->first_b = s->next_a = s->next_b = 0;
-    memset(s->real_cost, 0, sizeof s->real_cost);
-    memset(s->real_tok, 0, sizeof s->real_tok);
-    memset(s->real_it, 0, sizeof s->real_it);
-    s->plain_run = s->probe_every = 0;
-}
-
-/* Forget every adaptive estimate (a new object's state). */
-static void adapt_forget(sp_spec *s) {
-    adapt_forget_text(s);
-    s->t_one = s->r_draft = 0;
-    s->since_one = s->n_one = 0;
-    memset(s->r_target, 0, sizeof s->r_target);
-    memset(s->r_over, 0, sizeof s->r_over);
-    s->iters = 0;
-    s->probe_first = false;
-}
-
-/* ---------------------------------------------------------- adaptive gamma */
-
-/* Parameters of the adaptive draft length (ALGORITHMS.md section 6). */
-#define ADAPT_DECAY 0.9          /* weight of the past in the acceptance counts, per iteration */
-#define ADAPT_PRIOR 0.75         /* acceptance rates start from this guess ... */
-#define ADAPT_PRIOR_W 2.0        /* ... worth this many observations: hopeful, so that one
-                                  * early rejection does not stop a good draft for long */
-#define ADAPT_RATE_MIN 0.01      /* rates are clamped to [MIN, MAX] so the model stays finite */
-#define ADAPT_RATE_MAX 0.99
-#define ADAPT_FLAT 0.98          /* take the longest gamma within 2% of the best rate */
-#define ADAPT_EMA 0.2            /* weight of a new measurement in the timing averages */
-#define ADAPT_SPIKE 2.0          /* a timing above this multiple of its average counts as this
-                                  * multiple (a preempted call must not steer the choice) */
-#define ADAPT_REAL_DECAY 0.9     /* weight of the past in the realised-rate sums, per iteration
-                                  * of the same kind */
-#define ADAPT_WARMUP_GAMMA 2     /* the first iteration's draft length (a warm-up: first-touch
-                                  * costs make its timings worthless, so they are not kept) */
-#define ADAPT_PLAIN_FIRST 2      /* then this many plain iterations (t_one) ... */
-#define ADAPT_FIRST_GAMMA 4      /* ... and one drafting this many tokens */
-#define ADAPT_FRESH 4            /* a k-token forward within this many iterations of a one-token
-                                  * one measures the ratio; later ones track t_one through it */
-#define ADAPT_PROBE_MIN 8        /* plain iterations before speculation is probed again ... */
-#define ADAPT_PROBE_MAX 256      /* ... doubling, up to this, while it keeps losing */
-#define ADAPT_EVIDENCE 3.0       /* drafting iterations (discounted) before what drafting has
-                                  * realised may overrule the model or space the probes out */
-#define ADAPT_EXPLORE 0.03       /* ... and far enough apart that probes which lose cost at most
-                                  * this share of the time spent decoding plainly */
-#define ADAPT_PROBE_HOPELESS 2048 /* ... or this when no draft length could pay even if every
-                                   * draft token were accepted (measured costs) */
-
-/* A new prompt on the same object (sp_spec_reset): the costs, kept as
- * ratios to the one-token forward, hold for any text, so they carry over
- * and the warm-up and plain measuring iterations are not repeated; what the
- * text decides (acceptance, the realised rates, the probe schedule) starts
- * afresh, and the prompt's first iteration drafts ADAPT_FIRST_GAMMA tokens
- * to measure it while the draft's cache is level with the prompt (the
- * cheapest probe there is; skipped when no length could pay). Measured side
- * by side on synth-1b, 8 prompts x 48 tokens (adaptive / best static gamma):
- * F16 + Q4_K self-draft, T=1: 1.38x / 1.39x (before the carry-over 1.32x /
- * 1.63x); F16 + Q8_0, T=1: 1.14x / 1.18x (before 1.34x / 1.38x); Q8_0 + Q4_K,
- * T=0, where no static length wins: 0.90x (before 0.85x). Carrying the
- * verdict as well lost where drafting paid (F16 + Q4_K, T=1: 0.93x against
- * 1.30x): the first prompt's "plain" held for the rest; starting from the
- * prior without the first draft lost too (F16 + Q8_0, T=1: 0.99x against
- * 1.29x: at the prior no length pays). t_one belongs to the old, longer
- * context: until a plain step measures it again, drafting iterations track
- * it through the ratios (since_one past ADAPT_FRESH). Before both costs are
- * measured there is nothing to carry: start from scratch. */
-static void adapt_carry(sp_spec *s) {
-    if (!(s->n_one > 0 && s->r_draft > 0)) {
-        adapt_forget(s);
-        return;
-    }
-    adapt_forget_text(s); /* the costs stay */
-    s->since_one = ADAPT_FRESH;
-    s->iters = ADAPT_PLAIN_FIRST + 2; /* past the first iterations' schedule */
-    s->probe_first = true;
-}
-
 sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
-    adapt_carry(s);
+    sp_adapt_new_text(&s->adapt);
     sp_status st = sp_ctx_truncate(s->target, 0, err);
     if (!st && s->drafter) st = sp_drafter_reset(s->drafter, err);
     return st;
-}
-
-/* Cost t[k] for a batch size k (k = from .. SP_SPEC_MAX_GAMMA + 1): measured,
- * else linear between the nearest measured sizes; above the largest
- * measured size, extended along the slope of the two largest (or, with one
- * measurement, in proportion to size: a pessimistic guess that makes long
- * drafts earn their place by being measured); below the smallest, that
- * one; with none, `guess`. */
-static double interp_time(const double *t, int32_t k, int32_t from, double guess) {
-    if (t[k] > 0) return t[k];
-    int32_t lo = k - 1, hi = k + 1;
-    while (lo >= from && t[lo] <= 0) lo--;
-    while (hi <= SP_SPEC_MAX_GAMMA + 1 && t[hi] <= 0) hi++;
-    bool has_lo = lo >= from, has_hi = hi <= SP_SPEC_MAX_GAMMA + 1;
-    if (has_lo && has_hi) return t[lo] + (t[hi] - t[lo]) * (k - lo) / (double)(hi - lo);
-    if (has_hi) return t[hi];
-    if (!has_lo) return guess;
-    int32_t lo2 = lo - 1;
-    while (lo2 >= from && t[lo2] <= 0) lo2--;
-    if (lo2 >= from) {
-        double slope = (t[lo] - t[lo2]) / (double)(lo - lo2);
-        return t[lo] + (slope > 0 ? slope : 0) * (k - lo);
-    }
-    return t[lo] * (k + 1) / (double)(lo + 1);
-}
-
-/* Target forward cost for k tokens, in t_one. */
-static double target_cost(const sp_spec *s, int32_t k) {
-    return k == 1 ? 1 : interp_time(s->r_target, k, 1, (double)k);
-}
-
-/* Seconds in units of the current one-token forward (0 before one is measured). */
-static double in_t_one(const sp_spec *s, double sec) { return s->t_one > 0 ? sec / s->t_one : 0; }
-
-/* Expected cost of an iteration drafting g tokens, in t_one. */
-static double iter_cost(const sp_spec *s, int32_t g) {
-    return g * s->r_draft + target_cost(s, g + 1) + interp_time(s->r_over, g, 0, 0);
-}
-
-/* Draft length maximising expected tokens per second (ALGORITHMS.md
- * section 6, with the run-aware acceptance model), 0 (plain decoding)
- * included: E[tokens](g) = 1 + a1 (1 - an^g) / (1 - an), time(g) =
- * g t_draft + t_target(g + 1) + t_over(g), all measured in this run (as
- * ratios to the one-token forward, see t_one). When plain decoding wins,
- * speculation is probed again after probe_every plain iterations (doubling
- * while it keeps losing), so a change in acceptance (the text turned
- * repetitive, say) is noticed. After a short warm-up iteration whose
- * timings are not kept, ADAPT_PLAIN_FIRST iterations decode plainly and
- * one drafts ADAPT_FIRST_GAMMA tokens, so both costs are measured before
- * the model decides. */
-static int32_t choose_gamma(sp_spec *s, int32_t gmax) {
-    /* the first two iterations measure both sides: one speculative (a
-     * middling length), one plain */
-    const int64_t it = s->iters++;
-    if (it == 0) return gmax < ADAPT_WARMUP_GAMMA ? gmax : ADAPT_WARMUP_GAMMA;
-    if (it <= ADAPT_PLAIN_FIRST) return 0;
-    if (it == ADAPT_PLAIN_FIRST + 1) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
-    double a1 = (s->first_a + ADAPT_PRIOR_W * ADAPT_PRIOR) / (s->first_b + ADAPT_PRIOR_W);
-    /* an starts from a1: a draft that is rarely right first is rarely right
-     * next (a hopeful an made the rarely-right n-gram drafter draft 4-8
-     * tokens at 0.09 acceptance and lose 17% on synth-1b F16) */
-    double an = (s->next_a + ADAPT_PRIOR_W * a1) / (s->next_b + ADAPT_PRIOR_W);
-    a1 = a1 < ADAPT_RATE_MIN ? ADAPT_RATE_MIN : a1 > ADAPT_RATE_MAX ? ADAPT_RATE_MAX : a1;
-    an = an < ADAPT_RATE_MIN ? ADAPT_RATE_MIN : an > ADAPT_RATE_MAX ? ADAPT_RATE_MAX : an;
-    double rate[SP_SPEC_MAX_GAMMA + 1] = {0}, best_rate = -1;
-    for (int32_t g = 0; g <= gmax; g++) {
-        double e = 1 + a1 * (1 - pow(an, g)) / (1 - an);
-        rate[g] = e / iter_cost(s, g);
-        if (rate[g] > best_rate) best_rate = rate[g];
-    }
-    /* the optimum is usually flat: prefer the longest gamma within 2% */
-    int32_t best = 0;
-    for (int32_t g = 0; g <= gmax; g++)
-        if (rate[g] >= ADAPT_FLAT * best_rate) best = g;
-    if (best > 0 && rate[0] > rate[best]) best = 0; /* never give up a measured win for flatness */
-    /* the model's choice is checked against what drafting has realised: when
-     * the drafting iterations so far gave fewer tokens per second (every cost
-     * included: draft catch-up, verification, bookkeeping) than the plain
-     * ones, decode plainly and leave drafting to the probes below */
-    if (best > 0 && s->real_tok[0] > 0 && s->real_it[1] >= ADAPT_EVIDENCE &&
-        s->real_tok[1] * s->real_cost[0] < s->real_tok[0] * s->real_cost[1])
-        best = 0;
-    if (best > 0) {
-        s->plain_run = 0;
-        s->probe_every = ADAPT_PROBE_MIN;
-        s->probe_first = false;
-        return best;
-    }
-    if (s->probe_every == 0) s->probe_every = ADAPT_PROBE_MIN;
-    int32_t every = s->probe_every;
-    if (s->r_draft > 0) {
-        /* with every draft token accepted, could any length beat plain?
-         * If not (measured costs), probe only every ADAPT_PROBE_HOPELESS */
-        double ub = 0;
-        for (int32_t g = 1; g <= gmax; g++) {
-            double r = (g + 1) / iter_cost(s, g);
-            ub = r > ub ? r : ub;
-        }
-        if (ub < rate[0]) every = ADAPT_PROBE_HOPELESS;
-    }
-    /* probe: the best speculative length under the current estimates */
-    int32_t probe = 1;
-    for (int32_t g = 1; g <= gmax; g++)
-        if (rate[g] > rate[probe]) probe = g;
-    /* if nothing has changed, a probe loses what it costs beyond the plain
-     * steps its tokens would have taken: by the model, or (when the guard
-     * above overruled it) as drafting iterations have realised it. Once
-     * there is evidence (a couple of drafting iterations are no verdict: one
-     * rejected first token makes any draft look hopeless), space the probes
-     * so that this stays within ADAPT_EXPLORE of the plain time. */
-    const double c0 = iter_cost(s, 0);
-    double loss = iter_cost(s, probe) * (1 - rate[probe] / rate[0]);
-    if (s->real_it[1] > 0 && s->real_tok[0] > 0) {
-        const double real_loss =
-            (s->real_cost[1] - s->real_tok[1] * s->real_cost[0] / s->real_tok[0]) / s->real_it[1];
-        loss = real_loss > loss ? real_loss : loss;
-    }
-    if (c0 > 0 && loss > 0 && s->real_it[1] >= ADAPT_EVIDENCE) {
-        const double spaced = loss / (ADAPT_EXPLORE * c0);
-        if (spaced > every) every = spaced < ADAPT_PROBE_HOPELESS ? (int32_t)spaced : ADAPT_PROBE_HOPELESS;
-    }
-    if (s->probe_first) { /* a new prompt: the first steps measure its acceptance */
-        s->probe_first = false;
-        if (every != ADAPT_PROBE_HOPELESS) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
-    }
-    if (++s->plain_run < every) return 0;
-    s->plain_run = 0;
-    if (s->probe_every < ADAPT_PROBE_MAX) s->probe_every *= 2;
-    return probe;
-}
-
-/* Timing average; a spike (the thread was preempted, a page fault) counts
- * as at most ADAPT_SPIKE times the average, so one outlier moves it by at
- * most 20%, while a lasting rise still gets through in a few iterations. */
-static void ema(double *x, double v) {
-    if (*x > 0 && v > ADAPT_SPIKE * *x) v = ADAPT_SPIKE * *x;
-    *x = *x > 0 ? (1 - ADAPT_EMA) * *x + ADAPT_EMA * v : v;
 }
 
 /* ------------------------------------------------------------------ loop */
@@ -479,25 +240,7 @@ static sp_status target_pass(sp_spec *s, const int32_t *hist, int32_t n, const i
     double t1 = sp_now();
     st->t_target += t1 - t0;
     st->target_forwards++;
-    s->last_cost = cost;
-    if (s->iters <= 1) {
-        /* the adaptive controller's warm-up iteration: not measured */
-    } else if (B == 1) {
-        /* the plain mean of the first few, then the average: the ratios
-         * measured next are only as good as this */
-        if (s->n_one < 1 / ADAPT_EMA) s->t_one = (s->t_one * s->n_one + cost) / (s->n_one + 1);
-        else ema(&s->t_one, cost);
-        s->n_one++;
-        s->r_target[1] = 1;
-        s->since_one = 0;
-    } else if (B <= SP_SPEC_MAX_GAMMA + 1 && s->t_one > 0) {
-        /* soon after a one-token forward, learn the ratio; in a long run of
-         * drafting iterations, let t_one follow the context through it */
-        if (s->since_one++ < ADAPT_FRESH || s->r_target[B] <= 0)
-            ema(&s->r_target[B], cost / s->t_one);
-        else
-            ema(&s->t_one, cost / s->r_target[B]);
-    }
+    sp_adapt_observe_target(&s->adapt, B, cost);
     if (rc) return rc;
     for (int32_t j = 0; j <= n_nodes; j++)
         sp_sampler_probs(smp, s->logits + (int64_t)(tail - 1 + j) * V, s->p + (int64_t)j * V);
@@ -577,7 +320,7 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
     double t0 = sp_now(), dsec0 = dc->seconds, dgap0 = dc->gap_seconds;
     const double t_fwd0 = st->t_target;
     int64_t dfw0 = dc->forwards, dgapf0 = dc->gap_forwards;
-    int32_t gamma = s->prm.adaptive ? choose_gamma(s, s->prm.gamma) : s->prm.gamma;
+    int32_t gamma = s->prm.adaptive ? sp_adapt_propose(&s->adapt, s->prm.gamma) : s->prm.gamma;
     if (gamma > remaining - 1) gamma = remaining - 1;
     int32_t nd = 0;
     sp_status rc = SP_OK;
@@ -604,34 +347,16 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
     memcpy(g->emitted, s->draft, (size_t)g->tau * sizeof *g->emitted);
     g->n_emit = g->tau;
     g->emitted[g->n_emit++] = vr.token;
-    /* the rest of the iteration's time (verification, sampling) */
     const double t_draft_it = dc->seconds - dsec0;
     st->gamma_hist[nd < SP_SPEC_MAX_GAMMA + 1 ? nd : SP_SPEC_MAX_GAMMA + 1]++;
-    if (s->iters > 1) { /* past the warm-up iteration */
-        const double over = sp_now() - t0 - t_draft_it - (st->t_target - t_fwd0);
-        ema(&s->r_over[nd], in_t_one(s, over));
-        /* realised tokens per second, by whether anything was drafted (a
-         * gamma the drafter could not fill costs what plain decoding costs);
-         * the forward counts at what it was charged, as in the model */
-        const int arm = nd > 0;
-        s->real_cost[arm] =
-            ADAPT_REAL_DECAY * s->real_cost[arm] + in_t_one(s, t_draft_it + s->last_cost + over);
-        s->real_tok[arm] = ADAPT_REAL_DECAY * s->real_tok[arm] + g->n_emit;
-        s->real_it[arm] = ADAPT_REAL_DECAY * s->real_it[arm] + 1;
-    }
-    if (nd > 0) {
-        s->first_a = ADAPT_DECAY * s->first_a + (g->tau >= 1);
-        s->first_b = ADAPT_DECAY * s->first_b + 1;
-        if (g->tau >= 1 && nd > 1) {
-            s->next_a = ADAPT_DECAY * s->next_a + (g->tau - 1);
-            s->next_b = ADAPT_DECAY * s->next_b + (g->tau - 1) + (g->tau < nd ? 1 : 0);
-        }
-        /* per draft forward, leaving out the catch-up after plain steps (a
-         * one-off when drafting resumes; the realised rate counts it) */
-        int64_t df = (dc->forwards - dfw0) - (dc->gap_forwards - dgapf0);
-        double dsec = (dc->seconds - dsec0) - (dc->gap_seconds - dgap0);
-        if (df > 0) ema(&s->r_draft, in_t_one(s, dsec / (double)df));
-    }
+    /* the rest of the iteration's time (verification, sampling) */
+    const double over = sp_now() - t0 - t_draft_it - (st->t_target - t_fwd0);
+    const sp_adapt_step as = {
+        .drafted = nd, .accepted = g->tau, .emitted = g->n_emit,
+        .draft_seconds = t_draft_it, .over_seconds = over,
+        .draft_forwards = (dc->forwards - dfw0) - (dc->gap_forwards - dgapf0),
+        .draft_forward_seconds = (dc->seconds - dsec0) - (dc->gap_seconds - dgap0)};
+    sp_adapt_observe_step(&s->adapt, &as);
     rc = sp_ctx_truncate(s->target, g->n + g->tau, err);
     if (!rc) rc = sp_drafter_accept_chain(s->drafter, g->n, g->tau, err);
     return rc;

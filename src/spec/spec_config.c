@@ -12,7 +12,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "quant.h"
 
 /* ------------------------------------------------------------ settings */
 
@@ -73,7 +72,7 @@ sp_status sp_spec_lowbit_parse(const char *name, sp_ggml_type *out, sp_error *er
     char names[256] = "";
     size_t len = 0;
     for (int t = 0; t < SP_GGML_TYPE_COUNT; t++) {
-        if (!sp_quant_supported((sp_ggml_type)t)) continue;
+        if (!sp_model_requantize_supported((sp_ggml_type)t)) continue;
         const char *tn = sp_ggml_type_name((sp_ggml_type)t);
         if (name && !strcasecmp(name, tn)) {
             *out = (sp_ggml_type)t;

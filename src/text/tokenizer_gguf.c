@@ -141,6 +141,11 @@ sp_status sp_tokenizer_load_gguf_pre(const sp_gguf *g, const char *pre_override,
     } else if (str_eq(model, "gpt2")) {
         spec.kind = SP_TOK_BPE;
         spec.add_bos = false;
+    } else if (str_eq(model, "test") || str_eq(model, "none") || str_eq(model, "no_vocab")) {
+        return sp_fail(err, SP_ERR_UNSUPPORTED,
+                       "gguf tokenizer: tokenizer.ggml.model \"%.*s\" has no tokenizer (a model with it "
+                       "runs on token ids only)",
+                       (int)model.len, model.ptr);
     } else {
         return sp_fail(err, SP_ERR_UNSUPPORTED,
                        "gguf tokenizer: tokenizer.ggml.model \"%.*s\" is not supported "

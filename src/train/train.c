@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "gguf_write.h"
-#include "model_internal.h"
+#include "model_plain.h"
 #include "ops.h"
 #include "train_mm.h"
 #include "quant.h"
@@ -701,9 +701,20 @@ sp_status sp_tmodel_save(const sp_tmodel *m, const char *path, sp_ggml_type type
     return st;
 }
 
-static void dequant_weight(const sp_weight *w, float *dst) {
-    for (int64_t r = 0; r < w->rows; r++)
-        sp_dequantize_row(w->type, w->data + (size_t)r * w->row_bytes, dst + r * w->cols, w->cols);
+/* The trainer's tensors in model_plain.h's order. */
+static void plain_view(const sp_tmodel *m, float *t[SP_PT_COUNT]) {
+    t[SP_PT_EMB] = m->p[T_EMB];
+    t[SP_PT_ATTN_NORM] = m->p[T_ATTN_NORM];
+    t[SP_PT_WQ] = m->p[T_WQ];
+    t[SP_PT_WK] = m->p[T_WK];
+    t[SP_PT_WV] = m->p[T_WV];
+    t[SP_PT_WO] = m->p[T_WO];
+    t[SP_PT_FFN_NORM] = m->p[T_FFN_NORM];
+    t[SP_PT_W1] = m->p[T_W1];
+    t[SP_PT_W2] = m->p[T_W2];
+    t[SP_PT_W3] = m->p[T_W3];
+    t[SP_PT_OUT_NORM] = m->p[T_OUT_NORM];
+    t[SP_PT_OUTPUT] = m->p[T_OUTPUT];
 }
 
 sp_status sp_tmodel_load(const char *path, sp_tmodel **out, sp_error *err) {
@@ -712,16 +723,7 @@ sp_status sp_tmodel_load(const char *path, sp_tmodel **out, sp_error *err) {
     sp_status st = sp_model_load(path, NULL, &sm, err);
     if (st) return st;
     const sp_model_config *cfg = sp_model_cfg(sm);
-    bool plain = !cfg->rope_neox && cfg->rope_scale == 1.0f && !sm->rope_factors &&
-                 cfg->head_dim * cfg->n_heads == cfg->dim && cfg->rot_dim == cfg->head_dim &&
-                 !(sm->embed_scale > 0 && sm->embed_scale != 1.0f) && !sm->geglu &&
-                 !(sm->attn_softcap > 0) && !(sm->final_softcap > 0);
-    for (int32_t l = 0; plain && l < cfg->n_layers; l++) {
-        const sp_layer *L = &sm->layers[l];
-        plain = !L->bq && !L->bk && !L->bv && !L->q_norm && !L->k_norm && !L->post_attn_norm &&
-                !L->post_ffn_norm && L->window <= 0 && !L->rope_local;
-    }
-    if (!plain) {
+    if (!sp_model_is_plain(sm)) {
         sp_model_free(sm);
         return sp_fail(err, SP_ERR_UNSUPPORTED,
                        "%s: only plain Llama models can be trained (no biases, q/k norms, NeoX "
@@ -736,22 +738,9 @@ sp_status sp_tmodel_load(const char *path, sp_tmodel **out, sp_error *err) {
         sp_model_free(sm);
         return st;
     }
-    const int64_t C = s.dim, F = s.ffn_dim, KVD = m->kvd;
-    dequant_weight(&sm->tok_embd, m->p[T_EMB]);
-    dequant_weight(&sm->output, m->p[T_OUTPUT]);
-    memcpy(m->p[T_OUT_NORM], sm->out_norm, (size_t)C * sizeof(float));
-    for (int32_t l = 0; l < s.n_layers; l++) {
-        const sp_layer *L = &sm->layers[l];
-        memcpy(m->p[T_ATTN_NORM] + l * C, L->attn_norm, (size_t)C * sizeof(float));
-        memcpy(m->p[T_FFN_NORM] + l * C, L->ffn_norm, (size_t)C * sizeof(float));
-        dequant_weight(&L->wq, m->p[T_WQ] + l * C * C);
-        dequant_weight(&L->wk, m->p[T_WK] + l * KVD * C);
-        dequant_weight(&L->wv, m->p[T_WV] + l * KVD * C);
-        dequant_weight(&L->wo, m->p[T_WO] + l * C * C);
-        dequant_weight(&L->w1, m->p[T_W1] + l * F * C);
-        dequant_weight(&L->w2, m->p[T_W2] + l * C * F);
-        dequant_weight(&L->w3, m->p[T_W3] + l * F * C);
-    }
+    float *t[SP_PT_COUNT];
+    plain_view(m, t);
+    sp_model_read_plain(sm, t);
     sp_model_free(sm);
     *out = m;
     return SP_OK;
@@ -775,25 +764,10 @@ void sp_tmodel_copy_weights(sp_tmodel *dst, const sp_tmodel *src) {
 
 /* ------------------------------------------------------- serving snapshot */
 
-static sp_weight f32_weight(sp_model *m, const float *src, int64_t rows, int64_t cols) {
-    sp_weight w = {.type = SP_GGML_F32, .rows = rows, .cols = cols,
-                   .row_bytes = (size_t)cols * sizeof(float)};
-    float *buf = sp_model_alloc(m, (size_t)(rows * cols) * sizeof(float));
-    if (buf) memcpy(buf, src, (size_t)(rows * cols) * sizeof(float));
-    w.data = (const uint8_t *)buf;
-    return w;
-}
-
-static const float *f32_vector(sp_model *m, const float *src, int64_t n) {
-    float *buf = sp_model_alloc(m, (size_t)n * sizeof(float));
-    if (buf) memcpy(buf, src, (size_t)n * sizeof(float));
-    return buf;
-}
-
 sp_status sp_tmodel_to_model(const sp_tmodel *t, const sp_model *like, sp_model **out,
                              sp_error *err) {
     *out = NULL;
-    const sp_model_config *c = &like->cfg;
+    const sp_model_config *c = sp_model_cfg(like);
     const sp_train_shape *s = &t->s;
     if (c->dim != s->dim || c->n_layers != s->n_layers || c->n_heads != s->n_heads ||
         c->n_kv_heads != s->n_kv_heads || c->ffn_dim != s->ffn_dim || c->n_vocab != s->n_vocab ||
@@ -803,40 +777,9 @@ sp_status sp_tmodel_to_model(const sp_tmodel *t, const sp_model *like, sp_model 
                        "draft snapshot: the trained shape (dim %d, layers %d, vocabulary %d) does "
                        "not match the served draft's (dim %d, layers %d, vocabulary %d)",
                        s->dim, s->n_layers, s->n_vocab, c->dim, c->n_layers, c->n_vocab);
-    sp_model *m = calloc(1, sizeof *m);
-    if (!m) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
-    m->cfg = *c;
-    m->cfg.wtype = SP_GGML_F32;
-    m->tok = like->tok;
-    m->owns_tok = false;
-    m->rope_factors = like->rope_factors;
-    snprintf(m->desc, sizeof m->desc, "online draft (step %lld)", (long long)t->t_step);
-    const int64_t C = s->dim, F = s->ffn_dim, KVD = t->kvd, V = s->n_vocab;
-    bool ok = (m->layers = calloc((size_t)s->n_layers, sizeof *m->layers)) != NULL;
-    if (ok) {
-        m->tok_embd = f32_weight(m, t->p[T_EMB], V, C);
-        m->output = f32_weight(m, t->p[T_OUTPUT], V, C);
-        m->out_norm = f32_vector(m, t->p[T_OUT_NORM], C);
-        ok = m->tok_embd.data && m->output.data && m->out_norm;
-    }
-    for (int32_t l = 0; ok && l < s->n_layers; l++) {
-        sp_layer *L = &m->layers[l];
-        L->attn_norm = f32_vector(m, t->p[T_ATTN_NORM] + l * C, C);
-        L->ffn_norm = f32_vector(m, t->p[T_FFN_NORM] + l * C, C);
-        L->wq = f32_weight(m, t->p[T_WQ] + l * C * C, C, C);
-        L->wk = f32_weight(m, t->p[T_WK] + l * KVD * C, KVD, C);
-        L->wv = f32_weight(m, t->p[T_WV] + l * KVD * C, KVD, C);
-        L->wo = f32_weight(m, t->p[T_WO] + l * C * C, C, C);
-        L->w1 = f32_weight(m, t->p[T_W1] + l * F * C, F, C);
-        L->w2 = f32_weight(m, t->p[T_W2] + l * C * F, C, F);
-        L->w3 = f32_weight(m, t->p[T_W3] + l * F * C, F, C);
-        ok = L->attn_norm && L->ffn_norm && L->wq.data && L->wk.data && L->wv.data &&
-             L->wo.data && L->w1.data && L->w2.data && L->w3.data;
-    }
-    if (!ok) {
-        sp_model_free(m);
-        return sp_fail(err, SP_ERR_NOMEM, "out of memory for a draft snapshot");
-    }
-    *out = m;
-    return SP_OK;
+    char desc[64];
+    snprintf(desc, sizeof desc, "online draft (step %lld)", (long long)t->t_step);
+    float *v[SP_PT_COUNT];
+    plain_view(t, v);
+    return sp_model_from_plain(like, (const float *const *)v, desc, out, err);
 }

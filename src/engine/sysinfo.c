@@ -1,6 +1,5 @@
 /* sysinfo: CPU name, kernel ISA and measured read bandwidth (sp_sysinfo.h). */
 #include "sp_sysinfo.h"
-#include "threadpool.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,0 +1,267 @@
+/* adapt: the adaptive draft-length controller (adapt.h; ALGORITHMS.md
+ * section 6): a run-aware acceptance model and measured costs give the
+ * expected tokens per second of each draft length; realised rates and
+ * spaced probes guard the model's choice. */
+#include "adapt.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Parameters of the adaptive draft length (ALGORITHMS.md section 6). */
+#define ADAPT_DECAY 0.9          /* weight of the past in the acceptance counts, per iteration */
+#define ADAPT_PRIOR 0.75         /* acceptance rates start from this guess ... */
+#define ADAPT_PRIOR_W 2.0        /* ... worth this many observations: hopeful, so that one
+                                  * early rejection does not stop a good draft for long */
+#define ADAPT_RATE_MIN 0.01      /* rates are clamped to [MIN, MAX] so the model stays finite */
+#define ADAPT_RATE_MAX 0.99
+#define ADAPT_FLAT 0.98          /* take the longest gamma within 2% of the best rate */
+#define ADAPT_EMA 0.2            /* weight of a new measurement in the timing averages */
+#define ADAPT_SPIKE 2.0          /* a timing above this multiple of its average counts as this
+                                  * multiple (a preempted call must not steer the choice) */
+#define ADAPT_REAL_DECAY 0.9     /* weight of the past in the realised-rate sums, per iteration
+                                  * of the same kind */
+#define ADAPT_WARMUP_GAMMA 2     /* the first iteration's draft length (a warm-up: first-touch
+                                  * costs make its timings worthless, so they are not kept) */
+#define ADAPT_PLAIN_FIRST 2      /* then this many plain iterations (t_one) ... */
+#define ADAPT_FIRST_GAMMA 4      /* ... and one drafting this many tokens */
+#define ADAPT_FRESH 4            /* a k-token forward within this many iterations of a one-token
+                                  * one measures the ratio; later ones track t_one through it */
+#define ADAPT_PROBE_MIN 8        /* plain iterations before speculation is probed again ... */
+#define ADAPT_PROBE_MAX 256      /* ... doubling, up to this, while it keeps losing */
+#define ADAPT_EVIDENCE 3.0       /* drafting iterations (discounted) before what drafting has
+                                  * realised may overrule the model or space the probes out */
+#define ADAPT_EXPLORE 0.03       /* ... and far enough apart that probes which lose cost at most
+                                  * this share of the time spent decoding plainly */
+#define ADAPT_PROBE_HOPELESS 2048 /* ... or this when no draft length could pay even if every
+                                   * draft token were accepted (measured costs) */
+
+/* Forget what the text decided: acceptance, realised rates, probe schedule. */
+static void adapt_forget_text(sp_adapt *a) {
+    a->first_a = a->first_b = a->next_a = a->next_b = 0;
+    memset(a->real_cost, 0, sizeof a->real_cost);
+    memset(a->real_tok, 0, sizeof a->real_tok);
+    memset(a->real_it, 0, sizeof a->real_it);
+    a->plain_run = a->probe_every = 0;
+}
+
+void sp_adapt_init(sp_adapt *a) {
+    adapt_forget_text(a);
+    a->t_one = a->r_draft = 0;
+    a->since_one = a->n_one = 0;
+    memset(a->r_target, 0, sizeof a->r_target);
+    memset(a->r_over, 0, sizeof a->r_over);
+    a->iters = 0;
+    a->probe_first = false;
+}
+
+/* A new prompt on the same object: the costs, kept as ratios to the
+ * one-token forward, hold for any text, so they carry over and the warm-up
+ * and plain measuring iterations are not repeated; what the text decides
+ * (acceptance, the realised rates, the probe schedule) starts afresh. The
+ * verdict is not carried (one prompt's "plain" would hold for the rest),
+ * and the prior alone is not enough (at the prior no length may pay): the
+ * prompt's first iteration drafts ADAPT_FIRST_GAMMA tokens to measure its
+ * acceptance while the draft's cache is level with the prompt (the
+ * cheapest probe there is; skipped when no length could pay). t_one
+ * belongs to the old, longer context: until a plain step measures it
+ * again, drafting iterations track it through the ratios (since_one past
+ * ADAPT_FRESH). Before both costs are measured there is nothing to carry:
+ * start from scratch. */
+void sp_adapt_new_text(sp_adapt *a) {
+    if (!(a->n_one > 0 && a->r_draft > 0)) {
+        sp_adapt_init(a);
+        return;
+    }
+    adapt_forget_text(a); /* the costs stay */
+    a->since_one = ADAPT_FRESH;
+    a->iters = ADAPT_PLAIN_FIRST + 2; /* past the first iterations' schedule */
+    a->probe_first = true;
+}
+
+/* Cost t[k] for a batch size k (k = from .. SP_SPEC_MAX_GAMMA + 1): measured,
+ * else linear between the nearest measured sizes; above the largest
+ * measured size, extended along the slope of the two largest (or, with one
+ * measurement, in proportion to size: a pessimistic guess that makes long
+ * drafts earn their place by being measured); below the smallest, that
+ * one; with none, `guess`. */
+static double interp_time(const double *t, int32_t k, int32_t from, double guess) {
+    if (t[k] > 0) return t[k];
+    int32_t lo = k - 1, hi = k + 1;
+    while (lo >= from && t[lo] <= 0) lo--;
+    while (hi <= SP_SPEC_MAX_GAMMA + 1 && t[hi] <= 0) hi++;
+    bool has_lo = lo >= from, has_hi = hi <= SP_SPEC_MAX_GAMMA + 1;
+    if (has_lo && has_hi) return t[lo] + (t[hi] - t[lo]) * (k - lo) / (double)(hi - lo);
+    if (has_hi) return t[hi];
+    if (!has_lo) return guess;
+    int32_t lo2 = lo - 1;
+    while (lo2 >= from && t[lo2] <= 0) lo2--;
+    if (lo2 >= from) {
+        double slope = (t[lo] - t[lo2]) / (double)(lo - lo2);
+        return t[lo] + (slope > 0 ? slope : 0) * (k - lo);
+    }
+    return t[lo] * (k + 1) / (double)(lo + 1);
+}
+
+/* Target forward cost for k tokens, in t_one. */
+static double target_cost(const sp_adapt *a, int32_t k) {
+    return k == 1 ? 1 : interp_time(a->r_target, k, 1, (double)k);
+}
+
+/* Seconds in units of the current one-token forward (0 before one is measured). */
+static double in_t_one(const sp_adapt *a, double sec) { return a->t_one > 0 ? sec / a->t_one : 0; }
+
+/* Expected cost of an iteration drafting g tokens, in t_one. */
+static double iter_cost(const sp_adapt *a, int32_t g) {
+    return g * a->r_draft + target_cost(a, g + 1) + interp_time(a->r_over, g, 0, 0);
+}
+
+/* Draft length maximising expected tokens per second (ALGORITHMS.md
+ * section 6, with the run-aware acceptance model), 0 (plain decoding)
+ * included: E[tokens](g) = 1 + a1 (1 - an^g) / (1 - an), time(g) =
+ * g t_draft + t_target(g + 1) + t_over(g), all measured in this run (as
+ * ratios to the one-token forward, see t_one). When plain decoding wins,
+ * speculation is probed again after probe_every plain iterations (doubling
+ * while it keeps losing), so a change in acceptance (the text turned
+ * repetitive, say) is noticed. After a short warm-up iteration whose
+ * timings are not kept, ADAPT_PLAIN_FIRST iterations decode plainly and
+ * one drafts ADAPT_FIRST_GAMMA tokens, so both costs are measured before
+ * the model decides. */
+int32_t sp_adapt_propose(sp_adapt *a, int32_t gmax) {
+    SP_ASSERT(gmax >= 0 && gmax <= SP_SPEC_MAX_GAMMA);
+    /* the first iterations measure both sides (above) */
+    const int64_t it = a->iters++;
+    if (it == 0) return gmax < ADAPT_WARMUP_GAMMA ? gmax : ADAPT_WARMUP_GAMMA;
+    if (it <= ADAPT_PLAIN_FIRST) return 0;
+    if (it == ADAPT_PLAIN_FIRST + 1) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
+    double a1 = (a->first_a + ADAPT_PRIOR_W * ADAPT_PRIOR) / (a->first_b + ADAPT_PRIOR_W);
+    /* an starts from a1: a draft that is rarely right first is rarely right
+     * next (a hopeful an made the rarely-right n-gram drafter draft 4-8
+     * tokens at 0.09 acceptance and lose 17% on synth-1b F16) */
+    double an = (a->next_a + ADAPT_PRIOR_W * a1) / (a->next_b + ADAPT_PRIOR_W);
+    a1 = a1 < ADAPT_RATE_MIN ? ADAPT_RATE_MIN : a1 > ADAPT_RATE_MAX ? ADAPT_RATE_MAX : a1;
+    an = an < ADAPT_RATE_MIN ? ADAPT_RATE_MIN : an > ADAPT_RATE_MAX ? ADAPT_RATE_MAX : an;
+    double rate[SP_SPEC_MAX_GAMMA + 1] = {0}, best_rate = -1;
+    for (int32_t g = 0; g <= gmax; g++) {
+        double e = 1 + a1 * (1 - pow(an, g)) / (1 - an);
+        rate[g] = e / iter_cost(a, g);
+        if (rate[g] > best_rate) best_rate = rate[g];
+    }
+    /* the optimum is usually flat: prefer the longest gamma within 2% */
+    int32_t best = 0;
+    for (int32_t g = 0; g <= gmax; g++)
+        if (rate[g] >= ADAPT_FLAT * best_rate) best = g;
+    if (best > 0 && rate[0] > rate[best]) best = 0; /* never give up a measured win for flatness */
+    /* the model's choice is checked against what drafting has realised: when
+     * the drafting iterations so far gave fewer tokens per second (every cost
+     * included: draft catch-up, verification, bookkeeping) than the plain
+     * ones, decode plainly and leave drafting to the probes below */
+    if (best > 0 && a->real_tok[0] > 0 && a->real_it[1] >= ADAPT_EVIDENCE &&
+        a->real_tok[1] * a->real_cost[0] < a->real_tok[0] * a->real_cost[1])
+        best = 0;
+    if (best > 0) {
+        a->plain_run = 0;
+        a->probe_every = ADAPT_PROBE_MIN;
+        a->probe_first = false;
+        return best;
+    }
+    if (a->probe_every == 0) a->probe_every = ADAPT_PROBE_MIN;
+    int32_t every = a->probe_every;
+    if (a->r_draft > 0) {
+        /* with every draft token accepted, could any length beat plain?
+         * If not (measured costs), probe only every ADAPT_PROBE_HOPELESS */
+        double ub = 0;
+        for (int32_t g = 1; g <= gmax; g++) {
+            double r = (g + 1) / iter_cost(a, g);
+            ub = r > ub ? r : ub;
+        }
+        if (ub < rate[0]) every = ADAPT_PROBE_HOPELESS;
+    }
+    /* probe: the best speculative length under the current estimates */
+    int32_t probe = 1;
+    for (int32_t g = 1; g <= gmax; g++)
+        if (rate[g] > rate[probe]) probe = g;
+    /* if nothing has changed, a probe loses what it costs beyond the plain
+     * steps its tokens would have taken: by the model, or (when the guard
+     * above overruled it) as drafting iterations have realised it. Once
+     * there is evidence (a couple of drafting iterations are no verdict: one
+     * rejected first token makes any draft look hopeless), space the probes
+     * so that this stays within ADAPT_EXPLORE of the plain time. */
+    const double c0 = iter_cost(a, 0);
+    double loss = iter_cost(a, probe) * (1 - rate[probe] / rate[0]);
+    if (a->real_it[1] > 0 && a->real_tok[0] > 0) {
+        const double real_loss =
+            (a->real_cost[1] - a->real_tok[1] * a->real_cost[0] / a->real_tok[0]) / a->real_it[1];
+        loss = real_loss > loss ? real_loss : loss;
+    }
+    if (c0 > 0 && loss > 0 && a->real_it[1] >= ADAPT_EVIDENCE) {
+        const double spaced = loss / (ADAPT_EXPLORE * c0);
+        if (spaced > every) every = spaced < ADAPT_PROBE_HOPELESS ? (int32_t)spaced : ADAPT_PROBE_HOPELESS;
+    }
+    if (a->probe_first) { /* a new prompt: the first steps measure its acceptance */
+        a->probe_first = false;
+        if (every != ADAPT_PROBE_HOPELESS) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
+    }
+    if (++a->plain_run < every) return 0;
+    a->plain_run = 0;
+    if (a->probe_every < ADAPT_PROBE_MAX) a->probe_every *= 2;
+    return probe;
+}
+
+/* Timing average; a spike (the thread was preempted, a page fault) counts
+ * as at most ADAPT_SPIKE times the average, so one outlier moves it by at
+ * most 20%, while a lasting rise still gets through in a few iterations. */
+static void ema(double *x, double v) {
+    if (*x > 0 && v > ADAPT_SPIKE * *x) v = ADAPT_SPIKE * *x;
+    *x = *x > 0 ? (1 - ADAPT_EMA) * *x + ADAPT_EMA * v : v;
+}
+
+void sp_adapt_observe_target(sp_adapt *a, int32_t k, double cost) {
+    a->last_cost = cost;
+    if (a->iters <= 1) {
+        /* the warm-up iteration: not measured */
+    } else if (k == 1) {
+        /* the plain mean of the first few, then the average: the ratios
+         * measured next are only as good as this */
+        if (a->n_one < 1 / ADAPT_EMA) a->t_one = (a->t_one * a->n_one + cost) / (a->n_one + 1);
+        else ema(&a->t_one, cost);
+        a->n_one++;
+        a->r_target[1] = 1;
+        a->since_one = 0;
+    } else if (k <= SP_SPEC_MAX_GAMMA + 1 && a->t_one > 0) {
+        /* soon after a one-token forward, learn the ratio; in a long run of
+         * drafting iterations, let t_one follow the context through it */
+        if (a->since_one++ < ADAPT_FRESH || a->r_target[k] <= 0)
+            ema(&a->r_target[k], cost / a->t_one);
+        else
+            ema(&a->t_one, cost / a->r_target[k]);
+    }
+}
+
+void sp_adapt_observe_step(sp_adapt *a, const sp_adapt_step *st) {
+    const int32_t nd = st->drafted;
+    SP_ASSERT(nd >= 0 && nd <= SP_SPEC_MAX_GAMMA);
+    if (a->iters > 1) { /* past the warm-up iteration */
+        ema(&a->r_over[nd], in_t_one(a, st->over_seconds));
+        /* realised tokens per second, by whether anything was drafted (a
+         * gamma the drafter could not fill costs what plain decoding costs);
+         * the forward counts at what it was charged, as in the model */
+        const int arm = nd > 0;
+        a->real_cost[arm] = ADAPT_REAL_DECAY * a->real_cost[arm] +
+                            in_t_one(a, st->draft_seconds + a->last_cost + st->over_seconds);
+        a->real_tok[arm] = ADAPT_REAL_DECAY * a->real_tok[arm] + st->emitted;
+        a->real_it[arm] = ADAPT_REAL_DECAY * a->real_it[arm] + 1;
+    }
+    if (nd > 0) {
+        const int32_t tau = st->accepted;
+        a->first_a = ADAPT_DECAY * a->first_a + (tau >= 1);
+        a->first_b = ADAPT_DECAY * a->first_b + 1;
+        if (tau >= 1 && nd > 1) {
+            a->next_a = ADAPT_DECAY * a->next_a + (tau - 1);
+            a->next_b = ADAPT_DECAY * a->next_b + (tau - 1) + (tau < nd ? 1 : 0);
+        }
+        /* per draft forward, leaving out the catch-up after plain steps (a
+         * one-off when drafting resumes; the realised rate counts it) */
+        if (st->draft_forwards > 0)
+            ema(&a->r_draft, in_t_one(a, st->draft_forward_seconds / (double)st->draft_forwards));
+    }
+}

@@ -1,0 +1,69 @@
+/* adapt: the adaptive draft-length controller of the speculative chain loop
+ * (ALGORITHMS.md section 6). It observes each iteration's measured costs
+ * and acceptances and proposes the next draft length, 0 (decode plainly)
+ * included, maximising expected tokens per second. Internal to src/spec.
+ *
+ * Per iteration, in this order: sp_adapt_propose, then (when the target
+ * forward ran) sp_adapt_observe_target, then sp_adapt_observe_step. Costs
+ * are kept as ratios to t_one, the time of a one-token target forward now,
+ * so they stay valid as the context (and t_one with it) grows. */
+#ifndef SP_ADAPT_H
+#define SP_ADAPT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sp_spec.h"
+
+typedef struct sp_adapt {
+    /* Acceptance comes in runs, so two rates are tracked (discounted
+     * counts): a1 = P(first draft token accepted), an = P(next accepted |
+     * previous accepted). */
+    double first_a, first_b, next_a, next_b;
+    double t_one;            /* EMA seconds per one-token target forward */
+    double last_cost;        /* what the last target forward was charged (seconds) */
+    int32_t since_one;       /* iterations since t_one was last measured directly */
+    int32_t n_one;           /* direct measurements of t_one so far */
+    double r_draft;          /* EMA draft forward / t_one */
+    double r_target[SP_SPEC_MAX_GAMMA + 2]; /* EMA k-token target forward / t_one ([1] = 1) */
+    double r_over[SP_SPEC_MAX_GAMMA + 2];   /* EMA rest of an iteration (verification,
+                                             * sampling) / t_one, by draft length */
+    double real_cost[2], real_tok[2], real_it[2]; /* realised: discounted cost (in t_one),
+                                       * tokens and count of the iterations that decoded
+                                       * plainly [0] / drafted [1] */
+    int32_t plain_run;       /* iterations decoded plainly since speculation last ran */
+    bool probe_first;        /* a new prompt with carried costs: its first iteration drafts
+                              * a few tokens (unless drafting is hopeless) */
+    int32_t probe_every;     /* ... after which speculation is probed again */
+    int64_t iters;           /* proposals since the last reset */
+} sp_adapt;
+
+/* What one iteration measured besides its target forward. */
+typedef struct sp_adapt_step {
+    int32_t drafted;         /* tokens drafted (<= the proposal; 0: decoded plainly) */
+    int32_t accepted;        /* of which accepted */
+    int32_t emitted;         /* tokens the iteration produced */
+    double draft_seconds;    /* drafting, catch-up included */
+    double over_seconds;     /* the rest besides the target forward (verification, sampling) */
+    int64_t draft_forwards;  /* draft forwards, catch-up after plain steps left out */
+    double draft_forward_seconds; /* their time */
+} sp_adapt_step;
+
+/* A fresh controller: no estimates. */
+void sp_adapt_init(sp_adapt *a);
+
+/* A new text on the same target and draft: measured costs carry over (the
+ * warm-up and measuring iterations are not repeated), what the text decided
+ * (acceptance, realised rates, probe schedule) starts afresh. */
+void sp_adapt_new_text(sp_adapt *a);
+
+/* The next draft length in [0, gmax] (gmax <= SP_SPEC_MAX_GAMMA). */
+int32_t sp_adapt_propose(sp_adapt *a, int32_t gmax);
+
+/* The iteration's target forward: k tokens, charged cost seconds. */
+void sp_adapt_observe_target(sp_adapt *a, int32_t k, double cost);
+
+/* The rest of the iteration (after sp_adapt_observe_target). */
+void sp_adapt_observe_step(sp_adapt *a, const sp_adapt_step *st);
+
+#endif

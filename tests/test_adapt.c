@@ -1,0 +1,187 @@
+/* Tests of the adaptive draft-length controller alone (src/spec/adapt.h),
+ * fed simulated iterations: a target whose k-token forward costs
+ * t1 (1 + slope (k - 1)), a draft costing `draft` per token whose tokens
+ * are each accepted with probability `accept` (a seeded RNG), so every
+ * measured cost and acceptance is known. The speculation loop's own tests
+ * (test_spec) drive it through real forwards. */
+#include "testutil.h"
+
+#include "adapt.h"
+#include "sp_rng.h"
+
+typedef struct sim {
+    double t1, slope, draft, over, accept;
+    sp_rng rng;
+} sim;
+
+/* One iteration: propose, "run" it, observe; returns the draft length. */
+static int32_t step(sp_adapt *a, sim *m, int32_t gmax) {
+    const int32_t g = sp_adapt_propose(a, gmax);
+    assert_true(g >= 0 && g <= gmax);
+    int32_t tau = 0;
+    while (tau < g && sp_rng_uniform(&m->rng) < m->accept) tau++;
+    sp_adapt_observe_target(a, g + 1, m->t1 * (1 + m->slope * g));
+    const sp_adapt_step st = {.drafted = g, .accepted = tau, .emitted = tau + 1,
+                              .draft_seconds = g * m->draft, .over_seconds = m->over,
+                              .draft_forwards = g, .draft_forward_seconds = g * m->draft};
+    sp_adapt_observe_step(a, &st);
+    return g;
+}
+
+/* Iterations from..to-1 of n that drafted, running all n from the current state. */
+static int run(sp_adapt *a, sim *m, int32_t gmax, int n, int from, int to, double *mean_g) {
+    int drafted = 0;
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t g = step(a, m, gmax);
+        if (i >= from && i < to) {
+            drafted += g > 0;
+            sum += g;
+        }
+    }
+    if (mean_g) *mean_g = sum / (to - from);
+    return drafted;
+}
+
+static sim model(double slope, double draft, double accept) {
+    sim m = {.t1 = 1e-3, .slope = slope, .draft = draft * 1e-3, .over = 1e-5, .accept = accept};
+    sp_rng_seed(&m.rng, 7);
+    return m;
+}
+
+/* The first iterations measure both sides: a short warm-up draft, two
+ * plain steps, one draft of 4 (each capped by gmax). */
+static void test_first_iterations(void **state) {
+    (void)state;
+    sp_adapt a;
+    sim m = model(0.05, 0.05, 0.9);
+    sp_adapt_init(&a);
+    const int32_t want8[] = {2, 0, 0, 4};
+    for (int i = 0; i < 4; i++) assert_int_equal(step(&a, &m, 8), want8[i]);
+    sp_adapt_init(&a);
+    const int32_t want1[] = {1, 0, 0, 1};
+    for (int i = 0; i < 4; i++) assert_int_equal(step(&a, &m, 1), want1[i]);
+}
+
+/* A cheap draft that is nearly always right: long drafts, almost never plain. */
+static void test_good_draft_drafts_long(void **state) {
+    (void)state;
+    sp_adapt a;
+    sim m = model(0.05, 0.05, 0.95);
+    sp_adapt_init(&a);
+    double mean_g;
+    int drafted = run(&a, &m, 8, 200, 100, 200, &mean_g);
+    printf("good draft: %d of 100 iterations drafted, mean length %.2f\n", drafted, mean_g);
+    assert_true(drafted >= 95);
+    assert_true(mean_g >= 6);
+}
+
+/* A draft that is never right: plain decoding, with spaced probes that go
+ * on (so a change would be noticed) but cost little. */
+static void test_bad_draft_goes_plain_and_probes(void **state) {
+    (void)state;
+    sp_adapt a;
+    sim m = model(0.05, 0.2, 0.0);
+    sp_adapt_init(&a);
+    int early = run(&a, &m, 8, 100, 50, 100, NULL);
+    int late = run(&a, &m, 8, 3000, 0, 3000, NULL);
+    printf("bad draft: %d of 50, then %d of 3000 iterations drafted\n", early, late);
+    assert_true(early <= 5);
+    assert_true(late >= 1 && late <= 100);
+}
+
+/* When no draft length could pay even with every token accepted (the draft
+ * costs more than a target forward, and the target gains nothing from
+ * batching), speculation is not even probed for a long while. */
+static void test_hopeless_draft_is_left_alone(void **state) {
+    (void)state;
+    sp_adapt a;
+    sim m = model(1.0, 1.2, 1.0);
+    sp_adapt_init(&a);
+    int drafted = run(&a, &m, 8, 1000, 4, 1000, NULL);
+    assert_int_equal(drafted, 0);
+    /* a new text: no first probe either */
+    sp_adapt_new_text(&a);
+    assert_int_equal(step(&a, &m, 8), 0);
+}
+
+/* A new text keeps the measured costs: no warm-up and plain measuring
+ * steps again (a good draft drafts from its first iteration on). Before
+ * both costs are measured, it starts from scratch. */
+static void test_new_text(void **state) {
+    (void)state;
+    sp_adapt a;
+    sim m = model(0.05, 0.05, 0.9);
+    sp_adapt_init(&a);
+    run(&a, &m, 8, 30, 0, 30, NULL);
+    sp_adapt_new_text(&a);
+    for (int i = 0; i < 4; i++) assert_true(step(&a, &m, 8) > 0);
+    sp_adapt_init(&a);
+    step(&a, &m, 8); /* the warm-up only: nothing measured */
+    sp_adapt_new_text(&a);
+    const int32_t want[] = {2, 0, 0, 4};
+    for (int i = 0; i < 4; i++) assert_int_equal(step(&a, &m, 8), want[i]);
+}
+
+/* A draft that pays only when it is nearly always right: at the prior
+ * acceptance no length pays, so a new text's first iteration drafts 4
+ * anyway, to measure the new text, and drafting goes on when it pays. */
+static void test_new_text_probes_first(void **state) {
+    (void)state;
+    sp_adapt a;
+    sim m = model(0.05, 0.8, 1.0);
+    sp_adapt_init(&a);
+    double mean_g;
+    int drafted = run(&a, &m, 8, 100, 50, 100, &mean_g);
+    printf("expensive, always right draft: %d of 50 drafted, mean length %.2f\n", drafted, mean_g);
+    assert_true(drafted >= 45);
+    sp_adapt_new_text(&a);
+    assert_int_equal(step(&a, &m, 8), 4);
+    assert_true(run(&a, &m, 8, 20, 10, 20, NULL) >= 9);
+}
+
+/* The text turns predictable after a long bad stretch: a probe notices and
+ * drafting resumes and stays. */
+static void test_recovers_when_acceptance_rises(void **state) {
+    (void)state;
+    sp_adapt a;
+    sim m = model(0.05, 0.05, 0.0);
+    sp_adapt_init(&a);
+    run(&a, &m, 8, 500, 0, 500, NULL);
+    m.accept = 0.95;
+    int i = 0;
+    while (i < 3000 && step(&a, &m, 8) == 0) i++;
+    printf("recovery: first draft %d iterations after the change\n", i);
+    assert_true(i < 3000);
+    int drafted = run(&a, &m, 8, 300, 200, 300, NULL);
+    assert_true(drafted >= 95);
+}
+
+/* A preempted timing (100x) moves the cost estimates by a bounded step:
+ * one spike in the draft's cost does not make a good draft go plain. */
+static void test_spike_does_not_steer(void **state) {
+    (void)state;
+    sp_adapt a;
+    sim m = model(0.05, 0.05, 0.95);
+    sp_adapt_init(&a);
+    run(&a, &m, 8, 100, 0, 100, NULL);
+    const double d = m.draft;
+    m.draft = 100 * d;
+    int32_t g = step(&a, &m, 8);
+    m.draft = d;
+    assert_true(g > 0);
+    assert_true(step(&a, &m, 8) > 0);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_first_iterations),
+    cmocka_unit_test(test_good_draft_drafts_long),
+    cmocka_unit_test(test_bad_draft_goes_plain_and_probes),
+    cmocka_unit_test(test_hopeless_draft_is_left_alone),
+    cmocka_unit_test(test_new_text),
+    cmocka_unit_test(test_new_text_probes_first),
+    cmocka_unit_test(test_recovers_when_acceptance_rises),
+    cmocka_unit_test(test_spike_does_not_steer),
+};
+
+SP_TEST_MAIN(tests)
