@@ -10,7 +10,9 @@
  *   lowbit     a copy of the target re-quantised at load (e.g. Q4_0)
  *   suffix     suffix tries over the request's text and a shared corpus of
  *              earlier outputs (sp_suffix.h); proposes the most frequent
- *              continuation, its length chosen per step; its q is one-hot
+ *              continuation, its length chosen per step (chains: q one-hot),
+ *              or a tree of the most frequent continuations (q = their
+ *              normalised counts, children drawn from it)
  * A drafter keeps its own KV cache (model-based kinds) in step with the
  * committed text: before drafting it evaluates the committed tokens it has
  * not seen, and after verification the caller tells it what was accepted.

@@ -51,7 +51,7 @@
  *    typo must not silently measure something else), except that n_min and
  *    p_min sent along with n_max 0 are ignored, as llama.cpp clients send
  *    them together;
- *  - a tree needs a model-based drafter and verifier mc, mc-norep, naive,
+ *  - a tree needs a model-based or the suffix drafter and verifier mc, mc-norep, naive,
  *    gbv, traversal or greedy; mc, mc-norep, naive, gbv and traversal need a
  *    tree; a tree and a draft length
  *    given together are an error (the shape sets the length).

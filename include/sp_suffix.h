@@ -34,9 +34,11 @@
 #ifndef SP_SUFFIX_H
 #define SP_SUFFIX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sp_rng.h"
 #include "sp_status.h"
 
 #define SP_SUFFIX_DEPTH 24                /* longest substring a trie holds */
@@ -86,7 +88,33 @@ sp_status sp_suffix_end_request(sp_suffix *s, sp_error *err);
 sp_status sp_suffix_propose(sp_suffix *s, const int32_t *hist, int32_t n, int32_t max_len,
                             int32_t *out, int32_t *n_out, sp_error *err);
 
-/* Verification of the last proposal accepted n_accepted of its tokens:
+/* A draft tree (node 0 = the last token of the text; parent[i] < i; q[i]
+ * = the distribution node i's children were drawn from, V floats per
+ * row; buffers hold max_nodes nodes). */
+typedef struct sp_suffix_tree {
+    int32_t n_nodes;
+    int32_t *parent, *token, *depth;
+    float *q;
+} sp_suffix_tree;
+
+/* Index hist[0..n) (n >= 1) and grow a tree of continuations from the
+ * better source's longest match: under each node, its (at most branch[d] at
+ * depth d) most frequent continuations whose path score (product of
+ * empirical probability x learned acceptance) stays >= SP_SUFFIX_MIN_SCORE,
+ * to the given depth and at most max_nodes nodes (root included, <=
+ * SP_TREE_MAX_NODES). q[node] is those continuations' counts normalised
+ * (zero elsewhere); the children are drawn from it: greedy: all, by count;
+ * norep: all, in an order drawn without replacement (exactly what
+ * verification without replacement assumes); else branch[d] i.i.d. draws.
+ * Tokens >= V are never proposed. Only rows of nodes with children are
+ * written. t->n_nodes = 1 when nothing is proposed. */
+sp_status sp_suffix_propose_tree(sp_suffix *s, const int32_t *hist, int32_t n,
+                                 const int32_t *branch, int32_t depth, int32_t max_nodes,
+                                 bool greedy, bool norep, sp_rng *rng, int32_t V,
+                                 sp_suffix_tree *t, sp_error *err);
+
+/* Verification of the last proposal (chain, or tree: its accepted path)
+ * accepted n_accepted of its tokens:
  * updates the acceptance rates that choose the length. */
 void sp_suffix_feedback(sp_suffix *s, int32_t n_accepted);
 

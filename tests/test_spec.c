@@ -89,6 +89,7 @@ static const cfg GREEDY_CFGS[] = {
     {SP_DRAFT_LOWBIT, SP_VERIFIER_GBV, 0, "3x1x1x1", false, 0, false, 0},
     {SP_DRAFT_SUFFIX, SP_VERIFIER_BLOCK, 8, NULL, false, 0, false, 0},
     {SP_DRAFT_SUFFIX, SP_VERIFIER_TOKEN, 16, NULL, true, 0, false, 0},
+    {SP_DRAFT_SUFFIX, SP_VERIFIER_TRAVERSAL, 0, "3x2x1x1", false, 0, false, 0},
 };
 
 /* Temperature 0: every configuration emits plain greedy decoding's tokens. */
@@ -508,8 +509,12 @@ static void test_distribution(void **state) {
         distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, NULL, sps[f], N);
     }
     distribution_case(tm, dm, SP_DRAFT_NGRAM, SP_VERIFIER_BLOCK, NULL, &filt, N);
-    for (int f = 0; f < 2; f++) /* the suffix drafter, one drafter across all runs (its corpus grows) */
+    for (int f = 0; f < 2; f++) { /* the suffix drafter, one drafter across all runs (its corpus grows) */
         distribution_case(tm, dm, SP_DRAFT_SUFFIX, SP_VERIFIER_BLOCK, NULL, sps[f], N);
+        distribution_case(tm, dm, SP_DRAFT_SUFFIX, SP_VERIFIER_TRAVERSAL, "3x2", sps[f], N);
+    }
+    distribution_case(tm, dm, SP_DRAFT_SUFFIX, SP_VERIFIER_GBV, "3x1", &plain, N);
+    distribution_case(tm, dm, SP_DRAFT_SUFFIX, SP_VERIFIER_MC_NOREP, "2x2", &filt, N);
     distribution_case(tm, dm, SP_DRAFT_LOWBIT, SP_VERIFIER_TOKEN, NULL, &plain, N);
     distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, "2x2", &filt, N);
     distribution_case(tm, dm, SP_DRAFT_LAYERSKIP, SP_VERIFIER_MC, "3x1", &plain, N);

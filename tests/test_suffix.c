@@ -5,6 +5,7 @@
  * it is in test_spec.c (greedy parity, chi-square). */
 #include "testutil.h"
 
+#include <math.h>
 #include <pthread.h>
 
 #include "sp_suffix.h"
@@ -152,6 +153,54 @@ static void test_learned_length(void **state) {
     sp_suffix_free(s);
 }
 
+/* Trees of continuations: on "5 1 2 3 0 6 1 2 4 0 7 1 2 3 0 9 1 2 4 0 10 1
+ * 2 3 0 8 1 2" the longest match is "1 2", whose continuations are 3 (3
+ * times) and 4 (twice): q = (0.6, 0.4), both scoring >= 0.3 with the prior
+ * acceptance 0.8; greedy orders them by count, without replacement both
+ * appear once, i.i.d. draws branch[0] of them. */
+static void test_tree(void **state) {
+    (void)state;
+    enum { V = 16, CAP = 16 };
+    const int32_t h[] = {5, 1, 2, 3, 0, 6, 1, 2, 4, 0, 7, 1, 2, 3, 0, 9, 1, 2, 4, 0, 10, 1, 2, 3, 0, 8, 1, 2};
+    int32_t parent[CAP], token[CAP], depth[CAP];
+    float q[CAP * V];
+    sp_suffix_tree t = {0, parent, token, depth, q};
+    const int32_t branch[] = {3, 1, 1};
+    sp_rng rng;
+    sp_rng_seed(&rng, 5);
+    for (int mode = 0; mode < 3; mode++) {
+        sp_suffix *s = mk(NULL, 0);
+        sp_error e = {0};
+        if (sp_suffix_propose_tree(s, h, 28, branch, 3, CAP, mode == 0, mode == 1, &rng, V, &t, &e))
+            fail_msg("tree: %s", e.msg);
+        assert_true(t.n_nodes >= 3);
+        assert_int_equal(token[0], 2);
+        assert_true(fabsf(q[3] - 0.6f) < 1e-6f && fabsf(q[4] - 0.4f) < 1e-6f);
+        int n1 = 0, seen3 = 0, seen4 = 0;
+        for (int i = 1; i < t.n_nodes; i++) {
+            assert_true(parent[i] >= 0 && parent[i] < i);
+            assert_int_equal(depth[i], depth[parent[i]] + 1);
+            if (parent[i] == 0) {
+                n1++;
+                seen3 += token[i] == 3;
+                seen4 += token[i] == 4;
+            }
+        }
+        if (mode == 0) assert_int_equal(token[1], 3); /* greedy: by count */
+        if (mode < 2) {
+            assert_int_equal(n1, 2);
+            assert_true(seen3 == 1 && seen4 == 1);
+        } else {
+            assert_int_equal(n1, 3); /* i.i.d.: branch[0] draws */
+        }
+        /* under 3 comes 0 then 1: a chain */
+        for (int i = 1; i < t.n_nodes; i++)
+            if (parent[i] > 0 && token[parent[i]] == 3 && depth[i] == 2) assert_int_equal(token[i], 0);
+        sp_suffix_feedback(s, 1);
+        sp_suffix_free(s);
+    }
+}
+
 static void test_bad_input(void **state) {
     (void)state;
     sp_suffix_corpus *c = NULL;
@@ -222,5 +271,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_deterministic), cmocka_unit_test(test_corpus),
     cmocka_unit_test(test_bounded),       cmocka_unit_test(test_learned_length),
     cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_shared_threads),
+    cmocka_unit_test(test_tree),
 };
 SP_TEST_MAIN(tests)

@@ -436,7 +436,17 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
                           const sp_tree_shape *shape, int32_t max_depth, bool greedy,
                           sp_mc_mode mode, sp_sampler *smp, sp_rng *rng, sp_draft_tree *t,
                           sp_error *err) {
-    if (!d->ctx) return sp_fail(err, SP_ERR_ARG, "trees need a model-based drafter");
+    if (d->sfx) {
+        sp_suffix_tree st = {.parent = t->parent, .token = t->token, .depth = t->depth, .q = t->q};
+        int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
+        sp_status rc = sp_suffix_propose_tree(d->sfx, hist, n, shape->branch, depth < 0 ? 0 : depth,
+                                              shape->n_nodes, greedy, mode == SP_MC_NOREPLACE, rng,
+                                              d->V, &st, err);
+        t->n_nodes = st.n_nodes;
+        (void)smp;
+        return rc;
+    }
+    if (!d->ctx) return sp_fail(err, SP_ERR_ARG, "trees need a model-based or suffix drafter");
     const int32_t V = d->V;
     sp_status st = catch_up(d, hist, n, err);
     if (st) return st;
@@ -496,6 +506,7 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
 sp_status sp_drafter_accept_tree(sp_drafter *d, int32_t n, const sp_draft_tree *t,
                                  const int32_t *path, int32_t n_path, sp_error *err) {
     (void)t;
+    if (d->sfx) sp_suffix_feedback(d->sfx, n_path);
     /* A tree trimmed to depth 0 drafted nothing and left the cache behind:
      * the next catch-up brings it level. */
     if (!d->ctx || sp_ctx_n_past(d->ctx) < n - d->off) return SP_OK;

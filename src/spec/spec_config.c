@@ -451,7 +451,8 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
         {S_ADAPTIVE, plain, "plain decoding drafts nothing"},
         {S_P_MIN, plain && !c->off_by_n_max, "plain decoding drafts nothing"},
         {S_N_MIN, plain && !c->off_by_n_max, "plain decoding drafts nothing"},
-        {S_TREE, !model_based(kind), "trees need a model-based drafter (model, layerskip, lowbit)"},
+        {S_TREE, !model_based(kind) && kind != SP_DRAFT_SUFFIX,
+         "trees need a model-based drafter (model, layerskip, lowbit) or suffix"},
         {S_NGRAM_MIN, kind != SP_DRAFT_NGRAM, "only the ngram drafter uses it"},
         {S_NGRAM_MAX, kind != SP_DRAFT_NGRAM, "only the ngram drafter uses it"},
         {S_SKIP, kind != SP_DRAFT_LAYERSKIP, "only the layerskip drafter uses it"},
@@ -503,9 +504,10 @@ sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
         if (sp_tree_shape_make(p->tree.branch, p->tree.depth, &sh, &e) ||
             sh.n_nodes != p->tree.n_nodes)
             return sp_fail(err, SP_ERR_ARG, "tree: invalid shape (%s)", e.msg[0] ? e.msg : "node count");
-        if (!model_based(kind))
+        if (!model_based(kind) && kind != SP_DRAFT_SUFFIX)
             return sp_fail(err, SP_ERR_ARG,
-                           "tree: trees need a model-based drafter (model, layerskip, lowbit), not %s",
+                           "tree: trees need a model-based drafter (model, layerskip, lowbit) or "
+                           "suffix, not %s",
                            sp_drafter_name(kind));
         if (!tree_verifier(p->verifier) && p->verifier != SP_VERIFIER_GREEDY)
             return sp_fail(err, SP_ERR_ARG,

@@ -3,6 +3,8 @@
 #include "sp_suffix.h"
 
 #include <pthread.h>
+
+#include "sp_tree.h"
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@ typedef struct trie {
     int32_t cap;            /* nodes */
     int32_t n;              /* nodes in use (root included) */
     int32_t *count, *kids, *best, *tok;
+    int32_t *first, *next; /* children lists: first child, next sibling (-1 ends) */
     uint8_t *depth;
     uint64_t *hkey;         /* [hcap]: (parent + 1) << 32 | token; 0 = empty */
     int32_t *hval;          /* [hcap] */
@@ -33,6 +36,8 @@ static void trie_free(trie *t) {
     free(t->kids);
     free(t->best);
     free(t->tok);
+    free(t->first);
+    free(t->next);
     free(t->depth);
     free(t->hkey);
     free(t->hval);
@@ -40,7 +45,7 @@ static void trie_free(trie *t) {
 }
 
 static int64_t trie_bytes(const trie *t) {
-    return (int64_t)t->cap * (4 * 4 + 1) + (int64_t)(t->hmask + 1) * 12;
+    return (int64_t)t->cap * (6 * 4 + 1) + (int64_t)(t->hmask + 1) * 12;
 }
 
 static void trie_clear(trie *t) {
@@ -49,6 +54,7 @@ static void trie_clear(trie *t) {
     t->count[0] = t->kids[0] = 0;
     t->best[0] = -1;
     t->tok[0] = -1;
+    t->first[0] = t->next[0] = -1;
     t->depth[0] = 0;
     t->n_act = 0;
 }
@@ -63,10 +69,13 @@ static sp_status trie_init(trie *t, int64_t cap, sp_error *err) {
     t->kids = malloc(sizeof(int32_t) * (size_t)cap);
     t->best = malloc(sizeof(int32_t) * (size_t)cap);
     t->tok = malloc(sizeof(int32_t) * (size_t)cap);
+    t->first = malloc(sizeof(int32_t) * (size_t)cap);
+    t->next = malloc(sizeof(int32_t) * (size_t)cap);
     t->depth = malloc((size_t)cap);
     t->hkey = calloc(h, sizeof(uint64_t));
     t->hval = malloc(sizeof(int32_t) * h);
-    if (!t->count || !t->kids || !t->best || !t->tok || !t->depth || !t->hkey || !t->hval) {
+    if (!t->count || !t->kids || !t->best || !t->tok || !t->first || !t->next || !t->depth ||
+        !t->hkey || !t->hval) {
         trie_free(t);
         return sp_fail(err, SP_ERR_NOMEM, "suffix: out of memory for %lld trie nodes",
                        (long long)cap);
@@ -108,6 +117,9 @@ static int32_t trie_bump(trie *t, int32_t v, int32_t token) {
         t->count[c] = t->kids[c] = 0;
         t->best[c] = -1;
         t->tok[c] = token;
+        t->first[c] = -1;
+        t->next[c] = t->first[v];
+        t->first[v] = c;
         t->depth[c] = (uint8_t)(t->depth[v] + 1);
     }
     t->count[c]++;
@@ -377,13 +389,10 @@ static double rate(const sp_suffix *s, int src, int32_t m) {
     return (s->acc[src][b] + PRIOR_ACC) / (s->tried[src][b] + PRIOR_TRIED);
 }
 
-sp_status sp_suffix_propose(sp_suffix *s, const int32_t *hist, int32_t n, int32_t max_len,
-                            int32_t *out, int32_t *n_out, sp_error *err) {
-    if (!s || !n_out || (n > 0 && !hist) || (max_len > 0 && !out) || n < 0 || max_len < 0)
-        return sp_fail(err, SP_ERR_ARG, "suffix: bad arguments");
-    *n_out = 0;
-    s->last_src = -1;
-    /* a text that does not continue the indexed one starts a new request */
+/* Index hist[0..n) (the tokens not yet indexed; a text that does not
+ * continue the indexed one starts a new request) and age the acceptance
+ * evidence by one step. */
+static sp_status index_text(sp_suffix *s, const int32_t *hist, int32_t n, sp_error *err) {
     if (n < s->n_seen || (s->n_seen > 0 && hist[s->n_seen - 1] != s->last_tok) ||
         (s->n_text > 0 && hist[0] != s->text[0])) {
         sp_status st = sp_suffix_end_request(s, err);
@@ -404,38 +413,153 @@ sp_status sp_suffix_propose(sp_suffix *s, const int32_t *hist, int32_t n, int32_
             s->acc[i][b] *= DECAY;
             s->tried[i][b] *= DECAY;
         }
-    if (max_len == 0 || n == 0) return SP_OK;
-    /* the request: the streaming path gives every suffix's node; the longest
-     * with a continuation (monotone) */
-    int32_t buf[2][MAX_CHAIN];
-    int32_t len[2] = {0, 0}, mlen[2] = {0, 0};
-    double exp_[2] = {0, 0};
+    return SP_OK;
+}
+
+/* The better source for continuing hist[0..n): its chain (up to max_len
+ * tokens) into out, its matched node and match length. Returns the source
+ * (0 request, 1 corpus) and the chain length in *len (0: nothing to
+ * propose). The corpus mutex is taken and released inside. */
+static int pick(sp_suffix *s, const int32_t *hist, int32_t n, int32_t max_len, int32_t *out,
+                int32_t *len, int32_t *node, int32_t *mlen) {
+    int32_t buf[2][MAX_CHAIN], l[2] = {0, 0}, m[2] = {0, 0}, v[2] = {-1, -1};
+    double ex[2] = {0, 0};
     if (max_len > MAX_CHAIN) max_len = MAX_CHAIN;
-    if (s->n_text == n) { /* the request trie covers the whole text */
-        int32_t v = -1;
+    if (s->n_text == n) { /* the request trie covers the whole text: the
+                           * streaming path holds every suffix's node; the
+                           * longest with a continuation (monotone) */
         for (int32_t j = 0; j < s->req.n_act && j < SP_SUFFIX_DEPTH - 1; j++) {
             if (s->req.kids[s->req.act[j]] == 0) break;
-            v = s->req.act[j];
-            mlen[0] = j + 1;
+            v[0] = s->req.act[j];
+            m[0] = j + 1;
         }
-        if (v >= 0)
-            len[0] = chain(&s->req, v, hist, n, rate(s, 0, mlen[0]), max_len, buf[0], &exp_[0]);
+        if (v[0] >= 0) l[0] = chain(&s->req, v[0], hist, n, rate(s, 0, m[0]), max_len, buf[0], &ex[0]);
     }
     pthread_mutex_lock(&s->corpus->mu);
-    int32_t v = trie_match(&s->corpus->t, hist, n, &mlen[1]);
-    if (v >= 0)
-        len[1] = chain(&s->corpus->t, v, hist, n, rate(s, 1, mlen[1]), max_len, buf[1], &exp_[1]);
+    v[1] = trie_match(&s->corpus->t, hist, n, &m[1]);
+    if (v[1] >= 0)
+        l[1] = chain(&s->corpus->t, v[1], hist, n, rate(s, 1, m[1]), max_len, buf[1], &ex[1]);
     pthread_mutex_unlock(&s->corpus->mu);
-    const int src = exp_[1] > exp_[0] ? 1 : 0;
-    if (len[src] == 0) return SP_OK;
-    memcpy(out, buf[src], sizeof(int32_t) * (size_t)len[src]);
-    *n_out = len[src];
+    const int src = ex[1] > ex[0] ? 1 : 0;
+    memcpy(out, buf[src], sizeof(int32_t) * (size_t)l[src]);
+    *len = l[src];
+    *node = v[src];
+    *mlen = m[src];
+    return src;
+}
+
+static void note_proposal(sp_suffix *s, int src, int32_t mlen, int32_t len) {
     s->last_src = src;
-    s->last_bucket = bucket_of(mlen[src]);
-    s->last_len = len[src];
+    s->last_bucket = bucket_of(mlen);
+    s->last_len = len;
     s->st.proposals++;
-    s->st.proposed += len[src];
+    s->st.proposed += len;
     s->st.from_corpus += src;
+}
+
+sp_status sp_suffix_propose(sp_suffix *s, const int32_t *hist, int32_t n, int32_t max_len,
+                            int32_t *out, int32_t *n_out, sp_error *err) {
+    if (!s || !n_out || (n > 0 && !hist) || (max_len > 0 && !out) || n < 0 || max_len < 0)
+        return sp_fail(err, SP_ERR_ARG, "suffix: bad arguments");
+    *n_out = 0;
+    s->last_src = -1;
+    sp_status st = index_text(s, hist, n, err);
+    if (st || max_len == 0 || n == 0) return st;
+    int32_t len, node, mlen;
+    const int src = pick(s, hist, n, max_len, out, &len, &node, &mlen);
+    if (len == 0) return SP_OK;
+    *n_out = len;
+    note_proposal(s, src, mlen, len);
+    return SP_OK;
+}
+
+sp_status sp_suffix_propose_tree(sp_suffix *s, const int32_t *hist, int32_t n,
+                                 const int32_t *branch, int32_t depth, int32_t max_nodes,
+                                 bool greedy, bool norep, sp_rng *rng, int32_t V,
+                                 sp_suffix_tree *t, sp_error *err) {
+    if (!s || !t || !branch || !t->parent || !t->token || !t->depth || !t->q || n < 1 || !hist ||
+        depth < 0 || max_nodes < 1 || max_nodes > SP_TREE_MAX_NODES || V < 1 || (!greedy && !rng))
+        return sp_fail(err, SP_ERR_ARG, "suffix tree: bad arguments");
+    s->last_src = -1;
+    t->n_nodes = 1;
+    t->parent[0] = -1;
+    t->token[0] = hist[n - 1];
+    t->depth[0] = 0;
+    sp_status st = index_text(s, hist, n, err);
+    if (st || depth == 0) return st;
+    int32_t tmp[MAX_CHAIN], len, v0, mlen;
+    const int src = pick(s, hist, n, depth, tmp, &len, &v0, &mlen);
+    if (len == 0) return SP_OK;
+    const trie *tr = src ? &s->corpus->t : &s->req;
+    const double a = rate(s, src, mlen);
+    if (src) pthread_mutex_lock(&s->corpus->mu);
+    int32_t tv[SP_TREE_MAX_NODES];
+    double sc[SP_TREE_MAX_NODES];
+    tv[0] = v0;
+    sc[0] = 1.0;
+    int32_t max_d = 0;
+    for (int32_t i = 0; i < t->n_nodes && t->depth[i] < depth; i++) {
+        /* the k most frequent continuations still scoring >= SP_SUFFIX_MIN_SCORE */
+        const int32_t v = tv[i], k = branch[t->depth[i]];
+        int32_t top[SP_TREE_MAX_NODES], nt = 0;
+        if (tr->kids[v] == 0) continue;
+        for (int32_t c = tr->first[v]; c >= 0; c = tr->next[c]) {
+            if (sc[i] * a * tr->count[c] / tr->kids[v] < SP_SUFFIX_MIN_SCORE) continue;
+            int32_t j; /* insertion into the top k, kept sorted by count */
+            if (nt < k) {
+                j = nt++;
+            } else if (tr->count[c] > tr->count[top[k - 1]]) {
+                j = k - 1;
+            } else {
+                continue;
+            }
+            top[j] = c;
+            while (j > 0 && tr->count[top[j]] > tr->count[top[j - 1]]) {
+                int32_t x = top[j];
+                top[j] = top[j - 1];
+                top[j - 1] = x;
+                j--;
+            }
+        }
+        if (nt == 0) continue;
+        /* q: their counts normalised; children: all of them in an order drawn
+         * without replacement from q, or k i.i.d. draws (greedy: by count) */
+        double tot = 0;
+        for (int32_t j = 0; j < nt; j++) tot += tr->count[top[j]];
+        float *qi = t->q + (size_t)i * V;
+        memset(qi, 0, sizeof(float) * (size_t)V);
+        double w[SP_TREE_MAX_NODES];
+        for (int32_t j = 0; j < nt; j++) {
+            w[j] = tr->count[top[j]] / tot;
+            if (tr->tok[top[j]] < V) qi[tr->tok[top[j]]] = (float)w[j];
+        }
+        const int32_t n_kids = greedy || norep ? nt : k;
+        for (int32_t j = 0; j < n_kids && t->n_nodes < max_nodes; j++) {
+            int32_t pickj = j;
+            if (!greedy) { /* inverse CDF over the remaining weights */
+                double rem = 0;
+                for (int32_t x = 0; x < nt; x++) rem += w[x];
+                double u = sp_rng_uniform(rng) * rem, c = 0;
+                pickj = -1;
+                for (int32_t x = 0; x < nt && pickj < 0; x++)
+                    if (w[x] > 0 && u < (c += w[x])) pickj = x;
+                for (int32_t x = nt - 1; pickj < 0 && x >= 0; x--)
+                    if (w[x] > 0) pickj = x;
+            }
+            const int32_t c = top[pickj];
+            if (norep && !greedy) w[pickj] = 0;
+            if (tr->tok[c] >= V) continue;
+            const int32_t id = t->n_nodes++;
+            t->parent[id] = i;
+            t->token[id] = tr->tok[c];
+            t->depth[id] = t->depth[i] + 1;
+            tv[id] = c;
+            sc[id] = sc[i] * a * tr->count[c] / tr->kids[v];
+            if (t->depth[id] > max_d) max_d = t->depth[id];
+        }
+    }
+    if (src) pthread_mutex_unlock(&s->corpus->mu);
+    if (t->n_nodes > 1) note_proposal(s, src, mlen, max_d);
     return SP_OK;
 }
 
