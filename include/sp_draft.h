@@ -43,6 +43,16 @@ typedef enum sp_drafter_kind {
 const char *sp_drafter_name(sp_drafter_kind k);
 sp_status sp_drafter_parse(const char *name, sp_drafter_kind *out, sp_error *err);
 
+/* Per-step arbitration (with_suffix): with E the expected accepted tokens of
+ * a proposal (suffix: the sum of its running scores; the other drafter:
+ * sum_{k=1..gamma} a^k with a its measured per-token acceptance, prior
+ * 0.6) and T the measured rest of an iteration (target pass and
+ * verification: the time between two drafting calls), the suffix chain is
+ * used when (1 + E_suffix) / T >= (1 + E_other) / (T + gamma t_draft),
+ * t_draft the other drafter's measured seconds per drafted token; else the
+ * other drafter drafts. Exact whichever is chosen (each proposal comes with
+ * the q it was drawn from). */
+
 /* Prompt lookup over hist[0..len): for n = n_max down to n_min, find the most
  * recent earlier occurrence of the last n tokens and copy up to max_pred of
  * the tokens that followed it into out. Returns how many were proposed (0 if
@@ -68,8 +78,12 @@ typedef struct sp_drafter_params {
     char skip_layers[SP_DRAFT_SKIP_LEN]; /* SP_DRAFT_LAYERSKIP, see sp_parse_skip_layers; "" = default */
     sp_ggml_type lowbit_type;    /* SP_DRAFT_LOWBIT, default Q4_0 */
     int32_t max_batch;           /* largest draft batch (tree level); default SP_CTX_DEFAULT_BATCH */
-    sp_suffix_corpus *suffix_corpus; /* SP_DRAFT_SUFFIX: the shared corpus of earlier outputs
-                                      * (not owned); NULL: the drafter keeps its own */
+    sp_suffix_corpus *suffix_corpus; /* SP_DRAFT_SUFFIX (and with_suffix): the shared corpus
+                                      * of earlier outputs (not owned); NULL: the drafter
+                                      * keeps its own */
+    bool with_suffix; /* model, layerskip, lowbit, ngram: per-step arbitration with a suffix
+                       * drafter ("model+suffix"): each chain step drafts from the one with
+                       * the larger expected emitted tokens per second (chains only) */
 } sp_drafter_params;
 
 sp_drafter_params sp_drafter_default_params(void);

@@ -9,7 +9,9 @@
  * "verifier", ...), never a command-line flag.
  *
  * Settings (aliases in brackets):
- *   drafter [draft]     none | model | ngram | layerskip | lowbit | suffix
+ *   drafter [draft]     none | model | ngram | layerskip | lowbit | suffix, or
+ *                       model+suffix (ngram, layerskip, lowbit +suffix): that drafter
+ *                       and the suffix drafter arbitrated per step (sp_draft.h)
  *   verifier [verify]   token | block | greedy | lenient | mc | mc-norep | naive |
  *                       gbv | traversal (gbv: K paths as tree Kx1x..x1, drawn i.i.d.)
  *   gamma               draft length, 1..SP_SPEC_MAX_GAMMA (the maximum when adaptive)

@@ -114,9 +114,14 @@ sp_status sp_suffix_propose_tree(sp_suffix *s, const int32_t *hist, int32_t n,
                                  sp_suffix_tree *t, sp_error *err);
 
 /* Verification of the last proposal (chain, or tree: its accepted path)
- * accepted n_accepted of its tokens:
- * updates the acceptance rates that choose the length. */
+ * accepted n_accepted of its tokens: updates the acceptance rates that
+ * choose the length. n_accepted < 0: the proposal was not used (nothing is
+ * learned). */
 void sp_suffix_feedback(sp_suffix *s, int32_t n_accepted);
+
+/* Expected accepted tokens of the last proposal (sum of its running
+ * scores), 0 if it proposed nothing. */
+double sp_suffix_last_expect(const sp_suffix *s);
 
 sp_suffix_stats sp_suffix_get_stats(sp_suffix *s);
 

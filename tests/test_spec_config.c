@@ -36,6 +36,19 @@ static void test_text_settings(void **state) {
     assert_int_equal(p.draft.ngram_max, 5);
     assert_true(p.draft_p_min == 0.25f);
     assert_int_equal(p.verifier, SP_VERIFIER_BLOCK);
+    assert_false(p.draft.with_suffix);
+    /* the suffix drafter, alone (chains and trees) and arbitrated */
+    p = parse_ok("draft=suffix,gamma=12", false);
+    assert_int_equal(p.draft.kind, SP_DRAFT_SUFFIX);
+    assert_false(p.draft.with_suffix);
+    p = parse_ok("draft=suffix,tree=3x2,verify=traversal", false);
+    assert_int_equal(p.tree.n_nodes, 10);
+    p = parse_ok("draft=model+suffix,gamma=4", true);
+    assert_int_equal(p.draft.kind, SP_DRAFT_MODEL);
+    assert_true(p.draft.with_suffix);
+    p = parse_ok("draft=lowbit+suffix", false);
+    assert_int_equal(p.draft.kind, SP_DRAFT_LOWBIT);
+    assert_true(p.draft.with_suffix && p.adaptive);
     /* aliases, spaces, a layer list continuing over the next items */
     p = parse_ok(" drafter = layerskip , skip_layers=1,3-4 , 6, verify=token,adaptive ", false);
     assert_int_equal(p.draft.kind, SP_DRAFT_LAYERSKIP);
@@ -110,6 +123,10 @@ static void test_text_errors(void **state) {
     parse_bad("", false, "empty configuration");
     parse_bad("   ", false, "empty configuration");
     parse_bad("draft=bogus", false, "draft: unknown drafter 'bogus'");
+    parse_bad("draft=suffix+suffix", false, "arbitrates nothing");
+    parse_bad("draft=bogus+suffix", false, "unknown drafter 'bogus+suffix'");
+    parse_bad("draft=model+suffix,tree=2x2", true, "arbitration with suffix drafts chains");
+    parse_bad("draft=suffix,ngram_min=2", false, "only the ngram drafter uses it");
     parse_bad("draft=ngram,verify=fast", false, "verify: unknown verifier");
     parse_bad("draft=ngram,gama=4", false, "unknown setting 'gama'");
     parse_bad("draft=ngram,gamma=0", false, "gamma: must be an integer in [1, 32]");

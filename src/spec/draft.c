@@ -16,7 +16,13 @@ struct sp_drafter {
     sp_drafter_kind kind;
     sp_model *owned_model;   /* lowbit copy */
     sp_ctx *ctx;             /* NULL for ngram and suffix */
-    sp_suffix *sfx;          /* suffix */
+    sp_suffix *sfx;          /* suffix, and with_suffix (arbitration) */
+    /* arbitration (with_suffix): which drafted the last chain (0 none, 1
+     * suffix, 2 the other), its length, the other drafter's measured
+     * per-token acceptance, seconds per drafted token, the rest of an
+     * iteration (EMA), and when the last drafting call ended */
+    int used, used_len;
+    double arb_acc, arb_tried, arb_tok, arb_other, arb_end;
     int32_t V;               /* the target's vocabulary: rows of logits and q */
     int32_t Vd;              /* the draft model's (differs only by padding) */
     float *logits;           /* [max_batch][V] */
@@ -145,7 +151,11 @@ sp_suffix *sp_drafter_suffix(sp_drafter *d) { return d->sfx; }
 sp_status sp_drafter_reset(sp_drafter *d, sp_error *err) {
     d->off = 0;
     d->tree_cached = 0;
-    if (d->sfx) return sp_suffix_end_request(d->sfx, err); /* its output joins the corpus */
+    d->used = 0;
+    if (d->sfx) { /* its output joins the corpus */
+        sp_status st = sp_suffix_end_request(d->sfx, err);
+        if (st) return st;
+    }
     return d->ctx ? sp_ctx_truncate(d->ctx, 0, err) : SP_OK;
 }
 const sp_draft_counters *sp_drafter_counters(const sp_drafter *d) { return &d->cnt; }
@@ -243,13 +253,13 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
         st = sp_parse_skip_layers(p->skip_layers, sp_model_cfg(tm)->n_layers, skip_buf, err);
         dm = tm;
         break;
-    case SP_DRAFT_SUFFIX:
+    default: break;
+    }
+    if (!st && (p->kind == SP_DRAFT_SUFFIX || p->with_suffix)) {
         st = sp_suffix_init(p->suffix_corpus,
                             sp_ctx_n_ctx(target) < SP_SUFFIX_REQUEST_TOKENS ? sp_ctx_n_ctx(target)
                                                                             : SP_SUFFIX_REQUEST_TOKENS,
                             &d->sfx, err);
-        break;
-    default: break;
     }
     if (!st && dm) {
         sp_ctx_params cp = sp_ctx_default_params();
@@ -354,9 +364,67 @@ static float row_max(const float *x, int32_t n) {
     return m;
 }
 
+static sp_status draft_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t gamma,
+                             int32_t n_min, float p_min, sp_sampler *smp, sp_rng *rng,
+                             int32_t *draft, float *q, int32_t *n_draft, sp_error *err);
+
+/* Evidence weight of the arbitration's acceptance prior (0.6). */
+#define ARB_PRIOR 4.0
+
 sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t gamma,
                            int32_t n_min, float p_min, sp_sampler *smp, sp_rng *rng,
                            int32_t *draft, float *q, int32_t *n_draft, sp_error *err) {
+    const int32_t V = d->V;
+    *n_draft = 0;
+    d->used = 0;
+    if (d->sfx && d->kind != SP_DRAFT_SUFFIX) { /* arbitration */
+        const double t0 = sp_now();
+        if (d->arb_end > 0) {
+            const double o = t0 - d->arb_end;
+            d->arb_other = d->arb_other > 0 ? 0.8 * d->arb_other + 0.2 * o : o;
+        }
+        int32_t k = 0;
+        sp_status st = sp_suffix_propose(d->sfx, hist, n, gamma, draft, &k, err);
+        if (st) return st;
+        if (k > 0) {
+            /* expected emitted tokens per second of each choice */
+            const double T = d->arb_other > 0 ? d->arb_other : 1e-3;
+            const double a = (d->arb_acc + 0.6 * ARB_PRIOR) / (d->arb_tried + ARB_PRIOR);
+            double e_other = 0, ak = 1;
+            for (int32_t i = 0; i < gamma; i++) e_other += (ak *= a);
+            const double r_sfx = (1 + sp_suffix_last_expect(d->sfx)) / T;
+            const double r_other = (1 + e_other) / (T + gamma * d->arb_tok);
+            if (r_sfx >= r_other) {
+                for (int32_t i = 0; i < k; i++) {
+                    float *qi = q + (int64_t)i * V;
+                    memset(qi, 0, (size_t)V * sizeof(float));
+                    qi[draft[i]] = 1.0f;
+                }
+                *n_draft = k;
+                d->used = 1;
+                d->used_len = k;
+                d->arb_end = sp_now();
+                return SP_OK;
+            }
+            sp_suffix_feedback(d->sfx, -1); /* not used */
+        }
+        st = draft_chain(d, hist, n, gamma, n_min, p_min, smp, rng, draft, q, n_draft, err);
+        d->used = 2;
+        d->used_len = *n_draft;
+        d->arb_end = sp_now();
+        if (*n_draft > 0) {
+            const double tt = (d->arb_end - t0) / *n_draft;
+            d->arb_tok = d->arb_tok > 0 ? 0.8 * d->arb_tok + 0.2 * tt : tt;
+        }
+        return st;
+    }
+    return draft_chain(d, hist, n, gamma, n_min, p_min, smp, rng, draft, q, n_draft, err);
+}
+
+/* One drafter's chain (the kinds themselves, no arbitration). */
+static sp_status draft_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t gamma,
+                             int32_t n_min, float p_min, sp_sampler *smp, sp_rng *rng,
+                             int32_t *draft, float *q, int32_t *n_draft, sp_error *err) {
     const int32_t V = d->V;
     *n_draft = 0;
     if (d->kind == SP_DRAFT_NGRAM || d->kind == SP_DRAFT_SUFFIX) {
@@ -392,7 +460,12 @@ sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_
 }
 
 sp_status sp_drafter_accept_chain(sp_drafter *d, int32_t n, int32_t tau, sp_error *err) {
-    if (d->sfx) sp_suffix_feedback(d->sfx, tau);
+    if (d->sfx && (d->kind == SP_DRAFT_SUFFIX || d->used == 1)) sp_suffix_feedback(d->sfx, tau);
+    if (d->used == 2 && d->used_len > 0) { /* the other drafter's per-token acceptance */
+        d->arb_acc = 0.97 * d->arb_acc + tau;
+        d->arb_tried = 0.97 * d->arb_tried + (tau < d->used_len ? tau + 1 : tau);
+    }
+    d->used = 0;
     if (!d->ctx) return SP_OK;
     int32_t keep = n + tau - d->off, have = sp_ctx_n_past(d->ctx);
     if (keep < 0) keep = 0;
@@ -436,7 +509,7 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
                           const sp_tree_shape *shape, int32_t max_depth, bool greedy,
                           sp_mc_mode mode, sp_sampler *smp, sp_rng *rng, sp_draft_tree *t,
                           sp_error *err) {
-    if (d->sfx) {
+    if (d->kind == SP_DRAFT_SUFFIX) {
         sp_suffix_tree st = {.parent = t->parent, .token = t->token, .depth = t->depth, .q = t->q};
         int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
         sp_status rc = sp_suffix_propose_tree(d->sfx, hist, n, shape->branch, depth < 0 ? 0 : depth,
@@ -506,7 +579,7 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
 sp_status sp_drafter_accept_tree(sp_drafter *d, int32_t n, const sp_draft_tree *t,
                                  const int32_t *path, int32_t n_path, sp_error *err) {
     (void)t;
-    if (d->sfx) sp_suffix_feedback(d->sfx, n_path);
+    if (d->kind == SP_DRAFT_SUFFIX) sp_suffix_feedback(d->sfx, n_path);
     /* A tree trimmed to depth 0 drafted nothing and left the cache behind:
      * the next catch-up brings it level. */
     if (!d->ctx || sp_ctx_n_past(d->ctx) < n - d->off) return SP_OK;

@@ -96,11 +96,25 @@ static sp_status apply(sp_spec_config *c, const spelling *sp, const char *key, c
         return sp_fail(err, SP_ERR_ARG, "%s: given twice%s", key,
                        sp->id == S_GAMMA ? " (gamma and n_max are the same setting)" : "");
     switch (sp->id) {
-    case S_DRAFTER:
-        if (sp_drafter_parse(v->str, &p->draft.kind, err))
+    case S_DRAFTER: {
+        /* "X+suffix": X arbitrated per step with the suffix drafter */
+        char base[32];
+        size_t L = strlen(v->str);
+        const bool plus = L > 7 && !strcmp(v->str + L - 7, "+suffix") && L - 7 < sizeof base;
+        if (plus) {
+            memcpy(base, v->str, L - 7);
+            base[L - 7] = 0;
+        }
+        if (sp_drafter_parse(plus ? base : v->str, &p->draft.kind, err))
             return sp_fail(err, SP_ERR_ARG, "%s: unknown drafter '%s' (none, model, ngram, "
-                           "layerskip, lowbit, suffix)", key, v->str);
+                           "layerskip, lowbit, suffix; model+suffix etc. to arbitrate)", key,
+                           v->str);
+        if (plus && (p->draft.kind == SP_DRAFT_NONE || p->draft.kind == SP_DRAFT_SUFFIX))
+            return sp_fail(err, SP_ERR_ARG, "%s: '%s' arbitrates nothing (model, ngram, layerskip "
+                           "or lowbit +suffix)", key, v->str);
+        p->draft.with_suffix = plus;
         break;
+    }
     case S_VERIFIER:
         if (sp_verifier_parse(v->str, &p->verifier, err))
             return sp_fail(err, SP_ERR_ARG, "%s: unknown verifier '%s' (token, block, greedy, "
@@ -453,6 +467,7 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
         {S_N_MIN, plain && !c->off_by_n_max, "plain decoding drafts nothing"},
         {S_TREE, !model_based(kind) && kind != SP_DRAFT_SUFFIX,
          "trees need a model-based drafter (model, layerskip, lowbit) or suffix"},
+        {S_TREE, p->draft.with_suffix, "arbitration with suffix drafts chains, not trees"},
         {S_NGRAM_MIN, kind != SP_DRAFT_NGRAM, "only the ngram drafter uses it"},
         {S_NGRAM_MAX, kind != SP_DRAFT_NGRAM, "only the ngram drafter uses it"},
         {S_SKIP, kind != SP_DRAFT_LAYERSKIP, "only the layerskip drafter uses it"},
@@ -504,6 +519,8 @@ sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
         if (sp_tree_shape_make(p->tree.branch, p->tree.depth, &sh, &e) ||
             sh.n_nodes != p->tree.n_nodes)
             return sp_fail(err, SP_ERR_ARG, "tree: invalid shape (%s)", e.msg[0] ? e.msg : "node count");
+        if (p->draft.with_suffix)
+            return sp_fail(err, SP_ERR_ARG, "tree: arbitration with suffix drafts chains, not trees");
         if (!model_based(kind) && kind != SP_DRAFT_SUFFIX)
             return sp_fail(err, SP_ERR_ARG,
                            "tree: trees need a model-based drafter (model, layerskip, lowbit) or "

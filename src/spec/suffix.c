@@ -291,6 +291,7 @@ struct sp_suffix {
     int32_t n_prompt;  /* text length at the request's first proposal; -1 before */
     double acc[2][N_BUCKETS], tried[2][N_BUCKETS];
     int32_t last_src, last_bucket, last_len; /* the last proposal */
+    double last_expect;
     sp_suffix_stats st;
 };
 
@@ -421,7 +422,7 @@ static sp_status index_text(sp_suffix *s, const int32_t *hist, int32_t n, sp_err
  * (0 request, 1 corpus) and the chain length in *len (0: nothing to
  * propose). The corpus mutex is taken and released inside. */
 static int pick(sp_suffix *s, const int32_t *hist, int32_t n, int32_t max_len, int32_t *out,
-                int32_t *len, int32_t *node, int32_t *mlen) {
+                int32_t *len, int32_t *node, int32_t *mlen, double *expect) {
     int32_t buf[2][MAX_CHAIN], l[2] = {0, 0}, m[2] = {0, 0}, v[2] = {-1, -1};
     double ex[2] = {0, 0};
     if (max_len > MAX_CHAIN) max_len = MAX_CHAIN;
@@ -445,6 +446,7 @@ static int pick(sp_suffix *s, const int32_t *hist, int32_t n, int32_t max_len, i
     *len = l[src];
     *node = v[src];
     *mlen = m[src];
+    *expect = ex[src];
     return src;
 }
 
@@ -463,13 +465,16 @@ sp_status sp_suffix_propose(sp_suffix *s, const int32_t *hist, int32_t n, int32_
         return sp_fail(err, SP_ERR_ARG, "suffix: bad arguments");
     *n_out = 0;
     s->last_src = -1;
+    s->last_expect = 0;
     sp_status st = index_text(s, hist, n, err);
     if (st || max_len == 0 || n == 0) return st;
     int32_t len, node, mlen;
-    const int src = pick(s, hist, n, max_len, out, &len, &node, &mlen);
+    double ex;
+    const int src = pick(s, hist, n, max_len, out, &len, &node, &mlen, &ex);
     if (len == 0) return SP_OK;
     *n_out = len;
     note_proposal(s, src, mlen, len);
+    s->last_expect = ex;
     return SP_OK;
 }
 
@@ -488,7 +493,8 @@ sp_status sp_suffix_propose_tree(sp_suffix *s, const int32_t *hist, int32_t n,
     sp_status st = index_text(s, hist, n, err);
     if (st || depth == 0) return st;
     int32_t tmp[MAX_CHAIN], len, v0, mlen;
-    const int src = pick(s, hist, n, depth, tmp, &len, &v0, &mlen);
+    double ex;
+    const int src = pick(s, hist, n, depth, tmp, &len, &v0, &mlen, &ex);
     if (len == 0) return SP_OK;
     const trie *tr = src ? &s->corpus->t : &s->req;
     const double a = rate(s, src, mlen);
@@ -565,7 +571,10 @@ sp_status sp_suffix_propose_tree(sp_suffix *s, const int32_t *hist, int32_t n,
 
 void sp_suffix_feedback(sp_suffix *s, int32_t n_accepted) {
     if (!s || s->last_src < 0) return;
-    if (n_accepted < 0) n_accepted = 0;
+    if (n_accepted < 0) { /* not used */
+        s->last_src = -1;
+        return;
+    }
     if (n_accepted > s->last_len) n_accepted = s->last_len;
     const int src = s->last_src, b = s->last_bucket;
     /* per-token acceptance: n_accepted successes out of the tokens that were
@@ -576,6 +585,8 @@ void sp_suffix_feedback(sp_suffix *s, int32_t n_accepted) {
     s->st.accepted += n_accepted;
     s->last_src = -1;
 }
+
+double sp_suffix_last_expect(const sp_suffix *s) { return s && s->last_src >= 0 ? s->last_expect : 0; }
 
 sp_suffix_stats sp_suffix_get_stats(sp_suffix *s) {
     sp_suffix_stats r = sp_suffix_corpus_stats(s ? s->corpus : NULL);
