@@ -80,6 +80,88 @@ static void test_toy_exact(void **state) {
     sp_vsim_model_free(&m);
 }
 
+static double exact(const sp_vsim_model *m, sp_verifier v, int gamma, int cand, const char *tree) {
+    sp_vsim_params prm = sp_vsim_default_params();
+    sp_tree_shape sh;
+    prm.verifier = v;
+    prm.gamma = gamma;
+    prm.candidates = cand;
+    if (tree) {
+        assert_int_equal(sp_tree_shape_parse(tree, &sh, NULL), SP_OK);
+        prm.tree = &sh;
+    }
+    double ex = -1;
+    sp_error e = {0};
+    if (sp_vsim_exact(m, &prm, &ex, &e)) fail_msg("exact: %s", e.msg);
+    return ex;
+}
+
+/* The exact enumeration (sp_vsim_exact) reproduces the rational toy figures,
+ * and on Markov chains: gbv with one path and traversal on a chain equal
+ * block verification; gbv is never below block and traversal never below
+ * mc-norep on the same trees (the papers' direction, without sampling
+ * noise); the sampled simulator agrees with it (5 standard errors). */
+static void test_exact(void **state) {
+    (void)state;
+    const double p[2] = {1.0 / 3, 2.0 / 3}, q[2] = {2.0 / 3, 1.0 / 3};
+    sp_vsim_model m;
+    assert_int_equal(sp_vsim_model_context_free(&m, 2, p, q, NULL), SP_OK);
+    const struct {
+        sp_verifier v;
+        int gamma, cand;
+        const char *tree;
+        double want;
+    } toy[] = {
+        {SP_VERIFIER_TOKEN, 2, 0, NULL, 10.0 / 9},      {SP_VERIFIER_BLOCK, 2, 0, NULL, 11.0 / 9},
+        {SP_VERIFIER_GBV, 2, 2, NULL, 38.0 / 27},       {SP_VERIFIER_MC, 2, 2, NULL, 35.0 / 27},
+        {SP_VERIFIER_GBV, 2, 3, NULL, 124.0 / 81},      {SP_VERIFIER_MC, 2, 3, NULL, 115.0 / 81},
+        {SP_VERIFIER_TRAVERSAL, 0, 0, "2x1", 16.0 / 9}, {SP_VERIFIER_MC_NOREP, 0, 0, "2x1", 15.0 / 9},
+        {SP_VERIFIER_TRAVERSAL, 0, 0, "1x1", 11.0 / 9},
+    };
+    for (size_t i = 0; i < sizeof toy / sizeof toy[0]; i++) {
+        double ex = exact(&m, toy[i].v, toy[i].gamma, toy[i].cand, toy[i].tree);
+        if (fabs(ex - toy[i].want) > 1e-6)
+            fail_msg("toy %zu (%s): exact %.9f, want %.9f", i, sp_verifier_name(toy[i].v), ex,
+                     toy[i].want);
+    }
+    sp_vsim_model_free(&m);
+    static const double temps[] = {0.5, 1.0, 2.0};
+    for (int t = 0; t < 3; t++) {
+        assert_int_equal(sp_vsim_model_markov(&m, 4, 30 + t, NULL), SP_OK);
+        assert_int_equal(sp_vsim_model_temperature(&m, temps[t], NULL), SP_OK);
+        const double blk = exact(&m, SP_VERIFIER_BLOCK, 3, 0, NULL);
+        /* equal up to the float rows' rounding (the verifiers normalise
+         * differently: block reads q as given, traversal divides by its sum) */
+        assert_true(fabs(exact(&m, SP_VERIFIER_GBV, 3, 1, NULL) - blk) < 1e-6);
+        assert_true(fabs(exact(&m, SP_VERIFIER_TRAVERSAL, 0, 0, "1x1x1") - blk) < 1e-6);
+        assert_true(exact(&m, SP_VERIFIER_TOKEN, 3, 0, NULL) <= blk + 1e-6);
+        const double g2 = exact(&m, SP_VERIFIER_GBV, 3, 2, NULL);
+        assert_true(g2 >= blk - 1e-6);
+        const double tr = exact(&m, SP_VERIFIER_TRAVERSAL, 0, 0, "2x2x1");
+        const double mn = exact(&m, SP_VERIFIER_MC_NOREP, 0, 0, "2x2x1");
+        printf("markov V=4 T=%g: block %.5f gbv(K=2) %.5f | mc-norep(2x2x1) %.5f traversal %.5f\n",
+               temps[t], blk, g2, mn, tr);
+        assert_true(tr >= mn - 1e-6);
+        /* the sampled simulator agrees with the enumeration */
+        const long N = 20000;
+        sp_vsim_result r = run(&m, SP_VERIFIER_TRAVERSAL, 0, 0, "2x2x1", N, 60 + t);
+        assert_true(fabs(r.mean_accepted - tr) < 5 * sqrt(acc_var(&r) / N) + 1e-9);
+        r = run(&m, SP_VERIFIER_GBV, 3, 2, NULL, N, 70 + t);
+        assert_true(fabs(r.mean_accepted - g2) < 5 * sqrt(acc_var(&r) / N) + 1e-9);
+        sp_vsim_model_free(&m);
+    }
+    /* verifiers without an exact form, and enumerations too large */
+    assert_int_equal(sp_vsim_model_markov(&m, 16, 1, NULL), SP_OK);
+    sp_vsim_params prm = sp_vsim_default_params();
+    double ex;
+    prm.verifier = SP_VERIFIER_NAIVE;
+    assert_int_equal(sp_vsim_exact(&m, &prm, &ex, NULL), SP_ERR_UNSUPPORTED);
+    prm.verifier = SP_VERIFIER_BLOCK;
+    prm.gamma = 8;
+    assert_int_equal(sp_vsim_exact(&m, &prm, &ex, NULL), SP_ERR_RANGE);
+    sp_vsim_model_free(&m);
+}
+
 /* Chi-square losslessness on random Markov chains for both verifiers over
  * several shapes and temperatures, and the direction: GBV's mean accepted
  * length not below block verification's, traversal's not below mc-norep's
@@ -220,6 +302,6 @@ static void test_bad_input(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_toy_exact), cmocka_unit_test(test_markov_lossless),
     cmocka_unit_test(test_direction), cmocka_unit_test(test_temp0),
-    cmocka_unit_test(test_bad_input),
+    cmocka_unit_test(test_bad_input),   cmocka_unit_test(test_exact),
 };
 SP_TEST_MAIN(tests)
