@@ -50,7 +50,9 @@ sp_status sp_drafter_parse(const char *name, sp_drafter_kind *out, sp_error *err
  * verification: the time between two drafting calls), the suffix chain is
  * used when (1 + E_suffix) / T >= (1 + E_other) / (T + gamma t_draft),
  * t_draft the other drafter's measured seconds per drafted token; else the
- * other drafter drafts. Exact whichever is chosen (each proposal comes with
+ * other drafter drafts, unless 1 / T (drafting nothing) beats it. The other
+ * drafter's cache is not prefilled with the prompt: it catches up when
+ * first chosen (after a long gap from the last 32 tokens only). Exact whichever is chosen (each proposal comes with
  * the q it was drawn from). */
 
 /* Prompt lookup over hist[0..len): for n = n_max down to n_min, find the most

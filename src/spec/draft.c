@@ -349,7 +349,11 @@ static sp_status catch_up(sp_drafter *d, const int32_t *hist, int32_t n, sp_erro
 }
 
 sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_error *err) {
-    if (!d->ctx || n <= 0) return SP_OK;
+    /* arbitrated: the draft cache is filled when the drafter is first chosen
+     * (catch_up; a long gap restarts it from the last DRAFT_RESYNC_KEEP
+     * tokens), so a request the suffix drafter serves alone never pays the
+     * draft model's prefill */
+    if (!d->ctx || n <= 0 || d->sfx) return SP_OK;
     d->off = 0;
     double t0 = sp_now();
     sp_status st = sp_prefill(d->ctx, hist, n, d->dlogits ? d->dlogits : d->logits, &d->cnt.forwards, err);
@@ -386,14 +390,19 @@ sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_
         int32_t k = 0;
         sp_status st = sp_suffix_propose(d->sfx, hist, n, gamma, draft, &k, err);
         if (st) return st;
+        /* expected emitted tokens per second of each choice: the suffix
+         * chain, the other drafter, or drafting nothing */
+        const double T = d->arb_other > 0 ? d->arb_other : 1e-3;
+        const double a = (d->arb_acc + 0.6 * ARB_PRIOR) / (d->arb_tried + ARB_PRIOR);
+        double e_other = 0, ak = 1;
+        for (int32_t i = 0; i < gamma; i++) e_other += (ak *= a);
+        const double r_sfx = k > 0 ? (1 + sp_suffix_last_expect(d->sfx)) / T : 0;
+        const double r_other = (1 + e_other) / (T + gamma * d->arb_tok), r_none = 1 / T;
+        if (k == 0 && r_none > r_other) { /* neither is worth its cost this step */
+            d->arb_end = sp_now();
+            return SP_OK;
+        }
         if (k > 0) {
-            /* expected emitted tokens per second of each choice */
-            const double T = d->arb_other > 0 ? d->arb_other : 1e-3;
-            const double a = (d->arb_acc + 0.6 * ARB_PRIOR) / (d->arb_tried + ARB_PRIOR);
-            double e_other = 0, ak = 1;
-            for (int32_t i = 0; i < gamma; i++) e_other += (ak *= a);
-            const double r_sfx = (1 + sp_suffix_last_expect(d->sfx)) / T;
-            const double r_other = (1 + e_other) / (T + gamma * d->arb_tok);
             if (r_sfx >= r_other) {
                 for (int32_t i = 0; i < k; i++) {
                     float *qi = q + (int64_t)i * V;
