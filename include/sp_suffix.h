@@ -66,6 +66,8 @@ typedef struct sp_suffix_stats {
     int64_t bytes;                       /* memory reserved by this drafter and its corpus */
     int64_t proposals, proposed, accepted; /* steps that proposed >= 1 token; tokens */
     int64_t from_corpus;                 /* proposals taken from the corpus */
+    int64_t steps;                       /* calls that indexed and looked up */
+    double seconds, max_step_seconds;    /* their total and longest wall time */
 } sp_suffix_stats;
 sp_suffix_stats sp_suffix_corpus_stats(sp_suffix_corpus *c); /* corpus fields only */
 

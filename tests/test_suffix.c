@@ -150,6 +150,8 @@ static void test_learned_length(void **state) {
     assert_true(k2 > k0 || k2 == 16);
     sp_suffix_stats st = sp_suffix_get_stats(s);
     assert_true(st.proposals > 0 && st.accepted <= st.proposed);
+    assert_true(st.steps >= st.proposals && st.seconds > 0);
+    assert_true(st.max_step_seconds >= st.seconds / (double)st.steps);
     sp_suffix_free(s);
 }
 

@@ -338,6 +338,15 @@ int sp_gen_main(const sp_gen_opts *o, sp_gen_result *res) {
                     sp_model_desc(g.model), g.n_prompt, g.gs.t_prefill * 1e3, g.gs.n_generated, secs,
                     tps);
             if (o->spec.draft.kind != SP_DRAFT_NONE) sp_cli_spec_print(stderr, &g.sst);
+            sp_suffix_stats x;
+            if (sp_spec_suffix_stats(g.spec, &x))
+                fprintf(stderr,
+                        "[spec suffix] %lld proposals (%lld from the corpus), trie nodes %lld request "
+                        "+ %lld corpus (%lld tokens), %.1f MB reserved; %.1f us a step, longest "
+                        "%.1f us\n",
+                        (long long)x.proposals, (long long)x.from_corpus, (long long)x.request_nodes,
+                        (long long)x.corpus_nodes, (long long)x.corpus_tokens, (double)x.bytes / 1e6,
+                        x.steps ? x.seconds / (double)x.steps * 1e6 : 0.0, x.max_step_seconds * 1e6);
             if (g.online) sp_cli_online_print(stderr, g.online);
         }
     }

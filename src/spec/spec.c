@@ -49,6 +49,13 @@ const sp_model *sp_spec_draft_model(const sp_spec *s) {
     return s->drafter && s->prm.draft.kind == SP_DRAFT_MODEL ? s->prm.draft.draft_model : NULL;
 }
 
+bool sp_spec_suffix_stats(const sp_spec *s, sp_suffix_stats *out) {
+    sp_suffix *x = s && s->drafter ? sp_drafter_suffix(s->drafter) : NULL;
+    if (!x) return false;
+    *out = sp_suffix_get_stats(x);
+    return true;
+}
+
 /* A drafter for s's settings drafting with model m (its batch sized for
  * the widest tree level). */
 static sp_status drafter_for(const sp_spec *s, const sp_model *m, sp_drafter **out, sp_error *err) {

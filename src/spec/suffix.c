@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 
+#include "sp_clock.h"
 #include "sp_tree.h"
 #include <stdbool.h>
 #include <stdlib.h>
@@ -450,6 +451,12 @@ static int pick(sp_suffix *s, const int32_t *hist, int32_t n, int32_t max_len, i
     return src;
 }
 
+static void note_time(sp_suffix *s, double dt) {
+    s->st.steps++;
+    s->st.seconds += dt;
+    if (dt > s->st.max_step_seconds) s->st.max_step_seconds = dt;
+}
+
 static void note_proposal(sp_suffix *s, int src, int32_t mlen, int32_t len) {
     s->last_src = src;
     s->last_bucket = bucket_of(mlen);
@@ -466,17 +473,25 @@ sp_status sp_suffix_propose(sp_suffix *s, const int32_t *hist, int32_t n, int32_
     *n_out = 0;
     s->last_src = -1;
     s->last_expect = 0;
+    const double t0 = sp_now();
     sp_status st = index_text(s, hist, n, err);
-    if (st || max_len == 0 || n == 0) return st;
-    int32_t len, node, mlen;
-    double ex;
-    const int src = pick(s, hist, n, max_len, out, &len, &node, &mlen, &ex);
-    if (len == 0) return SP_OK;
-    *n_out = len;
-    note_proposal(s, src, mlen, len);
-    s->last_expect = ex;
-    return SP_OK;
+    if (!st && max_len > 0 && n > 0) {
+        int32_t len, node, mlen;
+        double ex;
+        const int src = pick(s, hist, n, max_len, out, &len, &node, &mlen, &ex);
+        if (len > 0) {
+            *n_out = len;
+            note_proposal(s, src, mlen, len);
+            s->last_expect = ex;
+        }
+    }
+    note_time(s, sp_now() - t0);
+    return st;
 }
+
+static sp_status grow_tree(sp_suffix *s, const int32_t *hist, int32_t n, const int32_t *branch,
+                           int32_t depth, int32_t max_nodes, bool greedy, bool norep, sp_rng *rng,
+                           int32_t V, sp_suffix_tree *t, sp_error *err);
 
 sp_status sp_suffix_propose_tree(sp_suffix *s, const int32_t *hist, int32_t n,
                                  const int32_t *branch, int32_t depth, int32_t max_nodes,
@@ -490,6 +505,15 @@ sp_status sp_suffix_propose_tree(sp_suffix *s, const int32_t *hist, int32_t n,
     t->parent[0] = -1;
     t->token[0] = hist[n - 1];
     t->depth[0] = 0;
+    const double t0 = sp_now();
+    sp_status st = grow_tree(s, hist, n, branch, depth, max_nodes, greedy, norep, rng, V, t, err);
+    note_time(s, sp_now() - t0);
+    return st;
+}
+
+static sp_status grow_tree(sp_suffix *s, const int32_t *hist, int32_t n, const int32_t *branch,
+                           int32_t depth, int32_t max_nodes, bool greedy, bool norep, sp_rng *rng,
+                           int32_t V, sp_suffix_tree *t, sp_error *err) {
     sp_status st = index_text(s, hist, n, err);
     if (st || depth == 0) return st;
     int32_t tmp[MAX_CHAIN], len, v0, mlen;
@@ -597,5 +621,8 @@ sp_suffix_stats sp_suffix_get_stats(sp_suffix *s) {
     r.proposed = s->st.proposed;
     r.accepted = s->st.accepted;
     r.from_corpus = s->st.from_corpus;
+    r.steps = s->st.steps;
+    r.seconds = s->st.seconds;
+    r.max_step_seconds = s->st.max_step_seconds;
     return r;
 }
