@@ -13,6 +13,9 @@
  *              continuation, its length chosen per step (chains: q one-hot),
  *              or a tree of the most frequent continuations (q = their
  *              normalised counts, children drawn from it)
+ *   ngram-cache  llama.cpp's n-gram cache lookup (context cache over the
+ *              request, dynamic cache over earlier requests, its thresholds;
+ *              sp_suffix_propose_lookup), for comparison; q one-hot
  * A drafter keeps its own KV cache (model-based kinds) in step with the
  * committed text: before drafting it evaluates the committed tokens it has
  * not seen, and after verification the caller tells it what was accepted.
@@ -37,7 +40,8 @@ typedef enum sp_drafter_kind {
     SP_DRAFT_NGRAM,
     SP_DRAFT_LAYERSKIP,
     SP_DRAFT_LOWBIT,
-    SP_DRAFT_SUFFIX
+    SP_DRAFT_SUFFIX,
+    SP_DRAFT_NGRAM_CACHE
 } sp_drafter_kind;
 
 const char *sp_drafter_name(sp_drafter_kind k);
@@ -76,7 +80,7 @@ sp_status sp_parse_skip_layers(const char *s, int32_t n_layers, bool *skip, sp_e
 typedef struct sp_drafter_params {
     sp_drafter_kind kind;
     const sp_model *draft_model; /* SP_DRAFT_MODEL (not owned) */
-    int32_t ngram_min, ngram_max; /* SP_DRAFT_NGRAM, default 1 and 4 */
+    int32_t ngram_min, ngram_max; /* SP_DRAFT_NGRAM (and NGRAM_CACHE: max <= 4), default 1 and 4 */
     char skip_layers[SP_DRAFT_SKIP_LEN]; /* SP_DRAFT_LAYERSKIP, see sp_parse_skip_layers; "" = default */
     sp_ggml_type lowbit_type;    /* SP_DRAFT_LOWBIT, default Q4_0 */
     int32_t max_batch;           /* largest draft batch (tree level); default SP_CTX_DEFAULT_BATCH */

@@ -9,7 +9,8 @@
  * "verifier", ...), never a command-line flag.
  *
  * Settings (aliases in brackets):
- *   drafter [draft]     none | model | ngram | layerskip | lowbit | suffix, or
+ *   drafter [draft]     none | model | ngram | layerskip | lowbit | suffix |
+ *                       ngram-cache, or
  *                       model+suffix (ngram, layerskip, lowbit +suffix): that drafter
  *                       and the suffix drafter arbitrated per step (sp_draft.h)
  *   verifier [verify]   token | block | greedy | lenient | mc | mc-norep | naive |
@@ -24,7 +25,7 @@
  *                       below it, [0, 1] (0 = never; model-based drafters)
  *   tree                draft tree shape "k1xk2x..." (sp_tree.h) instead of a chain
  *   adaptive            choose gamma per iteration (ALGORITHMS.md section 6)
- *   ngram_min, ngram_max  prompt-lookup n-gram sizes, 1..64
+ *   ngram_min, ngram_max  prompt-lookup n-gram sizes, 1..64 (ngram-cache: 1..4)
  *   skip_layers [skip]  layers the layerskip drafter leaves out, "1,3,5-7"
  *   lowbit              weight type of the low-bit self-draft: any ggml type
  *                       name (case-insensitive) the engine computes with

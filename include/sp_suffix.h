@@ -121,6 +121,22 @@ sp_status sp_suffix_propose_tree(sp_suffix *s, const int32_t *hist, int32_t n,
  * learned). */
 void sp_suffix_feedback(sp_suffix *s, int32_t n_accepted);
 
+/* llama.cpp's n-gram cache lookup (common/ngram-cache.cpp, "lookup
+ * decoding") on the same tries: token by token, the most frequent
+ * continuation of the longest n-gram (ngram_max down to ngram_min, 1 <= min
+ * <= max <= 4) of the text plus the tokens drafted so far, first in the
+ * request (llama.cpp's context cache, thresholds: at least 2, 2, 1, 1
+ * samples and 66, 50, 50, 50 % for sizes 1..4), else in the corpus (its
+ * dynamic cache: 4, 3, 2, 2 samples, 75, 66, 66, 66 %); stops at the first
+ * position neither passes. No static cache. Up to max_len tokens. */
+sp_status sp_suffix_propose_lookup(sp_suffix *s, const int32_t *hist, int32_t n, int32_t max_len,
+                                   int32_t ngram_min, int32_t ngram_max, int32_t *out,
+                                   int32_t *n_out, sp_error *err);
+
+/* Whether the corpus receives a finished request's whole text (prompt and
+ * output, as llama.cpp's dynamic cache does) instead of its output. */
+void sp_suffix_set_whole_text(sp_suffix *s, bool whole);
+
 /* Expected accepted tokens of the last proposal (sum of its running
  * scores), 0 if it proposed nothing. */
 double sp_suffix_last_expect(const sp_suffix *s);

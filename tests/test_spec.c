@@ -94,6 +94,7 @@ static const cfg GREEDY_CFGS[] = {
     {SP_DRAFT_LOWBIT, SP_VERIFIER_BLOCK, 5, NULL, false, 0, false, 0, true},
     {SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, 6, NULL, true, 0, false, 0, true},
     {SP_DRAFT_NGRAM, SP_VERIFIER_BLOCK, 8, NULL, false, 0, false, 0, true},
+    {SP_DRAFT_NGRAM_CACHE, SP_VERIFIER_BLOCK, 8, NULL, false, 0, false, 0, false},
 };
 
 /* Temperature 0: every configuration emits plain greedy decoding's tokens. */
@@ -522,6 +523,7 @@ static void test_distribution(void **state) {
         distribution_case(tm, dm, SP_DRAFT_SUFFIX, SP_VERIFIER_TRAVERSAL, "3x2", sps[f], N);
     }
     distribution_case(tm, dm, SP_DRAFT_SUFFIX, SP_VERIFIER_GBV, "3x1", &plain, N);
+    distribution_case(tm, dm, SP_DRAFT_NGRAM_CACHE, SP_VERIFIER_BLOCK, NULL, &filt, N);
     g_with_suffix = true; /* per-step arbitration: suffix or the draft model */
     for (int f = 0; f < 2; f++) distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, NULL, sps[f], N);
     g_with_suffix = false;

@@ -38,6 +38,8 @@ static void test_text_settings(void **state) {
     assert_int_equal(p.verifier, SP_VERIFIER_BLOCK);
     assert_false(p.draft.with_suffix);
     /* the suffix drafter, alone (chains and trees) and arbitrated */
+    p = parse_ok("draft=ngram-cache,ngram_min=2,ngram_max=4", false);
+    assert_int_equal(p.draft.kind, SP_DRAFT_NGRAM_CACHE);
     p = parse_ok("draft=suffix,gamma=12", false);
     assert_int_equal(p.draft.kind, SP_DRAFT_SUFFIX);
     assert_false(p.draft.with_suffix);
@@ -126,7 +128,9 @@ static void test_text_errors(void **state) {
     parse_bad("draft=suffix+suffix", false, "arbitrates nothing");
     parse_bad("draft=bogus+suffix", false, "unknown drafter 'bogus+suffix'");
     parse_bad("draft=model+suffix,tree=2x2", true, "arbitration with suffix drafts chains");
-    parse_bad("draft=suffix,ngram_min=2", false, "only the ngram drafter uses it");
+    parse_bad("draft=suffix,ngram_min=2", false, "only the ngram and ngram-cache drafters use it");
+    parse_bad("draft=ngram-cache,ngram_max=5", false, "ngram-cache needs");
+    parse_bad("draft=ngram-cache+suffix", false, "arbitrates nothing");
     parse_bad("draft=ngram,verify=fast", false, "verify: unknown verifier");
     parse_bad("draft=ngram,gama=4", false, "unknown setting 'gama'");
     parse_bad("draft=ngram,gamma=0", false, "gamma: must be an integer in [1, 32]");
@@ -155,7 +159,7 @@ static void test_text_errors(void **state) {
     /* combinations */
     parse_bad("draft=ngram,skip=1", false, "skip_layers: only the layerskip drafter uses it");
     parse_bad("draft=ngram,lowbit=q8_0", false, "lowbit: only the lowbit drafter uses it");
-    parse_bad("draft=layerskip,ngram_max=3", false, "ngram_max: only the ngram drafter");
+    parse_bad("draft=layerskip,ngram_max=3", false, "ngram_max: only the ngram and ngram-cache drafters");
     parse_bad("draft=ngram,tree=2x2", false, "tree: trees need a model-based drafter");
     parse_bad("draft=layerskip,tree=2x2,verify=token", false, "tree: trees are verified with");
     parse_bad("draft=layerskip,tree=2x2,gamma=4", false, "gamma: a tree's shape sets the draft length");

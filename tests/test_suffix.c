@@ -203,6 +203,38 @@ static void test_tree(void **state) {
     }
 }
 
+/* llama.cpp's lookup thresholds on the same tries: "3 1 2" was followed by
+ * 3 once (size 3: 1 sample and 50% suffice), and so on; a single sighting
+ * of a 1-gram is not enough (size 1 needs 2 samples); the corpus (dynamic
+ * cache) holds whole requests and uses the strict thresholds. */
+static void test_lookup(void **state) {
+    (void)state;
+    sp_suffix *s = mk(NULL, 0);
+    sp_suffix_set_whole_text(s, true);
+    int32_t out[8], k = -1;
+    sp_error e = {0};
+    const int32_t h[] = {1, 2, 3, 1, 2, 3, 1, 2};
+    assert_int_equal(sp_suffix_propose_lookup(s, h, 8, 4, 1, 4, out, &k, &e), SP_OK);
+    const int32_t want[] = {3, 1, 2, 3};
+    assert_int_equal(k, 4);
+    assert_memory_equal(out, want, sizeof want);
+    const int32_t once[] = {5, 6, 7, 8, 9, 5, 6, 8};
+    assert_int_equal(sp_suffix_propose_lookup(s, once, 8, 4, 1, 4, out, &k, &e), SP_OK);
+    assert_int_equal(k, 0);
+    /* a new request: "9 5 6" continues from the corpus only if seen often
+     * enough (strict: a 3-gram needs 2 samples at 66%) */
+    assert_int_equal(sp_suffix_end_request(s, NULL), SP_OK);
+    const int32_t r2[] = {40, 9, 5, 6};
+    assert_int_equal(sp_suffix_propose_lookup(s, r2, 4, 4, 1, 4, out, &k, &e), SP_OK);
+    assert_int_equal(k, 0); /* "9 5 6" -> 8 seen once: below the strict 2 samples */
+    const int32_t r3[] = {41, 1, 2, 3};
+    assert_int_equal(sp_suffix_end_request(s, NULL), SP_OK);
+    assert_int_equal(sp_suffix_propose_lookup(s, r3, 4, 2, 1, 4, out, &k, &e), SP_OK);
+    assert_true(k >= 0);
+    assert_int_equal(sp_suffix_propose_lookup(s, r3, 4, 2, 2, 5, out, &k, &e), SP_ERR_ARG);
+    sp_suffix_free(s);
+}
+
 static void test_bad_input(void **state) {
     (void)state;
     sp_suffix_corpus *c = NULL;
@@ -273,6 +305,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_deterministic), cmocka_unit_test(test_corpus),
     cmocka_unit_test(test_bounded),       cmocka_unit_test(test_learned_length),
     cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_shared_threads),
-    cmocka_unit_test(test_tree),
+    cmocka_unit_test(test_tree),          cmocka_unit_test(test_lookup),
 };
 SP_TEST_MAIN(tests)

@@ -17,7 +17,7 @@ static void gen_usage(FILE *f) {
             "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
             "         [-c N_CTX] [--json]\n"
             "       speculation: [-md DRAFT [-zd TOKENIZER]]\n"
-            "         [--draft model|ngram|layerskip|lowbit|suffix|none]\n"
+            "         [--draft model|ngram|layerskip|lowbit|suffix|ngram-cache|none]\n"
             "         [--verify block|token|greedy|lenient|mc|mc-norep|naive|gbv|traversal]\n"
             "         [--lenience L]\n"
             "         [--gamma G | --draft-max G] [--draft-min N] [--adaptive] [--draft-p-min P]\n"

@@ -48,8 +48,8 @@ struct sp_drafter {
 #define DRAFT_RESYNC_GAP 64
 #define DRAFT_RESYNC_KEEP 32
 
-static const char *const KIND_NAMES[] = {"none",      "model",  "ngram",
-                                         "layerskip", "lowbit", "suffix"};
+static const char *const KIND_NAMES[] = {"none",   "model",  "ngram",      "layerskip",
+                                         "lowbit", "suffix", "ngram-cache"};
 
 const char *sp_drafter_name(sp_drafter_kind k) {
     return (unsigned)k < sizeof KIND_NAMES / sizeof KIND_NAMES[0] ? KIND_NAMES[k] : "unknown";
@@ -61,7 +61,8 @@ sp_status sp_drafter_parse(const char *name, sp_drafter_kind *out, sp_error *err
             *out = (sp_drafter_kind)i;
             return SP_OK;
         }
-    return sp_fail(err, SP_ERR_ARG, "unknown drafter '%s' (model, ngram, layerskip, lowbit, suffix, none)",
+    return sp_fail(err, SP_ERR_ARG, "unknown drafter '%s' (model, ngram, layerskip, lowbit, suffix, ngram-cache, "
+                   "none)",
                    name ? name : "");
 }
 
@@ -218,6 +219,13 @@ sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *ta
         bool skip[SP_DRAFT_MAX_LAYERS];
         return sp_parse_skip_layers(p->skip_layers, L, skip, err);
     }
+    case SP_DRAFT_NGRAM_CACHE:
+        if (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > 4)
+            return sp_fail(err, SP_ERR_ARG,
+                           "ngram_min, ngram_max: ngram-cache needs 1 <= ngram_min <= ngram_max <= 4 "
+                           "(got %d, %d)",
+                           p->ngram_min, p->ngram_max);
+        return SP_OK;
     case SP_DRAFT_NGRAM:
         if (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > SP_NGRAM_MAX)
             return sp_fail(err, SP_ERR_ARG,
@@ -255,11 +263,14 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
         break;
     default: break;
     }
-    if (!st && (p->kind == SP_DRAFT_SUFFIX || p->with_suffix)) {
-        st = sp_suffix_init(p->suffix_corpus,
+    if (!st && (p->kind == SP_DRAFT_SUFFIX || p->kind == SP_DRAFT_NGRAM_CACHE || p->with_suffix)) {
+        /* ngram-cache keeps its own corpus of whole requests (llama.cpp's
+         * dynamic cache), apart from the suffix drafters' outputs */
+        st = sp_suffix_init(p->kind == SP_DRAFT_NGRAM_CACHE ? NULL : p->suffix_corpus,
                             sp_ctx_n_ctx(target) < SP_SUFFIX_REQUEST_TOKENS ? sp_ctx_n_ctx(target)
                                                                             : SP_SUFFIX_REQUEST_TOKENS,
                             &d->sfx, err);
+        if (!st) sp_suffix_set_whole_text(d->sfx, p->kind == SP_DRAFT_NGRAM_CACHE);
     }
     if (!st && dm) {
         sp_ctx_params cp = sp_ctx_default_params();
@@ -436,10 +447,14 @@ static sp_status draft_chain(sp_drafter *d, const int32_t *hist, int32_t n, int3
                              int32_t *draft, float *q, int32_t *n_draft, sp_error *err) {
     const int32_t V = d->V;
     *n_draft = 0;
-    if (d->kind == SP_DRAFT_NGRAM || d->kind == SP_DRAFT_SUFFIX) {
+    if (d->kind == SP_DRAFT_NGRAM || d->kind == SP_DRAFT_SUFFIX || d->kind == SP_DRAFT_NGRAM_CACHE) {
         int32_t k = 0;
         if (d->kind == SP_DRAFT_NGRAM) {
             k = sp_ngram_propose(hist, n, d->p.ngram_min, d->p.ngram_max, gamma, draft);
+        } else if (d->kind == SP_DRAFT_NGRAM_CACHE) {
+            sp_status st = sp_suffix_propose_lookup(d->sfx, hist, n, gamma, d->p.ngram_min,
+                                                    d->p.ngram_max, draft, &k, err);
+            if (st) return st;
         } else {
             sp_status st = sp_suffix_propose(d->sfx, hist, n, gamma, draft, &k, err);
             if (st) return st;

@@ -107,9 +107,10 @@ static sp_status apply(sp_spec_config *c, const spelling *sp, const char *key, c
         }
         if (sp_drafter_parse(plus ? base : v->str, &p->draft.kind, err))
             return sp_fail(err, SP_ERR_ARG, "%s: unknown drafter '%s' (none, model, ngram, "
-                           "layerskip, lowbit, suffix; model+suffix etc. to arbitrate)", key,
+                           "layerskip, lowbit, suffix, ngram-cache; model+suffix etc. to arbitrate)", key,
                            v->str);
-        if (plus && (p->draft.kind == SP_DRAFT_NONE || p->draft.kind == SP_DRAFT_SUFFIX))
+        if (plus && (p->draft.kind == SP_DRAFT_NONE || p->draft.kind == SP_DRAFT_SUFFIX ||
+                     p->draft.kind == SP_DRAFT_NGRAM_CACHE))
             return sp_fail(err, SP_ERR_ARG, "%s: '%s' arbitrates nothing (model, ngram, layerskip "
                            "or lowbit +suffix)", key, v->str);
         p->draft.with_suffix = plus;
@@ -468,8 +469,10 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
         {S_TREE, !model_based(kind) && kind != SP_DRAFT_SUFFIX,
          "trees need a model-based drafter (model, layerskip, lowbit) or suffix"},
         {S_TREE, p->draft.with_suffix, "arbitration with suffix drafts chains, not trees"},
-        {S_NGRAM_MIN, kind != SP_DRAFT_NGRAM, "only the ngram drafter uses it"},
-        {S_NGRAM_MAX, kind != SP_DRAFT_NGRAM, "only the ngram drafter uses it"},
+        {S_NGRAM_MIN, kind != SP_DRAFT_NGRAM && kind != SP_DRAFT_NGRAM_CACHE,
+         "only the ngram and ngram-cache drafters use it"},
+        {S_NGRAM_MAX, kind != SP_DRAFT_NGRAM && kind != SP_DRAFT_NGRAM_CACHE,
+         "only the ngram and ngram-cache drafters use it"},
         {S_SKIP, kind != SP_DRAFT_LAYERSKIP, "only the layerskip drafter uses it"},
         {S_LOWBIT, kind != SP_DRAFT_LOWBIT, "only the lowbit drafter uses it"},
         {S_LENIENCE, p->verifier != SP_VERIFIER_LENIENT, "only the lenient verifier uses it"},
@@ -491,7 +494,7 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
 
 sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
     const sp_drafter_kind kind = p->draft.kind;
-    if ((unsigned)kind > SP_DRAFT_SUFFIX)
+    if ((unsigned)kind > SP_DRAFT_NGRAM_CACHE)
         return sp_fail(err, SP_ERR_ARG, "drafter: unknown kind %d", (int)kind);
     if (kind == SP_DRAFT_NONE) return SP_OK; /* nothing else is used */
     if ((unsigned)p->verifier > SP_VERIFIER_TRAVERSAL)
@@ -511,6 +514,11 @@ sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
          p->draft.ngram_min > p->draft.ngram_max))
         return sp_fail(err, SP_ERR_ARG, "ngram_min: need 1 <= ngram_min (%d) <= ngram_max (%d) <= %d",
                        p->draft.ngram_min, p->draft.ngram_max, SP_NGRAM_MAX);
+    if (kind == SP_DRAFT_NGRAM_CACHE &&
+        (p->draft.ngram_min < 1 || p->draft.ngram_max > 4 || p->draft.ngram_min > p->draft.ngram_max))
+        return sp_fail(err, SP_ERR_ARG,
+                       "ngram_max: ngram-cache needs 1 <= ngram_min (%d) <= ngram_max (%d) <= 4",
+                       p->draft.ngram_min, p->draft.ngram_max);
     if (memchr(p->draft.skip_layers, 0, sizeof p->draft.skip_layers) == NULL)
         return sp_fail(err, SP_ERR_ARG, "skip_layers: not terminated");
     if (p->tree.depth > 0) {

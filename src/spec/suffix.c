@@ -291,6 +291,7 @@ struct sp_suffix {
     int32_t last_tok;  /* hist[n_seen - 1] */
     int32_t n_prompt;  /* text length at the request's first proposal; -1 before */
     double acc[2][N_BUCKETS], tried[2][N_BUCKETS];
+    bool whole_text;   /* the corpus gets prompt and output (ngram-cache), else the output */
     int32_t last_src, last_bucket, last_len; /* the last proposal */
     double last_expect;
     sp_suffix_stats st;
@@ -342,8 +343,9 @@ void sp_suffix_free(sp_suffix *s) {
 sp_status sp_suffix_end_request(sp_suffix *s, sp_error *err) {
     if (!s) return sp_fail(err, SP_ERR_ARG, "suffix: NULL drafter");
     sp_status st = SP_OK;
-    if (s->n_prompt >= 0 && s->n_text > s->n_prompt)
-        st = sp_suffix_corpus_add(s->corpus, s->text + s->n_prompt, s->n_text - s->n_prompt, err);
+    const int32_t from = s->whole_text ? 0 : s->n_prompt;
+    if (s->n_prompt >= 0 && s->n_text > from)
+        st = sp_suffix_corpus_add(s->corpus, s->text + from, s->n_text - from, err);
     trie_clear(&s->req);
     s->n_text = s->n_seen = 0;
     s->n_prompt = -1;
@@ -608,6 +610,67 @@ void sp_suffix_feedback(sp_suffix *s, int32_t n_accepted) {
     s->tried[src][b] += tested;
     s->st.accepted += n_accepted;
     s->last_src = -1;
+}
+
+void sp_suffix_set_whole_text(sp_suffix *s, bool whole) {
+    if (s) s->whole_text = whole;
+}
+
+/* llama.cpp's lookup thresholds (common/ngram-cache.cpp), by n-gram size 1..4:
+ * the context cache uses the lax ones, the dynamic cache the strict ones. */
+static const int LOOKUP_MIN_SAMPLES[2][4] = {{2, 2, 1, 1}, {4, 3, 2, 2}};
+static const int LOOKUP_MIN_PERCENT[2][4] = {{66, 50, 50, 50}, {75, 66, 66, 66}};
+
+/* The most frequent continuation of the longest n-gram (ngram_max down to
+ * ngram_min) ending seq[len) that passes the thresholds, or -1. */
+static int32_t lookup_one(const trie *t, const int32_t *seq, int32_t len, int32_t ngram_min,
+                          int32_t ngram_max, int strict) {
+    for (int32_t g = ngram_max; g >= ngram_min; g--) {
+        if (g > len) continue;
+        const int32_t v = trie_walk(t, seq + len - g, g);
+        if (v < 0 || t->kids[v] == 0) continue;
+        const int32_t c = t->best[v];
+        if (t->kids[v] < LOOKUP_MIN_SAMPLES[strict][g - 1]) continue;
+        if (100 * (int64_t)t->count[c] < (int64_t)LOOKUP_MIN_PERCENT[strict][g - 1] * t->kids[v]) continue;
+        return t->tok[c];
+    }
+    return -1;
+}
+
+sp_status sp_suffix_propose_lookup(sp_suffix *s, const int32_t *hist, int32_t n, int32_t max_len,
+                                   int32_t ngram_min, int32_t ngram_max, int32_t *out,
+                                   int32_t *n_out, sp_error *err) {
+    if (!s || !n_out || (n > 0 && !hist) || (max_len > 0 && !out) || n < 0 || max_len < 0 ||
+        ngram_min < 1 || ngram_max > 4 || ngram_min > ngram_max)
+        return sp_fail(err, SP_ERR_ARG, "suffix lookup: bad arguments");
+    *n_out = 0;
+    s->last_src = -1;
+    const double t0 = sp_now();
+    sp_status st = index_text(s, hist, n, err);
+    if (!st && n > 0 && max_len > 0) {
+        if (max_len > MAX_CHAIN) max_len = MAX_CHAIN;
+        int32_t seq[4 + MAX_CHAIN], len = n < 4 ? n : 4, k = 0;
+        memcpy(seq, hist + n - len, sizeof(int32_t) * (size_t)len);
+        const bool req_ok = s->n_text == n;
+        while (k < max_len) {
+            int32_t tok = req_ok ? lookup_one(&s->req, seq, len, ngram_min, ngram_max, 0) : -1;
+            if (tok < 0) {
+                pthread_mutex_lock(&s->corpus->mu);
+                tok = lookup_one(&s->corpus->t, seq, len, ngram_min, ngram_max, 1);
+                pthread_mutex_unlock(&s->corpus->mu);
+            }
+            if (tok < 0) break;
+            out[k++] = tok;
+            seq[len++] = tok;
+        }
+        *n_out = k;
+        if (k > 0) {
+            s->st.proposals++;
+            s->st.proposed += k;
+        }
+    }
+    note_time(s, sp_now() - t0);
+    return st;
 }
 
 double sp_suffix_last_expect(const sp_suffix *s) { return s && s->last_src >= 0 ? s->last_expect : 0; }
