@@ -11,6 +11,14 @@
  *   eagle3     an EAGLE-3 head (sp_eagle3.h) reading the target's hidden
  *              states (taps of three layers, set on the target context by
  *              the drafter); chains and trees of a fixed shape
+ *   suffix     suffix tries over the request's text and a shared corpus of
+ *              earlier outputs (sp_suffix.h); proposes the most frequent
+ *              continuation, its length chosen per step (chains: q one-hot),
+ *              or a tree of the most frequent continuations (q = their
+ *              normalised counts, children drawn from it)
+ *   ngram-cache  llama.cpp's n-gram cache lookup (context cache over the
+ *              request, dynamic cache over earlier requests, its thresholds;
+ *              sp_suffix_propose_lookup), for comparison; q one-hot
  * A drafter keeps its own KV cache (model-based kinds) in step with the
  * committed text: before drafting it evaluates the committed tokens it has
  * not seen, and after verification the caller tells it what was accepted.
@@ -27,6 +35,7 @@
 #include "sp_rng.h"
 #include "sp_sampler.h"
 #include "sp_status.h"
+#include "sp_suffix.h"
 #include "sp_verify.h"
 
 typedef enum sp_drafter_kind {
@@ -35,11 +44,25 @@ typedef enum sp_drafter_kind {
     SP_DRAFT_NGRAM,
     SP_DRAFT_LAYERSKIP,
     SP_DRAFT_LOWBIT,
-    SP_DRAFT_EAGLE3
+    SP_DRAFT_EAGLE3,
+    SP_DRAFT_SUFFIX,
+    SP_DRAFT_NGRAM_CACHE
 } sp_drafter_kind;
 
 const char *sp_drafter_name(sp_drafter_kind k);
 sp_status sp_drafter_parse(const char *name, sp_drafter_kind *out, sp_error *err);
+
+/* Per-step arbitration (with_suffix): with E the expected accepted tokens of
+ * a proposal (suffix: the sum of its running scores; the other drafter:
+ * sum_{k=1..gamma} a^k with a its measured per-token acceptance, prior
+ * 0.6) and T the measured rest of an iteration (target pass and
+ * verification: the time between two drafting calls), the suffix chain is
+ * used when (1 + E_suffix) / T >= (1 + E_other) / (T + gamma t_draft),
+ * t_draft the other drafter's measured seconds per drafted token; else the
+ * other drafter drafts, unless 1 / T (drafting nothing) beats it. The other
+ * drafter's cache is not prefilled with the prompt: it catches up when
+ * first chosen (after a long gap from the last 32 tokens only). Exact whichever is chosen (each proposal comes with
+ * the q it was drawn from). */
 
 /* Prompt lookup over hist[0..len): for n = n_max down to n_min, find the most
  * recent earlier occurrence of the last n tokens and copy up to max_pred of
@@ -62,11 +85,17 @@ sp_status sp_parse_skip_layers(const char *s, int32_t n_layers, bool *skip, sp_e
 typedef struct sp_drafter_params {
     sp_drafter_kind kind;
     const sp_model *draft_model; /* SP_DRAFT_MODEL (not owned) */
-    int32_t ngram_min, ngram_max; /* SP_DRAFT_NGRAM, default 1 and 4 */
+    int32_t ngram_min, ngram_max; /* SP_DRAFT_NGRAM (and NGRAM_CACHE: max <= 4), default 1 and 4 */
     char skip_layers[SP_DRAFT_SKIP_LEN]; /* SP_DRAFT_LAYERSKIP, see sp_parse_skip_layers; "" = default */
     sp_ggml_type lowbit_type;    /* SP_DRAFT_LOWBIT, default Q4_0 */
     const sp_eagle3 *eagle3;     /* SP_DRAFT_EAGLE3: the head, loaded for the target (not owned) */
     int32_t max_batch;           /* largest draft batch (tree level); default SP_CTX_DEFAULT_BATCH */
+    sp_suffix_corpus *suffix_corpus; /* SP_DRAFT_SUFFIX (and with_suffix): the shared corpus
+                                      * of earlier outputs (not owned); NULL: the drafter
+                                      * keeps its own */
+    bool with_suffix; /* model, layerskip, lowbit, ngram: per-step arbitration with a suffix
+                       * drafter ("model+suffix"): each chain step drafts from the one with
+                       * the larger expected emitted tokens per second (chains only) */
 } sp_drafter_params;
 
 sp_drafter_params sp_drafter_default_params(void);

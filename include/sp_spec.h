@@ -124,5 +124,8 @@ void sp_spec_set_observer(sp_spec *s, sp_spec_observer fn, void *ud);
 sp_status sp_spec_set_draft_model(sp_spec *s, const sp_model *m, sp_error *err);
 /* The draft model in use (NULL for drafters without one). */
 const sp_model *sp_spec_draft_model(const sp_spec *s);
+/* The suffix drafter's statistics (sp_suffix.h; also when arbitrated):
+ * false, and *out untouched, when s drafts without one. */
+bool sp_spec_suffix_stats(const sp_spec *s, sp_suffix_stats *out);
 
 #endif

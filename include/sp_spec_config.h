@@ -9,8 +9,12 @@
  * "verifier", ...), never a command-line flag.
  *
  * Settings (aliases in brackets):
- *   drafter [draft]     none | model | ngram | layerskip | lowbit
- *   verifier [verify]   token | block | greedy | lenient | mc | mc-norep | naive
+ *   drafter [draft]     none | model | ngram | layerskip | lowbit | suffix |
+ *                       ngram-cache, or
+ *                       model+suffix (ngram, layerskip, lowbit +suffix): that drafter
+ *                       and the suffix drafter arbitrated per step (sp_draft.h)
+ *   verifier [verify]   token | block | greedy | lenient | mc | mc-norep | naive |
+ *                       gbv | traversal (gbv: K paths as tree Kx1x..x1, drawn i.i.d.)
  *   gamma               draft length, 1..SP_SPEC_MAX_GAMMA (the maximum when adaptive)
  *   n_max               llama.cpp's name for gamma; n_max 0 turns speculation off
  *   n_min               draft at least this many tokens whatever p_min says,
@@ -21,7 +25,7 @@
  *                       below it, [0, 1] (0 = never; model-based drafters)
  *   tree                draft tree shape "k1xk2x..." (sp_tree.h) instead of a chain
  *   adaptive            choose gamma per iteration (ALGORITHMS.md section 6)
- *   ngram_min, ngram_max  prompt-lookup n-gram sizes, 1..64
+ *   ngram_min, ngram_max  prompt-lookup n-gram sizes, 1..64 (ngram-cache: 1..4)
  *   skip_layers [skip]  layers the layerskip drafter leaves out, "1,3,5-7"
  *   lowbit              weight type of the low-bit self-draft: any ggml type
  *                       name (case-insensitive) the engine computes with
@@ -50,8 +54,9 @@
  *    typo must not silently measure something else), except that n_min and
  *    p_min sent along with n_max 0 are ignored, as llama.cpp clients send
  *    them together;
- *  - a tree needs a model-based drafter and verifier mc, mc-norep, naive or
- *    greedy; mc, mc-norep and naive need a tree; a tree and a draft length
+ *  - a tree needs a model-based or the suffix drafter and verifier mc, mc-norep, naive,
+ *    gbv, traversal or greedy; mc, mc-norep, naive, gbv and traversal need a
+ *    tree; a tree and a draft length
  *    given together are an error (the shape sets the length).
  * What needs the model (vocabulary, layer count, batch and context sizes)
  * is checked by sp_spec_config_check, which sp_spec_init calls. */

@@ -47,11 +47,13 @@ typedef enum sp_verifier {
     SP_VERIFIER_LENIENT, /* LOSSY */
     SP_VERIFIER_MC,      /* multi-candidate, candidates drawn with replacement */
     SP_VERIFIER_MC_NOREP, /* multi-candidate, candidates drawn without replacement */
-    SP_VERIFIER_NAIVE    /* naive multi-candidate baseline */
+    SP_VERIFIER_NAIVE,   /* naive multi-candidate baseline */
+    SP_VERIFIER_GBV,     /* multi-path block verification: traversal over i.i.d. children */
+    SP_VERIFIER_TRAVERSAL /* traversal verification: children drawn without replacement */
 } sp_verifier;
 
 /* Name <-> enum ("token", "block", "greedy", "lenient", "mc", "mc-norep",
- * "naive"). sp_verifier_parse returns SP_ERR_ARG for an unknown name. */
+ * "naive", "gbv", "traversal"). sp_verifier_parse returns SP_ERR_ARG for an unknown name. */
 const char *sp_verifier_name(sp_verifier v);
 sp_status sp_verifier_parse(const char *name, sp_verifier *out, sp_error *err);
 
@@ -166,6 +168,60 @@ typedef struct sp_verify_tree {
 sp_status sp_verify_tree_walk(sp_verify_ws *ws, const sp_verify_tree *t, sp_mc_mode mode,
                               sp_rng *rng, int32_t *path, int32_t path_cap, int32_t *n_path,
                               int32_t *token, sp_error *err);
+
+/* Traversal verification (Weng et al., NeurIPS 2025, arXiv 2505.12398):
+ * sequence-level acceptance over a draft tree, from the leaves toward the
+ * root. Every node v carries a target row Mb_v (p[v] at first), a draft row
+ * Ms_v (q[v] normalised at first) and an acceptance weight a_v (a_root = 1):
+ *
+ *   descend: from the current node go to its first remaining child c
+ *            (token x), a_c = min(1, a_v Mb_v(x) / Ms_v(x)), until a node
+ *            with no remaining child: the candidate leaf l.
+ *   if l is the root: emit Y ~ Mb_root, no draft token accepted; stop.
+ *   with probability a_l accept the root-to-l path, emit Y ~ Mb_l; stop.
+ *   else delete l; at its parent v:
+ *        Mb_v <- norm(max(0, a_v Mb_v - Ms_v))
+ *        a_v  <- min(1, sum max(0, a_v Mb_v - Ms_v) / sum max(0, Ms_v - a_v Mb_v))
+ *                (both sums over the rows before the update; 1 if the
+ *                second is 0)
+ *        Ms_v <- Ms_v without x, renormalised      (mode SP_MC_NOREPLACE)
+ *        Ms_v unchanged                             (mode SP_MC_REPLACE)
+ *        and continue from v.
+ * On a chain this is block verification (same output distribution; 11/9
+ * accepted tokens on the toy of ALGORITHMS.md section 3); at depth 1 with
+ * SP_MC_NOREPLACE its first child is token verification's test. Both modes
+ * are lossless: checked by exact enumeration over every draft tree on
+ * 3-token toys for shapes 1..3, 1x1, 2x1, 2x2, 3x1, 1x1x1, and by the
+ * chi-square suite. The mode must say how the children of each node were
+ * drawn from q: without replacement (SP_MC_NOREPLACE; the paper's trees,
+ * verifier "traversal") or i.i.d. (SP_MC_REPLACE).
+ *
+ * GBV. With SP_MC_REPLACE on a tree of K independent chains (shape
+ * Kx1x...x1, K i.i.d. draft paths) this is the multi-path block
+ * verification we ship as "gbv": each path is verified block-wise from its
+ * end, and only when a whole path is rejected does the root's target become
+ * the residual the next path is verified against. For K = 1 it is block
+ * verification; for the same drafts it accepts at least as many tokens as
+ * block verification of the first path (it differs only where that would
+ * accept nothing). Thomas & Pal (arXiv 2602.16961) derive their greedy
+ * multi-path rule from a linear program; their algorithm text was not
+ * available to us, so "gbv" is this construction in the class they
+ * describe, not a transcription of theirs.
+ *
+ * Exact expected accepted tokens on that toy (Mb = (1/3, 2/3), Ms = (2/3,
+ * 1/3) context-free, depth 2, by enumeration): block 33/27, gbv K=2 38/27
+ * (mc 35/27), gbv K=3 124/81 (mc 115/81); traversal on 2x1 16/9 (mc-norep
+ * 15/9).
+ *
+ * Arguments and outputs as sp_verify_tree_walk; mode SP_MC_REPLACE or
+ * SP_MC_NOREPLACE. Every child must have positive draft probability and,
+ * for SP_MC_NOREPLACE, the children of a node distinct tokens (SP_ERR_ARG,
+ * checked before any randomness). Rows are validated when first read. Cost:
+ * about 3 passes over V per rejected node; scratch of (depth + 1) x V
+ * doubles in the workspace, allocated on first use of a depth. */
+sp_status sp_verify_tree_traversal(sp_verify_ws *ws, const sp_verify_tree *t, sp_mc_mode mode,
+                                   sp_rng *rng, int32_t *path, int32_t path_cap, int32_t *n_path,
+                                   int32_t *token, sp_error *err);
 
 /* Greedy tree verification (temperature 0, one-hot or argmax targets): from
  * the root, move into the first child (in index order) whose token is the

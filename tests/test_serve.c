@@ -193,7 +193,10 @@ static void test_completions_and_streams(void **state) {
     const char *specs[] = {"", ",\"speculative\":{\"drafter\":\"ngram\",\"n_max\":4}",
                            ",\"speculative\":{\"drafter\":\"lowbit\",\"lowbit\":\"q8_0\",\"gamma\":3}",
                            ",\"speculative\":{\"drafter\":\"layerskip\",\"skip_layers\":\"2\",\"adaptive\":true}",
-                           ",\"speculative\":{\"n_max\":0}"};
+                           ",\"speculative\":{\"n_max\":0}",
+                           ",\"speculative\":{\"drafter\":\"suffix\",\"n_max\":8}",
+                           ",\"speculative\":{\"drafter\":\"suffix\",\"n_max\":8}",
+                           ",\"speculative\":{\"drafter\":\"lowbit+suffix\",\"lowbit\":\"q8_0\",\"gamma\":3}"};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         char body[512];
         snprintf(body, sizeof body,
@@ -208,7 +211,8 @@ static void test_completions_and_streams(void **state) {
         assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")), 5);
         json_t *m = json_object_get(json_object_get(j, "metrics"), "speculative_decoding");
         assert_true(json_is_object(m));
-        if (i > 0 && i < 4) assert_true(json_integer_value(json_object_get(m, "num_draft_tokens")) > 0);
+        if ((i > 0 && i < 4) || i == 7)
+            assert_true(json_integer_value(json_object_get(m, "num_draft_tokens")) > 0);
         if (i == 4) assert_int_equal(json_integer_value(json_object_get(m, "num_draft_tokens")), 0);
         json_decref(j);
     }

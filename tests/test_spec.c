@@ -65,26 +65,36 @@ typedef struct cfg {
     float p_min;
     bool set_n_min; /* else the default n_min (1) */
     int32_t n_min;
+    bool with_suffix; /* arbitrated per step with the suffix drafter */
 } cfg;
 
 static const cfg GREEDY_CFGS[] = {
-    {SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, 4, NULL, false, 0, false, 0},
-    {SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, 8, NULL, false, 0, false, 0},
-    {SP_DRAFT_MODEL, SP_VERIFIER_GREEDY, 3, NULL, false, 0, false, 0},
-    {SP_DRAFT_NGRAM, SP_VERIFIER_BLOCK, 4, NULL, false, 0, false, 0},
-    {SP_DRAFT_NGRAM, SP_VERIFIER_TOKEN, 8, NULL, true, 0, false, 0},
-    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_BLOCK, 4, NULL, false, 0, false, 0},
-    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_BLOCK, 6, NULL, true, 0.3f, false, 0},
-    {SP_DRAFT_LOWBIT, SP_VERIFIER_BLOCK, 5, NULL, false, 0, false, 0},
-    {SP_DRAFT_LOWBIT, SP_VERIFIER_TOKEN, 2, NULL, false, 0.5f, false, 0},
+    {SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, 4, NULL, false, 0, false, 0, false},
+    {SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, 8, NULL, false, 0, false, 0, false},
+    {SP_DRAFT_MODEL, SP_VERIFIER_GREEDY, 3, NULL, false, 0, false, 0, false},
+    {SP_DRAFT_NGRAM, SP_VERIFIER_BLOCK, 4, NULL, false, 0, false, 0, false},
+    {SP_DRAFT_NGRAM, SP_VERIFIER_TOKEN, 8, NULL, true, 0, false, 0, false},
+    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_BLOCK, 4, NULL, false, 0, false, 0, false},
+    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_BLOCK, 6, NULL, true, 0.3f, false, 0, false},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_BLOCK, 5, NULL, false, 0, false, 0, false},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_TOKEN, 2, NULL, false, 0.5f, false, 0, false},
     /* n_min settings (at temperature 0 the draft's top probability is 1, so
      * p_min never stops drafting; the sampled cases are below) */
-    {SP_DRAFT_LOWBIT, SP_VERIFIER_BLOCK, 4, NULL, false, 0.9f, true, 0},
-    {SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, 6, NULL, true, 0.6f, true, 3},
-    {SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, 0, "3x2x2", false, 0, false, 0},
-    {SP_DRAFT_MODEL, SP_VERIFIER_MC, 0, "2x2", false, 0, false, 0},
-    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_GREEDY, 0, "4x2x1", false, 0, false, 0},
-    {SP_DRAFT_LOWBIT, SP_VERIFIER_NAIVE, 0, "2x2x2x2", false, 0, false, 0},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_BLOCK, 4, NULL, false, 0.9f, true, 0, false},
+    {SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, 6, NULL, true, 0.6f, true, 3, false},
+    {SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, 0, "3x2x2", false, 0, false, 0, false},
+    {SP_DRAFT_MODEL, SP_VERIFIER_MC, 0, "2x2", false, 0, false, 0, false},
+    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_GREEDY, 0, "4x2x1", false, 0, false, 0, false},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_NAIVE, 0, "2x2x2x2", false, 0, false, 0, false},
+    {SP_DRAFT_MODEL, SP_VERIFIER_TRAVERSAL, 0, "3x2x2", false, 0, false, 0, false},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_GBV, 0, "3x1x1x1", false, 0, false, 0, false},
+    {SP_DRAFT_SUFFIX, SP_VERIFIER_BLOCK, 8, NULL, false, 0, false, 0, false},
+    {SP_DRAFT_SUFFIX, SP_VERIFIER_TOKEN, 16, NULL, true, 0, false, 0, false},
+    {SP_DRAFT_SUFFIX, SP_VERIFIER_TRAVERSAL, 0, "3x2x1x1", false, 0, false, 0, false},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_BLOCK, 5, NULL, false, 0, false, 0, true},
+    {SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, 6, NULL, true, 0, false, 0, true},
+    {SP_DRAFT_NGRAM, SP_VERIFIER_BLOCK, 8, NULL, false, 0, false, 0, true},
+    {SP_DRAFT_NGRAM_CACHE, SP_VERIFIER_BLOCK, 8, NULL, false, 0, false, 0, false},
 };
 
 /* Temperature 0: every configuration emits plain greedy decoding's tokens. */
@@ -112,6 +122,7 @@ static void greedy_equal(const char *target_path, const char *draft_path, const 
         sp.adaptive = c->adaptive;
         sp.draft_p_min = c->p_min;
         if (c->set_n_min) sp.draft_n_min = c->n_min;
+        sp.draft.with_suffix = c->with_suffix;
         sp_error err = {0};
         assert_int_equal(sp_ctx_truncate(t, 0, &err), SP_OK);
         sp_spec_stats st;
@@ -436,6 +447,8 @@ static void exact_dist(sp_model *m, const sp_sampler_params *sp, const int32_t *
 /* When set, distribution cases run with the adaptive draft length (which
  * also decodes plainly: its first iteration, and whenever drafting loses). */
 static bool g_adaptive;
+/* When set, the drafter is arbitrated per step with the suffix drafter. */
+static bool g_with_suffix;
 /* When set (the draft model's file), an online learner trains that draft on
  * a background thread while the case runs and swaps its snapshots in. */
 static const char *g_online_draft;
@@ -454,6 +467,7 @@ static void distribution_case_p(sp_model *tm, sp_model *dm, sp_drafter_kind kind
     sp.draft.kind = kind;
     sp.draft.draft_model = dm;
     sp.draft.ngram_min = 1;
+    sp.draft.with_suffix = g_with_suffix;
     sp.verifier = ver;
     sp.gamma = 4;
     sp.tree = shape(tree);
@@ -540,9 +554,23 @@ static void test_distribution(void **state) {
         distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, NULL, sps[f], N);
     }
     distribution_case(tm, dm, SP_DRAFT_NGRAM, SP_VERIFIER_BLOCK, NULL, &filt, N);
+    for (int f = 0; f < 2; f++) { /* the suffix drafter, one drafter across all runs (its corpus grows) */
+        distribution_case(tm, dm, SP_DRAFT_SUFFIX, SP_VERIFIER_BLOCK, NULL, sps[f], N);
+        distribution_case(tm, dm, SP_DRAFT_SUFFIX, SP_VERIFIER_TRAVERSAL, "3x2", sps[f], N);
+    }
+    distribution_case(tm, dm, SP_DRAFT_SUFFIX, SP_VERIFIER_GBV, "3x1", &plain, N);
+    distribution_case(tm, dm, SP_DRAFT_NGRAM_CACHE, SP_VERIFIER_BLOCK, NULL, &filt, N);
+    g_with_suffix = true; /* per-step arbitration: suffix or the draft model */
+    for (int f = 0; f < 2; f++) distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, NULL, sps[f], N);
+    g_with_suffix = false;
+    distribution_case(tm, dm, SP_DRAFT_SUFFIX, SP_VERIFIER_MC_NOREP, "2x2", &filt, N);
     distribution_case(tm, dm, SP_DRAFT_LOWBIT, SP_VERIFIER_TOKEN, NULL, &plain, N);
     distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, "2x2", &filt, N);
     distribution_case(tm, dm, SP_DRAFT_LAYERSKIP, SP_VERIFIER_MC, "3x1", &plain, N);
+    for (int f = 0; f < 2; f++) { /* traversal and GBV (K = 3 paths) with every sampler */
+        distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_TRAVERSAL, "2x2", sps[f], N);
+        distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_GBV, "3x1", sps[f], N);
+    }
     /* drafting stopped by p_min, even before the first token (n_min 0) */
     distribution_case_p(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, NULL, &plain, N, 0.5f, 0);
     /* the adaptive draft length (0 included) chosen from measured costs */

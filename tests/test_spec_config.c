@@ -36,6 +36,21 @@ static void test_text_settings(void **state) {
     assert_int_equal(p.draft.ngram_max, 5);
     assert_true(p.draft_p_min == 0.25f);
     assert_int_equal(p.verifier, SP_VERIFIER_BLOCK);
+    assert_false(p.draft.with_suffix);
+    /* the suffix drafter, alone (chains and trees) and arbitrated */
+    p = parse_ok("draft=ngram-cache,ngram_min=2,ngram_max=4", false);
+    assert_int_equal(p.draft.kind, SP_DRAFT_NGRAM_CACHE);
+    p = parse_ok("draft=suffix,gamma=12", false);
+    assert_int_equal(p.draft.kind, SP_DRAFT_SUFFIX);
+    assert_false(p.draft.with_suffix);
+    p = parse_ok("draft=suffix,tree=3x2,verify=traversal", false);
+    assert_int_equal(p.tree.n_nodes, 10);
+    p = parse_ok("draft=model+suffix,gamma=4", true);
+    assert_int_equal(p.draft.kind, SP_DRAFT_MODEL);
+    assert_true(p.draft.with_suffix);
+    p = parse_ok("draft=lowbit+suffix", false);
+    assert_int_equal(p.draft.kind, SP_DRAFT_LOWBIT);
+    assert_true(p.draft.with_suffix && p.adaptive);
     /* aliases, spaces, a layer list continuing over the next items */
     p = parse_ok(" drafter = layerskip , skip_layers=1,3-4 , 6, verify=token,adaptive ", false);
     assert_int_equal(p.draft.kind, SP_DRAFT_LAYERSKIP);
@@ -110,6 +125,12 @@ static void test_text_errors(void **state) {
     parse_bad("", false, "empty configuration");
     parse_bad("   ", false, "empty configuration");
     parse_bad("draft=bogus", false, "draft: unknown drafter 'bogus'");
+    parse_bad("draft=suffix+suffix", false, "arbitrates nothing");
+    parse_bad("draft=bogus+suffix", false, "unknown drafter 'bogus+suffix'");
+    parse_bad("draft=model+suffix,tree=2x2", true, "arbitration with suffix drafts chains");
+    parse_bad("draft=suffix,ngram_min=2", false, "only the ngram and ngram-cache drafters use it");
+    parse_bad("draft=ngram-cache,ngram_max=5", false, "ngram-cache needs");
+    parse_bad("draft=ngram-cache+suffix", false, "arbitrates nothing");
     parse_bad("draft=ngram,verify=fast", false, "verify: unknown verifier");
     parse_bad("draft=ngram,gama=4", false, "unknown setting 'gama'");
     parse_bad("draft=ngram,gamma=0", false, "gamma: must be an integer in [1, 32]");
@@ -138,7 +159,7 @@ static void test_text_errors(void **state) {
     /* combinations */
     parse_bad("draft=ngram,skip=1", false, "skip_layers: only the layerskip drafter uses it");
     parse_bad("draft=ngram,lowbit=q8_0", false, "lowbit: only the lowbit drafter uses it");
-    parse_bad("draft=layerskip,ngram_max=3", false, "ngram_max: only the ngram drafter");
+    parse_bad("draft=layerskip,ngram_max=3", false, "ngram_max: only the ngram and ngram-cache drafters");
     parse_bad("draft=ngram,tree=2x2", false, "tree: trees need a model-based drafter");
     parse_bad("draft=layerskip,tree=2x2,verify=token", false, "tree: trees are verified with");
     parse_bad("draft=layerskip,tree=2x2,gamma=4", false, "gamma: a tree's shape sets the draft length");
@@ -172,6 +193,19 @@ static void test_layers(void **state) {
     assert_int_equal(sp_spec_config_finish(&c, true, &e), SP_OK);
     assert_int_equal(c.params.tree.n_nodes, 10);
     assert_int_equal(c.params.verifier, SP_VERIFIER_MC);
+    sp_spec_config_init(&c, &base);
+    assert_int_equal(sp_spec_config_parse(&c, "verify=traversal", &e), SP_OK);
+    assert_int_equal(sp_spec_config_finish(&c, true, &e), SP_OK);
+    assert_int_equal(c.params.verifier, SP_VERIFIER_TRAVERSAL);
+    sp_spec_config_init(&c, &base);
+    assert_int_equal(sp_spec_config_parse(&c, "verifier=gbv,tree=3x1x1", &e), SP_OK);
+    assert_int_equal(sp_spec_config_finish(&c, true, &e), SP_OK);
+    assert_int_equal(c.params.verifier, SP_VERIFIER_GBV);
+    assert_int_equal(c.params.tree.n_nodes, 10);
+    sp_spec_config_init(&c, NULL);
+    assert_int_equal(sp_spec_config_parse(&c, "draft=model,verifier=gbv,gamma=4", &e), SP_OK);
+    assert_int_equal(sp_spec_config_finish(&c, true, &e), SP_ERR_ARG);
+    assert_non_null(strstr(e.msg, "gbv verifies a draft tree"));
     sp_spec_config_init(&c, &base);
     assert_int_equal(sp_spec_config_parse(&c, "verify=block", &e), SP_OK);
     assert_int_equal(sp_spec_config_finish(&c, true, &e), SP_ERR_ARG);

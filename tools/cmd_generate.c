@@ -16,8 +16,10 @@ static void gen_usage(FILE *f) {
             "         [-n N]\n"
             "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
             "         [-c N_CTX] [-ctk f16|f32|q8_0] [-ctv f16|f32|q8_0] [--json]\n"
-            "       speculation: [-md DRAFT [-zd TOKENIZER]] [--draft model|ngram|layerskip|lowbit|eagle3|none]\n"
-            "         [--verify block|token|greedy|lenient|mc|mc-norep|naive] [--lenience L]\n"
+            "       speculation: [-md DRAFT [-zd TOKENIZER]]\n"
+            "         [--draft model|ngram|layerskip|lowbit|eagle3|suffix|ngram-cache|none]\n"
+            "         [--verify block|token|greedy|lenient|mc|mc-norep|naive|gbv|traversal]\n"
+            "         [--lenience L]\n"
             "         [--gamma G | --draft-max G] [--draft-min N] [--adaptive] [--draft-p-min P]\n"
             "         [--tree 4x2x2] [--ngram-min N] [--ngram-max N] [--skip-layers 1,3]\n"
             "         [--lowbit q4_0|q8_0|f16|bf16|f32]\n"
@@ -345,6 +347,15 @@ int sp_gen_main(const sp_gen_opts *o, sp_gen_result *res) {
                     sp_model_desc(g.model), g.n_prompt, g.gs.t_prefill * 1e3, g.gs.n_generated, secs,
                     tps);
             if (o->spec.draft.kind != SP_DRAFT_NONE) cli_spec_print(stderr, &g.sst);
+            sp_suffix_stats x;
+            if (sp_spec_suffix_stats(g.spec, &x))
+                fprintf(stderr,
+                        "[spec suffix] %lld proposals (%lld from the corpus), trie nodes %lld request "
+                        "+ %lld corpus (%lld tokens), %.1f MB reserved; %.1f us a step, longest "
+                        "%.1f us\n",
+                        (long long)x.proposals, (long long)x.from_corpus, (long long)x.request_nodes,
+                        (long long)x.corpus_nodes, (long long)x.corpus_tokens, (double)x.bytes / 1e6,
+                        x.steps ? x.seconds / (double)x.steps * 1e6 : 0.0, x.max_step_seconds * 1e6);
             cli_kv_print(g.ctx);
             if (g.online) cli_online_print(stderr, g.online);
         }

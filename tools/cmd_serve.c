@@ -97,6 +97,7 @@ static struct server {
     uint64_t ttft[NB + 1], tpot[NB + 1];
     double ttft_sum, tpot_sum;
     uint64_t ttft_n, tpot_n;
+    sp_suffix_corpus *suffix_corpus; /* earlier outputs, shared by every slot's suffix drafter */
 } S;
 
 /* ----------------------------------------------------------- generation */
@@ -480,6 +481,7 @@ static void generate(run *g) {
         g->r.spec.draft.draft_model = S.dms[d];
         g->draft = d;
     }
+    if (g->r.spec.draft.kind == SP_DRAFT_SUFFIX) g->r.spec.draft.suffix_corpus = S.suffix_corpus;
     int c = -1, lru = 0;
     for (int i = 0; i < SPEC_CACHE && c < 0; i++)
         if (sl->spec[i] && !memcmp(&sl->sp[i], &g->r.spec, sizeof sl->sp[i])) c = i;
@@ -1120,6 +1122,12 @@ int cmd_serve(int argc, char **argv) {
     S.defaults = cfg.params;
     S.defaults.draft.draft_model = S.dm;
     S.defaults.draft.eagle3 = S.head;
+    if (sp_suffix_corpus_init(0, &S.suffix_corpus, &e)) {
+        fprintf(stderr, "specula: %s\n", e.msg);
+        for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(S.dms[d]);
+        sp_model_free(S.m);
+        return 1;
+    }
     S.sampling = run.sampling;
     S.seed = (uint64_t)run.seed;
     S.tmpl = tmpl_name ? sp_chat_by_name(tmpl_name) : model_template(run.model);
@@ -1228,6 +1236,7 @@ int cmd_serve(int argc, char **argv) {
     free(S.slots);
     sp_pool_free(S.pool);
     sp_router_free(S.router);
+    sp_suffix_corpus_free(S.suffix_corpus);
     for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(S.dms[d]); /* dms[0] is dm */
     sp_eagle3_free(S.head);
     sp_model_free(S.m);

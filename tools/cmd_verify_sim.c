@@ -11,19 +11,25 @@
 static void vsim_usage(FILE *f) {
     fprintf(f,
             "usage: specula verify-sim [options]\n"
-            "  --verifier NAME   token|block|greedy|lenient|mc|mc-norep|naive (default block)\n"
+            "  --verifier NAME   token|block|greedy|lenient|mc|mc-norep|naive|gbv|traversal\n"
+            "                    (default block)\n"
             "  --lenience L      lenient only, in (0, 1] (LOSSY verifier; default 0.5)\n"
             "  --p P0,P1,...     context-free target distribution (with --q)\n"
             "  --q Q0,Q1,...     context-free draft distribution (same length as --p)\n"
             "  --markov V        random first-order Markov target and draft over V tokens\n"
             "                    (the default model: --markov 4)\n"
             "  --gamma G         draft length in [1, %d] (default 4; tree depth for --candidates)\n"
-            "  --candidates K    mc/mc-norep/naive: K candidates at the first position,\n"
-            "                    each continued by one drafted chain (default 2)\n"
-            "  --tree SHAPE      mc/mc-norep/naive: draft tree like 2x2 (gamma = its depth)\n"
+            "  --candidates K    mc/mc-norep/naive/gbv/traversal: K candidates at the first\n"
+            "                    position, each continued by one drafted chain (default 2;\n"
+            "                    for gbv: K i.i.d. draft paths)\n"
+            "  --tree SHAPE      the same verifiers: draft tree like 2x2 (gamma = its depth)\n"
+            "gbv and mc draw children i.i.d.; traversal and mc-norep without replacement.\n"
             "  --temp T          temperature for both toy models, T >= 0 (0 = argmax)\n"
             "  --trials N        outer-loop iterations from an empty context (default 10000)\n"
             "  --seed S          seed for the simulation (and --markov tables)\n"
+            "  --exact           also the exact expected accepted length (token, block, mc,\n"
+            "                    mc-norep, gbv, traversal; small V and depth): every draft\n"
+            "                    enumerated, each verifier's branches followed exactly\n"
             "  --json            print one JSON object on one line\n"
             "Greedy verification is lossless only for argmax targets (use --temp 0).\n",
             SP_VERIFY_MAX_GAMMA);
@@ -36,17 +42,18 @@ typedef struct vsim_opts {
     const char *p_str, *q_str, *tree_str;
     long long markov;
     double temp;
-    bool json, have_gamma, have_cand;
+    bool json, have_gamma, have_cand, exact;
 } vsim_opts;
 
 static bool is_mc(sp_verifier v) {
-    return v == SP_VERIFIER_MC || v == SP_VERIFIER_MC_NOREP || v == SP_VERIFIER_NAIVE;
+    return v == SP_VERIFIER_MC || v == SP_VERIFIER_MC_NOREP || v == SP_VERIFIER_NAIVE ||
+           v == SP_VERIFIER_GBV || v == SP_VERIFIER_TRAVERSAL;
 }
 
 /* Parses the flags; returns 0, -1 after --help, or 2 after one line. */
 static int vsim_parse(int argc, char **argv, vsim_opts *o) {
     enum { O_VERIFIER = SP_OPT_CMD, O_LENIENCE, O_P, O_Q, O_MARKOV, O_GAMMA, O_CAND, O_TREE,
-           O_TEMP, O_TRIALS, O_SEED, O_JSON };
+           O_TEMP, O_TRIALS, O_SEED, O_JSON, O_EXACT };
     static const struct option LONGOPTS[] = {
         {"verifier", required_argument, NULL, O_VERIFIER},
         {"lenience", required_argument, NULL, O_LENIENCE},
@@ -60,6 +67,7 @@ static int vsim_parse(int argc, char **argv, vsim_opts *o) {
         {"trials", required_argument, NULL, O_TRIALS},
         {"seed", required_argument, NULL, O_SEED},
         {"json", no_argument, NULL, O_JSON},
+        {"exact", no_argument, NULL, O_EXACT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -77,6 +85,7 @@ static int vsim_parse(int argc, char **argv, vsim_opts *o) {
         case '?': return 2;
         case 'h': vsim_usage(stdout); return -1;
         case O_JSON: o->json = true; break;
+        case O_EXACT: o->exact = true; break;
         case O_VERIFIER:
             if (sp_verifier_parse(optarg, &o->prm.verifier, &e)) {
                 fprintf(stderr, "specula: %s: %s\n", flag, e.msg);
@@ -123,7 +132,8 @@ static int vsim_parse(int argc, char **argv, vsim_opts *o) {
 static int vsim_check(vsim_opts *o) {
     const bool mc = is_mc(o->prm.verifier);
     if (!mc && (o->tree_str || o->have_cand)) {
-        fprintf(stderr, "specula: --tree and --candidates need --verifier mc, mc-norep or naive\n");
+        fprintf(stderr, "specula: --tree and --candidates need --verifier mc, mc-norep, naive, gbv or "
+                        "traversal\n");
         return 2;
     }
     if (o->tree_str && (o->have_cand || o->have_gamma)) {
@@ -204,16 +214,19 @@ static int vsim_model(const vsim_opts *o, sp_vsim_model *m) {
     return 0;
 }
 
-static void vsim_print_json(const vsim_opts *o, const sp_vsim_result *r, const char *model, int32_t V) {
+static void vsim_print_json(const vsim_opts *o, const sp_vsim_result *r, const char *model, int32_t V,
+                            double exact) {
     printf("{\"verifier\":\"%s\",\"model\":\"%s\",\"vocab\":%d,\"gamma\":%d,",
            sp_verifier_name(o->prm.verifier), model, (int)V, (int)r->depth);
     if (o->prm.verifier == SP_VERIFIER_LENIENT) printf("\"lenience\":%.17g,", o->prm.lenience);
     if (o->tree_str) printf("\"tree\":\"%s\",", o->tree_str);
     else if (is_mc(o->prm.verifier)) printf("\"candidates\":%d,", (int)o->prm.candidates);
     printf("\"temp\":%.17g,\"trials\":%lld,\"seed\":%llu,\"mean_accepted\":%.17g,"
-           "\"block_efficiency\":%.17g,\"accept_hist\":[",
+           "\"block_efficiency\":%.17g,",
            o->temp, (long long)r->trials, (unsigned long long)o->prm.seed, r->mean_accepted,
            r->block_efficiency);
+    if (!isnan(exact)) printf("\"exact_mean_accepted\":%.17g,", exact);
+    printf("\"accept_hist\":[");
     for (int32_t i = 0; i <= r->depth; i++) printf("%s%lld", i ? "," : "", (long long)r->accept_hist[i]);
     printf("],\"check_len\":%d,\"check_exact\":%s,\"chi2\":%.17g,\"dof\":%d,\"p_value\":%.17g,"
            "\"impossible\":%lld}\n",
@@ -253,14 +266,29 @@ int cmd_verify_sim(int argc, char **argv) {
     sp_vsim_result r;
     sp_error e = {0};
     sp_status st = sp_vsim_run(&m, &o.prm, &r, &e);
+    double ex = NAN;
+    if (!st && o.exact) st = sp_vsim_exact(&m, &o.prm, &ex, &e);
     const int32_t V = m.n_vocab;
     sp_vsim_model_free(&m);
     if (st) {
         fprintf(stderr, "specula: verify-sim: %s\n", e.msg);
-        return st == SP_ERR_ARG ? 2 : 1;
+        return st == SP_ERR_ARG || st == SP_ERR_UNSUPPORTED || st == SP_ERR_RANGE ? 2 : 1;
     }
     const char *model = (o.p_str || o.q_str) ? "context-free" : "markov";
-    if (o.json) vsim_print_json(&o, &r, model, V);
-    else vsim_print_text(&o, &r, model, V);
+    if (o.json) {
+        vsim_print_json(&o, &r, model, V, ex);
+    } else {
+        vsim_print_text(&o, &r, model, V);
+        if (o.exact) {
+            double var = 0;
+            for (int32_t i = 0; i <= r.depth; i++)
+                var += ((double)i - r.mean_accepted) * ((double)i - r.mean_accepted) *
+                       (double)r.accept_hist[i];
+            const double se = sqrt(var / (double)r.trials / (double)r.trials);
+            printf("exact mean accepted %.6f (block efficiency %.6f); sampled - exact = %+.5f "
+                   "(%.1f standard errors)\n",
+                   ex, ex + 1, r.mean_accepted - ex, se > 0 ? (r.mean_accepted - ex) / se : 0.0);
+        }
+    }
     return 0;
 }

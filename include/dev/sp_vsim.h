@@ -99,6 +99,21 @@ typedef struct sp_vsim_result {
 sp_status sp_vsim_run(const sp_vsim_model *m, const sp_vsim_params *prm, sp_vsim_result *res,
                       sp_error *err);
 
+/* Exact expected accepted draft tokens per iteration (block efficiency
+ * minus 1) of the verifier in prm on the toy model: every draft (a chain,
+ * or a tree of prm's shape with children drawn as the verifier assumes) is
+ * enumerated with its probability, and for each the verifier's outcome
+ * probabilities are followed branch by branch in double arithmetic (no
+ * random numbers): an independent re-statement of token, block, mc,
+ * mc-norep, gbv and traversal verification. Comparing it with
+ * sp_vsim_run's sampled mean checks the implementation; comparing
+ * verifiers on it compares them without sampling noise. SP_ERR_UNSUPPORTED
+ * for the other verifiers, SP_ERR_RANGE when more than SP_VSIM_MAX_EXACT
+ * drafts (V^drafted nodes) would be enumerated. */
+#define SP_VSIM_MAX_EXACT 2000000
+sp_status sp_vsim_exact(const sp_vsim_model *m, const sp_vsim_params *prm, double *mean_accepted,
+                        sp_error *err);
+
 /* Regularised upper incomplete gamma Q(a, x) = Gamma(a, x) / Gamma(a),
  * a > 0, x >= 0 (series for x < a + 1, continued fraction otherwise).
  * Returns NaN for invalid arguments. */

@@ -1,6 +1,6 @@
 /* draft: drafters (draft model, prompt lookup, layer skip, low-bit copy,
- * EAGLE-3 head), chain and tree drafting, and keeping the draft cache in
- * step with the committed text. See sp_draft.h. */
+ * EAGLE-3 head, suffix tries in suffix.c), chain and tree drafting, and keeping
+ * the draft cache in step with the committed text. See sp_draft.h. */
 #include "draft.h"
 #include "eagle3.h"
 
@@ -16,7 +16,14 @@ struct sp_drafter {
     sp_drafter_params p;
     sp_drafter_kind kind;
     sp_model *owned_model;   /* lowbit copy */
-    sp_ctx *ctx;             /* NULL for ngram */
+    sp_ctx *ctx;             /* NULL for ngram and suffix */
+    sp_suffix *sfx;          /* suffix, and with_suffix (arbitration) */
+    /* arbitration (with_suffix): which drafted the last chain (0 none, 1
+     * suffix, 2 the other), its length, the other drafter's measured
+     * per-token acceptance, seconds per drafted token, the rest of an
+     * iteration (EMA), and when the last drafting call ended */
+    int used, used_len;
+    double arb_acc, arb_tried, arb_tok, arb_other, arb_end;
     int32_t V;               /* the target's vocabulary: rows of logits and q */
     int32_t Vd;              /* the draft model's (differs only by padding) */
     float *logits;           /* [max_batch][V] */
@@ -52,7 +59,8 @@ struct sp_drafter {
 #define DRAFT_RESYNC_GAP 64
 #define DRAFT_RESYNC_KEEP 32
 
-static const char *const KIND_NAMES[] = {"none", "model", "ngram", "layerskip", "lowbit", "eagle3"};
+static const char *const KIND_NAMES[] = {"none",   "model",  "ngram",  "layerskip",
+                                         "lowbit", "eagle3", "suffix", "ngram-cache"};
 
 const char *sp_drafter_name(sp_drafter_kind k) {
     return (unsigned)k < sizeof KIND_NAMES / sizeof KIND_NAMES[0] ? KIND_NAMES[k] : "unknown";
@@ -64,7 +72,8 @@ sp_status sp_drafter_parse(const char *name, sp_drafter_kind *out, sp_error *err
             *out = (sp_drafter_kind)i;
             return SP_OK;
         }
-    return sp_fail(err, SP_ERR_ARG, "unknown drafter '%s' (model, ngram, layerskip, lowbit, eagle3, none)",
+    return sp_fail(err, SP_ERR_ARG, "unknown drafter '%s' (model, ngram, layerskip, lowbit, eagle3, suffix, "
+                   "ngram-cache, none)",
                    name ? name : "");
 }
 
@@ -141,6 +150,7 @@ void sp_drafter_free(sp_drafter *d) {
     free(d->tpre);
     free(d->tpos);
     sp_ctx_free(d->ctx);
+    sp_suffix_free(d->sfx);
     sp_model_free(d->owned_model);
     free(d->logits);
     free(d->dlogits);
@@ -153,10 +163,16 @@ void sp_drafter_free(sp_drafter *d) {
 
 sp_drafter_kind sp_drafter_kind_of(const sp_drafter *d) { return d->kind; }
 sp_ctx *sp_drafter_ctx(sp_drafter *d) { return d->ctx; }
+sp_suffix *sp_drafter_suffix(sp_drafter *d) { return d->sfx; }
 
 sp_status sp_drafter_reset(sp_drafter *d, sp_error *err) {
     d->off = 0;
     d->tree_cached = 0;
+    d->used = 0;
+    if (d->sfx) { /* its output joins the corpus */
+        sp_status st = sp_suffix_end_request(d->sfx, err);
+        if (st) return st;
+    }
     d->g0 = d->gn = 0;
     if (d->ectx) return sp_eagle3_ctx_truncate(d->ectx, 0, err);
     return d->ctx ? sp_ctx_truncate(d->ctx, 0, err) : SP_OK;
@@ -203,7 +219,8 @@ sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *ta
                                   sp_error *err) {
     const int32_t L = sp_model_cfg(target)->n_layers;
     switch (p->kind) {
-    case SP_DRAFT_NONE: return SP_OK;
+    case SP_DRAFT_NONE:
+    case SP_DRAFT_SUFFIX: return SP_OK;
     case SP_DRAFT_MODEL:
         if (!p->draft_model)
             return sp_fail(err, SP_ERR_ARG, "drafter: 'model' needs a draft model, and none was given");
@@ -227,6 +244,13 @@ sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *ta
             return sp_fail(err, SP_ERR_ARG, "drafter: the EAGLE-3 head was loaded for another target");
         return SP_OK;
     }
+    case SP_DRAFT_NGRAM_CACHE:
+        if (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > 4)
+            return sp_fail(err, SP_ERR_ARG,
+                           "ngram_min, ngram_max: ngram-cache needs 1 <= ngram_min <= ngram_max <= 4 "
+                           "(got %d, %d)",
+                           p->ngram_min, p->ngram_max);
+        return SP_OK;
     case SP_DRAFT_NGRAM:
         if (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > SP_NGRAM_MAX)
             return sp_fail(err, SP_ERR_ARG,
@@ -263,6 +287,15 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
         dm = tm;
         break;
     default: break;
+    }
+    if (!st && (p->kind == SP_DRAFT_SUFFIX || p->kind == SP_DRAFT_NGRAM_CACHE || p->with_suffix)) {
+        /* ngram-cache keeps its own corpus of whole requests (llama.cpp's
+         * dynamic cache), apart from the suffix drafters' outputs */
+        st = sp_suffix_init(p->kind == SP_DRAFT_NGRAM_CACHE ? NULL : p->suffix_corpus,
+                            sp_ctx_n_ctx(target) < SP_SUFFIX_REQUEST_TOKENS ? sp_ctx_n_ctx(target)
+                                                                            : SP_SUFFIX_REQUEST_TOKENS,
+                            &d->sfx, err);
+        if (!st) sp_suffix_set_whole_text(d->sfx, p->kind == SP_DRAFT_NGRAM_CACHE);
     }
     if (!st && dm) {
         sp_ctx_params cp = sp_ctx_default_params();
@@ -497,7 +530,11 @@ static sp_status e3_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t
 }
 
 sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_error *err) {
-    if (!d->ctx || n <= 0) return SP_OK;
+    /* arbitrated: the draft cache is filled when the drafter is first chosen
+     * (catch_up; a long gap restarts it from the last DRAFT_RESYNC_KEEP
+     * tokens), so a request the suffix drafter serves alone never pays the
+     * draft model's prefill */
+    if (!d->ctx || n <= 0 || d->sfx) return SP_OK;
     d->off = 0;
     double t0 = sp_now();
     sp_status st = sp_prefill(d->ctx, hist, n, d->dlogits ? d->dlogits : d->logits, &d->cnt.forwards, err);
@@ -506,13 +543,86 @@ sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_e
     return st;
 }
 
+static sp_status draft_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t gamma,
+                             int32_t n_min, float p_min, sp_sampler *smp, sp_rng *rng,
+                             int32_t *draft, float *q, int32_t *n_draft, sp_error *err);
+
+/* Evidence weight of the arbitration's acceptance prior (0.6). */
+#define ARB_PRIOR 4.0
+
 sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t gamma,
                            int32_t n_min, float p_min, sp_sampler *smp, sp_rng *rng,
                            int32_t *draft, float *q, int32_t *n_draft, sp_error *err) {
     const int32_t V = d->V;
     *n_draft = 0;
-    if (d->kind == SP_DRAFT_NGRAM) {
-        int32_t k = sp_ngram_propose(hist, n, d->p.ngram_min, d->p.ngram_max, gamma, draft);
+    d->used = 0;
+    if (d->sfx && d->kind != SP_DRAFT_SUFFIX) { /* arbitration */
+        const double t0 = sp_now();
+        if (d->arb_end > 0) {
+            const double o = t0 - d->arb_end;
+            d->arb_other = d->arb_other > 0 ? 0.8 * d->arb_other + 0.2 * o : o;
+        }
+        int32_t k = 0;
+        sp_status st = sp_suffix_propose(d->sfx, hist, n, gamma, draft, &k, err);
+        if (st) return st;
+        /* expected emitted tokens per second of each choice: the suffix
+         * chain, the other drafter, or drafting nothing */
+        const double T = d->arb_other > 0 ? d->arb_other : 1e-3;
+        const double a = (d->arb_acc + 0.6 * ARB_PRIOR) / (d->arb_tried + ARB_PRIOR);
+        double e_other = 0, ak = 1;
+        for (int32_t i = 0; i < gamma; i++) e_other += (ak *= a);
+        const double r_sfx = k > 0 ? (1 + sp_suffix_last_expect(d->sfx)) / T : 0;
+        const double r_other = (1 + e_other) / (T + gamma * d->arb_tok), r_none = 1 / T;
+        if (k == 0 && r_none > r_other) { /* neither is worth its cost this step */
+            d->arb_end = sp_now();
+            return SP_OK;
+        }
+        if (k > 0) {
+            if (r_sfx >= r_other) {
+                for (int32_t i = 0; i < k; i++) {
+                    float *qi = q + (int64_t)i * V;
+                    memset(qi, 0, (size_t)V * sizeof(float));
+                    qi[draft[i]] = 1.0f;
+                }
+                *n_draft = k;
+                d->used = 1;
+                d->used_len = k;
+                d->arb_end = sp_now();
+                return SP_OK;
+            }
+            sp_suffix_feedback(d->sfx, -1); /* not used */
+        }
+        st = draft_chain(d, hist, n, gamma, n_min, p_min, smp, rng, draft, q, n_draft, err);
+        d->used = 2;
+        d->used_len = *n_draft;
+        d->arb_end = sp_now();
+        if (*n_draft > 0) {
+            const double tt = (d->arb_end - t0) / *n_draft;
+            d->arb_tok = d->arb_tok > 0 ? 0.8 * d->arb_tok + 0.2 * tt : tt;
+        }
+        return st;
+    }
+    return draft_chain(d, hist, n, gamma, n_min, p_min, smp, rng, draft, q, n_draft, err);
+}
+
+/* One drafter's chain (the kinds themselves, no arbitration). */
+static sp_status draft_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t gamma,
+                             int32_t n_min, float p_min, sp_sampler *smp, sp_rng *rng,
+                             int32_t *draft, float *q, int32_t *n_draft, sp_error *err) {
+    const int32_t V = d->V;
+    *n_draft = 0;
+    if (d->kind == SP_DRAFT_NGRAM || d->kind == SP_DRAFT_SUFFIX || d->kind == SP_DRAFT_NGRAM_CACHE) {
+        int32_t k = 0;
+        if (d->kind == SP_DRAFT_NGRAM) {
+            k = sp_ngram_propose(hist, n, d->p.ngram_min, d->p.ngram_max, gamma, draft);
+        } else if (d->kind == SP_DRAFT_NGRAM_CACHE) {
+            sp_status st = sp_suffix_propose_lookup(d->sfx, hist, n, gamma, d->p.ngram_min,
+                                                    d->p.ngram_max, draft, &k, err);
+            if (st) return st;
+        } else {
+            sp_status st = sp_suffix_propose(d->sfx, hist, n, gamma, draft, &k, err);
+            if (st) return st;
+        }
         for (int32_t i = 0; i < k; i++) {
             float *qi = q + (int64_t)i * V;
             memset(qi, 0, (size_t)V * sizeof(float));
@@ -539,6 +649,12 @@ sp_status sp_drafter_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_
 }
 
 sp_status sp_drafter_accept_chain(sp_drafter *d, int32_t n, int32_t tau, sp_error *err) {
+    if (d->sfx && (d->kind == SP_DRAFT_SUFFIX || d->used == 1)) sp_suffix_feedback(d->sfx, tau);
+    if (d->used == 2 && d->used_len > 0) { /* the other drafter's per-token acceptance */
+        d->arb_acc = 0.97 * d->arb_acc + tau;
+        d->arb_tried = 0.97 * d->arb_tried + (tau < d->used_len ? tau + 1 : tau);
+    }
+    d->used = 0;
     if (d->ectx) { /* the rows past the accepted ones were a rejected draft's */
         if (d->g0 + d->gn > n + tau) d->gn = n + tau > d->g0 ? n + tau - d->g0 : 0;
         return SP_OK;
@@ -657,7 +773,17 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
                           sp_mc_mode mode, sp_sampler *smp, sp_rng *rng, sp_draft_tree *t,
                           sp_error *err) {
     if (d->ectx) return e3_tree(d, hist, n, shape, max_depth, greedy, mode, smp, rng, t, err);
-    if (!d->ctx) return sp_fail(err, SP_ERR_ARG, "trees need a model-based drafter (model, layerskip, lowbit, eagle3)");
+    if (d->kind == SP_DRAFT_SUFFIX) {
+        sp_suffix_tree st = {.parent = t->parent, .token = t->token, .depth = t->depth, .q = t->q};
+        int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
+        sp_status rc = sp_suffix_propose_tree(d->sfx, hist, n, shape->branch, depth < 0 ? 0 : depth,
+                                              shape->n_nodes, greedy, mode == SP_MC_NOREPLACE, rng,
+                                              d->V, &st, err);
+        t->n_nodes = st.n_nodes;
+        (void)smp;
+        return rc;
+    }
+    if (!d->ctx) return sp_fail(err, SP_ERR_ARG, "trees need a model-based drafter (model, layerskip, lowbit, eagle3) or suffix");
     const int32_t V = d->V;
     sp_status st = catch_up(d, hist, n, err);
     if (st) return st;
@@ -730,6 +856,7 @@ sp_status sp_drafter_accept_tree(sp_drafter *d, int32_t n, const sp_draft_tree *
         d->gn = m;
         return SP_OK;
     }
+    if (d->kind == SP_DRAFT_SUFFIX) sp_suffix_feedback(d->sfx, n_path);
     /* A tree trimmed to depth 0 drafted nothing and left the cache behind:
      * the next catch-up brings it level. */
     if (!d->ctx || sp_ctx_n_past(d->ctx) < n - d->off) return SP_OK;

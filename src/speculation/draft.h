@@ -14,9 +14,12 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
                           sp_error *err);
 void sp_drafter_free(sp_drafter *d);
 sp_drafter_kind sp_drafter_kind_of(const sp_drafter *d);
-/* The draft context (NULL for ngram). */
+/* The draft context (NULL for ngram and suffix). */
 sp_ctx *sp_drafter_ctx(sp_drafter *d);
-/* Empty the draft cache (and forget any resync offset) for a new prompt. */
+/* The suffix drafter's state (NULL for the other kinds). */
+sp_suffix *sp_drafter_suffix(sp_drafter *d);
+/* Empty the draft cache (and forget any resync offset) for a new prompt;
+ * the suffix drafter ends its request (its output joins the corpus). */
 sp_status sp_drafter_reset(sp_drafter *d, sp_error *err);
 
 /* Counters the drafter adds to (forward calls, seconds in them). */

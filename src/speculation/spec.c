@@ -49,6 +49,13 @@ const sp_model *sp_spec_draft_model(const sp_spec *s) {
     return s->drafter && s->prm.draft.kind == SP_DRAFT_MODEL ? s->prm.draft.draft_model : NULL;
 }
 
+bool sp_spec_suffix_stats(const sp_spec *s, sp_suffix_stats *out) {
+    sp_suffix *x = s && s->drafter ? sp_drafter_suffix(s->drafter) : NULL;
+    if (!x) return false;
+    *out = sp_suffix_get_stats(x);
+    return true;
+}
+
 /* A drafter for s's settings drafting with model m (its batch sized for
  * the widest tree level). */
 static sp_status drafter_for(const sp_spec *s, const sp_model *m, sp_drafter **out, sp_error *err) {
@@ -290,8 +297,12 @@ static sp_status step_tree(gen_run *g, int32_t remaining, sp_error *err) {
     } else {
         sp_verify_tree vt = {.n_nodes = nn, .parent = s->tree.parent, .token = s->tree.token,
                              .p = s->p, .q = s->q};
+        const bool trav = s->prm.verifier == SP_VERIFIER_GBV ||
+                          s->prm.verifier == SP_VERIFIER_TRAVERSAL;
         rc = g->greedy_t ? sp_verify_tree_greedy(s->ws, &vt, path, SP_TREE_MAX_DEPTH + 1, &n_path,
                                                  &y, err)
+             : trav      ? sp_verify_tree_traversal(s->ws, &vt, g->mode, &g->rng, path,
+                                                    SP_TREE_MAX_DEPTH + 1, &n_path, &y, err)
                          : sp_verify_tree_walk(s->ws, &vt, g->mode, &g->rng, path,
                                                SP_TREE_MAX_DEPTH + 1, &n_path, &y, err);
     }
@@ -403,7 +414,9 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
     sp_status rc = check_generate(s, n_prompt, gp, cap, err);
     if (rc) return rc;
     gen_run g = {.s = s, .stats = stats, .greedy_t = gp->sampling.temperature == 0,
-                 .mode = s->prm.verifier == SP_VERIFIER_MC      ? SP_MC_REPLACE
+                 .mode = s->prm.verifier == SP_VERIFIER_MC ||
+                                 s->prm.verifier == SP_VERIFIER_GBV
+                             ? SP_MC_REPLACE
                          : s->prm.verifier == SP_VERIFIER_NAIVE ? SP_MC_NAIVE
                                                                 : SP_MC_NOREPLACE};
     if ((rc = sp_sampler_init(&gp->sampling, s->V, &g.smp, err))) return rc;

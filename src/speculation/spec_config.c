@@ -96,15 +96,30 @@ static sp_status apply(sp_spec_config *c, const spelling *sp, const char *key, c
         return sp_fail(err, SP_ERR_ARG, "%s: given twice%s", key,
                        sp->id == S_GAMMA ? " (gamma and n_max are the same setting)" : "");
     switch (sp->id) {
-    case S_DRAFTER:
-        if (sp_drafter_parse(v->str, &p->draft.kind, err))
+    case S_DRAFTER: {
+        /* "X+suffix": X arbitrated per step with the suffix drafter */
+        char base[32];
+        size_t L = strlen(v->str);
+        const bool plus = L > 7 && !strcmp(v->str + L - 7, "+suffix") && L - 7 < sizeof base;
+        if (plus) {
+            memcpy(base, v->str, L - 7);
+            base[L - 7] = 0;
+        }
+        if (sp_drafter_parse(plus ? base : v->str, &p->draft.kind, err))
             return sp_fail(err, SP_ERR_ARG, "%s: unknown drafter '%s' (none, model, ngram, "
-                           "layerskip, lowbit)", key, v->str);
+                           "layerskip, lowbit, suffix, ngram-cache; model+suffix etc. to arbitrate)", key,
+                           v->str);
+        if (plus && (p->draft.kind == SP_DRAFT_NONE || p->draft.kind == SP_DRAFT_SUFFIX ||
+                     p->draft.kind == SP_DRAFT_NGRAM_CACHE))
+            return sp_fail(err, SP_ERR_ARG, "%s: '%s' arbitrates nothing (model, ngram, layerskip "
+                           "or lowbit +suffix)", key, v->str);
+        p->draft.with_suffix = plus;
         break;
+    }
     case S_VERIFIER:
         if (sp_verifier_parse(v->str, &p->verifier, err))
             return sp_fail(err, SP_ERR_ARG, "%s: unknown verifier '%s' (token, block, greedy, "
-                           "lenient, mc, mc-norep, naive)", key, v->str);
+                           "lenient, mc, mc-norep, naive, gbv, traversal)", key, v->str);
         break;
     case S_GAMMA:
         if (n_max && v->i == 0) { /* llama.cpp: no speculation for this request */
@@ -397,7 +412,8 @@ sp_status sp_spec_config_json_text(sp_spec_config *c, const char *text, size_t l
 /* -------------------------------------------------------------- finish */
 
 static bool tree_verifier(sp_verifier v) {
-    return v == SP_VERIFIER_MC || v == SP_VERIFIER_MC_NOREP || v == SP_VERIFIER_NAIVE;
+    return v == SP_VERIFIER_MC || v == SP_VERIFIER_MC_NOREP || v == SP_VERIFIER_NAIVE ||
+           v == SP_VERIFIER_GBV || v == SP_VERIFIER_TRAVERSAL;
 }
 
 static bool model_based(sp_drafter_kind k) {
@@ -416,7 +432,7 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
                 for (size_t i = 0; i < N_SPELLINGS; i++)
                     if (SPELLINGS[i].id == (setting_id)id)
                         return sp_fail(err, SP_ERR_ARG,
-                                       "%s: no drafter to use it with (set drafter: ngram, "
+                                       "%s: no drafter to use it with (set drafter: ngram, suffix, "
                                        "layerskip, lowbit, or model with a draft model)",
                                        SPELLINGS[i].name);
     }
@@ -453,9 +469,13 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
         {S_ADAPTIVE, plain, "plain decoding drafts nothing"},
         {S_P_MIN, plain && !c->off_by_n_max, "plain decoding drafts nothing"},
         {S_N_MIN, plain && !c->off_by_n_max, "plain decoding drafts nothing"},
-        {S_TREE, !model_based(kind), "trees need a model-based drafter (model, layerskip, lowbit, eagle3)"},
-        {S_NGRAM_MIN, kind != SP_DRAFT_NGRAM, "only the ngram drafter uses it"},
-        {S_NGRAM_MAX, kind != SP_DRAFT_NGRAM, "only the ngram drafter uses it"},
+        {S_TREE, !model_based(kind) && kind != SP_DRAFT_SUFFIX,
+         "trees need a model-based drafter (model, layerskip, lowbit, eagle3) or suffix"},
+        {S_TREE, p->draft.with_suffix, "arbitration with suffix drafts chains, not trees"},
+        {S_NGRAM_MIN, kind != SP_DRAFT_NGRAM && kind != SP_DRAFT_NGRAM_CACHE,
+         "only the ngram and ngram-cache drafters use it"},
+        {S_NGRAM_MAX, kind != SP_DRAFT_NGRAM && kind != SP_DRAFT_NGRAM_CACHE,
+         "only the ngram and ngram-cache drafters use it"},
         {S_SKIP, kind != SP_DRAFT_LAYERSKIP, "only the layerskip drafter uses it"},
         {S_LOWBIT, kind != SP_DRAFT_LOWBIT, "only the lowbit drafter uses it"},
         {S_LENIENCE, p->verifier != SP_VERIFIER_LENIENT, "only the lenient verifier uses it"},
@@ -477,10 +497,10 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
 
 sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
     const sp_drafter_kind kind = p->draft.kind;
-    if ((unsigned)kind > SP_DRAFT_EAGLE3)
+    if ((unsigned)kind > SP_DRAFT_NGRAM_CACHE)
         return sp_fail(err, SP_ERR_ARG, "drafter: unknown kind %d", (int)kind);
     if (kind == SP_DRAFT_NONE) return SP_OK; /* nothing else is used */
-    if ((unsigned)p->verifier > SP_VERIFIER_NAIVE)
+    if ((unsigned)p->verifier > SP_VERIFIER_TRAVERSAL)
         return sp_fail(err, SP_ERR_ARG, "verifier: unknown kind %d", (int)p->verifier);
     if (p->gamma < 1 || p->gamma > SP_SPEC_MAX_GAMMA)
         return sp_fail(err, SP_ERR_ARG, "gamma: must be in [1, %d], got %d", SP_SPEC_MAX_GAMMA,
@@ -497,6 +517,11 @@ sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
          p->draft.ngram_min > p->draft.ngram_max))
         return sp_fail(err, SP_ERR_ARG, "ngram_min: need 1 <= ngram_min (%d) <= ngram_max (%d) <= %d",
                        p->draft.ngram_min, p->draft.ngram_max, SP_NGRAM_MAX);
+    if (kind == SP_DRAFT_NGRAM_CACHE &&
+        (p->draft.ngram_min < 1 || p->draft.ngram_max > 4 || p->draft.ngram_min > p->draft.ngram_max))
+        return sp_fail(err, SP_ERR_ARG,
+                       "ngram_max: ngram-cache needs 1 <= ngram_min (%d) <= ngram_max (%d) <= 4",
+                       p->draft.ngram_min, p->draft.ngram_max);
     if (memchr(p->draft.skip_layers, 0, sizeof p->draft.skip_layers) == NULL)
         return sp_fail(err, SP_ERR_ARG, "skip_layers: not terminated");
     if (p->tree.depth > 0) {
@@ -505,13 +530,17 @@ sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
         if (sp_tree_shape_make(p->tree.branch, p->tree.depth, &sh, &e) ||
             sh.n_nodes != p->tree.n_nodes)
             return sp_fail(err, SP_ERR_ARG, "tree: invalid shape (%s)", e.msg[0] ? e.msg : "node count");
-        if (!model_based(kind))
+        if (p->draft.with_suffix)
+            return sp_fail(err, SP_ERR_ARG, "tree: arbitration with suffix drafts chains, not trees");
+        if (!model_based(kind) && kind != SP_DRAFT_SUFFIX)
             return sp_fail(err, SP_ERR_ARG,
-                           "tree: trees need a model-based drafter (model, layerskip, lowbit, eagle3), not %s",
+                           "tree: trees need a model-based drafter (model, layerskip, lowbit, eagle3) or "
+                           "suffix, not %s",
                            sp_drafter_name(kind));
         if (!tree_verifier(p->verifier) && p->verifier != SP_VERIFIER_GREEDY)
             return sp_fail(err, SP_ERR_ARG,
-                           "tree: trees are verified with mc, mc-norep, naive or greedy, not %s",
+                           "tree: trees are verified with mc, mc-norep, naive, gbv, traversal or "
+                           "greedy, not %s",
                            sp_verifier_name(p->verifier));
     } else if (p->tree.depth < 0) {
         return sp_fail(err, SP_ERR_ARG, "tree: invalid shape (depth %d)", p->tree.depth);

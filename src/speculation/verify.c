@@ -2,6 +2,7 @@
  * verifiers over probability arrays; see sp_verify.h for the contracts. */
 #include "sp_verify.h"
 #include "sampler_internal.h"
+#include "verify_internal.h"
 
 #include <float.h>
 #include <math.h>
@@ -13,10 +14,12 @@ struct sp_verify_ws {
     int32_t n_vocab;
     double *a; /* [V] scratch: residual / p_cur */
     double *b; /* [V] scratch: q_cur for sampling without replacement */
+    double *rows;      /* [n_rows][V] residual rows of traversal verification */
+    int32_t n_rows;    /* grown on demand, never shrunk */
 };
 
-static const char *const VERIFIER_NAMES[] = {"token", "block", "greedy", "lenient",
-                                             "mc",    "mc-norep", "naive"};
+static const char *const VERIFIER_NAMES[] = {"token", "block",    "greedy", "lenient", "mc",
+                                             "mc-norep", "naive", "gbv",    "traversal"};
 
 const char *sp_verifier_name(sp_verifier v) {
     if ((unsigned)v < sizeof VERIFIER_NAMES / sizeof VERIFIER_NAMES[0]) return VERIFIER_NAMES[v];
@@ -30,7 +33,8 @@ sp_status sp_verifier_parse(const char *name, sp_verifier *out, sp_error *err) {
             return SP_OK;
         }
     return sp_fail(err, SP_ERR_ARG,
-                   "unknown verifier '%s' (token, block, greedy, lenient, mc, mc-norep, naive)",
+                   "unknown verifier '%s' (token, block, greedy, lenient, mc, mc-norep, naive, "
+                   "gbv, traversal)",
                    name ? name : "(null)");
 }
 
@@ -57,10 +61,21 @@ void sp_verify_ws_free(sp_verify_ws *ws) {
     if (!ws) return;
     free(ws->a);
     free(ws->b);
+    free(ws->rows);
     free(ws);
 }
 
 int32_t sp_verify_ws_vocab(const sp_verify_ws *ws) { return ws ? ws->n_vocab : 0; }
+
+double *sp_verify_ws_rows(sp_verify_ws *ws, int32_t n_rows) {
+    if (n_rows > ws->n_rows) {
+        double *r = realloc(ws->rows, sizeof(double) * (size_t)n_rows * (size_t)ws->n_vocab);
+        if (!r) return NULL;
+        ws->rows = r;
+        ws->n_rows = n_rows;
+    }
+    return ws->rows;
+}
 
 static double row_sum_check(const float *row, int32_t n, int *suspect_out);
 

@@ -280,18 +280,22 @@ static void sim_free(sim *b) {
 static sp_status sim_params(sim *b, sp_error *err) {
     const sp_vsim_params *prm = b->prm;
     const sp_verifier vf = prm->verifier;
-    if ((unsigned)vf > SP_VERIFIER_NAIVE) return sp_fail(err, SP_ERR_ARG, "verify-sim: bad verifier");
-    b->is_tree = vf == SP_VERIFIER_MC || vf == SP_VERIFIER_MC_NOREP || vf == SP_VERIFIER_NAIVE;
-    b->mode = vf == SP_VERIFIER_MC ? SP_MC_REPLACE
-              : vf == SP_VERIFIER_MC_NOREP ? SP_MC_NOREPLACE
-                                           : SP_MC_NAIVE;
+    if ((unsigned)vf > SP_VERIFIER_TRAVERSAL)
+        return sp_fail(err, SP_ERR_ARG, "verify-sim: bad verifier");
+    b->is_tree = vf == SP_VERIFIER_MC || vf == SP_VERIFIER_MC_NOREP || vf == SP_VERIFIER_NAIVE ||
+                 vf == SP_VERIFIER_GBV || vf == SP_VERIFIER_TRAVERSAL;
+    b->mode = vf == SP_VERIFIER_MC || vf == SP_VERIFIER_GBV             ? SP_MC_REPLACE
+              : vf == SP_VERIFIER_MC_NOREP || vf == SP_VERIFIER_TRAVERSAL ? SP_MC_NOREPLACE
+                                                                           : SP_MC_NAIVE;
     if (prm->trials < 1 || prm->trials > SP_VSIM_MAX_TRIALS)
         return sp_fail(err, SP_ERR_ARG, "verify-sim: trials %lld outside [1, %lld]",
                        (long long)prm->trials, SP_VSIM_MAX_TRIALS);
     if (vf == SP_VERIFIER_LENIENT && !(prm->lenience > 0.0 && prm->lenience <= 1.0))
         return sp_fail(err, SP_ERR_ARG, "verify-sim: lenience %g outside (0, 1]", prm->lenience);
     if (!b->is_tree) {
-        if (prm->tree) return sp_fail(err, SP_ERR_ARG, "verify-sim: a tree needs mc, mc-norep or naive");
+        if (prm->tree)
+            return sp_fail(err, SP_ERR_ARG,
+                           "verify-sim: a tree needs mc, mc-norep, naive, gbv or traversal");
         if (prm->gamma < 1 || prm->gamma > SP_VERIFY_MAX_GAMMA)
             return sp_fail(err, SP_ERR_ARG, "verify-sim: gamma %d outside [1, %d]", (int)prm->gamma,
                            SP_VERIFY_MAX_GAMMA);
@@ -430,7 +434,12 @@ static sp_status sim_tree_trial(sim *b, int32_t *acc, int32_t *n_emit, sp_error 
     }
     sp_verify_tree t = {n, b->parent, b->token, b->p, b->q};
     int32_t y;
-    sp_status st = sp_verify_tree_walk(b->ws, &t, b->mode, &b->rng, b->path, b->D + 1, acc, &y, err);
+    const sp_verifier vf = b->prm->verifier;
+    sp_status st = vf == SP_VERIFIER_GBV || vf == SP_VERIFIER_TRAVERSAL
+                       ? sp_verify_tree_traversal(b->ws, &t, b->mode, &b->rng, b->path, b->D + 1,
+                                                  acc, &y, err)
+                       : sp_verify_tree_walk(b->ws, &t, b->mode, &b->rng, b->path, b->D + 1, acc,
+                                             &y, err);
     if (st) return st;
     for (int32_t i = 0; i < *acc; i++) b->seq[(*n_emit)++] = b->token[b->path[i]];
     b->seq[(*n_emit)++] = y;
@@ -484,5 +493,300 @@ sp_status sp_vsim_run(const sp_vsim_model *m, const sp_vsim_params *prm, sp_vsim
         res->impossible = c2.impossible;
     }
     sim_free(&b);
+    return st;
+}
+
+/* ---- exact expectation (sp_vsim_exact) ----
+ * Drafts are enumerated depth-first with their probabilities; for each, the
+ * verifier's expected accepted length is computed by following its branches
+ * with their probabilities. Rows are the model's floats read as doubles,
+ * exactly as the verifiers read them. */
+
+typedef struct xenum {
+    const sp_vsim_model *m;
+    sp_verifier vf;
+    sp_mc_mode mode;
+    int32_t V, D, n;          /* vocabulary, depth, nodes so far */
+    const sp_tree_shape *shape;
+    int32_t *parent, *token, *depth;
+    double sum;               /* sum over drafts of P(draft) E[tau | draft] */
+    /* traversal scratch: (n_max + 1) states of n_max x V rows Mb and Ms,
+     * n_max acceptance weights and child cursors */
+    int32_t n_max;
+    double *st_mb, *st_ms, *st_a;
+    int32_t *st_cur, *st_set, *kid_first, *kid_next; /* st_set: a[node] is current */
+} xenum;
+
+static const float *xrow(const xenum *e, const float *tab, int32_t node) {
+    const int32_t ctx = node == 0 ? e->V : e->token[node];
+    return tab + (size_t)ctx * e->V;
+}
+
+/* Token and block verification of the chain in e (nodes 1..D). */
+static double x_chain(const xenum *e) {
+    const int32_t V = e->V, D = e->D;
+    if (e->vf == SP_VERIFIER_TOKEN) {
+        double E = 0, reach = 1;
+        for (int32_t i = 1; i <= D; i++) {
+            const float *p = xrow(e, e->m->target, i - 1), *q = xrow(e, e->m->draft, i - 1);
+            const int32_t x = e->token[i];
+            double a = (double)p[x] / (double)q[x];
+            reach *= a < 1 ? a : 1;
+            E += reach;
+        }
+        return E;
+    }
+    /* block: step i stops with probability h_i = w_i / (w_i + 1 - pacc_i)
+     * (an empty step rejects); tau is the last step that stopped, 0 if none */
+    double h[SP_VERIFY_MAX_GAMMA + 1], pacc = 1;
+    for (int32_t i = 0; i <= D; i++) {
+        const float *p = xrow(e, e->m->target, i), *q = i < D ? xrow(e, e->m->draft, i) : NULL;
+        double w = 0;
+        for (int32_t y = 0; y < V; y++) {
+            double d = pacc * (double)p[y] - (q ? (double)q[y] : 0.0);
+            w += d > 0 ? d : 0;
+        }
+        const double tot = w + (1 - pacc);
+        h[i] = tot > 0 ? w / tot : 0;
+        if (i < D) {
+            const int32_t x = e->token[i + 1];
+            double r = pacc * (double)p[x] / (double)q[x];
+            pacc = r < 1 ? r : 1;
+        }
+    }
+    double E = 0, none_later = 1;
+    for (int32_t i = D; i >= 1; i--) {
+        E += i * h[i] * none_later;
+        none_later *= 1 - h[i];
+    }
+    return E;
+}
+
+/* Multi-candidate walk from node v: expected accepted nodes below v. */
+static double x_mc(const xenum *e, int32_t v) {
+    const int32_t V = e->V;
+    const float *p = xrow(e, e->m->target, v), *q = xrow(e, e->m->draft, v);
+    double pc[SP_VSIM_MAX_VOCAB], qc[SP_VSIM_MAX_VOCAB], S = 0, Q = 0, E = 0, reach = 1;
+    for (int32_t y = 0; y < V; y++) {
+        pc[y] = p[y];
+        qc[y] = q[y];
+        S += pc[y];
+        Q += qc[y];
+    }
+    for (int32_t c = v + 1; c < e->n; c++) {
+        if (e->parent[c] != v) continue;
+        const int32_t x = e->token[c];
+        const double qx = e->mode == SP_MC_NOREPLACE ? qc[x] / Q : (double)q[x];
+        double a = pc[x] / (qx * S);
+        a = a < 1 ? a : 1;
+        E += reach * a * (1 + x_mc(e, c));
+        reach *= 1 - a;
+        const double f = e->mode == SP_MC_NOREPLACE ? S / Q : S;
+        double S2 = 0;
+        for (int32_t y = 0; y < V; y++) {
+            double d = pc[y] - f * (e->mode == SP_MC_NOREPLACE ? qc[y] : (double)q[y]);
+            S2 += d > 0 ? d : 0;
+        }
+        if (S2 > 1e-12 * S) {
+            for (int32_t y = 0; y < V; y++) {
+                double d = pc[y] - f * (e->mode == SP_MC_NOREPLACE ? qc[y] : (double)q[y]);
+                pc[y] = d > 0 ? d : 0;
+            }
+            S = S2;
+        }
+        if (e->mode == SP_MC_NOREPLACE) {
+            qc[x] = 0;
+            Q = 0;
+            for (int32_t y = 0; y < V; y++) Q += qc[y];
+        }
+    }
+    return E;
+}
+
+/* Traversal from state level L (rows of every node: Mb, Ms normalised,
+ * weights a, child cursors): expected accepted length. */
+static double x_trav(xenum *e, int32_t L) {
+    const int32_t V = e->V;
+    const size_t NS = (size_t)e->n_max * V;
+    double *mb = e->st_mb + L * NS, *ms = e->st_ms + L * NS, *a = e->st_a + (size_t)L * e->n_max;
+    int32_t *cur = e->st_cur + (size_t)L * e->n_max, *set = e->st_set + (size_t)L * e->n_max;
+    /* descend along first remaining children; a node's weight is computed
+     * when first reached, then changed only by its residual updates */
+    int32_t v = 0;
+    while (cur[v] >= 0) {
+        const int32_t c = cur[v], x = e->token[c];
+        if (!set[c]) {
+            double r = a[v] * mb[(size_t)v * V + x] / ms[(size_t)v * V + x];
+            a[c] = r < 1 ? r : 1;
+            set[c] = 1;
+        }
+        v = c;
+    }
+    if (v == 0) return 0;
+    double E = a[v] * e->depth[v];
+    if (a[v] >= 1) return E;
+    /* reject v: the next state is a copy with v's parent residualised */
+    double *mb2 = mb + NS, *ms2 = ms + NS, *a2 = a + e->n_max;
+    int32_t *cur2 = cur + e->n_max, *set2 = set + e->n_max;
+    memcpy(set2, set, sizeof(int32_t) * (size_t)e->n_max);
+    memcpy(mb2, mb, sizeof(double) * NS);
+    memcpy(ms2, ms, sizeof(double) * NS);
+    memcpy(a2, a, sizeof(double) * (size_t)e->n_max);
+    memcpy(cur2, cur, sizeof(int32_t) * (size_t)e->n_max);
+    const int32_t u = e->parent[v], x = e->token[v];
+    double *bu = mb2 + (size_t)u * V, *su = ms2 + (size_t)u * V;
+    double nb = 0, den = 0;
+    for (int32_t y = 0; y < V; y++) {
+        double d = a2[u] * bu[y] - su[y];
+        if (d > 0) nb += d;
+        else den -= d;
+    }
+    if (nb > 1e-12) {
+        for (int32_t y = 0; y < V; y++) {
+            double d = a2[u] * bu[y] - su[y];
+            bu[y] = d > 0 ? d / nb : 0;
+        }
+    }
+    a2[u] = den > 0 ? (nb / den < 1 ? nb / den : 1) : 1;
+    if (e->mode == SP_MC_NOREPLACE) {
+        double Q = 0;
+        su[x] = 0;
+        for (int32_t y = 0; y < V; y++) Q += su[y];
+        for (int32_t y = 0; y < V && Q > 0; y++) su[y] /= Q;
+    }
+    cur2[u] = e->kid_next[v];
+    return E + (1 - a[v]) * x_trav(e, L + 1);
+}
+
+static double x_verify(xenum *e) {
+    if (e->vf == SP_VERIFIER_TOKEN || e->vf == SP_VERIFIER_BLOCK) return x_chain(e);
+    if (e->vf == SP_VERIFIER_MC || e->vf == SP_VERIFIER_MC_NOREP) return x_mc(e, 0);
+    /* traversal: the first state */
+    const int32_t V = e->V, n = e->n;
+    for (int32_t i = 0; i < n; i++) e->kid_first[i] = e->kid_next[i] = -1;
+    for (int32_t i = n - 1; i >= 1; i--) {
+        e->kid_next[i] = e->kid_first[e->parent[i]];
+        e->kid_first[e->parent[i]] = i;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const float *p = xrow(e, e->m->target, i), *q = xrow(e, e->m->draft, i);
+        double Q = 0;
+        for (int32_t y = 0; y < V; y++) Q += q[y];
+        for (int32_t y = 0; y < V; y++) {
+            e->st_mb[(size_t)i * V + y] = p[y];
+            e->st_ms[(size_t)i * V + y] = q[y] / Q;
+        }
+        e->st_cur[i] = e->kid_first[i];
+        e->st_set[i] = i == 0;
+    }
+    e->st_a[0] = 1;
+    return x_trav(e, 0);
+}
+
+static void x_grow(xenum *e, int32_t i, double pr);
+
+/* Draw the j-th..k-th children of node i (mass: remaining draft mass
+ * without replacement). */
+static void x_kids(xenum *e, int32_t i, int32_t j, int32_t k, double pr) {
+    if (j == k) {
+        x_grow(e, i + 1, pr);
+        return;
+    }
+    const float *q = xrow(e, e->m->draft, i);
+    const int32_t first = e->n - j;
+    double rem = 0;
+    for (int32_t y = 0; y < e->V; y++) {
+        bool used = false;
+        for (int32_t c = first; c < e->n && e->mode == SP_MC_NOREPLACE; c++) used |= e->token[c] == y;
+        if (!used) rem += q[y];
+    }
+    if (!(rem > 0)) { /* support exhausted: fewer children */
+        x_grow(e, i + 1, pr);
+        return;
+    }
+    for (int32_t y = 0; y < e->V; y++) {
+        bool used = false;
+        for (int32_t c = first; c < e->n && e->mode == SP_MC_NOREPLACE; c++) used |= e->token[c] == y;
+        if (used || !(q[y] > 0)) continue;
+        const double pq = e->mode == SP_MC_NOREPLACE ? q[y] / rem : (double)q[y];
+        const int32_t c = e->n++;
+        e->parent[c] = i;
+        e->token[c] = y;
+        e->depth[c] = e->depth[i] + 1;
+        x_kids(e, i, j + 1, k, pr * pq);
+        e->n--;
+    }
+}
+
+/* Expand node i and the ones after it (breadth-first order). */
+static void x_grow(xenum *e, int32_t i, double pr) {
+    if (i == e->n) {
+        e->sum += pr * x_verify(e);
+        return;
+    }
+    if (e->depth[i] >= e->D) {
+        x_grow(e, i + 1, pr);
+        return;
+    }
+    x_kids(e, i, 0, e->shape->branch[e->depth[i]], pr);
+}
+
+sp_status sp_vsim_exact(const sp_vsim_model *m, const sp_vsim_params *prm, double *mean_accepted,
+                        sp_error *err) {
+    if (!m || !m->target || !prm || !mean_accepted)
+        return sp_fail(err, SP_ERR_ARG, "verify-sim: NULL argument");
+    sim b = {.m = m, .prm = prm, .V = m->n_vocab};
+    sp_status st = sim_params(&b, err);
+    if (st) return st;
+    const sp_verifier vf = prm->verifier;
+    if (vf != SP_VERIFIER_TOKEN && vf != SP_VERIFIER_BLOCK && vf != SP_VERIFIER_MC &&
+        vf != SP_VERIFIER_MC_NOREP && vf != SP_VERIFIER_GBV && vf != SP_VERIFIER_TRAVERSAL)
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "verify-sim: no exact expectation for %s",
+                       sp_verifier_name(vf));
+    sp_tree_shape chain;
+    if (!b.is_tree) { /* a chain is the tree 1x1x...x1 */
+        int32_t br[SP_TREE_MAX_DEPTH];
+        for (int32_t d = 0; d < b.D; d++) br[d] = 1;
+        if ((st = sp_tree_shape_make(br, b.D, &chain, err))) return st;
+    }
+    const sp_tree_shape *shape = b.is_tree ? &b.shape : &chain;
+    double count = 1;
+    for (int32_t i = 1; i < shape->n_nodes; i++) count *= b.V;
+    if (count > SP_VSIM_MAX_EXACT)
+        return sp_fail(err, SP_ERR_RANGE, "verify-sim: exact needs %.3g drafts, above %d", count,
+                       SP_VSIM_MAX_EXACT);
+    const int32_t N = shape->n_nodes;
+    xenum e = {.m = m, .vf = vf, .mode = b.is_tree ? b.mode : SP_MC_REPLACE, .V = b.V, .D = b.D,
+               .n = 1, .shape = shape, .n_max = N};
+    e.parent = malloc(sizeof(int32_t) * (size_t)N);
+    e.token = malloc(sizeof(int32_t) * (size_t)N);
+    e.depth = malloc(sizeof(int32_t) * (size_t)N);
+    e.kid_first = malloc(sizeof(int32_t) * (size_t)N);
+    e.kid_next = malloc(sizeof(int32_t) * (size_t)N);
+    e.st_mb = malloc(sizeof(double) * (size_t)(N + 1) * N * b.V);
+    e.st_ms = malloc(sizeof(double) * (size_t)(N + 1) * N * b.V);
+    e.st_a = malloc(sizeof(double) * (size_t)(N + 1) * N);
+    e.st_cur = malloc(sizeof(int32_t) * (size_t)(N + 1) * N);
+    e.st_set = malloc(sizeof(int32_t) * (size_t)(N + 1) * N);
+    if (!e.parent || !e.token || !e.depth || !e.kid_first || !e.kid_next || !e.st_mb || !e.st_ms ||
+        !e.st_a || !e.st_cur || !e.st_set) {
+        st = sp_fail(err, SP_ERR_NOMEM, "verify-sim: out of memory");
+    } else {
+        e.parent[0] = -1;
+        e.token[0] = -1;
+        e.depth[0] = 0;
+        x_grow(&e, 0, 1.0);
+        *mean_accepted = e.sum;
+    }
+    free(e.parent);
+    free(e.token);
+    free(e.depth);
+    free(e.kid_first);
+    free(e.kid_next);
+    free(e.st_mb);
+    free(e.st_ms);
+    free(e.st_a);
+    free(e.st_cur);
+    free(e.st_set);
     return st;
 }
