@@ -14,8 +14,8 @@
  *  - rollbacks the state cannot serve are refused with one line and leave
  *    the context as it was;
  *  - greedy speculative decoding on the hybrid target equals plain greedy
- *    decoding with n-gram, low-bit self-draft, layer-skip and separate-model
- *    drafts, chains and trees. */
+ *    decoding with n-gram, n-gram cache, suffix, low-bit self-draft,
+ *    layer-skip and separate-model drafts, chains and trees. */
 #include "testutil.h"
 
 #include <math.h>
@@ -432,6 +432,9 @@ static void test_greedy_speculation(void **state) {
         {SP_DRAFT_LOWBIT, SP_VERIFIER_NAIVE, 0, "2x2x2x2"},
         {SP_DRAFT_LOWBIT, SP_VERIFIER_MC, 0, "3x2"},
         {SP_DRAFT_LAYERSKIP, SP_VERIFIER_GREEDY, 0, "4x2x1"},
+        {SP_DRAFT_SUFFIX, SP_VERIFIER_BLOCK, 4, NULL},
+        {SP_DRAFT_SUFFIX, SP_VERIFIER_GREEDY, 0, "2x2"},
+        {SP_DRAFT_NGRAM_CACHE, SP_VERIFIER_TOKEN, 4, NULL},
     };
     for (size_t i = 0; i < sizeof CFGS / sizeof CFGS[0]; i++) {
         sp_spec_params sp = sp_spec_default_params();
