@@ -57,23 +57,7 @@ void sp_eagle3_free(sp_eagle3 *h) {
 
 static sp_status bind(sp_eagle3 *h, const char *path, const char *name, int64_t cols, int64_t rows,
                       bool optional, sp_weight *w, sp_error *err) {
-    const sp_gguf_tensor *t = sp_gguf_find_tensor(h->gguf, name);
-    memset(w, 0, sizeof *w);
-    if (!t) {
-        if (optional) return SP_OK;
-        return sp_fail(err, SP_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
-    }
-    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
-        return sp_fail(err, SP_ERR_FORMAT,
-                       "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
-                       path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                       (long long)t->ne[3], (long long)cols, (long long)rows);
-    if (!sp_quant_loadable(t->type))
-        return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which Specula does not support",
-                       path, name, sp_ggml_type_name(t->type));
-    *w = (sp_weight){.type = t->type, .rows = rows, .cols = cols,
-                     .row_bytes = sp_ggml_row_size(t->type, cols), .data = t->data};
-    return SP_OK;
+    return sp_weight_from_tensor(sp_gguf_find_tensor(h->gguf, name), path, name, cols, rows, optional, w, err);
 }
 
 /* A vector (norm weights, RoPE factors) as an owned f32 copy. */

@@ -112,6 +112,12 @@ void sp_model_set_desc(sp_model *m, const char *arch);
  * (model_load.c); fm: the file mapping whose pages they release, or NULL. */
 sp_status sp_model_pack_weights(sp_model *m, const sp_file_map *fm, sp_error *err);
 
+/* A 2-D tensor t of a file (NULL: absent) as a weight [rows, cols]: its
+ * shape and type checked, each failure one line naming path and name; an
+ * absent tensor is an error unless optional (w zeroed then). */
+sp_status sp_weight_from_tensor(const sp_gguf_tensor *t, const char *path, const char *name, int64_t cols,
+                                int64_t rows, bool optional, sp_weight *w, sp_error *err);
+
 /* model_load.c's tensor binding: a matrix [rows, cols] (optional: an
  * absent tensor leaves w zeroed) and an f32 vector (optional: NULL). */
 sp_status sp_model_bind_matrix(sp_model *m, const char *path, const char *name, int64_t cols,

@@ -129,9 +129,8 @@ static const sp_gguf_tensor *claim(sp_model *m, const char *name) {
     return t;
 }
 
-static sp_status bind_matrix(sp_model *m, const char *path, const char *name, int64_t cols,
-                             int64_t rows, bool optional, sp_weight *w, sp_error *err) {
-    const sp_gguf_tensor *t = claim(m, name);
+sp_status sp_weight_from_tensor(const sp_gguf_tensor *t, const char *path, const char *name, int64_t cols,
+                                int64_t rows, bool optional, sp_weight *w, sp_error *err) {
     memset(w, 0, sizeof *w);
     if (!t) {
         if (optional) return SP_OK;
@@ -145,7 +144,8 @@ static sp_status bind_matrix(sp_model *m, const char *path, const char *name, in
     if (!sp_quant_loadable(t->type))
         return sp_fail(err, SP_ERR_UNSUPPORTED,
                        "%s: tensor '%s' has type %s, which Specula does not support (supported: "
-                       "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs)",
+                       "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4, q2_K, q3_K, q4_K, q5_K, q6_K, "
+                       "iq4_xs)",
                        path, name, sp_ggml_type_name(t->type));
     w->type = t->type;
     w->rows = rows;
@@ -153,6 +153,11 @@ static sp_status bind_matrix(sp_model *m, const char *path, const char *name, in
     w->row_bytes = sp_ggml_row_size(t->type, cols);
     w->data = t->data;
     return SP_OK;
+}
+
+static sp_status bind_matrix(sp_model *m, const char *path, const char *name, int64_t cols,
+                             int64_t rows, bool optional, sp_weight *w, sp_error *err) {
+    return sp_weight_from_tensor(claim(m, name), path, name, cols, rows, optional, w, err);
 }
 
 /* Norm weights are used as f32; convert other types into an owned copy. */
