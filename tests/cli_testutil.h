@@ -24,18 +24,29 @@ static inline const char *cli_bin(void) {
 
 enum { SP_CAPTURE_STDOUT = 0, SP_CAPTURE_STDERR = 1 };
 
-/* Runs `specula ARGS` (ARGS is shell text), captures stdout (the other
- * stream discarded) or stderr into buf; returns the exit code. */
-static inline int cli_run(const char *args, int capture, char *buf, size_t cap) {
-    char cmd[16384];
-    snprintf(cmd, sizeof cmd, "'%s' %s %s", cli_bin(), args,
-             capture == SP_CAPTURE_STDERR ? "2>&1 >/dev/null" : "2>/dev/null");
+/* Runs the shell command cmd and reads its stdout into buf (NUL-terminated,
+ * at most cap - 1 bytes); returns its exit code (-1: it did not exit). */
+static inline int sh_capture(const char *cmd, char *buf, size_t cap) {
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     size_t len = fread(buf, 1, cap - 1, f);
     buf[len] = 0;
     int st = pclose(f);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Runs `BIN ARGS` (ARGS is shell text), captures stdout (the other stream
+ * discarded) or stderr into buf; returns the exit code. */
+static inline int bin_run(const char *bin, const char *args, int capture, char *buf, size_t cap) {
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "'%s' %s %s", bin, args,
+             capture == SP_CAPTURE_STDERR ? "2>&1 >/dev/null" : "2>/dev/null");
+    return sh_capture(cmd, buf, cap);
+}
+
+/* Runs `specula ARGS`, as bin_run. */
+static inline int cli_run(const char *args, int capture, char *buf, size_t cap) {
+    return bin_run(cli_bin(), args, capture, buf, cap);
 }
 
 static inline int sp_count_lines(const char *s) {

@@ -14,15 +14,7 @@ static const char *example_bin(void) {
 }
 
 static int run(const char *args, int capture, char *buf, size_t cap) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' %s %s", example_bin(), args,
-             capture == SP_CAPTURE_STDERR ? "2>&1 >/dev/null" : "2>/dev/null");
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    size_t len = fread(buf, 1, cap - 1, f);
-    buf[len] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return bin_run(example_bin(), args, capture, buf, cap);
 }
 
 static void test_simple_matches_greedy(void **state) {

@@ -5,7 +5,7 @@
  * stating another layer order, check_layers fails and names the offence;
  * with a function declaration added to a public header, or a header
  * DESIGN.md does not list, check_api fails. */
-#include "testutil.h"
+#include "cli_testutil.h"
 
 #include <libgen.h>
 #include <sys/wait.h>
@@ -23,21 +23,6 @@ static const char *repo(void) {
     return root;
 }
 
-static int sh(const char *cmd, char *out, size_t cap) {
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    size_t len = fread(out, 1, cap - 1, f);
-    out[len] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int count_lines(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
 /* A fresh copy of the parts of the tree the script reads, in TMP/NAME. */
 static const char *copy_tree(const char *name) {
     static char dir[512];
@@ -47,14 +32,14 @@ static const char *copy_tree(const char *name) {
              "mkdir -p '%s' && cd '%s' && cp -r Makefile README.md docs include src tools '%s'/ "
              "&& { [ ! -d examples ] || cp -r examples '%s'/; }",
              dir, repo(), dir, dir);
-    assert_int_equal(sh(cmd, out, sizeof out), 0);
+    assert_int_equal(sh_capture(cmd, out, sizeof out), 0);
     return dir;
 }
 
 static int check_script(const char *script, const char *dir, char *out, size_t cap) {
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "sh '%s/scripts/%s' '%s' 2>&1", repo(), script, dir);
-    return sh(cmd, out, cap);
+    return sh_capture(cmd, out, cap);
 }
 
 static int check(const char *dir, char *out, size_t cap) {
@@ -88,7 +73,7 @@ static void test_back_edge_fails(void **state) {
     inject(d, "src/base/rng.c", "#include \"sp_spec.h\"");
     assert_int_equal(check(d, out, sizeof out), 1);
     assert_non_null(strstr(out, "src/base/rng.c (base) includes sp_spec.h (speculation), a layer above it"));
-    assert_int_equal(count_lines(out), 1);
+    assert_int_equal(sp_count_lines(out), 1);
 }
 
 static void test_internal_header_fails(void **state) {
@@ -102,7 +87,7 @@ static void test_internal_header_fails(void **state) {
     assert_non_null(strstr(out, "src/speculation/tree.c includes kv.h, internal to src/engine"));
     assert_non_null(strstr(out, "tools/cli_util.c includes ops.h, internal to src/engine"));
     assert_non_null(strstr(out, "include/sp_model.h includes model_internal.h"));
-    assert_int_equal(count_lines(out), 3);
+    assert_int_equal(sp_count_lines(out), 3);
 }
 
 static void test_stated_order_checked(void **state) {
@@ -110,7 +95,7 @@ static void test_stated_order_checked(void **state) {
     char out[8192], cmd[2048];
     const char *d = copy_tree("order");
     snprintf(cmd, sizeof cmd, "sed -i 's/base -> text -> engine/base -> engine -> text/' '%s/README.md'", d);
-    assert_int_equal(sh(cmd, out, sizeof out), 0);
+    assert_int_equal(sh_capture(cmd, out, sizeof out), 0);
     assert_int_equal(check(d, out, sizeof out), 1);
     assert_non_null(strstr(out, "README.md does not state the layer order"));
 }

@@ -6,7 +6,7 @@
 
 #include <math.h>
 
-#include "dev/sp_vsim.h"
+#include "vsim_testutil.h"
 
 #define ALPHA 1e-4
 
@@ -39,13 +39,6 @@ static sp_vsim_result run(const sp_vsim_model *m, sp_verifier v, int gamma, int 
     return r;
 }
 
-/* Variance of the accepted length from the histogram. */
-static double acc_var(const sp_vsim_result *r) {
-    double m2 = 0;
-    for (int i = 0; i <= r->depth; i++) m2 += (double)i * i * r->accept_hist[i];
-    m2 /= (double)r->trials;
-    return m2 - r->mean_accepted * r->mean_accepted;
-}
 
 /* ALGORITHMS.md section 3: 10/9 (token) and 11/9 (block) accepted tokens,
  * within 0.005 at 10^6 trials (std error ~0.0009, so > 5 sigma margin);

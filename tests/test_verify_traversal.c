@@ -9,7 +9,7 @@
 
 #include <math.h>
 
-#include "dev/sp_vsim.h"
+#include "vsim_testutil.h"
 
 #define ALPHA 1e-4
 
@@ -34,12 +34,6 @@ static sp_vsim_result run(const sp_vsim_model *m, sp_verifier v, int gamma, int 
     return r;
 }
 
-static double acc_var(const sp_vsim_result *r) {
-    double m2 = 0;
-    for (int i = 0; i <= r->depth; i++) m2 += (double)i * i * r->accept_hist[i];
-    m2 /= (double)r->trials;
-    return m2 - r->mean_accepted * r->mean_accepted;
-}
 
 /* |mean - exact| within 5 standard errors, and the chi-square check passes. */
 static void near_exact(const sp_vsim_result *r, double exact, const char *what) {
