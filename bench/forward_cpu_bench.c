@@ -12,7 +12,7 @@
  * processes still slows it). */
 #include <stdio.h>
 #include <stdlib.h>
-#include "sp_clock.h"
+#include "clock.h"
 
 #include "sp_model.h"
 

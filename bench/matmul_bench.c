@@ -17,11 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "sp_clock.h"
+#include "clock.h"
 
 #include "ops.h"
 #include "quant.h"
-#include "sp_rng.h"
+#include "rng.h"
 
 static double run(sp_mm_kernel kern, sp_mm *m, int64_t rows, double min_s, long *reps_out) {
     long reps = 0;

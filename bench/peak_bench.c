@@ -22,7 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "ops.h"
-#include "sp_clock.h"
+#include "clock.h"
 
 enum { ACC = 12 };
 

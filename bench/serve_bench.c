@@ -21,7 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "sp_clock.h"
+#include "clock.h"
 
 static int port, max_tokens, total;
 static const char *spec = "";

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "specula.h"
+#include "clock.h"
+#include "tokenizer_load.h"
 
 int main(int argc, char **argv) {
     const char *shared = argc > 1 ? argv[1] : "../shared";

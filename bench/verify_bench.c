@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "sp_clock.h"
-#include "sp_verify.h"
+#include "clock.h"
+#include "verify.h"
 
 /* Zipf-like row with a random permutation-free perturbation. */
 static void make_row(float *row, int32_t V, sp_rng *r) {

@@ -4,6 +4,7 @@
  * to encode and decode a short text). */
 #include "fuzz_util.h"
 #include "specula.h"
+#include "tokenizer_load.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;

@@ -22,7 +22,8 @@
 
 #include "fuzz_util.h"
 #include "serve_request.h"
-#include "sp_spec_config.h"
+#include "sp_spec.h"
+#include "spec_config.h"
 
 static void dump(json_t *j) {
     if (!j) abort();

@@ -3,7 +3,8 @@
  * the form; a configuration that parses is finished and checked. */
 #include "fuzz_util.h"
 #include "specula.h"
-#include "sp_spec_config.h"
+#include "sp_spec.h"
+#include "spec_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;

@@ -6,6 +6,8 @@
  * the dummy-prefix space and literal U+2581, which decode as spaces). */
 #include "fuzz_util.h"
 #include "specula.h"
+#include "gguf.h"
+#include "tokenizer_load.h"
 
 static sp_tokenizer *load(const char *rel) {
     sp_gguf *g = NULL;

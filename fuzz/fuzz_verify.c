@@ -7,6 +7,8 @@
 
 #include "fuzz_util.h"
 #include "specula.h"
+#include "rng.h"
+#include "verify.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 4) return 0;

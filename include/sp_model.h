@@ -13,10 +13,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sp_gguf.h"
 #include "sp_status.h"
-#include "sp_threadpool.h"
 #include "sp_tokenizer.h"
+
+/* The worker pool contexts compute on (created by the tools; NULL in
+ * sp_ctx_params makes one per context). */
+typedef struct sp_pool sp_pool;
 
 typedef struct sp_model_config {
     int32_t dim;         /* embedding width */
@@ -68,15 +70,6 @@ sp_model_params sp_model_default_params(void);
 sp_status sp_model_load(const char *path, const sp_model_params *params, sp_model **out,
                         sp_error *err);
 void sp_model_free(sp_model *m);
-
-/* A copy of `src` whose matrices are re-quantised to `type` (one that
- * sp_model_requantize_supported accepts) in memory: the low-precision
- * self-draft. Shares the tokenizer (the copy must be freed before src). */
-sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model **out,
-                              sp_error *err);
-/* True for the types sp_model_requantize can make (the weight types Specula
- * can write as well as compute with). */
-bool sp_model_requantize_supported(sp_ggml_type type);
 
 const sp_model_config *sp_model_cfg(const sp_model *m);
 /* NULL when the model has none: a llama2.c checkpoint loaded without
@@ -196,5 +189,33 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
 #define SP_FORWARD_MAX_SEQS 256
 sp_status sp_forward_multi(sp_ctx *const *ctxs, const sp_batch *batches, int32_t n_seq,
                            float *logits, sp_error *err);
+
+/* ---- sp_eagle3: EAGLE-3 draft heads, as llama.cpp defines them (architecture
+ * `eagle3` in GGUF, written by its converter from EAGLE-3 checkpoints).
+ *
+ * A head drafts from the target's own hidden states: for three target
+ * layers (`eagle3.target_layers`, the residual stream entering each; the
+ * target's layer count means the final pre-norm state) it fuses the rows
+ * by one matrix (`fc`, optionally after an RMSNorm `enc.output_norm`) into
+ * a feature g of the head's width, then runs one decoder layer over the
+ * pair (next token, g): attention input [RMSNorm(embedding); RMSNorm(g)]
+ * (`blk.0.attn_norm`, `blk.0.attn_norm_2`), the attention's residual g (or
+ * the normed g when `eagle3.norm_before_residual`), a SwiGLU FFN, and its
+ * own output head over a draft vocabulary mapped to target ids by `d2t`.
+ * The token embeddings and the output matrix are the head's own where the
+ * file has them, else the target's. Drafting further steps feeds the
+ * layer's pre-norm output back as g. The drafter (`--draft eagle3`) is in
+ * src/speculation/draft.c; the forward pass is src/engine/eagle3.c. */
+typedef struct sp_eagle3 sp_eagle3;
+
+/* Loads a head for `target` (which must outlive it: the head may use its
+ * embeddings and output matrix). Errors name the file and what does not
+ * fit: not an eagle3 file, a tensor's shape or type, target layers outside
+ * the target, a hidden size other than the target's, a vocabulary other
+ * than the target's, d2t ids out of range or repeated. */
+sp_status sp_eagle3_load(const char *path, const sp_model *target, sp_eagle3 **out, sp_error *err);
+void sp_eagle3_free(sp_eagle3 *h);
+/* e.g. "eagle3 d64 h4/2 ffn172 vocab 512->512 layers 1,2,4" */
+const char *sp_eagle3_desc(const sp_eagle3 *h);
 
 #endif

@@ -12,7 +12,6 @@
 
 #include <stdint.h>
 
-#include "sp_rng.h"
 #include "sp_status.h"
 
 typedef struct sp_sampler_params {
@@ -33,7 +32,6 @@ typedef struct sp_sampler sp_sampler;
 sp_status sp_sampler_init(const sp_sampler_params *p, int32_t n_vocab, sp_sampler **out,
                           sp_error *err);
 void sp_sampler_free(sp_sampler *s);
-const sp_sampler_params *sp_sampler_params_of(const sp_sampler *s);
 /* Restrict sampling to ids [0, n_valid) (default n_vocab): the rest get
  * probability 0 and are never the argmax. Used for a model's vocabulary
  * padding (sp_model_n_valid_vocab). SP_ERR_ARG outside 1..n_vocab. */
@@ -51,9 +49,5 @@ void sp_sampler_probs(sp_sampler *s, const float *logits, float *probs);
  * is degenerate and the argmax is returned. */
 int32_t sp_sample_from_probs(const float *probs, int32_t n, double u);
 int32_t sp_argmax(const float *x, int32_t n);
-
-/* Convenience: probs + draw. probs_out may be NULL (then internal scratch).
- * Always consumes exactly one sp_rng_uniform, also when greedy. */
-int32_t sp_sampler_sample(sp_sampler *s, const float *logits, sp_rng *rng, float *probs_out);
 
 #endif

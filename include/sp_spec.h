@@ -1,4 +1,177 @@
-/* sp_spec: speculative generation (ALGORITHMS.md section 1).
+/* sp_spec: speculative decoding: the loop (draft, one target pass, verify,
+ * commit), its settings by name (text, JSON, CLI flags), the drafters and
+ * tree shapes it drafts with, the verifiers it checks with, suffix
+ * drafting's shared corpus and the router that picks a draft per request.
+ * Sections, in order: tree shapes, verifiers, suffix corpus, drafters, the
+ * speculative loop, settings, the router. */
+#ifndef SP_SPEC_H
+#define SP_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sp_generate.h"
+#include "sp_status.h"
+#include "sp_model.h"
+#include "sp_sampler.h"
+
+/* ---- sp_tree: draft trees. A tree shape "k1xk2x...xkd" (k1 children of the
+ * root, k2 under each of those, ...; ALGORITHMS.md section 4), and the
+ * attention mask that lets every node of a tree see exactly its ancestors
+ * when a whole tree (or one level of it) is evaluated in one forward pass.
+ *
+ * Node numbering used everywhere: node 0 is the root (the last committed
+ * token, which is already in the cache); nodes are in breadth-first,
+ * topological order (parent[i] < i), so node i >= 1 occupies the (i-1)-th
+ * slot after the root in a batch or a cache. */
+#define SP_TREE_MAX_DEPTH 64   /* levels below the root */
+#define SP_TREE_MAX_NODES 1024 /* including the root: budget <= 1023 drafted nodes */
+
+typedef struct sp_tree_shape {
+    int32_t depth;                     /* d in [1, SP_TREE_MAX_DEPTH] */
+    int32_t branch[SP_TREE_MAX_DEPTH]; /* k1..kd, each >= 1 */
+    int32_t n_nodes;                   /* 1 + k1 + k1k2 + ... (root included) */
+} sp_tree_shape;
+
+/* Parse e.g. "4x2x2" (decimal factors >= 1 separated by 'x', no spaces, no
+ * empty factors). SP_ERR_ARG for malformed text, SP_ERR_RANGE if depth >
+ * SP_TREE_MAX_DEPTH or the node count exceeds SP_TREE_MAX_NODES. */
+sp_status sp_tree_shape_parse(const char *s, sp_tree_shape *out, sp_error *err);
+
+/* The canonical text of a shape ("4x2x2") into buf[cap] (always
+ * terminated); returns the length it needs, like snprintf. */
+int sp_tree_shape_format(const sp_tree_shape *shape, char *buf, size_t cap);
+
+/* ---- verifiers: which one checks the drafts (the verifiers themselves are
+ * internal, src/speculation/verify.h; ALGORITHMS.md sections 2-4). */
+#define SP_VERIFY_SUM_TOL 1e-3     /* |sum(row) - 1| allowed */
+#define SP_VERIFY_MAX_GAMMA 64     /* longest draft chain */
+#define SP_VERIFY_MAX_VOCAB (1 << 24)
+
+/* Which single-chain verifier; also used by the simulator for the
+ * multi-candidate/tree ones (MC*, NAIVE). */
+typedef enum sp_verifier {
+    SP_VERIFIER_TOKEN = 0,
+    SP_VERIFIER_BLOCK,   /* the default */
+    SP_VERIFIER_GREEDY,
+    SP_VERIFIER_LENIENT, /* LOSSY */
+    SP_VERIFIER_MC,      /* multi-candidate, candidates drawn with replacement */
+    SP_VERIFIER_MC_NOREP, /* multi-candidate, candidates drawn without replacement */
+    SP_VERIFIER_NAIVE,   /* naive multi-candidate baseline */
+    SP_VERIFIER_GBV,     /* multi-path block verification: traversal over i.i.d. children */
+    SP_VERIFIER_TRAVERSAL /* traversal verification: children drawn without replacement */
+} sp_verifier;
+
+/* Name <-> enum ("token", "block", "greedy", "lenient", "mc", "mc-norep",
+ * "naive", "gbv", "traversal"). sp_verifier_parse returns SP_ERR_ARG for an unknown name. */
+const char *sp_verifier_name(sp_verifier v);
+sp_status sp_verifier_parse(const char *name, sp_verifier *out, sp_error *err);
+
+/* ---- suffix drafting's shared corpus of earlier outputs (the algorithm and
+ * the per-request drafter: src/speculation/suffix.h). */
+#define SP_SUFFIX_DEPTH 24                /* longest substring a trie holds */
+#define SP_SUFFIX_MIN_SCORE 0.3           /* stop a chain below this expected acceptance */
+#define SP_SUFFIX_CORPUS_TOKENS 16384     /* default FIFO bound of the global corpus */
+#define SP_SUFFIX_REQUEST_TOKENS 8192     /* default bound of a request trie, in tokens */
+#define SP_SUFFIX_MAX_TOKENS (1 << 22)    /* largest bound either may be given */
+
+typedef struct sp_suffix_corpus sp_suffix_corpus;
+typedef struct sp_suffix sp_suffix;
+
+/* A corpus of earlier outputs holding at most max_tokens tokens in
+ * [1, SP_SUFFIX_MAX_TOKENS] (0: SP_SUFFIX_CORPUS_TOKENS). */
+sp_status sp_suffix_corpus_init(int32_t max_tokens, sp_suffix_corpus **out, sp_error *err);
+void sp_suffix_corpus_free(sp_suffix_corpus *c); /* NULL is fine; no drafter may still use it */
+/* Append one output (n tokens, each >= 0) as a document: substrings never
+ * span two documents. Outputs longer than the bound keep their last
+ * max_tokens tokens. Thread-safe. */
+sp_status sp_suffix_corpus_add(sp_suffix_corpus *c, const int32_t *tokens, int32_t n,
+                               sp_error *err);
+
+typedef struct sp_suffix_stats {
+    int64_t corpus_tokens, corpus_docs; /* held now */
+    int64_t corpus_nodes, request_nodes; /* trie nodes in use */
+    int64_t bytes;                       /* memory reserved by this drafter and its corpus */
+    int64_t proposals, proposed, accepted; /* steps that proposed >= 1 token; tokens */
+    int64_t from_corpus;                 /* proposals taken from the corpus */
+    int64_t steps;                       /* calls that indexed and looked up */
+    double seconds, max_step_seconds;    /* their total and longest wall time */
+} sp_suffix_stats;
+sp_suffix_stats sp_suffix_corpus_stats(sp_suffix_corpus *c); /* corpus fields only */
+
+/* ---- sp_draft: drafters, the proposal side of speculative decoding: their kinds
+ * and settings (the drafter objects themselves are internal, src/speculation/draft.h).
+ *
+ * Kinds:
+ *   model      a separate small model with the same vocabulary
+ *   ngram      prompt lookup: the tokens that followed the most recent earlier
+ *              occurrence of the last n tokens (n from ngram_max down to
+ *              ngram_min) in prompt + output; its q is one-hot
+ *   layerskip  the target itself with some layers skipped (shares weights)
+ *   lowbit     a copy of the target re-quantised at load (e.g. Q4_0)
+ *   eagle3     an EAGLE-3 head (sp_model.h) reading the target's hidden
+ *              states (taps of three layers, set on the target context by
+ *              the drafter); chains and trees of a fixed shape
+ *   suffix     suffix tries over the request's text and a shared corpus of
+ *              earlier outputs (suffix.h); proposes the most frequent
+ *              continuation, its length chosen per step (chains: q one-hot),
+ *              or a tree of the most frequent continuations (q = their
+ *              normalised counts, children drawn from it)
+ *   ngram-cache  llama.cpp's n-gram cache lookup (context cache over the
+ *              request, dynamic cache over earlier requests, its thresholds;
+ *              sp_suffix_propose_lookup), for comparison; q one-hot
+ * A drafter keeps its own KV cache (model-based kinds) in step with the
+ * committed text: before drafting it evaluates the committed tokens it has
+ * not seen, and after verification the caller tells it what was accepted.
+ * Every proposed token comes with the adjusted draft distribution it was
+ * sampled from (same sampler settings as the target), as the verifiers need. */
+typedef enum sp_drafter_kind {
+    SP_DRAFT_NONE = 0,
+    SP_DRAFT_MODEL,
+    SP_DRAFT_NGRAM,
+    SP_DRAFT_LAYERSKIP,
+    SP_DRAFT_LOWBIT,
+    SP_DRAFT_EAGLE3,
+    SP_DRAFT_SUFFIX,
+    SP_DRAFT_NGRAM_CACHE
+} sp_drafter_kind;
+
+const char *sp_drafter_name(sp_drafter_kind k);
+
+/* Per-step arbitration (with_suffix): with E the expected accepted tokens of
+ * a proposal (suffix: the sum of its running scores; the other drafter:
+ * sum_{k=1..gamma} a^k with a its measured per-token acceptance, prior
+ * 0.6) and T the measured rest of an iteration (target pass and
+ * verification: the time between two drafting calls), the suffix chain is
+ * used when (1 + E_suffix) / T >= (1 + E_other) / (T + gamma t_draft),
+ * t_draft the other drafter's measured seconds per drafted token; else the
+ * other drafter drafts, unless 1 / T (drafting nothing) beats it. The other
+ * drafter's cache is not prefilled with the prompt: it catches up when
+ * first chosen (after a long gap from the last 32 tokens only). Exact whichever is chosen (each proposal comes with
+ * the q it was drawn from). */
+
+#define SP_DRAFT_MAX_LAYERS 1024 /* layer lists and layerskip targets */
+#define SP_DRAFT_SKIP_LEN 256    /* longest layer-list text, terminator included */
+#define SP_NGRAM_MAX 64          /* longest prompt-lookup n-gram */
+
+typedef struct sp_drafter_params {
+    sp_drafter_kind kind;
+    const sp_model *draft_model; /* SP_DRAFT_MODEL (not owned) */
+    int32_t ngram_min, ngram_max; /* SP_DRAFT_NGRAM (and NGRAM_CACHE: max <= 4), default 1 and 4 */
+    char skip_layers[SP_DRAFT_SKIP_LEN]; /* SP_DRAFT_LAYERSKIP, see sp_parse_skip_layers; "" = default */
+    sp_ggml_type lowbit_type;    /* SP_DRAFT_LOWBIT, default Q4_0 */
+    const sp_eagle3 *eagle3;     /* SP_DRAFT_EAGLE3: the head, loaded for the target (not owned) */
+    int32_t max_batch;           /* largest draft batch (tree level); default SP_CTX_DEFAULT_BATCH */
+    sp_suffix_corpus *suffix_corpus; /* SP_DRAFT_SUFFIX (and with_suffix): the shared corpus
+                                      * of earlier outputs (not owned); NULL: the drafter
+                                      * keeps its own */
+    bool with_suffix; /* model, layerskip, lowbit, ngram: per-step arbitration with a suffix
+                       * drafter ("model+suffix"): each chain step drafts from the one with
+                       * the larger expected emitted tokens per second (chains only) */
+} sp_drafter_params;
+
+/* ---- sp_spec: speculative generation (ALGORITHMS.md section 1).
  *
  * Each iteration: draft (a chain of gamma tokens, or a tree), one batched
  * target forward over every drafted token (trees under a tree mask), verify,
@@ -7,20 +180,10 @@
  * so the output is distributed exactly as plain sampling from the target
  * with those settings (lossless verifiers), and at temperature 0 equals plain
  * greedy decoding token for token. Every statistic is in sp_spec_stats. */
-#ifndef SP_SPEC_H
-#define SP_SPEC_H
-
-#include <stdbool.h>
-#include <stdint.h>
-
-#include "sp_draft.h"
-#include "sp_generate.h"
-#include "sp_verify.h"
-
 #define SP_SPEC_MAX_GAMMA 32
 
 /* A speculation configuration: a plain value (no pointers to settings, so
- * it can be copied and kept); read and checked by sp_spec_config.h. */
+ * it can be copied and kept); read and checked by the settings below. */
 typedef struct sp_spec_params {
     sp_drafter_params draft;  /* kind NONE = plain decoding */
     sp_verifier verifier;     /* default BLOCK; MC/MC_NOREP/NAIVE/GREEDY for trees */
@@ -107,7 +270,7 @@ void sp_spec_set_forward(sp_spec *s, sp_spec_forward_fn fn, void *ud);
 /* Called after each chain iteration (plain steps included) with the
  * target's adjusted distributions of the tokens it committed: row j (of
  * `rows`, V floats each) is the distribution of hist[first + j] given
- * hist[0 .. first + j). The online learner (sp_online.h) takes these. Tree
+ * hist[0 .. first + j). The online learner (sp_train.h) takes these. Tree
  * iterations are not reported. fn NULL removes the observer. */
 typedef void (*sp_spec_observer)(void *ud, const int32_t *hist, int32_t first, const float *p,
                                  int32_t rows, int32_t V);
@@ -124,8 +287,163 @@ void sp_spec_set_observer(sp_spec *s, sp_spec_observer fn, void *ud);
 sp_status sp_spec_set_draft_model(sp_spec *s, const sp_model *m, sp_error *err);
 /* The draft model in use (NULL for drafters without one). */
 const sp_model *sp_spec_draft_model(const sp_spec *s);
-/* The suffix drafter's statistics (sp_suffix.h; also when arbitrated):
+/* The suffix drafter's statistics (src/speculation/suffix.h; also when arbitrated):
  * false, and *out untouched, when s drafts without one. */
 bool sp_spec_suffix_stats(const sp_spec *s, sp_suffix_stats *out);
+
+/* ---- sp_spec_config: the one place speculation settings are read and checked.
+ *
+ * A configuration (sp_spec_params, above) is built in layers: start
+ * from defaults or a base (a server's defaults), apply settings by name,
+ * from `key=value` text, from a JSON object, or one at a time (what the CLI
+ * flags map to), then finish the layer, which fills the defaults that
+ * depend on other settings and refuses combinations that make no sense.
+ * Every message names the setting as the user wrote it ("gamma", "tree",
+ * "verifier", ...), never a command-line flag.
+ *
+ * Settings (aliases in brackets):
+ *   drafter [draft]     none | model | ngram | layerskip | lowbit | suffix |
+ *                       ngram-cache, or
+ *                       model+suffix (ngram, layerskip, lowbit +suffix): that drafter
+ *                       and the suffix drafter arbitrated per step (drafters, above)
+ *   verifier [verify]   token | block | greedy | lenient | mc | mc-norep | naive |
+ *                       gbv | traversal (gbv: K paths as tree Kx1x..x1, drawn i.i.d.)
+ *   gamma               draft length, 1..SP_SPEC_MAX_GAMMA (the maximum when adaptive)
+ *   n_max               llama.cpp's name for gamma; n_max 0 turns speculation off
+ *   n_min               draft at least this many tokens whatever p_min says,
+ *                       0..gamma (default 1). llama.cpp instead discards drafts
+ *                       shorter than n_min; dropping a draft after seeing it
+ *                       would bias sampled verification, so Specula does not.
+ *   p_min               stop drafting when the draft's top probability falls
+ *                       below it, [0, 1] (0 = never; model-based drafters)
+ *   tree                draft tree shape "k1xk2x..." instead of a chain
+ *   adaptive            choose gamma per iteration (ALGORITHMS.md section 6)
+ *   ngram_min, ngram_max  prompt-lookup n-gram sizes, 1..64 (ngram-cache: 1..4)
+ *   skip_layers [skip]  layers the layerskip drafter leaves out, "1,3,5-7"
+ *   lowbit              weight type of the low-bit self-draft: any ggml type
+ *                       name (case-insensitive) the engine computes with
+ *                       (sp_quant_supported), e.g. q4_0, q8_0, f16, bf16
+ *   lenience            (0, 1], lenient verification only (LOSSY)
+ *
+ * Text form (`specula bench --configs`, one configuration):
+ *   config := "plain" | item ("," item)*
+ *   item   := key "=" value | "adaptive"
+ * A skip_layers list continues over the following comma-separated items
+ * that are layer numbers or ranges ("skip=1,3,gamma=2"). Empty items (",,")
+ * are errors.
+ *
+ * JSON form (a request's "speculative" object): an object whose keys are
+ * the settings above; strings for names, shapes and layer lists, integers
+ * for counts, numbers for p_min and lenience, a boolean for adaptive. A
+ * null value means "not given". Unknown keys and wrong JSON types are
+ * errors naming the key.
+ *
+ * Finishing a layer (sp_spec_config_finish):
+ *  - without a drafter setting, the drafter is `model` when a draft model
+ *    is available (an unchanged base drafter otherwise);
+ *  - a tree given without a verifier is verified with mc-norep; a draft
+ *    length given without a tree makes a chain (a base tree is dropped);
+ *  - settings the chosen drafter or verifier would ignore are errors (a
+ *    typo must not silently measure something else), except that n_min and
+ *    p_min sent along with n_max 0 are ignored, as llama.cpp clients send
+ *    them together;
+ *  - a tree needs a model-based or the suffix drafter and verifier mc, mc-norep, naive,
+ *    gbv, traversal or greedy; mc, mc-norep, naive, gbv and traversal need a
+ *    tree; a tree and a draft length
+ *    given together are an error (the shape sets the length).
+ * What needs the model (vocabulary, layer count, batch and context sizes)
+ * is checked by sp_spec_config_check, which sp_spec_init calls. */
+typedef struct sp_spec_config {
+    sp_spec_params params; /* the configuration so far */
+    uint32_t given;        /* settings given since init (internal bookkeeping) */
+    bool off_by_n_max;     /* speculation was turned off by n_max 0 */
+} sp_spec_config;
+
+/* Start a layer over `base` (NULL: sp_spec_default_params()). */
+void sp_spec_config_init(sp_spec_config *c, const sp_spec_params *base);
+
+/* Apply one setting from text. key is a setting name or alias; value is its
+ * text (NULL only for adaptive, meaning true). SP_ERR_ARG with a message
+ * "<key>: ..." for an unknown key, a malformed or out-of-range value, or a
+ * setting given twice in this layer. */
+sp_status sp_spec_config_set(sp_spec_config *c, const char *key, const char *value,
+                             sp_error *err);
+
+/* Apply a text configuration (grammar above). */
+sp_status sp_spec_config_parse(sp_spec_config *c, const char *text, sp_error *err);
+
+/* Apply a JSON object (see above) given as text (len bytes, need not be
+ * terminated). Not an object: SP_ERR_ARG naming what it is. */
+sp_status sp_spec_config_json_text(sp_spec_config *c, const char *text, size_t len,
+                                   sp_error *err);
+
+/* Finish the layer (rules above). has_draft_model: a draft file was given
+ * (a draft model for params.draft.draft_model, or with drafter eagle3 the
+ * head for params.draft.eagle3). On success c->params is complete
+ * and valid in itself (sp_spec_config_check_params). */
+sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_error *err);
+
+/* Checks against the target context: sp_spec_config_check_params, the
+ * drafter's needs (draft model vocabulary equal to the target's, layer list
+ * within the target's layers, low-bit type), the target batch
+ * (sp_spec_config_batch <= the context's max batch, SP_ERR_RANGE) and room
+ * for the draft budget in the context. Plain decoding needs nothing. */
+sp_status sp_spec_config_check(const sp_spec_params *p, const sp_ctx *target, sp_error *err);
+
+/* Checks against the sampler settings of a generation: the greedy verifier
+ * needs temperature 0 (it is lossy otherwise). */
+sp_status sp_spec_config_check_sampling(const sp_spec_params *p, const sp_sampler_params *s,
+                                        sp_error *err);
+
+/* Target batch the configuration needs: the uncommitted token plus the
+ * draft budget (chain: gamma + 1 rows of logits plus the tail token; tree:
+ * its nodes plus one), and never less than SP_CTX_DEFAULT_BATCH (prefill).
+ * Create the target context with at least this max_batch. */
+int32_t sp_spec_config_batch(const sp_spec_params *p);
+
+/* Context slots needed beyond prompt + new tokens: a tree evaluates its
+ * whole budget before rolling back (its node count); a chain needs none
+ * (its draft is trimmed to the token budget). */
+int32_t sp_spec_config_extra_ctx(const sp_spec_params *p);
+
+/* ---- sp_router: chooses one of several drafts for each request from its
+ * prompt (online speculative decoding with per-domain drafts, OSD section
+ * 4.2). A light contextual bandit: the prompt's tokens and token pairs are
+ * hashed into a sparse binary feature vector x (L2-normalised); each draft d
+ * has a linear predictor a_d(x) = b_d + w_d . x of the acceptance rate it
+ * would reach on the request. The router picks the draft with the highest
+ * prediction, or with probability `explore` a uniformly random one, and
+ * after the request learns from the acceptance the chosen draft achieved
+ * (normalised least-mean-squares on that draft's predictor only). Biases
+ * start at `prior` (optimistic by default, so every draft is tried early).
+ * Deterministic given the seed and the sequence of calls. Routing never
+ * changes the output distribution: every draft is verified by the target. */
+typedef struct sp_router_params {
+    int32_t n_drafts;  /* 1..64 */
+    int32_t n_buckets; /* hashed features, power of two 16..1<<20 (default 4096) */
+    double explore;    /* probability of a random choice, [0, 1] (default 0.1) */
+    double lr;         /* NLMS step in (0, 2) (default 0.5) */
+    double prior;      /* initial predicted acceptance (default 1.0) */
+    uint64_t seed;
+} sp_router_params;
+
+sp_router_params sp_router_default_params(int32_t n_drafts);
+
+typedef struct sp_router sp_router;
+
+sp_status sp_router_init(const sp_router_params *p, sp_router **out, sp_error *err);
+void sp_router_free(sp_router *r);
+
+/* Predicted acceptance of each draft for this prompt (pred[n_drafts]). */
+void sp_router_predict(const sp_router *r, const int32_t *prompt, int32_t n, double *pred);
+
+/* The draft for this prompt; *explored (may be NULL) tells whether it was
+ * a random choice. */
+int32_t sp_router_choose(sp_router *r, const int32_t *prompt, int32_t n, bool *explored);
+
+/* Learns that `draft` reached acceptance rate `acceptance` (0..1) on this
+ * prompt. Out-of-range drafts and non-finite rates are ignored. */
+void sp_router_update(sp_router *r, const int32_t *prompt, int32_t n, int32_t draft,
+                      double acceptance);
 
 #endif

@@ -14,31 +14,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sp_gguf.h"
 #include "sp_status.h"
 
 typedef enum sp_tokenizer_kind { SP_TOK_SPM = 1, SP_TOK_BPE = 2 } sp_tokenizer_kind;
 
 typedef struct sp_tokenizer sp_tokenizer;
 
-/* From the tokenizer.ggml.* keys of an open GGUF file. A BPE vocabulary's
- * pre-tokeniser comes from tokenizer.ggml.pre (llama.cpp's "default" when
- * absent); a name Specula has no rules for is SP_ERR_UNSUPPORTED. */
-sp_status sp_tokenizer_load_gguf(const sp_gguf *g, sp_tokenizer **out, sp_error *err);
-/* The same with the pre-tokeniser forced to `pre_override` (NULL: from the
- * file), for files whose name is unknown but whose rules are known. */
-sp_status sp_tokenizer_load_gguf_pre(const sp_gguf *g, const char *pre_override, sp_tokenizer **out,
-                                     sp_error *err);
 /* True for the tokenizer.ggml.pre names Specula tokenises by. */
 bool sp_tokenizer_pre_known(const char *name);
-/* From a llama2.c tokenizer.bin (int32 max_token_length, then per token:
- * f32 score, int32 len, bytes). vocab_size comes from the checkpoint header.
- * Ids 0/1/2 are unk/BOS/EOS as in llama2.c. */
-sp_status sp_tokenizer_load_llama2c(const char *path, int32_t vocab_size, sp_tokenizer **out,
-                                    sp_error *err);
 void sp_tokenizer_free(sp_tokenizer *t);
 
-sp_tokenizer_kind sp_tokenizer_kind_of(const sp_tokenizer *t);
 int32_t sp_tokenizer_n_vocab(const sp_tokenizer *t);
 int32_t sp_tokenizer_bos(const sp_tokenizer *t);   /* -1 if none */
 int32_t sp_tokenizer_eos(const sp_tokenizer *t);   /* -1 if none */
@@ -90,7 +75,58 @@ size_t sp_tokenizer_decode_token(const sp_tokenizer *t, int32_t prev, int32_t id
 size_t sp_tokenizer_decode(const sp_tokenizer *t, const int32_t *ids, int32_t n, char *buf,
                            size_t cap);
 
-/* The raw vocabulary string of a token (for debugging/tests). */
-sp_str sp_tokenizer_token_text(const sp_tokenizer *t, int32_t id);
+/* ---- sp_chat: chat templates, messages rendered to the prompt text a chat model
+ * was trained on.
+ *
+ * Specula does not run Jinja: it recognises the template families of the
+ * models it loads from the text of tokenizer.chat_template (or takes one by
+ * name) and renders them itself. The rendered text holds the family's
+ * special tokens as text ("<|im_start|>", ...); tokenise it with special
+ * tokens recognised (sp_tokenizer_encode_ex) so each becomes one token.
+ * The BOS token is not written: the tokenizer adds it when the vocabulary
+ * asks for it.
+ *
+ * Families (name: what is recognised in a template text):
+ *   chatml  (Qwen, many fine-tunes)  "<|im_start|>"
+ *   llama3                           "<|start_header_id|>"
+ *   gemma                            "<start_of_turn>"
+ *   phi3                             "<|assistant|>" and "<|end|>"
+ *   llama2                           "[INST]" and "<<SYS>>"
+ *   mistral                          "[INST]" without "<<SYS>>"
+ * Roles: system, user, assistant. Families without a system role (gemma,
+ * mistral) put the system text before the first user message, as their
+ * own templates do. */
+typedef enum sp_chat_tmpl {
+    SP_CHAT_NONE = 0,
+    SP_CHAT_CHATML,
+    SP_CHAT_LLAMA3,
+    SP_CHAT_GEMMA,
+    SP_CHAT_PHI3,
+    SP_CHAT_LLAMA2,
+    SP_CHAT_MISTRAL
+} sp_chat_tmpl;
+
+typedef struct sp_chat_msg {
+    const char *role;    /* "system", "user" or "assistant" */
+    const char *content; /* UTF-8, NUL-terminated */
+} sp_chat_msg;
+
+/* The family of a tokenizer.chat_template text; SP_CHAT_NONE if none of the
+ * above is recognised (or text is NULL). */
+sp_chat_tmpl sp_chat_detect(const char *text);
+/* A family by name (the names above); SP_CHAT_NONE for an unknown name. */
+sp_chat_tmpl sp_chat_by_name(const char *name);
+const char *sp_chat_name(sp_chat_tmpl t);
+/* The list of names, for messages: "chatml, llama3, gemma, phi3, llama2, mistral". */
+const char *sp_chat_names(void);
+
+/* Renders n messages (n >= 1) followed by the assistant's opening, into a
+ * malloc'd NUL-terminated string (*out; free it). SP_ERR_ARG for an unknown
+ * role, a system message after the first position, or no messages. */
+sp_status sp_chat_render(sp_chat_tmpl t, const sp_chat_msg *msgs, int n, char **out, sp_error *err);
+
+/* The text that ends an assistant turn in this family ("<|im_end|>",
+ * "<|eot_id|>", ...), also a stop sequence for generation. */
+const char *sp_chat_end_of_turn(sp_chat_tmpl t);
 
 #endif

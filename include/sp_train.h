@@ -22,11 +22,59 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sp_gguf.h"
-#include "sp_loss.h"
 #include "sp_model.h"
 #include "sp_status.h"
-#include "sp_threadpool.h"
+
+/* ---- sp_loss: distillation and language-model losses over one position.
+ *
+ * A loss compares the target's distribution p with the draft's q =
+ * softmax(z) (z: the draft's V logits) and returns its value and the
+ * gradient with respect to z. Pure functions: no model, no state.
+ *
+ *   fkl    forward KL   D(p||q) = sum p log(p/q)          (mode covering)
+ *   rkl    reverse KL   D(q||p) = sum q log(q/p)          (mode seeking)
+ *   jsd    JSD[beta]    beta D(p||m) + (1-beta) D(q||m),  m = beta p + (1-beta) q
+ *   tvd    total variation  1/2 sum |p - q|  (1 - TV is the acceptance rate
+ *          of one token under speculative sampling, so minimising it maximises
+ *          acceptance directly)
+ *   ce     cross-entropy with a token y: -log q_y  (pre-training on text)
+ *
+ * Target rows come dense (V probabilities) or sparse: the top-k ids with
+ * their probabilities plus the remaining mass `rest`. A sparse row is
+ * compared on k+1 buckets: each kept id, and "everything else" whose draft
+ * probability is the sum of q over the ids not kept. This coarse-grained
+ * divergence never exceeds the dense one (data-processing inequality) and
+ * equals it when k = V. Natural logarithms; values in nats. */
+typedef enum sp_loss_kind { SP_LOSS_FKL = 0, SP_LOSS_RKL, SP_LOSS_JSD, SP_LOSS_TVD, SP_LOSS_CE } sp_loss_kind;
+
+typedef struct sp_loss {
+    sp_loss_kind kind;
+    double beta; /* JSD only, in (0, 1) */
+} sp_loss;
+
+/* "fkl", "rkl", "jsd" (beta 0.5), "jsd:BETA", "tvd", "ce". SP_ERR_ARG names
+ * the setting `loss` on anything else (beta outside (0, 1) included). */
+sp_status sp_loss_parse(const char *s, sp_loss *out, sp_error *err);
+/* "fkl", "jsd:0.5", ... into buf (at least 32 bytes); returns buf. */
+const char *sp_loss_format(const sp_loss *l, char *buf, int buf_len);
+
+/* Probabilities below this are taken as this in log p of rkl (a target row
+ * with exact zeros, e.g. after top-k sampling, would make rkl infinite). */
+#define SP_LOSS_P_FLOOR 1e-9
+
+/* One position's target. Exactly one form is used:
+ *   ce:     token (0 <= token < V)
+ *   dense:  p != NULL, V probabilities summing to 1
+ *   sparse: p == NULL, k ids (distinct, in [0, V)) with probabilities
+ *           probs[k], and rest = 1 - sum(probs) >= 0 spread over the others */
+typedef struct sp_loss_target {
+    int32_t token;
+    const float *p;
+    int32_t k;
+    const int32_t *ids;
+    const float *probs;
+    float rest;
+} sp_loss_target;
 
 typedef struct sp_train_shape {
     int32_t dim, n_layers, n_heads, n_kv_heads, ffn_dim, n_vocab;
@@ -39,8 +87,6 @@ sp_train_shape sp_train_default_shape(void);
 /* Parses "DIM,LAYERS,HEADS,KV_HEADS,FFN" (the vocabulary is left as is).
  * SP_ERR_ARG naming the setting `draft_shape` on bad syntax or shapes. */
 sp_status sp_train_shape_parse(const char *s, sp_train_shape *shape, sp_error *err);
-/* Checks a shape: heads | dim, kv heads | heads, even head size, sizes in range. */
-sp_status sp_train_shape_check(const sp_train_shape *s, sp_error *err);
 
 typedef struct sp_tmodel sp_tmodel;
 
@@ -57,43 +103,6 @@ uint64_t sp_tmodel_n_params(const sp_tmodel *m);
 /* Threads used by forward/backward (a pool shared with others; NULL = 1). */
 void sp_tmodel_set_pool(sp_tmodel *m, sp_pool *pool);
 
-/* Parameter tensors, for checks and tools: count, name (GGUF name), element
- * count, and the value and gradient arrays. */
-int32_t sp_tmodel_n_tensors(const sp_tmodel *m);
-const char *sp_tmodel_tensor(sp_tmodel *m, int32_t i, int64_t *n, float **value, float **grad);
-
-/* Forward over B sequences of T tokens (tokens[b*T + t]); logits [B*T][V]
- * stay in the model (sp_tmodel_logits) with everything backward needs.
- * Buffers grow on demand (SP_ERR_NOMEM). */
-sp_status sp_tmodel_forward(sp_tmodel *m, const int32_t *tokens, int32_t B, int32_t T, sp_error *err);
-float *sp_tmodel_logits(sp_tmodel *m);
-
-/* Losses of the last forward against targets[B*T] (a target with token < 0,
- * p NULL and k 0 is skipped): returns the sum over the used positions, their
- * count in *n_used, and sets dlogits = grad_scale * dL/dlogits (0 at skipped
- * positions). For a mean over N positions and A accumulated micro-batches,
- * grad_scale = 1 / (N A). */
-double sp_tmodel_loss(sp_tmodel *m, const sp_loss *loss, const sp_loss_target *targets,
-                      double grad_scale, int64_t *n_used);
-/* Backward of the last forward from the dlogits of sp_tmodel_loss; adds
- * into the parameter gradients. */
-void sp_tmodel_backward(sp_tmodel *m);
-void sp_tmodel_zero_grad(sp_tmodel *m);
-
-typedef struct sp_adamw_params {
-    float lr, beta1, beta2, eps, weight_decay; /* decay on matrices only */
-    float clip;                                /* global gradient norm cap; 0 = off */
-} sp_adamw_params;
-sp_adamw_params sp_adamw_default_params(void); /* 1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0 */
-
-/* One AdamW update from the accumulated gradients at learning rate p->lr;
- * returns the gradient norm before clipping. */
-float sp_tmodel_step(sp_tmodel *m, const sp_adamw_params *p);
-
-/* Linear warm-up over `warmup` steps to lr_max, then cosine decay to lr_min
- * at step `total` (steps count from 0). */
-float sp_train_lr(int64_t step, int64_t total, int64_t warmup, float lr_max, float lr_min);
-
 /* Writes the weights as GGUF (matrices in `type`: F32, F16 or Q8_0; norms
  * F32), vocabulary keys (tokenizer.*) copied from the GGUF file vocab_from
  * whose vocabulary size must match. SP_ERR_ARG for Q8_0 with dim or ffn not
@@ -101,17 +110,173 @@ float sp_train_lr(int64_t step, int64_t total, int64_t warmup, float lr_max, flo
 sp_status sp_tmodel_save(const sp_tmodel *m, const char *path, sp_ggml_type type,
                          const char *vocab_from, sp_error *err);
 
-/* A copy of the weights (gradients and optimizer state zero/fresh): the
- * online learner trains a copy while the served draft stays fixed. */
-/* An inference model (sp_model.h) holding a copy of the current weights as
- * F32, for serving without a file round trip. `like` is the model the
- * weights came from (or one of the same shape): the snapshot borrows its
- * tokenizer and settings, so `like` must outlive it. SP_ERR_ARG when the
- * shapes differ. Free with sp_model_free. */
-sp_status sp_tmodel_to_model(const sp_tmodel *t, const sp_model *like, sp_model **out,
-                             sp_error *err);
-sp_status sp_tmodel_clone(const sp_tmodel *m, sp_tmodel **out, sp_error *err);
-/* Copies the weights (and optimizer state) of src into dst of the same shape. */
-void sp_tmodel_copy_weights(sp_tmodel *dst, const sp_tmodel *src);
+typedef struct sp_adamw_params {
+    float lr, beta1, beta2, eps, weight_decay; /* decay on matrices only */
+    float clip;                                /* global gradient norm cap; 0 = off */
+} sp_adamw_params;
+
+/* ---- sp_distill: training loops over text for sp_train models.
+ *
+ * Pre-training (loss ce): windows of the token stream, next-token
+ * cross-entropy. Distillation (fkl, rkl, jsd, tvd): windows of the text
+ * scored by a teacher model (its row at position t is the distribution of
+ * token t+1), compared with the student's at every position; a fraction of
+ * the sequences is on-policy (DistillSpec, OSD): their first half comes from
+ * the text and the second half is sampled from the student (temperature 1),
+ * then scored by the teacher. Teacher rows may be cut to the top-k entries
+ * plus the remaining mass. Deterministic given the seed. */
+typedef struct sp_distill_params {
+    sp_loss loss;
+    int64_t steps;          /* optimizer steps */
+    int32_t batch;          /* sequences per micro-batch */
+    int32_t seq_len;        /* tokens per sequence */
+    int32_t accum;          /* micro-batches per step */
+    float lr, lr_min;       /* cosine from lr to lr_min after warm-up */
+    int64_t warmup;         /* warm-up steps */
+    sp_adamw_params adamw;  /* its lr is set by the schedule */
+    double on_policy;       /* fraction of sequences sampled from the student, [0, 1] */
+    int32_t on_policy_refresh; /* steps between refreshes of the sampling copy */
+    int32_t topk;           /* > 0: teacher rows as top-k + rest; 0: dense */
+    uint64_t seed;
+    const char *vocab_from; /* GGUF with the vocabulary (on-policy sampling copies) */
+} sp_distill_params;
+
+/* ce: batch 8, seq 64, accum 1, lr 3e-3 -> 3e-4, warm-up 10 steps, dense rows. */
+sp_distill_params sp_distill_default_params(void);
+
+typedef struct sp_distill_progress {
+    int64_t step, steps;    /* step just done (1-based), total */
+    double loss;            /* mean loss of the step */
+    float lr, grad_norm;
+    double tokens_per_s;    /* student tokens trained per second so far */
+    double elapsed;         /* seconds */
+} sp_distill_progress;
+typedef void (*sp_distill_cb)(const sp_distill_progress *p, void *ud);
+
+/* Trains `student` for p->steps steps on data[0..n) (token ids). teacher is
+ * required unless the loss is ce; its vocabulary must match the student's.
+ * cb (may be NULL) is called after every step. */
+sp_status sp_distill_run(sp_tmodel *student, const sp_model *teacher, const int32_t *data, int64_t n,
+                         const sp_distill_params *p, sp_distill_cb cb, void *ud, sp_error *err);
+
+/* Mean loss of `student` on `windows` windows of seq_len tokens spread
+ * evenly over data (ce: next token; else against the teacher's dense rows). */
+sp_status sp_distill_eval(sp_tmodel *student, const sp_model *teacher, const int32_t *data, int64_t n,
+                          const sp_loss *loss, int32_t seq_len, int32_t windows, double *mean,
+                          sp_error *err);
+
+/* Token ids of a text: paragraphs (separated by blank lines) each encoded
+ * with BOS in front, concatenated. *ids is malloc'd. */
+sp_status sp_distill_tokenize(const sp_tokenizer *tok, const char *text, size_t len, int32_t **ids,
+                              int64_t *n, sp_error *err);
+
+/* ---- sp_online: online speculative decoding (OSD, Liu et al.): the draft keeps
+ * learning from the target's distributions while it serves.
+ *
+ * Every speculative iteration already computes the target's (adjusted)
+ * distribution at each position it verified; sp_online_observe keeps them in
+ * a bounded replay buffer (the newest `buffer` positions; each as its
+ * first token and the preceding `window` - 1 tokens and the target row cut to its top-k entries plus
+ * the remaining mass). sp_online_update runs AdamW steps of the draft's F32
+ * master copy on random batches from the buffer (forward KL by default, the
+ * loss at each example's last position), and sp_online_export writes the
+ * trained draft as a GGUF file that replaces the served draft. The output
+ * stays exactly the target's distribution at every moment: verification
+ * always uses the target; only the proposals change. */
+typedef struct sp_online_params {
+    int32_t topk;       /* target row entries kept (plus the rest), 1..256; default 16 */
+    int32_t buffer;     /* positions kept (newest), default 4096 */
+    int32_t window;     /* context tokens per example, default 32 */
+    int32_t batch;      /* examples per step, default 16 */
+    float lr;           /* AdamW learning rate, default 3e-4 */
+    int32_t warmup;     /* steps over which the rate ramps up from lr/warmup, default 64 */
+    sp_loss loss;       /* default forward KL */
+    uint64_t seed;
+} sp_online_params;
+
+sp_online_params sp_online_default_params(void);
+
+typedef struct sp_online sp_online;
+
+/* Loads the draft's weights (a GGUF the trainer supports, sp_train.h) as the
+ * master copy; vocab_from (usually the same file) provides the vocabulary
+ * written into exported drafts. */
+sp_status sp_online_init(const char *draft_path, const sp_online_params *p, sp_online **out,
+                         sp_error *err);
+void sp_online_free(sp_online *o);
+
+/* Observes `rows` target rows of vocabulary V: row j is the distribution of
+ * the token at position first + j given hist[0 .. first + j). hist holds at
+ * least first + rows tokens. Matches the sp_spec observer signature. */
+void sp_online_observe(void *online, const int32_t *hist, int32_t first, const float *p,
+                       int32_t rows, int32_t V);
+
+/* Positions in the buffer, and positions observed in all. */
+int64_t sp_online_buffered(const sp_online *o);
+int64_t sp_online_observed(const sp_online *o);
+
+/* `steps` AdamW steps on batches drawn from the buffer (nothing when it is
+ * empty); *mean_loss (may be NULL) gets the mean loss of the steps. */
+sp_status sp_online_update(sp_online *o, int32_t steps, double *mean_loss, sp_error *err);
+
+/* Writes the current draft (F32) as GGUF to path. */
+sp_status sp_online_export(sp_online *o, const char *path, sp_error *err);
+
+/* ---- Serving: learning while a speculation object generates.
+ *
+ * sp_online_serve makes the learner the spec's observer: it keeps the
+ * target's rows of every committed position, and after every `every` new
+ * positions it runs `steps` optimizer steps on the buffer (on a background
+ * thread unless background is false), snapshots the weights as an F32
+ * sp_model and swaps it into the spec between two speculative iterations
+ * (sp_spec_set_draft_model: the draft cache is rebuilt with the new
+ * weights). Generation never waits for training in background mode; a
+ * round starts only when the previous one has finished. Without the thread
+ * the rounds run inline in the observer and the whole run is deterministic
+ * given the seeds. The output stays exactly the target's distribution.
+ *
+ * `like` is the draft model first served (same shape as the learner's
+ * weights; snapshots borrow its tokenizer and settings). s may be NULL:
+ * learn for specs attached later. Free the spec (or detach it) before the
+ * learner: an attached spec drafts with the learner's snapshot. */
+typedef struct sp_online_schedule {
+    int32_t every;    /* positions observed between training rounds (default 256) */
+    int32_t steps;    /* optimizer steps per round (default 32) */
+    bool background;  /* train on a thread (default true) */
+} sp_online_schedule;
+
+sp_online_schedule sp_online_default_schedule(void);
+
+typedef struct sp_spec sp_spec;
+typedef struct sp_model sp_model;
+sp_status sp_online_serve(sp_online *o, sp_spec *s, const sp_model *like,
+                          const sp_online_schedule *sch, sp_error *err);
+
+/* Waits for a running round to finish and serves its snapshot now (a
+ * checkpoint between requests, or the end of a stream). */
+void sp_online_wait(sp_online *o);
+
+/* One learner, several speculation objects in turn (a server slot whose
+ * requests use different settings): attach makes s (drafting with `like`)
+ * the one observed and gives it the newest snapshot; detach gives the
+ * attached spec `like` back and stops observing it, so it may outlive the
+ * learner. Only one spec is attached at a time; call both from the
+ * generating thread, between generations. */
+sp_status sp_online_attach(sp_online *o, sp_spec *s, sp_error *err);
+void sp_online_detach(sp_online *o);
+
+/* The draft the learner serves now: its newest snapshot, or `like`. */
+const sp_model *sp_online_model(const sp_online *o);
+
+typedef struct sp_online_stats {
+    int64_t observed, buffered; /* positions seen, positions in the buffer */
+    int64_t rounds, steps;      /* training rounds and optimizer steps done */
+    int64_t swaps;              /* snapshots served */
+    int64_t errors;             /* rounds or swaps that failed (last message in last_err) */
+    double last_loss;           /* mean loss of the last round */
+    double t_train;             /* seconds spent training (all threads' wall time) */
+} sp_online_stats;
+
+sp_online_stats sp_online_get_stats(sp_online *o, sp_error *last_err);
 
 #endif

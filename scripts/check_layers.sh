@@ -8,8 +8,14 @@
 # holding src/*/NAME.c; include/specula.h, the umbrella, to the top. A
 # folder's own headers (src/LAYER/*.h) are internal to it: another folder
 # includes one only when it is listed in IFACES below as a deliberate
-# internal interface for that folder. tools/ and examples/ use the public
-# API only; tests, benchmarks and fuzzers are white-box and not checked.
+# internal interface for that folder. Who may include what:
+#   include/sp_*.h    public headers only (no internal, no third-party type)
+#   include/dev/*.h   public headers and the interfaces IFACES lists for tools
+#   tools/            the public API, include/dev/, and the interfaces IFACES
+#                     lists for tools (the developer's utilities: files, GGUF
+#                     reading, clocks, random numbers, the worker pool, ...)
+#   examples/         the public API only (include/*.h)
+#   tests/, bench/, fuzz/  white-box: any header (not checked)
 # Prints every offence, one line each, and exits 1 if there is any.
 # usage: scripts/check_layers.sh [ROOT]   (ROOT: the tree to check, default
 # this script's checkout)
@@ -17,14 +23,22 @@ cd "${1:-$(dirname "$0")/..}" || exit 2
 
 # Internal interfaces: HEADER (under src/) and the layers that may include it.
 IFACES='
-base/threadpool.h       engine train  running jobs on the worker pool
+base/gguf.h             text engine speculation train tools  reading GGUF files: keys, tensors, type sizes
+base/file.h             text engine tools  opening, mapping and reading files; SHA-256
+base/clock.h            engine speculation train tools  the wall and thread CPU clocks
+base/rng.h              engine speculation train tools  the seeded random number generator
+base/utf8.h             tools         UTF-8 validation and repair
+base/threadpool.h       engine train tools  creating a worker pool, running jobs on it
 base/heap.h             text          the binary heap of the BPE merges
 base/gguf_write.h       engine train  writing GGUF files (random models, trained drafts)
-engine/sampler_internal.h speculation the sampler inverse-CDF draw over weights (verifiers, simulator)
+text/tokenizer_load.h   engine speculation tools  tokenizers from files (GGUF metadata, llama2.c), raw pieces
+engine/sampler_internal.h speculation tools  draws with an sp_rng, the inverse-CDF draw over weights
+speculation/verify.h    tools         the verifiers over probability rows (the simulator)
 engine/ops.h            train         the kernels the trainer shares with the forward pass
 engine/quant.h          train         row quantisers, for saving trained weights
 engine/model_plain.h    train         a plain Llama model as float tensors, both ways
 engine/eagle3.h         speculation   the EAGLE-3 head cache and forward (the eagle3 drafter)
+engine/requant.h        speculation   re-quantised copies of a model (the lowbit drafter)
 '
 
 order="$(sed -n 's/^SRC_DIRS *:= *//p' Makefile) tools"
@@ -33,6 +47,18 @@ arrow=$(echo $order | sed 's/ / -> /g')
 {
   for doc in README.md docs/DESIGN.md; do
     grep -qF "$arrow" "$doc" || echo "$doc does not state the layer order: $arrow"
+  done
+  # public headers: no third-party type (system includes from the C library only)
+  for f in include/*.h include/dev/*.h; do
+    sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*<\([^>]*\)>.*/\1/p' "$f" | while read -r h; do
+      case "$h" in
+        assert.h|complex.h|ctype.h|errno.h|fenv.h|float.h|inttypes.h|iso646.h|limits.h|locale.h|math.h|\
+        setjmp.h|signal.h|stdalign.h|stdarg.h|stdatomic.h|stdbool.h|stddef.h|stdint.h|stdio.h|stdlib.h|\
+        stdnoreturn.h|string.h|tgmath.h|threads.h|time.h|uchar.h|wchar.h|wctype.h) ;;
+        *) echo "$f includes <$h>: a public header uses the C standard library only (no third-party type)";;
+      esac
+    done
+    grep -nE '\bjson_t\b|\bMHD_|\bcmocka' "$f" | sed "s|^|$f:|; s|\$| (a third-party type in a public header)|"
   done
   # one line per quoted include: FILE HEADER
   for f in src/*/*.[ch] include/*.h include/dev/*.h tools/*.[ch] examples/*.[ch]; do
@@ -98,9 +124,21 @@ arrow=$(echo $order | sed 's/ / -> /g')
         print f " (" fl ") includes " h " (" hl "), a layer above it: the order is " order
         bad = 1; continue
       }
-      if (f ~ /^include\// && r !~ /^include\//) {
+      if (f ~ /^examples\// && r !~ /^include\/[^\/]*$/) {
+        print f " includes " h ": an example uses the public API (include/*.h) only"
+        bad = 1; continue
+      }
+      if (f ~ /^include\/[^\/]*$/ && r !~ /^include\/[^\/]*$/) {
         print f " includes " h ": a public header includes public headers only"
         bad = 1; continue
+      }
+      if (f ~ /^include\/dev\// && r ~ /^src\//) {
+        split(r, a, "/")
+        if (!((a[2] "/" a[3] " tools") in allowed)) {
+          print f " includes " h ": a developer header includes public headers and the interfaces for tools only"
+          bad = 1
+        }
+        continue
       }
       if (r ~ /^src\//) {
         split(r, a, "/")

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "specula.h"
-#include "sp_spec_config.h"
+#include "sp_spec.h"
 
 /* Writes a 3-layer random model (dim 32, vocabulary `vocab`, padded with
  * "[PAD<i>]" entries up to `pad` ids when pad > vocab) into scratch slot

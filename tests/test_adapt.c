@@ -7,7 +7,7 @@
 #include "testutil.h"
 
 #include "adapt.h"
-#include "sp_rng.h"
+#include "rng.h"
 
 typedef struct sim {
     double t1, slope, draft, over, accept;

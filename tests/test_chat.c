@@ -6,7 +6,7 @@
 
 #include <stdlib.h>
 
-#include "sp_chat.h"
+#include "sp_tokenizer.h"
 
 static const sp_chat_msg CONV[] = {
     {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Tell a story."}};

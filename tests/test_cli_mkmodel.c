@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sp_gguf.h"
+#include "gguf.h"
 #include "specula.h"
 
 /* Path of the specula binary built beside this test (BUILD/specula). */

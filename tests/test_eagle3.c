@@ -1,4 +1,4 @@
-/* Tests for EAGLE-3 heads (sp_eagle3.h, src/engine/eagle3.c) and the
+/* Tests for EAGLE-3 heads (sp_model.h, src/engine/eagle3.c) and the
  * eagle3 drafter: random heads written here in llama.cpp's layout load
  * against their target and compute what a plain double-precision
  * re-implementation of the head (from the file's weights) computes;

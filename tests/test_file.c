@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "specula.h"
+#include "tokenizer_load.h"
 
 static void hex(const uint8_t d[32], char out[65]) {
     for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);

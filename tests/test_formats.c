@@ -11,10 +11,11 @@
 #include <math.h>
 
 #include "ops.h"
-#include "sp_gguf.h"
+#include "gguf.h"
 #include "sp_model.h"
 #include "quant.h"
-#include "sp_rng.h"
+#include "rng.h"
+#include "requant.h"
 
 static const sp_ggml_type NEW_TYPES[] = {SP_GGML_Q4_1, SP_GGML_Q5_0, SP_GGML_Q5_1, SP_GGML_IQ4_NL,
                                          SP_GGML_Q2_K, SP_GGML_Q3_K, SP_GGML_Q4_K, SP_GGML_Q5_K,

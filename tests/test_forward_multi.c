@@ -6,6 +6,7 @@
  * window, soft-capping); and bad calls are refused without touching any
  * cache. */
 #include "testutil.h"
+#include "threadpool.h"
 
 static sp_model *load_model(const char *path) {
     sp_model *m;

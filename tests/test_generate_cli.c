@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "specula.h"
+#include "utf8.h"
 
 static const int REF_GEN[64] = {
     432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,

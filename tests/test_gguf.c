@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sp_gguf.h"
-#include "sp_rng.h"
+#include "gguf.h"
+#include "rng.h"
 
 #define MODEL "models/stories260K.gguf"
 

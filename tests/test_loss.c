@@ -4,8 +4,9 @@
 
 #include <math.h>
 
-#include "sp_loss.h"
-#include "sp_rng.h"
+#include "sp_train.h"
+#include "rng.h"
+#include "loss.h"
 
 static double row(const char *name, const sp_loss_target *t, const float *z, int32_t V, float *dz) {
     sp_loss l;

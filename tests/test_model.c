@@ -10,6 +10,7 @@
 
 #include "ops.h"
 #include "specula.h"
+#include "requant.h"
 
 /* ../shared/reference/llamacpp_stories260K.md */
 static const int32_t REF_PROMPT[] = {1, 403, 407, 261, 378};

@@ -10,6 +10,7 @@
 
 #include "model_internal.h"
 #include "sp_model.h"
+#include "requant.h"
 
 static sp_status run_forward(sp_model *m, sp_error *err) {
     sp_ctx *c = NULL;

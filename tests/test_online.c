@@ -9,6 +9,7 @@
 
 #include "specula.h"
 #include "sp_train.h"
+#include "train.h"
 
 static const char *tgt(void) { return sp_shared("models/stories260K.gguf"); }
 

@@ -7,7 +7,7 @@
 
 #include "ops.h"
 #include "quant.h"
-#include "sp_rng.h"
+#include "rng.h"
 
 static const sp_ggml_type TYPES[] = {SP_GGML_F32, SP_GGML_F16, SP_GGML_BF16, SP_GGML_Q8_0,
                                      SP_GGML_Q4_0};

@@ -6,8 +6,8 @@
 #include <math.h>
 
 #include "quant.h"
-#include "sp_gguf.h"
-#include "sp_rng.h"
+#include "gguf.h"
+#include "rng.h"
 
 static uint32_t bits(float f) {
     uint32_t u;

@@ -3,7 +3,7 @@
 
 
 #include "dev/sp_vsim.h"
-#include "sp_rng.h"
+#include "rng.h"
 
 static void test_reproducible(void **state) {
     (void)state;

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <sys/stat.h>
 
-#include "sp_file.h"
+#include "file.h"
 
 static char g_root[512];
 

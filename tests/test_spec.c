@@ -11,6 +11,7 @@
 #include "specula.h"
 #include "spec_testutil.h"
 #include "dev/sp_vsim.h"
+#include "draft.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SP_SLOW 1

@@ -1,4 +1,4 @@
-/* Tests of the speculation-config layer (sp_spec_config.h): every setting
+/* Tests of the speculation-config layer (sp_spec.h): every setting
  * from text and from JSON lands in the right field; bad values, unknown
  * keys, wrong JSON types and combinations that make no sense are refused
  * with a message naming the setting (never a command-line flag); the
@@ -6,6 +6,8 @@
  * against a model; the low-bit type contract with sp_quant_supported; and
  * UTF-8 repair of generated text. */
 #include "spec_testutil.h"
+#include "utf8.h"
+#include "spec_config.h"
 
 #include <jansson.h>
 #include <ctype.h>

@@ -1,4 +1,4 @@
-/* The suffix drafter (sp_suffix.h): deterministic proposals on toy texts,
+/* The suffix drafter (suffix.h): deterministic proposals on toy texts,
  * the corpus of earlier outputs (FIFO bound, documents never joined), bounded
  * memory of the request trie, the length learned from verification results,
  * bad input, and concurrent use of one corpus. Exactness of speculation with
@@ -8,7 +8,8 @@
 #include <math.h>
 #include <pthread.h>
 
-#include "sp_suffix.h"
+#include "sp_spec.h"
+#include "suffix.h"
 
 static sp_suffix *mk(sp_suffix_corpus *c, int32_t req) {
     sp_suffix *s = NULL;

@@ -13,7 +13,7 @@
 
 #include "ops.h"
 #include "quant.h"
-#include "sp_rng.h"
+#include "rng.h"
 #include "toint.h"
 
 /* In range, each helper is the plain C rounding; outside, the clamp; NaN 0. */

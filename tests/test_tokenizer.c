@@ -11,11 +11,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sp_clock.h"
-#include "sp_gguf.h"
-#include "sp_rng.h"
+#include "clock.h"
+#include "gguf.h"
+#include "rng.h"
 #include "sp_tokenizer.h"
 #include "tokenizer.h"
+#include "tokenizer_load.h"
 
 static const int32_t REF_PROMPT[5] = {1, 403, 407, 261, 378};
 static const int32_t REF_GEN[64] = {

@@ -10,6 +10,7 @@
 #include "testutil.h"
 
 #include "specula.h"
+#include "tokenizer_load.h"
 
 static char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");

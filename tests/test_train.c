@@ -8,9 +8,10 @@
 
 #include "ops.h"
 #include "sp_model.h"
-#include "sp_rng.h"
-#include "sp_threadpool.h"
+#include "rng.h"
+#include "threadpool.h"
 #include "sp_train.h"
+#include "train.h"
 
 static const char *vocab512(void) { return sp_shared("models/stories260K.gguf"); }
 

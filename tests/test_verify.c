@@ -6,8 +6,9 @@
 
 #include <math.h>
 
-#include "sp_verify.h"
+#include "verify.h"
 #include "dev/sp_vsim.h"
+#include "tree.h"
 
 #define ALPHA 1e-4
 

@@ -1,6 +1,6 @@
 /* Traversal verification and GBV (sp_verify_tree_traversal): the exact toy
  * figures (expected accepted tokens computed by enumerating every draft tree
- * with rational weights, see sp_verify.h), chi-square losslessness through
+ * with rational weights, see verify.h), chi-square losslessness through
  * the sp_vsim outer loop on random Markov chains (significance 1e-4, fixed
  * seeds, temperatures 0, 0.5, 1, 2), the papers' direction (GBV >= block
  * verification with the same first path, traversal >= multi-candidate on the

@@ -13,10 +13,9 @@
 #include <jansson.h>
 
 #include "sp_spec.h"
-#include "sp_spec_config.h"
 
 /* One configuration under test: a configuration string in the text form of
- * sp_spec_config.h (configs are separated by ';'), e.g.
+ * sp_spec.h (configs are separated by ';'), e.g.
  * "draft=layerskip,skip=1,3,gamma=2" or "plain". Without a drafter key the
  * drafter is `model` when a draft model was given (-md), as in `specula
  * generate`; with a tree and no verifier key the verifier is mc-norep.
@@ -24,8 +23,8 @@
  * cannot silently measure the wrong thing. The display name is the string
  * as given, trimmed. */
 /* Two keys are bench's own, for draft models: online=1 (the draft learns
- * while the prompts are processed in order, sp_online.h) and route=K (use
- * the K-th -md, default 0) or route=auto (a router, sp_router.h, picks a
+ * while the prompts are processed in order, sp_train.h) and route=K (use
+ * the K-th -md, default 0) or route=auto (a router, sp_spec.h, picks a
  * draft per prompt among all -md; each draft learns only from its own
  * prompts when online). */
 #define SP_BENCH_ROUTE_AUTO (-1)

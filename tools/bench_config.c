@@ -1,6 +1,6 @@
 /* bench_config: `specula bench` configuration lists ("plain;draft=model,
  * gamma=4"), each configuration read by the library's speculation-config
- * layer (sp_spec_config.h), and the aggregation of per-run records into
+ * layer (sp_spec.h), and the aggregation of per-run records into
  * per-configuration figures. What needs the model (layer lists against the
  * layer count, batch limits) is checked by sp_spec_init. */
 #include <ctype.h>

@@ -17,9 +17,8 @@
 
 #include <jansson.h>
 
-#include "sp_online.h"
+#include "sp_train.h"
 #include "sp_spec.h"
-#include "sp_spec_config.h"
 
 typedef int (*cli_fn)(int argc, char **argv);
 typedef struct cli_command {
@@ -96,7 +95,7 @@ void cli_run_opts_default(cli_run_opts *r);
 int cli_run_opt(int opt, const char *flag, const char *arg, cli_run_opts *r);
 
 /* Speculation flags: each one sets the speculation setting of the same
- * meaning (sp_spec_config.h), so flags and configuration strings share
+ * meaning (sp_spec.h), so flags and configuration strings share
  * one parser and one set of messages. */
 #define SP_CLI_SPEC_OPTIONS                                                                  \
     {"draft", required_argument, NULL, SP_OPT_SPEC + 0},                                     \
@@ -117,7 +116,7 @@ int cli_run_opt(int opt, const char *flag, const char *arg, cli_run_opts *r);
  * opt was one, 0 if not, -1 after printing the setting's message. */
 int cli_spec_opt(int opt, const char *arg, sp_spec_config *c);
 
-/* Online learning of the draft model while generating (sp_online.h). */
+/* Online learning of the draft model while generating (sp_train.h). */
 typedef struct cli_online_opts {
     bool on;
     sp_online_params p;

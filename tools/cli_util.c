@@ -10,8 +10,9 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "sp_file.h"
-#include "sp_utf8.h"
+#include "file.h"
+#include "utf8.h"
+#include "gguf.h"
 
 int cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
     char *end;

@@ -13,8 +13,9 @@
 
 #include "bench.h"
 #include "cli.h"
-#include "sp_file.h"
+#include "file.h"
 #include "specula.h"
+#include "clock.h"
 
 #define DEFAULT_PROMPTS "bench/prompts/stories.jsonl"
 #define MAX_PROMPTS 100000

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "sp_clock.h"
+#include "clock.h"
 #include "dev/sp_sysinfo.h"
 #include "specula.h"
 

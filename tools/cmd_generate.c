@@ -7,7 +7,7 @@
 
 #include "cli.h"
 #include "cmd_generate.h"
-#include "sp_file.h"
+#include "file.h"
 #include "specula.h"
 
 static void gen_usage(FILE *f) {

@@ -1,6 +1,6 @@
 /* cmd_online: `specula online`, online speculative decoding on a stream of
  * generations: rounds of generation with a draft model while an online
- * learner (sp_online.h) observes the target's distributions at every
+ * learner (sp_train.h) observes the target's distributions at every
  * verified position; after each round the draft takes some training steps
  * and the served draft is replaced by the trained one. Prints the
  * acceptance per round, so the effect of learning is measured where it

@@ -19,7 +19,7 @@
 
 #include "cli.h"
 #include "cmd_generate.h"
-#include "sp_file.h"
+#include "file.h"
 #include "specula.h"
 
 #define DEFAULT_URL_BASE "https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K/"

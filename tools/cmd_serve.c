@@ -35,9 +35,13 @@
 
 #include "cli.h"
 #include "serve_request.h"
-#include "sp_chat.h"
-#include "sp_clock.h"
+#include "sp_tokenizer.h"
+#include "clock.h"
 #include "specula.h"
+#include "gguf.h"
+#include "rng.h"
+#include "sampler_internal.h"
+#include "threadpool.h"
 
 
 /* ---------------------------------------------------------------- state */

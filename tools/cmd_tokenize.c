@@ -8,6 +8,9 @@
 
 #include "cli.h"
 #include "specula.h"
+#include "file.h"
+#include "gguf.h"
+#include "tokenizer_load.h"
 
 static void tok_usage(FILE *f) {
     fprintf(f,

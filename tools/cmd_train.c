@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "sp_distill.h"
-#include "sp_file.h"
-#include "sp_threadpool.h"
+#include "sp_train.h"
+#include "file.h"
+#include "threadpool.h"
 #include "sp_tokenizer.h"
 #include "specula.h"
 

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sp_chat.h"
+#include "sp_tokenizer.h"
 #include "specula.h"
 
 #define SP_SERVE_BODY_MAX (1 << 20) /* request body bytes (larger: 413) */

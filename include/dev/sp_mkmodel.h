@@ -15,7 +15,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sp_gguf.h"
 #include "sp_status.h"
 
 typedef struct sp_mkmodel_params {

@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 #include "sp_status.h"
-#include "sp_verify.h"
+#include "verify.h"
 
 #define SP_VSIM_MAX_VOCAB 1024
 #define SP_VSIM_MAX_CELLS (1 << 20)

@@ -1,6 +1,6 @@
 /* clock: the monotonic wall clock behind sp_now and the thread CPU clock
- * behind sp_thread_cpu_now (see sp_clock.h). */
-#include "sp_clock.h"
+ * behind sp_thread_cpu_now (see clock.h). */
+#include "clock.h"
 
 #include <time.h>
 

@@ -1,6 +1,6 @@
 /* file: regular-file checks, whole-file mapping and reading (SHA-256 of a
  * file is in sha256.c). */
-#include "sp_file.h"
+#include "file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* gguf: the GGUF reader (mmap, validate everything, expose views) and the
  * ggml tensor-type tables. The writer lives in gguf_write.c. */
-#include "sp_gguf.h"
-#include "sp_file.h"
+#include "gguf.h"
+#include "file.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -2,7 +2,7 @@
  * they are set, tensors copied or borrowed) and write it atomically, laid out
  * the way ggml's own writer does so llama.cpp loads it: alignment 32, tensor
  * data contiguous in insertion order, each tensor padded to the alignment. */
-#include "sp_gguf.h"
+#include "gguf.h"
 #include "gguf_write.h"
 
 #include <errno.h>

@@ -1,9 +1,9 @@
 /* gguf_write.h: the GGUF writer (internal: used by mkmodel, checkpoints and
- * tests; reading GGUF is public, sp_gguf.h). */
+ * tests; reading GGUF: gguf.h). */
 #ifndef SP_GGUF_WRITE_H
 #define SP_GGUF_WRITE_H
 
-#include "sp_gguf.h"
+#include "gguf.h"
 
 /* ---- Writer (used by `specula mkmodel` and by tests that build files). ---- */
 typedef struct sp_gguf_writer sp_gguf_writer;

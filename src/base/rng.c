@@ -1,5 +1,5 @@
 /* rng: xoshiro256** (Blackman & Vigna) with splitmix64 seeding. */
-#include "sp_rng.h"
+#include "rng.h"
 
 #include <math.h>
 

@@ -1,7 +1,7 @@
 /* sha256: SHA-256 (FIPS 180-4) of a buffer and of a file, streamed
- * (sp_sha256 and sp_file_sha256 in sp_file.h: downloads and the shared
+ * (sp_sha256 and sp_file_sha256 in file.h: downloads and the shared
  * test models are checked against published sums). */
-#include "sp_file.h"
+#include "file.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,5 +1,5 @@
-/* utf8: UTF-8 validation and repair; see sp_utf8.h. */
-#include "sp_utf8.h"
+/* utf8: UTF-8 validation and repair; see utf8.h. */
+#include "utf8.h"
 
 #include <string.h>
 

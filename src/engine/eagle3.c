@@ -1,7 +1,7 @@
 /* eagle3: EAGLE-3 draft heads: loading a head written by llama.cpp's
  * converter (architecture `eagle3`) against its target model, and the
  * head's encoder (fc fusion of three target taps) and one-layer decoder
- * with its own KV cache. See sp_eagle3.h for the model, eagle3.h for the
+ * with its own KV cache. See sp_model.h for the model, eagle3.h for the
  * pair convention. Kernels are ops.h's, as the target's forward uses them. */
 #include "eagle3.h"
 
@@ -14,6 +14,7 @@
 #include "model_internal.h"
 #include "ops.h"
 #include "quant.h"
+#include "tokenizer_load.h"
 
 struct sp_eagle3 {
     sp_gguf *gguf;

@@ -1,5 +1,5 @@
 /* eagle3.h: the EAGLE-3 head's forward pass (internal; loading is public,
- * sp_eagle3.h). A context holds the head's KV cache (one layer) and its
+ * sp_model.h). A context holds the head's KV cache (one layer) and its
  * scratch; the drafter (src/speculation/draft.c) keeps it in step with the text.
  *
  * Pair convention (llama.cpp's): the cache slot P holds the pair
@@ -10,7 +10,7 @@
 
 #include <stdbool.h>
 
-#include "sp_eagle3.h"
+#include "sp_model.h"
 #include "threadpool.h"
 
 typedef struct sp_eagle3_ctx sp_eagle3_ctx;
@@ -51,5 +51,8 @@ sp_status sp_eagle3_decode(sp_eagle3_ctx *c, const int32_t *tokens, const float 
 sp_status sp_eagle3_decode_tree(sp_eagle3_ctx *c, const int32_t *tokens, const float *g, const int32_t *pos,
                                 int32_t n, const uint8_t *mask, int32_t mask_base, bool all, float *logits,
                                 float *prenorm, sp_error *err);
+
+/* The three target layers whose taps the head reads. */
+const int32_t *sp_eagle3_target_layers(const sp_eagle3 *h);
 
 #endif

@@ -3,7 +3,9 @@
 
 #include <stdlib.h>
 
-#include "sp_clock.h"
+#include "clock.h"
+#include "rng.h"
+#include "sampler_internal.h"
 
 sp_gen_params sp_gen_default_params(void) {
     sp_gen_params p = {.n_predict = 128, .sampling = sp_sampler_default_params(), .seed = 42,

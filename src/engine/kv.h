@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sp_gguf.h"
+#include "gguf.h"
 #include "sp_status.h"
 
 typedef struct sp_kv {

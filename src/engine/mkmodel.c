@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "quant.h"
-#include "sp_rng.h"
+#include "rng.h"
 
 bool sp_mkmodel_type_ok(sp_ggml_type t) { return sp_quant_supported(t) != 0; }
 

@@ -4,8 +4,8 @@
 #define SP_MODEL_INTERNAL_H
 
 #include "moe.h"
-#include "sp_file.h"
-#include "sp_gguf.h"
+#include "file.h"
+#include "gguf.h"
 #include "sp_model.h"
 
 /* A matrix of `rows` rows of `cols` elements; row r starts at data + r*row_bytes.

@@ -10,8 +10,9 @@
 #include "deltanet.h"
 #include "model_internal.h"
 #include "ops.h"
-#include "sp_file.h"
+#include "file.h"
 #include "quant.h"
+#include "tokenizer_load.h"
 
 sp_model_params sp_model_default_params(void) {
     sp_model_params p = {0};

@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #include "sp_status.h"
-#include "sp_threadpool.h"
+#include "threadpool.h"
 
 typedef enum sp_moe_gating { SP_MOE_SOFTMAX = 0, SP_MOE_SIGMOID = 1, SP_MOE_SOFTMAX_WEIGHT = 2 } sp_moe_gating;
 

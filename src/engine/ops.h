@@ -126,7 +126,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sp_gguf.h"
+#include "gguf.h"
 #include "sp_status.h"
 
 typedef enum sp_isa { SP_ISA_SCALAR = 0, SP_ISA_AVX2 = 1, SP_ISA_AVX512 = 2, SP_ISA_COUNT } sp_isa;

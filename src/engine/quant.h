@@ -25,7 +25,7 @@
 
 #include <stdint.h>
 
-#include "sp_gguf.h"
+#include "gguf.h"
 
 #define SP_QK 32
 

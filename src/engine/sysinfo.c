@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "ops.h"
-#include "sp_clock.h"
+#include "clock.h"
 #include "threadpool.h"
 
 const char *sp_sysinfo_isa(void) { return sp_ops_isa_name(sp_ops_isa()); }

@@ -1,6 +1,6 @@
 /* draft: drafters (draft model, prompt lookup, layer skip, low-bit copy,
  * EAGLE-3 head, suffix tries in suffix.c), chain and tree drafting, and keeping
- * the draft cache in step with the committed text. See sp_draft.h. */
+ * the draft cache in step with the committed text. See sp_spec.h. */
 #include "draft.h"
 #include "eagle3.h"
 
@@ -9,8 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sp_clock.h"
+#include "clock.h"
 #include "sp_generate.h"
+#include "gguf.h"
+#include "rng.h"
+#include "suffix.h"
+#include "tokenizer_load.h"
+#include "verify.h"
+#include "requant.h"
+#include "tree.h"
 
 struct sp_drafter {
     sp_drafter_params p;

@@ -1,9 +1,11 @@
 /* draft.h: the drafter objects (internal to the library; the kinds and
- * settings are public in sp_draft.h). Used by the speculation loop (spec.c). */
+ * settings are public in sp_spec.h). Used by the speculation loop (spec.c). */
 #ifndef SP_DRAFT_INTERNAL_H
 #define SP_DRAFT_INTERNAL_H
 
-#include "sp_draft.h"
+#include "sp_spec.h"
+#include "rng.h"
+#include "verify.h"
 
 typedef struct sp_drafter sp_drafter;
 
@@ -82,5 +84,28 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
  * those nodes' entries in the draft cache and drop the rest. */
 sp_status sp_drafter_accept_tree(sp_drafter *d, int32_t n, const sp_draft_tree *t,
                                  const int32_t *path, int32_t n_path, sp_error *err);
+
+sp_status sp_drafter_parse(const char *name, sp_drafter_kind *out, sp_error *err);
+/* Prompt lookup over hist[0..len): for n = n_max down to n_min, find the most
+ * recent earlier occurrence of the last n tokens and copy up to max_pred of
+ * the tokens that followed it into out. Returns how many were proposed (0 if
+ * no match). Pure function. */
+int32_t sp_ngram_propose(const int32_t *hist, int32_t len, int32_t n_min, int32_t n_max,
+                         int32_t max_pred, int32_t *out);
+/* Parse a layer list "1,3,5-7" (numbers and ranges separated by single
+ * commas) into skip[n_layers]. SP_ERR_ARG for bad syntax (an empty item, a
+ * trailing comma), out-of-range layers, or skipping every layer. NULL or ""
+ * gives the default: every other layer from 1, never the first or the
+ * last. skip == NULL checks the syntax only (n_layers unused). */
+sp_status sp_parse_skip_layers(const char *s, int32_t n_layers, bool *skip, sp_error *err);
+sp_drafter_params sp_drafter_default_params(void);
+/* What a drafter of these parameters needs from the target model: a draft
+ * model with the same vocabulary (size and pieces), a layer list within the
+ * target's layers that keeps one, n-gram sizes 1 <= min <= max <=
+ * SP_NGRAM_MAX, a low-bit type the engine computes with, an EAGLE-3 head
+ * loaded for this target. Messages name the settings (drafter, skip_layers,
+ * ngram_min, lowbit). */
+sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *target,
+                                  sp_error *err);
 
 #endif

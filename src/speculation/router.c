@@ -1,13 +1,13 @@
-/* router: the per-request draft router (see sp_router.h). Features: one
+/* router: the per-request draft router (see sp_spec.h). Features: one
  * bucket per token and per adjacent token pair of the prompt, hashed with a
  * 64-bit mix; a bucket hit twice counts once. */
-#include "sp_router.h"
+#include "sp_spec.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "sp_rng.h"
+#include "rng.h"
 
 /* The prompt's features: at most MAX_FEAT distinct buckets (the prompt's
  * last tokens when it is longer). */

@@ -9,8 +9,12 @@
 
 #include "adapt.h"
 #include "draft.h"
-#include "sp_clock.h"
-#include "sp_spec_config.h"
+#include "clock.h"
+#include "rng.h"
+#include "suffix.h"
+#include "verify.h"
+#include "spec_config.h"
+#include "tree.h"
 
 struct sp_spec {
     sp_spec_params prm;

@@ -1,7 +1,11 @@
 /* spec_config: speculation settings by name, from key=value text and JSON,
  * the rules that finish a configuration, and its checks against a target;
- * see sp_spec_config.h. */
-#include "sp_spec_config.h"
+ * see sp_spec.h. */
+#include "sp_spec.h"
+#include "draft.h"
+#include "requant.h"
+#include "spec_config.h"
+#include "tree.h"
 
 #include <ctype.h>
 #include <errno.h>

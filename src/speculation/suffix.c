@@ -1,11 +1,12 @@
 /* suffix: suffix drafting over the request's text and a shared FIFO corpus of
- * earlier outputs; see sp_suffix.h for the method, bounds and contracts. */
-#include "sp_suffix.h"
+ * earlier outputs; see suffix.h for the method, bounds and contracts. */
+#include "sp_spec.h"
 
 #include <pthread.h>
 
-#include "sp_clock.h"
-#include "sp_tree.h"
+#include "clock.h"
+#include "rng.h"
+#include "suffix.h"
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* tree: draft-tree shapes ("k1xk2x...") and tree attention masks; see
- * sp_tree.h. */
-#include "sp_tree.h"
+ * sp_spec.h. */
+#include "sp_spec.h"
 
 #include <stdio.h>
 #include <string.h>

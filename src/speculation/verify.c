@@ -1,6 +1,6 @@
 /* verify: single-chain (token, block, greedy, lenient) and multi-candidate
- * verifiers over probability arrays; see sp_verify.h for the contracts. */
-#include "sp_verify.h"
+ * verifiers over probability arrays; see verify.h for the contracts. */
+#include "verify.h"
 #include "sampler_internal.h"
 #include "verify_internal.h"
 

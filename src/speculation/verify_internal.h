@@ -2,7 +2,7 @@
 #ifndef SP_VERIFY_INTERNAL_H
 #define SP_VERIFY_INTERNAL_H
 
-#include "sp_verify.h"
+#include "verify.h"
 
 /* n_rows x V doubles of scratch owned by the workspace, grown on first need
  * (so a workspace allocates at most once per larger tree depth, never per

@@ -1,8 +1,8 @@
 /* verify_tree: tree verification: multi-candidate steps along a draft tree
  * (sampling), traversal verification from the leaves up (and GBV, its
- * multi-path form) and the greedy walk (temperature 0); see sp_verify.h. Tree
+ * multi-path form) and the greedy walk (temperature 0); see verify.h. Tree
  * shapes and masks are in tree.c. */
-#include "sp_verify.h"
+#include "verify.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -107,7 +107,7 @@ sp_status sp_verify_tree_greedy(sp_verify_ws *ws, const sp_verify_tree *t, int32
     }
 }
 
-/* ---- traversal verification (algorithm in sp_verify.h) ---- */
+/* ---- traversal verification (algorithm in verify.h) ---- */
 
 /* Residual mass below this is treated as empty (rounding when a_v Mb_v ~=
  * Ms_v, where the rejection that led here had ~zero probability): the row

@@ -8,8 +8,9 @@
 #include <string.h>
 
 #include "sampler_internal.h"
-#include "sp_rng.h"
+#include "rng.h"
 #include "sp_sampler.h"
+#include "tree.h"
 
 /* ---- chi-square tail ---- */
 

@@ -1,7 +1,7 @@
-/* chat: chat template families and their rendering (see sp_chat.h). The
+/* chat: chat template families and their rendering (see sp_tokenizer.h). The
  * layouts are the ones the families' own templates produce (role headers,
  * turn ends, where the system text goes). */
-#include "sp_chat.h"
+#include "sp_tokenizer.h"
 
 #include <stdarg.h>
 #include <stdbool.h>

@@ -4,7 +4,8 @@
  * loops live in tokenizer_spm.c / tokenizer_bpe.c, GGUF loading in
  * tokenizer_gguf.c (kept apart so programs without the GGUF reader link). */
 #include "tokenizer.h"
-#include "sp_file.h"
+#include "file.h"
+#include "gguf.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,6 +6,7 @@
 #define SP_TOKENIZER_INTERNAL_H
 
 #include "sp_tokenizer.h"
+#include "gguf.h"
 
 /* Token types, numbered as llama.cpp's llama_token_type / GGUF
  * tokenizer.ggml.token_type. */
@@ -146,5 +147,7 @@ static inline size_t sp_utf8_len(uint8_t c) {
 size_t sp_utf8_decode(const char *s, size_t n, uint32_t *cp);
 /* Encode cp as UTF-8 into out (4 bytes room); returns the length. */
 size_t sp_utf8_encode(uint32_t cp, char *out);
+
+sp_tokenizer_kind sp_tokenizer_kind_of(const sp_tokenizer *t);
 
 #endif

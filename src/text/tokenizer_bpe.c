@@ -15,6 +15,7 @@
 
 #include "heap.h"
 #include "unicode.h"
+#include "gguf.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "tokenizer.h"
+#include "gguf.h"
+#include "tokenizer_load.h"
 
 static bool str_eq(sp_str s, const char *c) {
     size_t n = strlen(c);

@@ -1,5 +1,5 @@
-/* distill: pre-training and distillation loops over text (see sp_distill.h). */
-#include "sp_distill.h"
+/* distill: pre-training and distillation loops over text (see sp_train.h). */
+#include "sp_train.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -7,9 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sp_clock.h"
-#include "sp_rng.h"
+#include "clock.h"
+#include "rng.h"
 #include "sp_tokenizer.h"
+#include "loss.h"
+#include "train.h"
 
 sp_distill_params sp_distill_default_params(void) {
     sp_distill_params p = {.loss = {.kind = SP_LOSS_CE, .beta = 0.5}, .steps = 100, .batch = 8,

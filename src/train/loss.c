@@ -1,6 +1,6 @@
 /* loss: distillation losses and cross-entropy with their gradients w.r.t.
- * the draft logits (see sp_loss.h). */
-#include "sp_loss.h"
+ * the draft logits (see sp_train.h). */
+#include "sp_train.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,18 +1,18 @@
 /* online: the replay buffer, update loop and serving side of online
- * speculative decoding (see sp_online.h). Examples are stored in a ring: a
+ * speculative decoding (see sp_train.h). Examples are stored in a ring: a
  * context of `window` tokens starting with the text's first token, the
  * index of the predicted position in it, and the target row as top-k
  * ids/probabilities plus the remaining mass. */
-#include "sp_online.h"
+#include "sp_train.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "sp_clock.h"
-#include "sp_rng.h"
+#include "clock.h"
+#include "rng.h"
 #include "sp_spec.h"
-#include "sp_train.h"
+#include "train.h"
 
 struct sp_online {
     sp_online_params p;

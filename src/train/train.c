@@ -19,8 +19,10 @@
 #include "train_mm.h"
 #include "quant.h"
 #include "sp_model.h"
-#include "sp_rng.h"
+#include "rng.h"
 #include "threadpool.h"
+#include "loss.h"
+#include "train.h"
 
 /* The loops below are written so they vectorise with the baseline ISA
  * (SSE2 on x86-64) without reassociating sums: clang does at -O2; gcc 12

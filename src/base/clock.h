@@ -1,4 +1,4 @@
-/* sp_clock: the one wall clock every timing in Specula reads (statistics,
+/* clock.h: the one wall clock every timing in Specula reads (statistics,
  * the bench harness, micro-benchmarks), and the calling thread's CPU clock
  * for the micro-benchmarks' A/B runs on a shared machine. */
 #ifndef SP_CLOCK_H

@@ -1,4 +1,4 @@
-/* sp_rng: small, seeded, reproducible random number generator
+/* rng.h: small, seeded, reproducible random number generator
  * (xoshiro256** seeded through splitmix64). Every stochastic component takes
  * an sp_rng* explicitly so results are reproducible and testable. */
 #ifndef SP_RNG_H

@@ -1,4 +1,4 @@
-/* sp_gguf: read (through mmap) and write GGUF files, the llama.cpp model format.
+/* gguf.h: read (through mmap) and write GGUF files, the llama.cpp model format.
  *
  * Layout (v2/v3, little-endian):
  *   u32 magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sp_file.h"
+#include "file.h"
 #include "sp_status.h"
 
 typedef enum sp_gguf_type {
@@ -26,21 +26,6 @@ typedef enum sp_gguf_type {
     SP_GGUF_STRING = 8, SP_GGUF_ARRAY = 9, SP_GGUF_UINT64 = 10, SP_GGUF_INT64 = 11,
     SP_GGUF_FLOAT64 = 12
 } sp_gguf_type;
-
-/* ggml tensor types (numbering as in ggml.h). Specula computes with F32, F16,
- * BF16, Q8_0 and Q4_0; the reader accepts any known type so the model loader
- * can refuse the others by name. */
-typedef enum sp_ggml_type {
-    SP_GGML_F32 = 0, SP_GGML_F16 = 1, SP_GGML_Q4_0 = 2, SP_GGML_Q4_1 = 3,
-    SP_GGML_Q5_0 = 6, SP_GGML_Q5_1 = 7, SP_GGML_Q8_0 = 8, SP_GGML_Q8_1 = 9,
-    SP_GGML_Q2_K = 10, SP_GGML_Q3_K = 11, SP_GGML_Q4_K = 12, SP_GGML_Q5_K = 13,
-    SP_GGML_Q6_K = 14, SP_GGML_Q8_K = 15, SP_GGML_IQ2_XXS = 16, SP_GGML_IQ2_XS = 17,
-    SP_GGML_IQ3_XXS = 18, SP_GGML_IQ1_S = 19, SP_GGML_IQ4_NL = 20, SP_GGML_IQ3_S = 21,
-    SP_GGML_IQ2_S = 22, SP_GGML_IQ4_XS = 23, SP_GGML_I8 = 24, SP_GGML_I16 = 25,
-    SP_GGML_I32 = 26, SP_GGML_I64 = 27, SP_GGML_F64 = 28, SP_GGML_IQ1_M = 29,
-    SP_GGML_BF16 = 30, SP_GGML_TQ1_0 = 34, SP_GGML_TQ2_0 = 35,
-    SP_GGML_MXFP4 = 39, SP_GGML_TYPE_COUNT = 40
-} sp_ggml_type;
 
 typedef struct sp_str {
     const char *ptr;
@@ -111,8 +96,6 @@ uint64_t sp_gguf_data_offset(const sp_gguf *g);
 sp_file_map sp_gguf_mapping(const sp_gguf *g);
 uint64_t sp_gguf_alignment(const sp_gguf *g);
 
-/* Name of a ggml type ("q4_K", ...), "unknown" if out of range. */
-const char *sp_ggml_type_name(sp_ggml_type t);
 /* Bytes of one fixed-size metadata value of type t; 0 for STRING and
  * ARRAY, -1 for an unknown type. One table for the reader and the writer. */
 int sp_gguf_scalar_size(sp_gguf_type t);

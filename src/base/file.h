@@ -1,4 +1,4 @@
-/* sp_file: opening the files users name (models, tokenizers, prompts) safely.
+/* file.h: opening the files users name (models, tokenizers, prompts) safely.
  *
  * Every path goes through here, so a directory, a FIFO or a device where a
  * file belongs is one clear error instead of a hang (a FIFO blocks open and

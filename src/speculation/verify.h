@@ -1,4 +1,4 @@
-/* sp_verify: speculative-decoding verifiers as pure functions over
+/* verify.h: speculative-decoding verifiers as pure functions over
  * probability arrays (ALGORITHMS.md sections 2-4).
  *
  * Conventions shared by every function here:
@@ -28,34 +28,11 @@
 
 #include <stdint.h>
 
-#include "sp_rng.h"
+#include "rng.h"
+#include "sp_spec.h"
 #include "sp_status.h"
-#include "sp_tree.h"
-
-#define SP_VERIFY_SUM_TOL 1e-3     /* |sum(row) - 1| allowed */
-#define SP_VERIFY_MAX_GAMMA 64     /* longest draft chain */
-#define SP_VERIFY_MAX_VOCAB (1 << 24)
 
 typedef struct sp_verify_ws sp_verify_ws;
-
-/* Which single-chain verifier; also used by the simulator for the
- * multi-candidate/tree ones (MC*, NAIVE). */
-typedef enum sp_verifier {
-    SP_VERIFIER_TOKEN = 0,
-    SP_VERIFIER_BLOCK,   /* the default */
-    SP_VERIFIER_GREEDY,
-    SP_VERIFIER_LENIENT, /* LOSSY */
-    SP_VERIFIER_MC,      /* multi-candidate, candidates drawn with replacement */
-    SP_VERIFIER_MC_NOREP, /* multi-candidate, candidates drawn without replacement */
-    SP_VERIFIER_NAIVE,   /* naive multi-candidate baseline */
-    SP_VERIFIER_GBV,     /* multi-path block verification: traversal over i.i.d. children */
-    SP_VERIFIER_TRAVERSAL /* traversal verification: children drawn without replacement */
-} sp_verifier;
-
-/* Name <-> enum ("token", "block", "greedy", "lenient", "mc", "mc-norep",
- * "naive", "gbv", "traversal"). sp_verifier_parse returns SP_ERR_ARG for an unknown name. */
-const char *sp_verifier_name(sp_verifier v);
-sp_status sp_verifier_parse(const char *name, sp_verifier *out, sp_error *err);
 
 /* How the children of a node (or the k candidates at one position) were drawn
  * from the draft distribution q. */

@@ -1,4 +1,4 @@
-/* sp_utf8: UTF-8 validation (RFC 3629) and repair, for generated text that
+/* utf8.h: UTF-8 validation (RFC 3629) and repair, for generated text that
  * leaves the engine as a string (JSON output): a token can end inside a
  * character, and byte-fallback tokens can produce any byte sequence. */
 #ifndef SP_UTF8_H

@@ -1,4 +1,4 @@
-/* sp_suffix: suffix drafting (SuffixDecoding, Oliaro et al., arXiv
+/* suffix.h: suffix drafting (SuffixDecoding, Oliaro et al., arXiv
  * 2411.04975): continuations proposed from what was already said.
  *
  * Two depth-bounded suffix tries (every substring of at most
@@ -35,41 +35,11 @@
 #define SP_SUFFIX_H
 
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
 
-#include "sp_rng.h"
+#include "rng.h"
+#include "sp_spec.h"
 #include "sp_status.h"
-
-#define SP_SUFFIX_DEPTH 24                /* longest substring a trie holds */
-#define SP_SUFFIX_MIN_SCORE 0.3           /* stop a chain below this expected acceptance */
-#define SP_SUFFIX_CORPUS_TOKENS 16384     /* default FIFO bound of the global corpus */
-#define SP_SUFFIX_REQUEST_TOKENS 8192     /* default bound of a request trie, in tokens */
-#define SP_SUFFIX_MAX_TOKENS (1 << 22)    /* largest bound either may be given */
-
-typedef struct sp_suffix_corpus sp_suffix_corpus;
-typedef struct sp_suffix sp_suffix;
-
-/* A corpus of earlier outputs holding at most max_tokens tokens in
- * [1, SP_SUFFIX_MAX_TOKENS] (0: SP_SUFFIX_CORPUS_TOKENS). */
-sp_status sp_suffix_corpus_init(int32_t max_tokens, sp_suffix_corpus **out, sp_error *err);
-void sp_suffix_corpus_free(sp_suffix_corpus *c); /* NULL is fine; no drafter may still use it */
-/* Append one output (n tokens, each >= 0) as a document: substrings never
- * span two documents. Outputs longer than the bound keep their last
- * max_tokens tokens. Thread-safe. */
-sp_status sp_suffix_corpus_add(sp_suffix_corpus *c, const int32_t *tokens, int32_t n,
-                               sp_error *err);
-
-typedef struct sp_suffix_stats {
-    int64_t corpus_tokens, corpus_docs; /* held now */
-    int64_t corpus_nodes, request_nodes; /* trie nodes in use */
-    int64_t bytes;                       /* memory reserved by this drafter and its corpus */
-    int64_t proposals, proposed, accepted; /* steps that proposed >= 1 token; tokens */
-    int64_t from_corpus;                 /* proposals taken from the corpus */
-    int64_t steps;                       /* calls that indexed and looked up */
-    double seconds, max_step_seconds;    /* their total and longest wall time */
-} sp_suffix_stats;
-sp_suffix_stats sp_suffix_corpus_stats(sp_suffix_corpus *c); /* corpus fields only */
 
 /* A drafter over `corpus` (shared, not owned; NULL: it makes and owns its
  * own, kept across requests). request_tokens bounds the request trie (0:
