@@ -5,7 +5,8 @@
 # usage: scripts/ref_ngram_map.sh LLAMA_CPP_DIR [OUT_FILE]
 #   LLAMA_CPP_DIR: a llama.cpp checkout built with cmake into LLAMA_CPP_DIR/build
 #   (the 2026-09 one from `npm pack node-llama-cpp@3.22.1`, see README).
-#   OUT_FILE: default tests/data/ngram_map/drafts.txt (seed 20261126)
+#   OUT_FILE: default tests/data/ngram_map/drafts.txt (seed 20261126); the
+#   ngram-mod drafts go beside it as mod_drafts.txt
 set -eu
 L=${1:?llama.cpp directory}
 here=$(dirname "$0")
@@ -16,5 +17,7 @@ c++ -O2 -std=c++17 -Wall -Wextra -I"$L/common" -I"$L/include" -I"$L/ggml/include
     -Wl,-rpath,"$L/build/bin" -o "$bin"
 mkdir -p "$(dirname "$OUT")"
 "$bin" 20261126 > "$OUT"
+"$bin" 20261126 mod > "$(dirname "$OUT")/mod_drafts.txt"
 rm -f "$bin"
+echo "wrote $(dirname "$OUT")/mod_drafts.txt ($(grep -c '^draft' "$(dirname "$OUT")/mod_drafts.txt") drafts, $(awk '$1=="draft" && $3>0' "$(dirname "$OUT")/mod_drafts.txt" | wc -l) non-empty)"
 echo "wrote $OUT ($(grep -c '^draft' "$OUT") drafts, $(awk '$1=="draft" && $3>0' "$OUT" | wc -l) non-empty)"
