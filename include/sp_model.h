@@ -70,6 +70,10 @@ sp_model_params sp_model_default_params(void);
 sp_status sp_model_load(const char *path, const sp_model_params *params, sp_model **out,
                         sp_error *err);
 void sp_model_free(sp_model *m);
+/* The architectures sp_model_load reads (general.architecture), by index
+ * from 0: "llama", "qwen2", ...; NULL past the last. The one list every
+ * tool and message takes them from. */
+const char *sp_model_arch_name(int32_t i);
 
 const sp_model_config *sp_model_cfg(const sp_model *m);
 /* NULL when the model has none: a llama2.c checkpoint loaded without

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dev/sp_mkmodel.h"
 #include "gguf.h"
 #include "specula.h"
 
@@ -236,10 +237,82 @@ static void test_mkmodel_bad_flags(void **state) {
     }
 }
 
+/* One table of architectures (sp_model_arch_name, the loader's): mkmodel
+ * writes every one of them and the loader reads it back as that
+ * architecture; mkmodel's usage and both refusals of an unknown name list
+ * exactly the table. */
+static void test_arch_table(void **state) {
+    (void)state;
+    char list[512] = "", path[512], msg[1024];
+    int32_t n = 0;
+    for (; sp_model_arch_name(n); n++) {
+        const char *a = sp_model_arch_name(n);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", n ? ", " : "", a);
+        sp_mkmodel_params p = sp_mkmodel_default_params();
+        p.dim = 64, p.n_layers = 2, p.n_heads = 4, p.n_kv_heads = 2, p.ffn_dim = 64, p.n_vocab = 40;
+        p.n_ctx = 64, p.type = SP_GGML_F32, p.seed = 1, p.arch = a;
+        snprintf(path, sizeof path, "%s/arch_%d.gguf", sp_tmpdir(), (int)n);
+        sp_error err = {0};
+        if (sp_mkmodel(&p, path, &err) && strstr(err.msg, "needs experts")) {
+            p.n_expert = 4, p.n_expert_used = 2; /* qwen3moe, gpt-oss */
+            err = (sp_error){0};
+        }
+        sp_status st = sp_mkmodel(&p, path, &err);
+        if (st) fail_msg("mkmodel --arch %s: %s", a, err.msg);
+        sp_model *m = NULL;
+        if (sp_model_load(path, NULL, &m, &err)) fail_msg("load of mkmodel's %s: %s", a, err.msg);
+        char want[64];
+        snprintf(want, sizeof want, "%s ", a);
+        assert_int_equal(strncmp(sp_model_desc(m), want, strlen(want)), 0);
+        sp_model_free(m);
+        remove(path);
+    }
+    assert_true(n >= 9);
+    assert_null(sp_model_arch_name(-1));
+    /* the usage names them all, | separated, in the table's order */
+    char out[8192], bar[512];
+    assert_int_equal(run_cli("mkmodel --help", out, sizeof out), 0);
+    snprintf(bar, sizeof bar, "[--arch %s]", list);
+    for (char *c = bar; *c; c++)
+        if (*c == ',' && c[1] == ' ') memmove(c, c + 1, strlen(c)), *c = '|';
+    assert_non_null(strstr(out, bar));
+    /* mkmodel's refusal and the loader's name the table */
+    sp_mkmodel_params p = sp_mkmodel_default_params();
+    p.dim = 64, p.n_layers = 1, p.n_heads = 4, p.n_kv_heads = 4, p.ffn_dim = 64, p.n_vocab = 40;
+    p.n_ctx = 64, p.type = SP_GGML_F32, p.seed = 1, p.arch = "mamba";
+    sp_error err = {0};
+    assert_int_equal(sp_mkmodel(&p, path, &err), SP_ERR_ARG);
+    snprintf(msg, sizeof msg, "architecture 'mamba' is not one mkmodel writes (%s)", list);
+    assert_string_equal(err.msg, msg);
+    p.arch = NULL;
+    snprintf(path, sizeof path, "%s/arch_mamba.gguf", sp_tmpdir());
+    assert_int_equal(sp_mkmodel(&p, path, &err), SP_OK);
+    { /* rename the architecture in place: "llama" -> "mamba", same length */
+        FILE *f = fopen(path, "r+b");
+        assert_non_null(f);
+        static char buf[1 << 16];
+        const size_t len = fread(buf, 1, sizeof buf, f);
+        const char *key = "general.architecture";
+        char *k = memmem(buf, len, key, strlen(key));
+        assert_non_null(k);
+        char *v = k + strlen(key) + 4 + 8; /* u32 type, u64 length */
+        assert_memory_equal(v, "llama", 5);
+        assert_int_equal(fseek(f, v - buf, SEEK_SET), 0);
+        assert_int_equal(fwrite("mamba", 1, 5, f), 5);
+        fclose(f);
+    }
+    sp_model *m = NULL;
+    assert_int_equal(sp_model_load(path, NULL, &m, &err), SP_ERR_UNSUPPORTED);
+    snprintf(msg, sizeof msg, "architecture 'mamba' is not supported (supported: %s)", list);
+    assert_non_null(strstr(err.msg, msg));
+    remove(path);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_mkmodel_makes_loadable_model),
     cmocka_unit_test(test_mkmodel_bad_flags),
     cmocka_unit_test(test_mkmodel_moe),
     cmocka_unit_test(test_mkmodel_mixes),
+    cmocka_unit_test(test_arch_table),
 };
 SP_TEST_MAIN(tests)

@@ -12,8 +12,10 @@
 #include "specula.h"
 
 static void mk_usage(FILE *f) {
+    fprintf(f, "usage: specula mkmodel --out F.gguf [--arch ");
+    for (int32_t i = 0; sp_model_arch_name(i); i++) fprintf(f, "%s%s", i ? "|" : "", sp_model_arch_name(i));
     fprintf(f,
-            "usage: specula mkmodel --out F.gguf [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3|qwen3moe|gpt-oss|qwen35]\n"
+            "]\n"
             "         --dim D --layers L --heads H --kv-heads K\n"
             "         --ffn F [--vocab-from MODEL.gguf | --vocab N] [--pad-vocab N] [--ctx N]\n"
             "         --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|iq4_xs|q4_K|q5_K|q6_K|q4_K_M|q5_K_M|mxfp4\n"

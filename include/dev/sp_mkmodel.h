@@ -1,8 +1,8 @@
 /* sp_mkmodel: write a GGUF model with random weights, of any architecture
- * Specula runs (llama by default; qwen2, qwen3, phi3, gemma2, gemma3 with
- * their biases, norms and fused tensors; output tied for qwen2 and gemma;
- * mixture-of-experts llama (Mixtral style), qwen3moe and gpt-oss with
- * n_expert experts, type MXFP4 for the experts with Q8_0 elsewhere).
+ * the loader reads (sp_model_arch_name; llama by default), with the biases,
+ * norms, fused and tied tensors its files have; mixture-of-experts llama
+ * (Mixtral style), qwen3moe and gpt-oss with n_expert experts, type MXFP4
+ * for the experts with Q8_0 elsewhere.
  *
  * Used for tests (tiny models with exactly computable distributions) and for
  * benchmarks (realistic 100M-1B parameter shapes in every weight type). The
@@ -30,7 +30,7 @@ typedef struct sp_mkmodel_params {
                                  more bits (the first and last eighth, every third in between) */
     uint64_t seed;
     float logit_scale;        /* std of the output logits (default 1) */
-    const char *arch;         /* llama (NULL), qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe, gpt-oss */
+    const char *arch;         /* any sp_model_arch_name; NULL: llama */
     int32_t n_expert;         /* > 0: mixture-of-experts FFNs (llama: Mixtral style; qwen3moe and
                                  gpt-oss need it), each expert of ffn_dim */
     int32_t n_expert_used;    /* experts per token (1..n_expert) */

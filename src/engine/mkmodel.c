@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_internal.h"
 #include "quant.h"
 #include "rng.h"
 
@@ -251,12 +252,14 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
                        "bad model shape: dim %d, layers %d, heads %d, kv heads %d, ffn %d (need "
                        "heads | dim, kv heads | heads, even head size)",
                        p->dim, p->n_layers, p->n_heads, p->n_kv_heads, p->ffn_dim);
-    static const char *const ARCHS[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe", "gpt-oss", "qwen35"};
+    /* every architecture the loader reads (its table, sp_model_arch_name) */
     bool arch_ok = !p->arch || !*p->arch;
-    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0] && !arch_ok; i++) arch_ok = !strcmp(p->arch, ARCHS[i]);
-    if (!arch_ok)
-        return sp_fail(err, SP_ERR_ARG, "architecture '%s' is not one mkmodel writes (llama, qwen2, qwen3, "
-                       "phi3, gemma2, gemma3, qwen3moe, gpt-oss, qwen35)", p->arch);
+    for (int32_t i = 0; sp_model_arch_name(i) && !arch_ok; i++) arch_ok = !strcmp(p->arch, sp_model_arch_name(i));
+    if (!arch_ok) {
+        char names[256];
+        sp_model_arch_list(", ", names, sizeof names);
+        return sp_fail(err, SP_ERR_ARG, "architecture '%s' is not one mkmodel writes (%s)", p->arch, names);
+    }
     const char *arch = p->arch && *p->arch ? p->arch : "llama";
     const bool qwen3moe = !strcmp(arch, "qwen3moe"), gptoss = !strcmp(arch, "gpt-oss");
     const bool moe = p->n_expert > 0;

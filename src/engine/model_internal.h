@@ -135,6 +135,11 @@ typedef struct sp_mm_out {
 } sp_mm_out;
 void sp_ctx_matmul(sp_ctx *c, const sp_mm_out *mm, int n_mm, const float *x, int64_t ld_x, int32_t n);
 
+/* The architectures of model_load.c's table (sp_model_arch_name) joined by
+ * sep into buf (terminated, truncated to cap - 1); returns the length the
+ * whole list needs, like snprintf. For messages. */
+size_t sp_model_arch_list(const char *sep, char *buf, size_t cap);
+
 /* The KV cache of a context. */
 #include "kv.h"
 sp_kv *sp_ctx_kv(sp_ctx *c);

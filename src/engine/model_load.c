@@ -274,6 +274,18 @@ static const arch_info ARCHS[] = {
  * made ../shared/reference/arch) its scores; the scores' order gives both
  * references' logits exactly as printed, the queries' only the 2026 ones. */
 
+const char *sp_model_arch_name(int32_t i) {
+    return i >= 0 && (size_t)i < sizeof ARCHS / sizeof ARCHS[0] ? ARCHS[i].name : NULL;
+}
+
+size_t sp_model_arch_list(const char *sep, char *buf, size_t cap) {
+    size_t n = 0;
+    if (cap) buf[0] = 0;
+    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
+        n += (size_t)snprintf(n < cap ? buf + n : NULL, n < cap ? cap - n : 0, "%s%s", i ? sep : "", ARCHS[i].name);
+    return n;
+}
+
 static const arch_info *arch_find(const char *name) {
     for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
         if (!strcmp(ARCHS[i].name, name)) return &ARCHS[i];
@@ -793,10 +805,12 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
     char a[64];
     snprintf(a, sizeof a, "%.*s", (int)(arch.len < 63 ? arch.len : 63), arch.ptr);
     const arch_info *ai = arch_find(a);
-    if (!ai)
-        return sp_fail(err, SP_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe, gpt-oss, qwen35)",
-                       path, a);
+    if (!ai) {
+        char names[256];
+        sp_model_arch_list(", ", names, sizeof names);
+        return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)", path, a,
+                       names);
+    }
 
     m->claimed = calloc(sp_gguf_n_tensors(g) + 1, 1);
     if (!m->claimed) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
