@@ -320,12 +320,11 @@ bool sp_spec_suffix_stats(const sp_spec *s, sp_suffix_stats *out);
  * "verifier", ...), never a command-line flag.
  *
  * Settings (aliases in brackets):
- *   drafter [draft]     none | model | ngram | layerskip | lowbit | suffix |
- *                       ngram-cache, or
+ *   drafter [draft]     a drafter kind's name (sp_drafter_name, above), or
  *                       model+suffix (ngram, layerskip, lowbit +suffix): that drafter
  *                       and the suffix drafter arbitrated per step (drafters, above)
- *   verifier [verify]   token | block | greedy | lenient | mc | mc-norep | naive |
- *                       gbv | traversal (gbv: K paths as tree Kx1x..x1, drawn i.i.d.)
+ *   verifier [verify]   a verifier's name (sp_verifier_name, above; gbv: K paths as
+ *                       tree Kx1x..x1, drawn i.i.d.)
  *   gamma               draft length, 1..SP_SPEC_MAX_GAMMA (the maximum when adaptive)
  *   n_max               llama.cpp's name for gamma; n_max 0 turns speculation off
  *   n_min               draft at least this many tokens whatever p_min says,

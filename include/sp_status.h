@@ -38,9 +38,9 @@ const char *sp_status_str(sp_status code);
 void sp_assert_fail(const char *expr, const char *file, int line);
 #define SP_ASSERT(e) ((e) ? (void)0 : sp_assert_fail(#e, __FILE__, __LINE__))
 
-/* ggml tensor types (numbering as in ggml.h). Specula computes with F32, F16,
- * BF16, Q8_0 and Q4_0; the reader accepts any known type so the model loader
- * can refuse the others by name. */
+/* ggml tensor types (numbering as in ggml.h). The file reader accepts any
+ * known type; the model loader computes with those README.md lists and
+ * refuses the others by name. */
 typedef enum sp_ggml_type {
     SP_GGML_F32 = 0, SP_GGML_F16 = 1, SP_GGML_Q4_0 = 2, SP_GGML_Q4_1 = 3,
     SP_GGML_Q5_0 = 6, SP_GGML_Q5_1 = 7, SP_GGML_Q8_0 = 8, SP_GGML_Q8_1 = 9,

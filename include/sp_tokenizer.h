@@ -117,7 +117,7 @@ sp_chat_tmpl sp_chat_detect(const char *text);
 /* A family by name (the names above); SP_CHAT_NONE for an unknown name. */
 sp_chat_tmpl sp_chat_by_name(const char *name);
 const char *sp_chat_name(sp_chat_tmpl t);
-/* The list of names, for messages: "chatml, llama3, gemma, phi3, llama2, mistral". */
+/* The names above, comma separated, for messages. */
 const char *sp_chat_names(void);
 
 /* Renders n messages (n >= 1) followed by the assistant's opening, into a

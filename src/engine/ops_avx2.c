@@ -52,7 +52,7 @@ AI __m256 loadw_bf16(const uint8_t *w, int64_t i, int64_t k) {
 
 /* Software prefetch this many bytes ahead of the weights being read (the
  * hardware prefetcher alone left one thread at 4-8 GB/s on a 16 GB/s
- * machine; see docs/RESULTS.md). */
+ * machine; docs/results/2026-11-24-2-decode-kquants-server.md). */
 #ifndef PF_AHEAD
 #define PF_AHEAD 4096
 #endif

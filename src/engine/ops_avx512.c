@@ -1783,7 +1783,7 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     /* Every quantised and float format has a packed kernel above, which the
      * forward pass uses; the kernels over the original rows below serve
      * whatever is not packed (tests, other callers of sp_ops_mm). K-quants
-     * and the other new formats there: the AVX2 kernels (every AVX-512 CPU
+     * and the other formats there: the AVX2 kernels (every AVX-512 CPU
      * has AVX2), with the VNNI row kernels for Q4_K/Q5_K/Q6_K and the
      * 32-block formats. */
     sp_ops_fill_kquants_avx2(t);

@@ -1,7 +1,7 @@
 /* quant: scalar reference conversions between f32 and the weight formats:
- * dequantisation of every loadable format (sp_quant.h), quantisation to
- * F16, BF16, Q8_0, Q4_0 bit-exact with ggml's reference quantisers. Speed
- * kernels live elsewhere and test against these. */
+ * dequantisation of every loadable format (quant.h), quantisation to every
+ * type sp_quant_supported accepts (with ggml's reference quantisers where
+ * quant.h says so, else Specula's own). Speed kernels live elsewhere and test against these. */
 #include "quant.h"
 #include "toint.h"
 
