@@ -194,7 +194,7 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
 sp_status sp_forward_multi(sp_ctx *const *ctxs, const sp_batch *batches, int32_t n_seq,
                            float *logits, sp_error *err);
 
-/* ---- sp_eagle3: EAGLE-3 draft heads, as llama.cpp defines them (architecture
+/* ---- EAGLE-3 draft heads, as llama.cpp defines them (architecture
  * `eagle3` in GGUF, written by its converter from EAGLE-3 checkpoints).
  *
  * A head drafts from the target's own hidden states: for three target

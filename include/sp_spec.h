@@ -16,10 +16,10 @@
 #include "sp_model.h"
 #include "sp_sampler.h"
 
-/* ---- sp_tree: draft trees. A tree shape "k1xk2x...xkd" (k1 children of the
- * root, k2 under each of those, ...; ALGORITHMS.md section 4), and the
- * attention mask that lets every node of a tree see exactly its ancestors
- * when a whole tree (or one level of it) is evaluated in one forward pass.
+/* ---- draft trees: a tree shape "k1xk2x...xkd" (k1 children of the
+ * root, k2 under each of those, ...; ALGORITHMS.md section 4). Building a
+ * tree and the attention mask that lets every node see exactly its
+ * ancestors is internal (src/speculation/tree.h).
  *
  * Node numbering used everywhere: node 0 is the root (the last committed
  * token, which is already in the cache); nodes are in breadth-first,
@@ -100,7 +100,7 @@ typedef struct sp_suffix_stats {
 } sp_suffix_stats;
 sp_suffix_stats sp_suffix_corpus_stats(sp_suffix_corpus *c); /* corpus fields only */
 
-/* ---- sp_draft: drafters, the proposal side of speculative decoding: their kinds
+/* ---- drafters: the proposal side of speculative decoding: their kinds
  * and settings (the drafter objects themselves are internal, src/speculation/draft.h).
  *
  * Kinds:
@@ -189,7 +189,7 @@ typedef struct sp_drafter_params {
                        * the larger expected emitted tokens per second (chains only) */
 } sp_drafter_params;
 
-/* ---- sp_spec: speculative generation (ALGORITHMS.md section 1).
+/* ---- speculative generation (ALGORITHMS.md section 1).
  *
  * Each iteration: draft (a chain of gamma tokens, or a tree), one batched
  * target forward over every drafted token (trees under a tree mask), verify,
@@ -309,7 +309,7 @@ const sp_model *sp_spec_draft_model(const sp_spec *s);
  * false, and *out untouched, when s drafts without one. */
 bool sp_spec_suffix_stats(const sp_spec *s, sp_suffix_stats *out);
 
-/* ---- sp_spec_config: the one place speculation settings are read and checked.
+/* ---- settings: the one place speculation settings are read and checked.
  *
  * A configuration (sp_spec_params, above) is built in layers: start
  * from defaults or a base (a server's defaults), apply settings by name,
@@ -423,7 +423,7 @@ int32_t sp_spec_config_batch(const sp_spec_params *p);
  * (its draft is trimmed to the token budget). */
 int32_t sp_spec_config_extra_ctx(const sp_spec_params *p);
 
-/* ---- sp_router: chooses one of several drafts for each request from its
+/* ---- the router: chooses one of several drafts for each request from its
  * prompt (online speculative decoding with per-domain drafts, OSD section
  * 4.2). A light contextual bandit: the prompt's tokens and token pairs are
  * hashed into a sparse binary feature vector x (L2-normalised); each draft d

@@ -75,7 +75,7 @@ size_t sp_tokenizer_decode_token(const sp_tokenizer *t, int32_t prev, int32_t id
 size_t sp_tokenizer_decode(const sp_tokenizer *t, const int32_t *ids, int32_t n, char *buf,
                            size_t cap);
 
-/* ---- sp_chat: chat templates, messages rendered to the prompt text a chat model
+/* ---- chat templates, messages rendered to the prompt text a chat model
  * was trained on.
  *
  * Specula does not run Jinja: it recognises the template families of the

@@ -25,7 +25,7 @@
 #include "sp_model.h"
 #include "sp_status.h"
 
-/* ---- sp_loss: distillation and language-model losses over one position.
+/* ---- losses: distillation and language-model losses over one position.
  *
  * A loss compares the target's distribution p with the draft's q =
  * softmax(z) (z: the draft's V logits) and returns its value and the
@@ -115,7 +115,7 @@ typedef struct sp_adamw_params {
     float clip;                                /* global gradient norm cap; 0 = off */
 } sp_adamw_params;
 
-/* ---- sp_distill: training loops over text for sp_train models.
+/* ---- distillation: training loops over text for sp_train models.
  *
  * Pre-training (loss ce): windows of the token stream, next-token
  * cross-entropy. Distillation (fkl, rkl, jsd, tvd): windows of the text
@@ -170,7 +170,7 @@ sp_status sp_distill_eval(sp_tmodel *student, const sp_model *teacher, const int
 sp_status sp_distill_tokenize(const sp_tokenizer *tok, const char *text, size_t len, int32_t **ids,
                               int64_t *n, sp_error *err);
 
-/* ---- sp_online: online speculative decoding (OSD, Liu et al.): the draft keeps
+/* ---- online learning: online speculative decoding (OSD, Liu et al.): the draft keeps
  * learning from the target's distributions while it serves.
  *
  * Every speculative iteration already computes the target's (adjusted)
