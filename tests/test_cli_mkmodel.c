@@ -270,7 +270,7 @@ static void test_arch_table(void **state) {
     assert_true(n >= 9);
     assert_null(sp_model_arch_name(-1));
     /* the usage names them all, | separated, in the table's order */
-    char out[8192], bar[512];
+    char out[8192], bar[sizeof list + 16];
     assert_int_equal(run_cli("mkmodel --help", out, sizeof out), 0);
     snprintf(bar, sizeof bar, "[--arch %s]", list);
     for (char *c = bar; *c; c++)
