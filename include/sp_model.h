@@ -4,8 +4,9 @@
  * tensors converted at load time) and is read-only afterwards, so several
  * contexts can share it (e.g. a layer-skipping self-draft). A context owns a
  * KV cache and all scratch memory, sized at init; sp_forward allocates
- * nothing. Architectures: the Llama family and its relatives (one table in
- * model_load.c; an unsupported one is named in the load error); weight
+ * nothing. Architectures: the Llama family and its relatives
+ * (sp_model_arch_name lists them; an unsupported one is named in the load
+ * error); weight
  * types: the float and ggml block formats README.md lists. */
 #ifndef SP_MODEL_H
 #define SP_MODEL_H
