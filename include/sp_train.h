@@ -3,7 +3,7 @@
  * are internal, src/train/train.h), warm-up distillation from a target,
  * online learning of the draft while serving.
  *
- * The trainer is a training engine for small Llama-architecture models. The pattern of llm.c's train_gpt2.c: every layer is a pair of free
+ * The trainer follows llm.c's train_gpt2.c: every layer is a pair of free
  * functions <layer>_forward / <layer>_backward over raw float arrays with
  * explicit shapes (train.c), composed into one forward and one backward pass
  * over B sequences of T tokens; F32 master weights, AdamW, global-norm
