@@ -642,6 +642,59 @@ static void att_scores_f16(const void *q, const void *k, size_t stride, int32_t 
     }
 }
 
+/* ---- attention over a Q8_0 cache (ops.h), bit-identical to the scalar
+ * references: the int8 products summed exactly in 8 lanes of 4 (maddubs on
+ * |k| and sign-moved q, then pairs), per block lane j += fma(d_k d_q,
+ * sum_j), the lanes added as hsum_float_8 ---- */
+
+static void att_scores_q8(const void *q, const void *k, size_t stride, int32_t n, int32_t hd, float scale,
+                          float *out) {
+    const sp_block_q8_0 *qb = q;
+    const int32_t nb = hd / SP_QK;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int32_t s = 0; s < n; s++) {
+        const sp_block_q8_0 *kb = (const sp_block_q8_0 *)((const uint8_t *)k + (size_t)s * stride);
+        __m256 a = _mm256_setzero_ps();
+        for (int32_t b = 0; b < nb; b++) {
+            const __m256i kv = _mm256_loadu_si256((const __m256i *)kb[b].qs);
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)qb[b].qs);
+            const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(kv, kv), _mm256_sign_epi8(qv, kv));
+            const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+            const float d = _cvtsh_ss(kb[b].d) * _cvtsh_ss(qb[b].d);
+            a = _mm256_fmadd_ps(_mm256_set1_ps(d), sum, a);
+        }
+        out[s] = hsum8(a) * scale;
+    }
+}
+
+/* As the F32 mix over the values d * q (one float product each); a head
+ * is a whole number of 32-blocks, so every 8-lane load is full. */
+static void att_mix_acc_q8(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                           int32_t hd, float *acc, int32_t ld) {
+    for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {
+        const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = w / 8;
+        __m256 a[16][MIX_HD_MAX / 8];
+        for (int l = 0; l < 16; l++)
+            for (int32_t b = 0; b < nb; b++) a[l][b] = _mm256_loadu_ps(acc + l * (int64_t)ld + d0 + 8 * b);
+        for (int32_t r = r0; r < r1; r++) {
+            if (p[r] == 0.0f) continue;
+            const __m256 pr = _mm256_set1_ps(p[r]);
+            const sp_block_q8_0 *vb =
+                (const sp_block_q8_0 *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride) + d0 / SP_QK;
+            __m256 *ar = a[r & 15];
+            for (int32_t b = 0; b < nb; b++) {
+                const sp_block_q8_0 *blk = vb + b / 4;
+                const __m256 x = _mm256_mul_ps(
+                    _mm256_set1_ps(_cvtsh_ss(blk->d)),
+                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk->qs + 8 * (b & 3))))));
+                ar[b] = _mm256_fmadd_ps(x, pr, ar[b]);
+            }
+        }
+        for (int l = 0; l < 16; l++)
+            for (int32_t b = 0; b < nb; b++) _mm256_storeu_ps(acc + l * (int64_t)ld + d0 + 8 * b, a[l][b]);
+    }
+}
+
 /* 2^e for integer lanes -126 <= e <= 127. */
 AI __m256 pow2i(__m256i e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)); }
 
@@ -717,6 +770,8 @@ void sp_ops_fill_avx2(sp_ops_table *t) {
     t->att_scores_kv[0] = att_scores_f16;
     t->att_mix_acc[0] = att_mix_acc_f32;
     t->att_mix_acc[1] = att_mix_acc_f16;
+    t->att_scores_kv[1] = att_scores_q8;
+    t->att_mix_acc[2] = att_mix_acc_q8;
     t->softmax = softmax;
     t->swiglu = swiglu;
     sp_ops_fill_kquants_avx2(t);
