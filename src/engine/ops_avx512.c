@@ -1128,15 +1128,42 @@ static void att_scores(const float *q, const float *k, int64_t stride, int32_t n
     }
 }
 
-/* tinyBLAS's order (ops.h), accumulating: 16 accumulator rows, one per
- * rank mod 16 (in L1, up to MIX_HD_MAX head dims at once: each rank is one
- * pass over its value row), loaded from and stored back to acc. VLOAD(vr,
- * b, w) loads 16 values of a row widened to f32 (lanes beyond w zero). */
+/* tinyBLAS's order (ops.h), accumulating. Lane l of acc (the ranks r with
+ * r mod 16 == l) is a chain of its own: for a head of 16 NB dims (NB = 1,
+ * 2, 4, 8, 16) the lanes are walked LG at a time (LG x NB <= 16
+ * accumulators) with their vectors held in registers across all their
+ * ranks, each rank's value row read once; other head sizes keep the 16
+ * accumulator rows in L1 (up to MIX_HD_MAX dims at once) and walk the
+ * ranks in order. Either way each lane adds its ranks in rank order: the
+ * same bits. VLOAD(row, d, m) loads 16 values of a value row (its bytes)
+ * from dim d, widened to f32 (lanes outside mask m zero). */
 enum { MIX_HD_MAX = 256 };
 /* x rounded to f16 and back by F16C: round to nearest even, subnormals
  * and overflow as sp_fp32_to_fp16 (the default MXCSR: no DAZ/FTZ). */
 AI float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
-#define MIX_ACC_BODY(ROW_T, PR, VLOAD)                                                            \
+#define MIX_ROW(r) ((const uint8_t *)v + (size_t)(idx ? idx[r] : (r)) * stride)
+#define MIX_REG(PR, VLOAD, NB, LG)                                                                \
+    for (int l0 = 0; l0 < 16; l0 += (LG)) {                                                       \
+        __m512 a[LG][NB];                                                                         \
+        _Pragma("GCC unroll 16") for (int j = 0; j < (LG); j++)                                   \
+        _Pragma("GCC unroll 16") for (int b = 0; b < (NB); b++)                                   \
+            a[j][b] = _mm512_loadu_ps(acc + (l0 + j) * (int64_t)ld + 16 * b);                     \
+        for (int32_t base = r0 & ~15; base < r1; base += 16)                                      \
+            _Pragma("GCC unroll 16") for (int j = 0; j < (LG); j++) {                             \
+                const int32_t r = base + l0 + j;                                                  \
+                if (r < r0 || r >= r1) continue;                                                  \
+                const float pf = PR;                                                              \
+                if (pf == 0.0f) continue;                                                         \
+                const __m512 pr = _mm512_set1_ps(pf);                                             \
+                const uint8_t *row = MIX_ROW(r);                                                  \
+                _Pragma("GCC unroll 16") for (int b = 0; b < (NB); b++)                           \
+                    a[j][b] = _mm512_fmadd_ps(VLOAD(row, 16 * b, (__mmask16)0xFFFF), pr, a[j][b]); \
+            }                                                                                     \
+        _Pragma("GCC unroll 16") for (int j = 0; j < (LG); j++)                                   \
+        _Pragma("GCC unroll 16") for (int b = 0; b < (NB); b++)                                   \
+            _mm512_storeu_ps(acc + (l0 + j) * (int64_t)ld + 16 * b, a[j][b]);                     \
+    }
+#define MIX_MEM(PR, VLOAD)                                                                        \
     for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {                                             \
         const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = (w + 15) / 16;        \
         __m512 a[16][MIX_HD_MAX / 16];                                                            \
@@ -1147,27 +1174,50 @@ AI float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEARES
             const float pf = PR;                                                                  \
             if (pf == 0.0f) continue;                                                             \
             const __m512 pr = _mm512_set1_ps(pf);                                                 \
-            const ROW_T *vr = (const ROW_T *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride) + d0; \
+            const uint8_t *row = MIX_ROW(r);                                                      \
             __m512 *ar = a[r & 15];                                                               \
-            for (int32_t b = 0; b < nb; b++) ar[b] = _mm512_fmadd_ps(VLOAD(vr, b, w), pr, ar[b]); \
+            for (int32_t b = 0; b < nb; b++)                                                      \
+                ar[b] = _mm512_fmadd_ps(VLOAD(row, d0 + 16 * b, lanes(w - 16 * b)), pr, ar[b]);   \
         }                                                                                         \
         for (int l = 0; l < 16; l++)                                                              \
             for (int32_t b = 0; b < nb; b++)                                                      \
                 _mm512_mask_storeu_ps(acc + l * (int64_t)ld + d0 + 16 * b, lanes(w - 16 * b), a[l][b]); \
     }
+#define MIX_ACC_BODY(PR, VLOAD)                                                                   \
+    switch (hd) {                                                                                 \
+    case 16: MIX_REG(PR, VLOAD, 1, 4) break;                                                      \
+    case 32: MIX_REG(PR, VLOAD, 2, 4) break;                                                      \
+    case 64: MIX_REG(PR, VLOAD, 4, 4) break;                                                      \
+    case 128: MIX_REG(PR, VLOAD, 8, 2) break;                                                     \
+    case 256: MIX_REG(PR, VLOAD, 16, 1) break;                                                    \
+    default: MIX_MEM(PR, VLOAD) break;                                                            \
+    }
 
-#define VLOAD_F32(vr, b, w) _mm512_maskz_loadu_ps(lanes((w) - 16 * (b)), (vr) + 16 * (b))
-#define VLOAD_F16(vr, b, w) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes((w) - 16 * (b)), (vr) + 16 * (b)))
+#define VLOAD_F32(row, d, m) _mm512_maskz_loadu_ps((m), (const float *)(row) + (d))
+#define VLOAD_F16(row, d, m) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((m), (const uint16_t *)(row) + (d)))
+/* a Q8_0 head is whole 32-blocks: 16 dims never straddle blocks, m is full */
+AI __m512 vload_q8(const uint8_t *row, int32_t d) {
+    const sp_block_q8_0 *blk = (const sp_block_q8_0 *)row + d / SP_QK;
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(blk->d)),
+                         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk->qs + d % SP_QK)))));
+}
+#define VLOAD_Q8(row, d, m) vload_q8((row), (d))
 
 static void att_mix_acc_f32(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
                             int32_t hd, float *acc, int32_t ld) {
-    MIX_ACC_BODY(float, p[r], VLOAD_F32)
+    MIX_ACC_BODY(p[r], VLOAD_F32)
 }
 
 /* F16 values, p rounded to f16 (ops.h) */
 static void att_mix_acc_f16(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
                             int32_t hd, float *acc, int32_t ld) {
-    MIX_ACC_BODY(uint16_t, round_f16(p[r]), VLOAD_F16)
+    MIX_ACC_BODY(round_f16(p[r]), VLOAD_F16)
+}
+
+/* As the F32 mix over the values d * q (one float product each). */
+static void att_mix_acc_q8(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                           int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(p[r], VLOAD_Q8)
 }
 
 /* ---- attention over an F16 cache (ops.h), bit-identical to the scalar
@@ -1236,33 +1286,6 @@ static void att_scores_q8(const void *q, const void *k, size_t stride, int32_t n
         const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
         const __m128 t = _mm_add_ps(h, _mm_movehl_ps(h, h));
         out[s] = _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t))) * scale;
-    }
-}
-
-/* As the F32 mix over the values d * q (one float product each). */
-static void att_mix_acc_q8(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
-                           int32_t hd, float *acc, int32_t ld) {
-    for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {
-        const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = w / 16;
-        __m512 a[16][MIX_HD_MAX / 16];
-        for (int l = 0; l < 16; l++)
-            for (int32_t b = 0; b < nb; b++) a[l][b] = _mm512_loadu_ps(acc + l * (int64_t)ld + d0 + 16 * b);
-        for (int32_t r = r0; r < r1; r++) {
-            if (p[r] == 0.0f) continue;
-            const __m512 pr = _mm512_set1_ps(p[r]);
-            const sp_block_q8_0 *vb =
-                (const sp_block_q8_0 *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride) + d0 / SP_QK;
-            __m512 *ar = a[r & 15];
-            for (int32_t b = 0; b < nb; b++) {
-                const sp_block_q8_0 *blk = vb + b / 2;
-                const __m512 x = _mm512_mul_ps(
-                    _mm512_set1_ps(_cvtsh_ss(blk->d)),
-                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk->qs + 16 * (b & 1))))));
-                ar[b] = _mm512_fmadd_ps(x, pr, ar[b]);
-            }
-        }
-        for (int l = 0; l < 16; l++)
-            for (int32_t b = 0; b < nb; b++) _mm512_storeu_ps(acc + l * (int64_t)ld + d0 + 16 * b, a[l][b]);
     }
 }
 
