@@ -538,7 +538,7 @@ static void attention_block(sp_ctx *c, const seq_rows *sq, int n_seq, int32_t l,
         if (att_work < PAR_MIN_WORK / 4 || sp_pool_n_threads(c->pool) == 1)
             sp_att_job_run(&a, 0, 1);
         else
-            sp_pool_run(c->pool, sp_att_job_run, &a);
+            sp_att_run(&a, c->pool);
         if (sc->kv.rot_v) /* back from the rotated values */
             for (int32_t t = 0; t < ns; t++) sp_fwht(a.out + t * wide, q_dim, sc->kv.rot_v);
     }
