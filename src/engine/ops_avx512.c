@@ -1107,6 +1107,25 @@ AI float hsum16(__m512 v) {
     return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
 }
 
+/* sp_reduce16 of 16 vectors at once, lane s of the result that of a[s]:
+ * the same additions (a_i + a_(i+8), then h_i + h_(i+4), then q_0 + q_2 and
+ * q_1 + q_3, then their sum), paired across vectors by shuffles. After the
+ * four levels element 4m + j holds vector m + 4j's sum, hence the final
+ * permutation. */
+AI __m512 hsum16x16(const __m512 *a) {
+    __m512 p[8], q[4], r[2];
+    for (int j = 0; j < 8; j++)
+        p[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0xEE));
+    for (int j = 0; j < 4; j++)
+        q[j] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * j], p[2 * j + 1], 0x88),
+                             _mm512_shuffle_f32x4(p[2 * j], p[2 * j + 1], 0xDD));
+    for (int j = 0; j < 2; j++)
+        r[j] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * j], q[2 * j + 1], 0x44), _mm512_shuffle_ps(q[2 * j], q[2 * j + 1], 0xEE));
+    const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], 0x88), _mm512_shuffle_ps(r[0], r[1], 0xDD));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), f);
+}
+
 /* q . k_s in ggml's vec_dot_f32 order (ops.h). */
 static void att_scores(const float *q, const float *k, int64_t stride, int32_t n, int32_t hd,
                        float scale, float *out) {
@@ -1243,10 +1262,23 @@ static void att_scores_f16(const void *q, const void *k, size_t stride, int32_t 
         return;
     }
     enum { QMAX = 512 };
-    if (hd <= QMAX) { /* the query widened once */
+    if (hd <= QMAX) { /* the query widened once; 16 slots at a time, then one by one */
         float qf[QMAX] __attribute__((aligned(64)));
         for (int32_t i = 0; i < hd; i += 16) _mm512_store_ps(qf + i, load_h16(qh + i));
-        for (int32_t s = 0; s < n; s++) {
+        const __m512 sc = _mm512_set1_ps(scale);
+        int32_t s = 0;
+        for (; s + 16 <= n; s += 16) {
+            const uint8_t *k0 = (const uint8_t *)k + (size_t)s * stride;
+            __m512 a[16];
+            _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++) a[j] = _mm512_setzero_ps();
+            for (int32_t i = 0; i < hd; i += 16) {
+                const __m512 qv = _mm512_load_ps(qf + i);
+                _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)
+                    a[j] = _mm512_fmadd_ps(load_h16((const uint16_t *)(k0 + (size_t)j * stride) + i), qv, a[j]);
+            }
+            _mm512_storeu_ps(out + s, _mm512_mul_ps(hsum16x16(a), sc));
+        }
+        for (; s < n; s++) {
             const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
             __m512 a = _mm512_setzero_ps();
             for (int32_t i = 0; i < hd; i += 16) a = _mm512_fmadd_ps(load_h16(ks + i), _mm512_load_ps(qf + i), a);
