@@ -2,8 +2,8 @@
  * than threads the scores, softmaxes and mixes are cut over the threads by
  * slot blocks, rows and value dims; every configuration (each cache type,
  * group shapes, causal and tree masks, a sliding window, soft-capping,
- * sinks) gives the single-thread unsplit job's bits on pools of 1 to 4
- * threads, and the output stays a probability mix of the values (within
+ * sinks; with enough query rows per task an F16 cache is read widened)
+ * gives the single-thread unsplit job's bits on pools of 1 to 4 threads, and the output stays a probability mix of the values (within
  * the cache's rounding of a double computation). */
 #include "testutil.h"
 
@@ -114,7 +114,7 @@ static void test_att_split_same_bits(void **state) {
         {4, 1, 64, 1, false, false, false, false},  {4, 1, 64, 3, true, false, false, false},
         {8, 2, 32, 1, false, true, false, false},   {2, 2, 128, 1, false, false, true, true},
         {6, 3, 96, 2, false, false, false, false},  {4, 1, 64, 1, true, true, true, true},
-        {16, 1, 128, 3, false, false, false, false},
+        {16, 1, 128, 3, false, false, false, false}, {8, 1, 64, 1, false, true, true, false},
     };
     const sp_ggml_type types[] = {SP_GGML_F32, SP_GGML_F16, SP_GGML_Q8_0};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)

@@ -34,12 +34,18 @@ int32_t sp_att_rows_max(int32_t n_heads, int32_t n_kv_heads, int32_t max_batch, 
 
 static size_t up64(size_t b) { return (b + 63) / 64 * 64; }
 
+/* F16 caches with at least WIDE_ROWS query rows per task read the cache
+ * widened to floats, WIDE_SLOTS rows at a time (ops.h sp_ops_att_widen:
+ * the same bits), so that each K and V element is converted once per task
+ * instead of once per query row. */
+enum { WIDE_ROWS = 8, WIDE_SLOTS = 64, WIDE_HD_MAX = 1024 };
+
 /* One thread's scratch: scores and visible slots [rows][n_ctx], queries in
  * the dot type [rows][head_dim * 4 bytes], mix accumulators [rows][16][hd],
- * visible counts [rows]. */
+ * visible counts [rows], widened cache rows [WIDE_SLOTS][hd]. */
 size_t sp_att_scratch_bytes(int32_t rows, int32_t n_ctx, int32_t hd) {
     return up64((size_t)rows * (size_t)n_ctx * 4) * 2 + up64((size_t)rows * (size_t)hd * 4) +
-           up64((size_t)rows * 16 * (size_t)hd * 4) + up64((size_t)rows * 4);
+           up64((size_t)rows * 16 * (size_t)hd * 4) + up64((size_t)rows * 4) + up64((size_t)WIDE_SLOTS * hd * 4);
 }
 
 typedef struct scratch {
@@ -48,6 +54,7 @@ typedef struct scratch {
     uint8_t *QB; /* [R][hd * 4] queries in the dot type */
     float *ACC;  /* [R][16][hd] mix accumulators */
     int32_t *NV; /* [R] visible ranks */
+    float *W;    /* [WIDE_SLOTS][hd] widened cache rows */
 } scratch;
 
 static scratch scratch_of(const sp_att_job *a, int i) {
@@ -57,6 +64,7 @@ static scratch scratch_of(const sp_att_job *a, int i) {
     scratch s = {.S = (float *)base, .IDX = (int32_t *)(base + sb), .QB = base + 2 * sb};
     s.ACC = (float *)(s.QB + up64((size_t)R * (size_t)hd * 4));
     s.NV = (int32_t *)((uint8_t *)s.ACC + up64((size_t)R * 16 * (size_t)hd * 4));
+    s.W = (float *)((uint8_t *)s.NV + up64((size_t)R * 4));
     return s;
 }
 
@@ -141,7 +149,7 @@ static int32_t row_softmax(const sp_att_job *a, const task *k, int32_t r, float 
  * block (each row takes its ranks whose slots lie in the block), into the
  * output. acc: rows x 16 x w floats. */
 static void task_mix(const sp_att_job *a, const task *k, int32_t rows, const float *S, const int32_t *IDX,
-                     const int32_t *NV, int32_t c0, int32_t w, float *acc) {
+                     const int32_t *NV, int32_t c0, int32_t w, float *acc, float *W) {
     const sp_kv *kv = a->kv;
     const int32_t n_ctx = kv->n_ctx, hd = a->head_dim;
     const sp_att_mix_acc_fn mix = sp_ops_att_mix_acc(kv->type_v);
@@ -152,6 +160,22 @@ static void task_mix(const sp_att_job *a, const task *k, int32_t rows, const flo
         nmax = ns > nmax ? ns : nmax;
     }
     memset(acc, 0, (size_t)rows * 16 * (size_t)w * sizeof(float));
+    if (kv->type_v == SP_GGML_F16 && !a->mask && rows >= WIDE_ROWS) {
+        /* causal: ranks are slots; the widened rows' ranks start at s0, a
+         * multiple of 16, so each keeps its lane */
+        const sp_att_widen_fn widen = sp_ops_att_widen();
+        const sp_att_mix_acc_fn mixw = sp_ops_att_mix_acc_wide();
+        for (int32_t s0 = 0; s0 < nmax; s0 += WIDE_SLOTS) {
+            const int32_t cnt = nmax - s0 < WIDE_SLOTS ? nmax - s0 : WIDE_SLOTS;
+            widen(V + (size_t)s0 * kv->v_row, kv->v_row, cnt, w, W);
+            for (int32_t r = 0; r < rows; r++) {
+                const int32_t e = NV[r] < s0 + cnt ? NV[r] : s0 + cnt;
+                if (e > s0)
+                    mixw(S + (size_t)r * n_ctx + s0, NULL, W, (size_t)w * sizeof(float), 0, e - s0, w,
+                         acc + (size_t)r * 16 * w, w);
+            }
+        }
+    } else
     for (int32_t s0 = 0; s0 < nmax; s0 += SP_ATT_BLOCK)
         for (int32_t r = 0; r < rows; r++) {
             const int32_t *idx = a->mask ? IDX + (size_t)r * n_ctx : NULL;
@@ -169,12 +193,35 @@ static void task_mix(const sp_att_job *a, const task *k, int32_t rows, const flo
 }
 
 /* Scores of rows [0, rows) of a task over slots [s0, s1) (each row up to
- * its own last slot). */
+ * its own last slot). W, QW: the executing thread's widened rows and room
+ * for the task's widened queries (rows x hd floats). */
 static void task_scores(const sp_att_job *a, const task *k, int32_t rows, const uint8_t *QB, float *S,
-                        int32_t s0, int32_t s1) {
+                        int32_t s0, int32_t s1, float *W, float *QW) {
     const sp_kv *kv = a->kv;
     const sp_att_scores_kv_fn scores = sp_ops_att_scores_kv(kv->type_k);
-    const uint8_t *K = sp_kv_k(kv, a->layer, 0) + elem_offset(kv->type_k, (int64_t)k->g * a->head_dim);
+    const int32_t hd = a->head_dim;
+    const uint8_t *K = sp_kv_k(kv, a->layer, 0) + elem_offset(kv->type_k, (int64_t)k->g * hd);
+    if (kv->type_k == SP_GGML_F16 && hd % 16 == 0 && hd <= WIDE_HD_MAX && rows >= WIDE_ROWS) {
+        const sp_att_widen_fn widen = sp_ops_att_widen();
+        const sp_att_scores_wide_fn scw = sp_ops_att_scores_wide();
+        int32_t smax = 0;
+        for (int32_t r = 0; r < rows; r++) {
+            const int32_t ns = row_slots(a, row_token(a, k, r));
+            smax = ns > smax ? ns : smax;
+        }
+        const int32_t end = smax < s1 ? smax : s1;
+        for (int32_t r = 0; r < rows; r++) widen(QB + (size_t)r * hd * 4, 0, 1, hd, QW + (size_t)r * hd);
+        for (int32_t b0 = s0; b0 < end; b0 += WIDE_SLOTS) {
+            const int32_t cnt = end - b0 < WIDE_SLOTS ? end - b0 : WIDE_SLOTS;
+            widen(K + (size_t)b0 * kv->k_row, kv->k_row, cnt, hd, W);
+            for (int32_t r = 0; r < rows; r++) {
+                const int32_t ns = row_slots(a, row_token(a, k, r)), e = ns < b0 + cnt ? ns : b0 + cnt;
+                if (e <= b0) continue;
+                scw(QW + (size_t)r * hd, W, e - b0, hd, a->scale, S + (size_t)r * kv->n_ctx + b0);
+            }
+        }
+        return;
+    }
     for (int32_t b0 = s0; b0 < s1; b0 += SP_ATT_BLOCK)
         for (int32_t r = 0; r < rows; r++) {
             const int32_t ns = row_slots(a, row_token(a, k, r)), e = ns < s1 ? ns : s1;
@@ -194,10 +241,10 @@ void sp_att_job_run(void *arg, int ith, int nth) {
     for (int64_t w = tasks * ith / nth; w < tasks * (ith + 1) / nth; w++) {
         const task k = task_of(a, w);
         task_queries(a, &k, sc.QB);
-        task_scores(a, &k, k.rows, sc.QB, sc.S, 0, a->n_past + a->n);
+        task_scores(a, &k, k.rows, sc.QB, sc.S, 0, a->n_past + a->n, sc.W, sc.ACC);
         for (int32_t r = 0; r < k.rows; r++)
             sc.NV[r] = row_softmax(a, &k, r, sc.S + (size_t)r * n_ctx, sc.IDX + (size_t)r * n_ctx, softmax);
-        task_mix(a, &k, k.rows, sc.S, sc.IDX, sc.NV, 0, hd, sc.ACC);
+        task_mix(a, &k, k.rows, sc.S, sc.IDX, sc.NV, 0, hd, sc.ACC, sc.W);
     }
 }
 
@@ -218,9 +265,10 @@ static void split_scores(void *arg, int ith, int nth) {
         const int32_t w = (int32_t)(it / sp->nblk), b = (int32_t)(it % sp->nblk);
         const task k = task_of(a, w);
         const int32_t s0 = b * SP_ATT_BLOCK, end = a->n_past + a->n;
-        const scratch sc = scratch_of(a, w);
-        task_scores(a, &k, k.rows, sc.QB, sc.S, s0,
-                    s0 + SP_ATT_BLOCK < end ? s0 + SP_ATT_BLOCK : end);
+        const scratch sc = scratch_of(a, w), own = scratch_of(a, ith);
+        /* the executing thread's accumulators are free until the mix phase */
+        task_scores(a, &k, k.rows, sc.QB, sc.S, s0, s0 + SP_ATT_BLOCK < end ? s0 + SP_ATT_BLOCK : end, own.W,
+                    own.ACC);
     }
 }
 
@@ -248,7 +296,7 @@ static void split_mix(void *arg, int ith, int nth) {
     const sp_att_job *a = sp->a;
     const int32_t units = (a->head_dim + sp->unit - 1) / sp->unit;
     const int64_t items = (int64_t)sp->tasks * sp->ncol;
-    float *acc = scratch_of(a, ith).ACC;
+    const scratch own = scratch_of(a, ith);
     for (int64_t it = items * ith / nth; it < items * (ith + 1) / nth; it++) {
         const int32_t w = (int32_t)(it / sp->ncol), c = (int32_t)(it % sp->ncol);
         const int32_t c0 = units * c / sp->ncol * sp->unit, c1 = units * (c + 1) / sp->ncol * sp->unit;
@@ -256,7 +304,7 @@ static void split_mix(void *arg, int ith, int nth) {
         if (cw <= 0) continue;
         const task k = task_of(a, w);
         const scratch sc = scratch_of(a, w);
-        task_mix(a, &k, k.rows, sc.S, sc.IDX, sc.NV, c0, cw, acc);
+        task_mix(a, &k, k.rows, sc.S, sc.IDX, sc.NV, c0, cw, own.ACC, own.W);
     }
 }
 

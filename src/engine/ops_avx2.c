@@ -718,6 +718,34 @@ static void att_scores_q8(const void *q, const void *k, size_t stride, int32_t n
     }
 }
 
+/* ---- the widened F16 kernels (ops.h): the F16 kernels' operations on
+ * rows converted once ---- */
+
+static void att_widen(const void *src, size_t stride, int32_t n, int32_t w, float *dst) {
+    for (int32_t s = 0; s < n; s++) {
+        const uint16_t *r = (const uint16_t *)((const uint8_t *)src + (size_t)s * stride);
+        float *d = dst + (size_t)s * w;
+        for (int32_t b = 0; 8 * b < w; b++) acc_store(d, b, w, _mm256_cvtph_ps(load_h8(r, 8 * b, w)));
+    }
+}
+
+static void att_scores_wide(const float *q, const float *k, int32_t n, int32_t hd, float scale, float *out) {
+    for (int32_t s = 0; s < n; s++) {
+        const float *ks = k + (size_t)s * hd;
+        __m256 lo = _mm256_setzero_ps(), hi = lo;
+        for (int32_t i = 0; i < hd; i += 16) {
+            lo = _mm256_fmadd_ps(_mm256_loadu_ps(ks + i), _mm256_loadu_ps(q + i), lo);
+            hi = _mm256_fmadd_ps(_mm256_loadu_ps(ks + i + 8), _mm256_loadu_ps(q + i + 8), hi);
+        }
+        out[s] = hsum16(lo, hi) * scale;
+    }
+}
+
+static void att_mix_acc_wide(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                             int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(round_f16(p[r]), VLOAD8_F32)
+}
+
 /* 2^e for integer lanes -126 <= e <= 127. */
 AI __m256 pow2i(__m256i e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)); }
 
@@ -795,6 +823,9 @@ void sp_ops_fill_avx2(sp_ops_table *t) {
     t->att_mix_acc[1] = att_mix_acc_f16;
     t->att_scores_kv[1] = att_scores_q8;
     t->att_mix_acc[2] = att_mix_acc_q8;
+    t->att_widen = att_widen;
+    t->att_scores_wide = att_scores_wide;
+    t->att_mix_acc_wide = att_mix_acc_wide;
     t->softmax = softmax;
     t->swiglu = swiglu;
     sp_ops_fill_kquants_avx2(t);

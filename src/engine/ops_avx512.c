@@ -1294,6 +1294,47 @@ static void att_scores_f16(const void *q, const void *k, size_t stride, int32_t 
     }
 }
 
+/* ---- the widened F16 kernels (ops.h): the F16 kernels' operations on
+ * rows converted once ---- */
+
+static void att_widen(const void *src, size_t stride, int32_t n, int32_t w, float *dst) {
+    for (int32_t s = 0; s < n; s++) {
+        const uint16_t *r = (const uint16_t *)((const uint8_t *)src + (size_t)s * stride);
+        float *d = dst + (size_t)s * w;
+        int32_t i = 0;
+        for (; i + 16 <= w; i += 16) _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r + i))));
+        if (i < w) {
+            const __mmask16 m = lanes(w - i);
+            _mm512_mask_storeu_ps(d + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, r + i)));
+        }
+    }
+}
+
+static void att_scores_wide(const float *q, const float *k, int32_t n, int32_t hd, float scale, float *out) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    int32_t s = 0;
+    for (; s + 16 <= n; s += 16) {
+        const float *k0 = k + (size_t)s * hd;
+        __m512 a[16];
+        UNROLL for (int j = 0; j < 16; j++) a[j] = _mm512_setzero_ps();
+        for (int32_t i = 0; i < hd; i += 16) {
+            const __m512 qv = _mm512_loadu_ps(q + i);
+            UNROLL for (int j = 0; j < 16; j++) a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(k0 + (size_t)j * hd + i), qv, a[j]);
+        }
+        _mm512_storeu_ps(out + s, _mm512_mul_ps(hsum16x16(a), sc));
+    }
+    for (; s < n; s++) {
+        __m512 a = _mm512_setzero_ps();
+        for (int32_t i = 0; i < hd; i += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(k + (size_t)s * hd + i), _mm512_loadu_ps(q + i), a);
+        out[s] = hsum16(a) * scale;
+    }
+}
+
+static void att_mix_acc_wide(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                             int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(round_f16(p[r]), VLOAD_F32)
+}
+
 /* ---- attention over a Q8_0 cache (ops.h), bit-identical to the scalar
  * references: the int8 products summed exactly in 8 lanes of 4 (maddubs
  * on |k| and sign-moved q, then pairs), per block lane j += fma(d_k d_q,
@@ -1812,6 +1853,9 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->att_mix_acc[1] = att_mix_acc_f16;
     t->att_scores_kv[1] = att_scores_q8;
     t->att_mix_acc[2] = att_mix_acc_q8;
+    t->att_widen = att_widen;
+    t->att_scores_wide = att_scores_wide;
+    t->att_mix_acc_wide = att_mix_acc_wide;
     t->softmax = softmax;
     t->swiglu = swiglu;
     t->mm[SP_GGML_F32] = mm_f32;
