@@ -1107,23 +1107,41 @@ AI float hsum16(__m512 v) {
     return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
 }
 
+/* The last two levels of the batched reductions below: q[k]'s 128-bit
+ * lane m holds the 4 partial sums q_0..q_3 of vector 4k + m; the result,
+ * lane s, is vector s's (q_0 + q_2) + (q_1 + q_3). After the shuffles
+ * element 4m + j holds vector m + 4j's sum, hence the final permutation. */
+AI __m512 hsum_tail16(const __m512 *q) {
+    __m512 r[2];
+    for (int j = 0; j < 2; j++)
+        r[j] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * j], q[2 * j + 1], 0x44), _mm512_shuffle_ps(q[2 * j], q[2 * j + 1], 0xEE));
+    const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], 0x88), _mm512_shuffle_ps(r[0], r[1], 0xDD));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), f);
+}
+
 /* sp_reduce16 of 16 vectors at once, lane s of the result that of a[s]:
  * the same additions (a_i + a_(i+8), then h_i + h_(i+4), then q_0 + q_2 and
- * q_1 + q_3, then their sum), paired across vectors by shuffles. After the
- * four levels element 4m + j holds vector m + 4j's sum, hence the final
- * permutation. */
+ * q_1 + q_3, then their sum), paired across vectors by shuffles. */
 AI __m512 hsum16x16(const __m512 *a) {
-    __m512 p[8], q[4], r[2];
+    __m512 p[8], q[4];
     for (int j = 0; j < 8; j++)
         p[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0x44),
                              _mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0xEE));
     for (int j = 0; j < 4; j++)
         q[j] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * j], p[2 * j + 1], 0x88),
                              _mm512_shuffle_f32x4(p[2 * j], p[2 * j + 1], 0xDD));
-    for (int j = 0; j < 2; j++)
-        r[j] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * j], q[2 * j + 1], 0x44), _mm512_shuffle_ps(q[2 * j], q[2 * j + 1], 0xEE));
-    const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], 0x88), _mm512_shuffle_ps(r[0], r[1], 0xDD));
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), f);
+    return hsum_tail16(q);
+}
+
+/* ggml's hsum_float_8 of 16 8-lane vectors at once (lane s: a[s]'s
+ * (h_0 + h_2) + (h_1 + h_3) with h_j = a_j + a_(j+4)), the same additions. */
+AI __m512 hsum8x16(const __m256 *a) {
+    __m512 z[8], q[4];
+    for (int j = 0; j < 8; j++) z[j] = _mm512_insertf32x8(_mm512_castps256_ps512(a[2 * j]), a[2 * j + 1], 1);
+    for (int j = 0; j < 4; j++)
+        q[j] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * j], z[2 * j + 1], 0x88),
+                             _mm512_shuffle_f32x4(z[2 * j], z[2 * j + 1], 0xDD));
+    return hsum_tail16(q);
 }
 
 /* q . k_s in ggml's vec_dot_f32 order (ops.h). */
@@ -1340,12 +1358,33 @@ static void att_mix_acc_wide(const float *p, const int32_t *idx, const void *v, 
  * on |k| and sign-moved q, then pairs), per block lane j += fma(d_k d_q,
  * sum_j), the lanes added as hsum_float_8 ---- */
 
+/* One slot's block b: its 8 lanes of 4 int8 products, fma'd by d_k d_q. */
+AI __m256 q8_block(const sp_block_q8_0 *kb, __m256i qv, float dq, __m256 a) {
+    const __m256i kv = _mm256_loadu_si256((const __m256i *)kb->qs);
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(kv, kv), _mm256_sign_epi8(qv, kv));
+    const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+    return _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(kb->d) * dq), sum, a);
+}
+
 static void att_scores_q8(const void *q, const void *k, size_t stride, int32_t n, int32_t hd, float scale,
                           float *out) {
     const sp_block_q8_0 *qb = q;
     const int32_t nb = hd / SP_QK;
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int32_t s = 0; s < n; s++) {
+    int32_t s0 = 0;
+    for (; s0 + 16 <= n; s0 += 16) { /* 16 slots, one batched reduction */
+        const uint8_t *k0 = (const uint8_t *)k + (size_t)s0 * stride;
+        __m256 a[16];
+        UNROLL for (int j = 0; j < 16; j++) a[j] = _mm256_setzero_ps();
+        for (int32_t b = 0; b < nb; b++) {
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)qb[b].qs);
+            const float dq = _cvtsh_ss(qb[b].d);
+            UNROLL for (int j = 0; j < 16; j++)
+                a[j] = q8_block((const sp_block_q8_0 *)(k0 + (size_t)j * stride) + b, qv, dq, a[j]);
+        }
+        _mm512_storeu_ps(out + s0, _mm512_mul_ps(hsum8x16(a), _mm512_set1_ps(scale)));
+    }
+    for (int32_t s = s0; s < n; s++) {
         const sp_block_q8_0 *kb = (const sp_block_q8_0 *)((const uint8_t *)k + (size_t)s * stride);
         __m256 a = _mm256_setzero_ps();
         for (int32_t b = 0; b < nb; b++) {
