@@ -173,6 +173,62 @@ static void test_spike_does_not_steer(void **state) {
     assert_true(step(&a, &m, 8) > 0);
 }
 
+/* Tokens per second over n iterations of a run at a depth (the simulated
+ * seconds: draft, target forward, the rest), sp_adapt_set_depth told the
+ * depth when `aware`. */
+static double rate_at(sp_adapt *a, sim *m, int64_t depth, bool aware, int n) {
+    double tok = 0, sec = 0;
+    for (int i = 0; i < n; i++) {
+        if (aware) sp_adapt_set_depth(a, depth + i);
+        const int32_t g = sp_adapt_propose(a, 8);
+        int32_t tau = 0;
+        while (tau < g && sp_rng_uniform(&m->rng) < m->accept) tau++;
+        const double fwd = m->t1 * (1 + m->slope * g);
+        sp_adapt_observe_target(a, g + 1, fwd);
+        const sp_adapt_step st = {.drafted = g, .accepted = tau, .emitted = tau + 1,
+                                  .draft_seconds = g * m->draft, .over_seconds = m->over,
+                                  .draft_forwards = g, .draft_forward_seconds = g * m->draft};
+        sp_adapt_observe_step(a, &st);
+        tok += tau + 1;
+        sec += g * m->draft + fwd + m->over;
+    }
+    return tok / sec;
+}
+
+/* Verification priced at the current depth: a draft right 60% of the time
+ * pays at a shallow depth (k-token forward t1 (1 + 0.05 (k - 1)): drafting
+ * 3 gives 1.67 tokens per t1, plain 1) but not at depth 4096, where a
+ * forward costs twice and each further token 0.6 of it (drafting 1 gives
+ * 0.98 of plain, longer less). With the depth told, the controller there
+ * keeps at least 0.97 of plain decoding's rate; back at the shallow depth
+ * its costs are still that bucket's and drafting resumes at once. */
+static void test_depth_prices_verification(void **state) {
+    (void)state;
+    for (int aware = 1; aware >= 0; aware--) {
+        sp_adapt a;
+        sim m = model(0.05, 0.05, 0.6);
+        sp_adapt_init(&a);
+        const double shallow = rate_at(&a, &m, 100, aware, 80);
+        assert_true(shallow * m.t1 > 1.2);
+        m.t1 = 2e-3, m.slope = 0.6;
+        rate_at(&a, &m, 4096, aware, 50); /* settling */
+        const double deep = rate_at(&a, &m, 4146, aware, 300) * (m.t1 + m.over);
+        printf("depth-%s: shallow %.2f, deep %.3f of plain\n", aware ? "aware" : "blind", shallow * 1e-3, deep);
+        if (aware) {
+            assert_true(deep >= 0.97);
+            m.t1 = 1e-3, m.slope = 0.05;
+            sp_adapt_new_text(&a);
+            assert_true(rate_at(&a, &m, 100, true, 1) > 0 && a.bucket == 0);
+            int drafted = 0;
+            for (int i = 0; i < 10; i++) {
+                sp_adapt_set_depth(&a, 101 + i);
+                drafted += step(&a, &m, 8) > 0;
+            }
+            assert_true(drafted >= 9);
+        }
+    }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_first_iterations),
     cmocka_unit_test(test_good_draft_drafts_long),
@@ -182,6 +238,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_new_text_probes_first),
     cmocka_unit_test(test_recovers_when_acceptance_rises),
     cmocka_unit_test(test_spike_does_not_steer),
+    cmocka_unit_test(test_depth_prices_verification),
 };
 
 SP_TEST_MAIN(tests)

@@ -74,7 +74,8 @@ static void test_mkmodel_makes_loadable_model(void **state) {
 
     /* bench-forward runs on it and reports the numbers asked for */
     snprintf(args, sizeof args,
-             "bench-forward -m '%s' -t 2 --reps 2 --depths 8,300 --decode 4 --bound-mb 16 -ctk f32 --json", path);
+             "bench-forward -m '%s' -t 2 --reps 2 --depths 8,300 --decode 4 --bound-mb 16 -ctk f32 --prefill 40 "
+             "--ubatch 16 --json", path);
     rc = run_cli(args, out, sizeof out);
     remove(path);
     if (rc != 0) fail_msg("bench-forward exited %d: %s", rc, out);
@@ -94,6 +95,13 @@ static void test_mkmodel_makes_loadable_model(void **state) {
         double pct = json_real_value(json_object_get(j, "pct_of_bound"));
         assert_true(bound > 0.1);
         assert_true(fabs(pct - 100.0 * gbs / bound) < 1e-6 * (pct + 1));
+        /* the prefill asked for: its tokens, batch, and a rate that is its time's */
+        json_t *pf = json_object_get(j, "prefill");
+        assert_non_null(pf);
+        assert_int_equal(json_integer_value(json_object_get(pf, "tokens")), 40);
+        assert_int_equal(json_integer_value(json_object_get(pf, "ubatch")), 16);
+        const double ms = json_real_value(json_object_get(pf, "ms")), tps = json_real_value(json_object_get(pf, "tok_s"));
+        assert_true(ms > 0 && fabs(tps - 40 / (ms / 1e3)) < 1e-6 * tps);
         json_decref(j);
     }
     assert_non_null(strstr(out, "\"k\":16"));

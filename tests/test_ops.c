@@ -5,6 +5,7 @@
 
 #include <math.h>
 
+#include "kv.h"
 #include "ops.h"
 #include "quant.h"
 #include "rng.h"
@@ -691,6 +692,121 @@ static void test_attention_kv_kernels(void **state) {
     free(x);
 }
 
+/* The accumulating mixes (ops.h) of every ISA and cache type, fed the
+ * ranks in uneven pieces (cuts off the 16-rank lanes, an empty piece), give
+ * the scalar reference's one-piece bits, through idx and without, for head
+ * sizes with and without a register-held path. */
+static void test_attention_mix_pieces(void **state) {
+    (void)state;
+    enum { N = 77, DIM = 256 };
+    const int32_t hds[] = {16, 32, 64, 96, 128, 160, 256};
+    const int32_t cuts[] = {0, 5, 21, 21, 40, 63, N};
+    sp_rng r;
+    sp_rng_seed(&r, 13);
+    float *x = malloc((size_t)N * DIM * sizeof(float)), p[N];
+    int32_t idx[N];
+    for (int32_t i = 0; i < N * DIM; i++) x[i] = (float)sp_rng_normal(&r);
+    for (int i = 0; i < N; i++) p[i] = i % 7 == 2 ? 0.0f : (float)sp_rng_uniform(&r);
+    for (int i = 0; i < N; i++) idx[i] = (i * 31) % N;
+    const sp_isa saved = sp_ops_isa();
+    sp_error err = {0};
+    const sp_ggml_type types[] = {SP_GGML_F32, SP_GGML_F16, SP_GGML_Q8_0};
+    float *acc = malloc(16 * DIM * sizeof(float));
+    for (int ti = 0; ti < 3; ti++) {
+        const sp_ggml_type t = types[ti];
+        const size_t row = t == SP_GGML_F32 ? DIM * 4 : t == SP_GGML_F16 ? DIM * 2 : DIM / 32 * 34;
+        uint8_t *rows = malloc((size_t)N * row);
+        for (int32_t j = 0; j < N; j++) sp_kv_convert_row(t, x + (size_t)j * DIM, rows + (size_t)j * row, DIM);
+        for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+            const int32_t hd = hds[hi];
+            if (t == SP_GGML_Q8_0 && hd % 32) continue;
+            for (int withidx = 0; withidx < 2; withidx++) {
+                const int32_t *ix = withidx ? idx : NULL;
+                float ref[DIM], o[DIM];
+                assert_int_equal(sp_ops_set_isa(SP_ISA_SCALAR, &err), SP_OK);
+                memset(acc, 0, 16 * DIM * sizeof(float));
+                sp_ops_att_mix_acc(t)(p, ix, rows, row, 0, N, hd, acc, DIM);
+                sp_att_mix_finish(acc, DIM, hd, ref);
+                for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
+                    assert_int_equal(sp_ops_set_isa((sp_isa)isa, &err), SP_OK);
+                    memset(acc, 0, 16 * DIM * sizeof(float));
+                    for (size_t c = 0; c + 1 < sizeof cuts / sizeof cuts[0]; c++)
+                        sp_ops_att_mix_acc(t)(p, ix, rows, row, cuts[c], cuts[c + 1], hd, acc, DIM);
+                    sp_att_mix_finish(acc, DIM, hd, o);
+                    if (memcmp(o, ref, (size_t)hd * sizeof(float)))
+                        fail_msg("%s %s hd=%d idx=%d: pieces differ from the whole", sp_ops_isa_name((sp_isa)isa),
+                                 sp_ggml_type_name(t), hd, withidx);
+                }
+            }
+        }
+        free(rows);
+    }
+    assert_int_equal(sp_ops_set_isa(saved, &err), SP_OK);
+    free(acc);
+    free(x);
+}
+
+/* The widened F16 kernels (ops.h) give the F16 kernels' bits on rows
+ * widened once, on every ISA: the widening is exact, the scores over
+ * widened keys equal the F16 scores (16-slot groups and a tail), the mix
+ * over widened values (in pieces, through idx and without) equals the F16
+ * mix. */
+static void test_attention_wide_kernels(void **state) {
+    (void)state;
+    enum { N = 37, DIM = 320 };
+    const int32_t hds[] = {16, 32, 48, 64, 128, 320};
+    sp_rng r;
+    sp_rng_seed(&r, 17);
+    float *x = malloc((size_t)N * DIM * sizeof(float)), q[DIM], p[N];
+    int32_t idx[N];
+    for (int32_t i = 0; i < N * DIM; i++) x[i] = (float)sp_rng_normal(&r);
+    for (int i = 0; i < DIM; i++) q[i] = (float)sp_rng_normal(&r);
+    for (int i = 0; i < N; i++) p[i] = i % 6 == 1 ? 0.0f : (float)sp_rng_uniform(&r);
+    p[4] = 1e-9f, p[8] = 0x1p-25f; /* rounds to 0 in f16; the tie */
+    for (int i = 0; i < N; i++) idx[i] = (i * 11) % N;
+    uint8_t *rows = malloc((size_t)N * DIM * 2);
+    for (int32_t j = 0; j < N; j++) sp_kv_convert_row(SP_GGML_F16, x + (size_t)j * DIM, rows + (size_t)j * DIM * 2, DIM);
+    float *wide = malloc((size_t)N * DIM * sizeof(float)), *acc = malloc(16 * DIM * sizeof(float));
+    const sp_isa saved = sp_ops_isa();
+    sp_error err = {0};
+    for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
+        assert_int_equal(sp_ops_set_isa((sp_isa)isa, &err), SP_OK);
+        for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+            const int32_t hd = hds[hi];
+            /* widening: exact, rows hd apart */
+            sp_ops_att_widen()(rows, DIM * 2, N, hd, wide);
+            for (int32_t j = 0; j < N; j++)
+                for (int32_t i = 0; i < hd; i++)
+                    assert_true(wide[(size_t)j * hd + i] == sp_fp16_to_fp32(((const uint16_t *)rows)[(size_t)j * DIM + i]));
+            uint16_t qh[DIM];
+            float qw[DIM], s1[N], s2[N];
+            sp_ops_att_query(SP_GGML_F16, q, hd, qh);
+            for (int32_t i = 0; i < hd; i++) qw[i] = sp_fp16_to_fp32(qh[i]);
+            sp_ops_att_scores_kv(SP_GGML_F16)(qh, rows, DIM * 2, N, hd, 0.25f, s1);
+            sp_ops_att_scores_wide()(qw, wide, N, hd, 0.25f, s2);
+            if (memcmp(s1, s2, sizeof s1)) fail_msg("%s hd=%d: wide scores differ", sp_ops_isa_name((sp_isa)isa), hd);
+            for (int withidx = 0; withidx < 2; withidx++) {
+                const int32_t *ix = withidx ? idx : NULL;
+                float o1[DIM], o2[DIM];
+                memset(acc, 0, 16 * DIM * sizeof(float));
+                sp_ops_att_mix_acc(SP_GGML_F16)(p, ix, rows, DIM * 2, 0, N, hd, acc, DIM);
+                sp_att_mix_finish(acc, DIM, hd, o1);
+                memset(acc, 0, 16 * DIM * sizeof(float));
+                sp_ops_att_mix_acc_wide()(p, ix, wide, (size_t)hd * sizeof(float), 0, 19, hd, acc, DIM);
+                sp_ops_att_mix_acc_wide()(p, ix, wide, (size_t)hd * sizeof(float), 19, N, hd, acc, DIM);
+                sp_att_mix_finish(acc, DIM, hd, o2);
+                if (memcmp(o1, o2, (size_t)hd * sizeof(float)))
+                    fail_msg("%s hd=%d idx=%d: wide mix differs", sp_ops_isa_name((sp_isa)isa), hd, withidx);
+            }
+        }
+    }
+    assert_int_equal(sp_ops_set_isa(saved, &err), SP_OK);
+    free(x);
+    free(rows);
+    free(wide);
+    free(acc);
+}
+
 /* sp_fwht is the orthonormal Walsh-Hadamard matrix (Sylvester order) to
  * within float rounding, and applying it twice gives the input back. */
 static void test_fwht(void **state) {
@@ -875,6 +991,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_row_kernels),
     cmocka_unit_test(test_attention_kernels),
     cmocka_unit_test(test_attention_kv_kernels),
+    cmocka_unit_test(test_attention_mix_pieces),
+    cmocka_unit_test(test_attention_wide_kernels),
     cmocka_unit_test(test_fwht),
     cmocka_unit_test(test_softmax_kernels),
     cmocka_unit_test(test_exp_swiglu),

@@ -24,10 +24,12 @@ static const int32_t KS[N_KS] = {1, 2, 4, 8, 16};
 /* tokens per forward when filling the cache to the depth (the library's default batch) */
 #define FILL SP_CTX_DEFAULT_BATCH
 #define MAX_DEPTHS 8
+/* most tokens per forward of the prefill (--ubatch) */
+#define MAX_UBATCH 512
 
 typedef struct bench_opts {
     const char *model;
-    long long threads, reps, decode, bound_mb;
+    long long threads, reps, decode, bound_mb, prefill, ubatch;
     long long depths[MAX_DEPTHS]; /* increasing */
     int n_depths;
     sp_ggml_type type_k, type_v;
@@ -37,7 +39,8 @@ typedef struct bench_opts {
 static void bench_usage(FILE *f) {
     fprintf(f,
             "usage: specula bench-forward -m MODEL [-t THREADS] [--reps R] [--depth D | --depths D1,D2,..]\n"
-            "         [--decode N] [--bound-mb MB] [-ctk f16|f32|q8_0] [-ctv f16|f32|q8_0] [--json]\n"
+            "         [--decode N] [--prefill P [--ubatch U]] [--bound-mb MB] [-ctk f16|f32|q8_0]\n"
+            "         [-ctv f16|f32|q8_0] [--json]\n"
             "  Bound: read bandwidth over an MB-megabyte buffer (default 1024 or 4x the\n"
             "  last-level cache, whichever is larger) with the\n"
             "  same threads, best of 5 passes. Decode: N single-token forwards from an\n"
@@ -45,7 +48,10 @@ static void bench_usage(FILE *f) {
             "  Then, with D tokens cached (default 128), the median time of one forward\n"
             "  over k = 1, 2, 4, 8, 16 new tokens (all logits), the cache truncated back\n"
             "  to D after each; --depths: the same at each depth (up to 8, increasing),\n"
-            "  one table. -ctk / -ctv: KV cache types (default f16).\n");
+            "  one table. -ctk / -ctv: KV cache types (default f16). --prefill: also\n"
+            "  the median time to process a P-token prompt from an empty cache in\n"
+            "  forwards of up to U tokens (default 64, at most 512), the last token's\n"
+            "  logits only (llama-bench -p P).\n");
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -65,7 +71,7 @@ static int32_t tok_at(int64_t i, int32_t n_vocab) {
 
 /* Forward n tokens starting at the cache's current end. */
 static sp_status fwd(sp_ctx *c, int32_t n, int64_t seq0, bool all, float *logits, sp_error *err) {
-    int32_t tok[FILL];
+    int32_t tok[MAX_UBATCH > FILL ? MAX_UBATCH : FILL];
     const int32_t V = sp_model_cfg(sp_ctx_model(c))->n_vocab;
     for (int32_t i = 0; i < n; i++) tok[i] = tok_at(seq0 + i, V);
     sp_batch b = {.tokens = tok, .n = n, .logits_all = all};
@@ -78,8 +84,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
     const sp_ctx_params dp = sp_ctx_default_params();
     *o = (bench_opts){.threads = 2, .reps = 5, .depths = {128}, .n_depths = 1, .decode = 32,
                       .bound_mb = 4 * llc_mb > 1024 ? 4 * llc_mb : 1024, .type_k = dp.type_k,
-                      .type_v = dp.type_v};
-    enum { O_REPS = SP_OPT_CMD, O_DEPTH, O_DECODE, O_BOUND, O_JSON, O_DEPTHS, O_CTK, O_CTV };
+                      .type_v = dp.type_v, .ubatch = FILL};
+    enum { O_REPS = SP_OPT_CMD, O_DEPTH, O_DECODE, O_BOUND, O_JSON, O_DEPTHS, O_CTK, O_CTV, O_PREFILL, O_UBATCH };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, 'm'},     {"threads", required_argument, NULL, 't'},
         {"reps", required_argument, NULL, O_REPS},   {"depth", required_argument, NULL, O_DEPTH},
@@ -87,7 +93,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         {"json", no_argument, NULL, O_JSON},         {"help", no_argument, NULL, 'h'},
         {"depths", required_argument, NULL, O_DEPTHS}, {"ctk", required_argument, NULL, O_CTK},
         {"cache-type-k", required_argument, NULL, O_CTK}, {"ctv", required_argument, NULL, O_CTV},
-        {"cache-type-v", required_argument, NULL, O_CTV},
+        {"cache-type-v", required_argument, NULL, O_CTV}, {"prefill", required_argument, NULL, O_PREFILL},
+        {"ubatch", required_argument, NULL, O_UBATCH},
         {NULL, 0, NULL, 0}};
     const char *flag;
     int opt;
@@ -133,6 +140,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             }
             break;
         case O_DECODE: bad = cli_int(flag, optarg, 1, 1 << 16, &o->decode); break;
+        case O_PREFILL: bad = cli_int(flag, optarg, 1, 1 << 20, &o->prefill); break;
+        case O_UBATCH: bad = cli_int(flag, optarg, 1, MAX_UBATCH, &o->ubatch); break;
         case O_BOUND: bad = cli_int(flag, optarg, 1, 1 << 16, &o->bound_mb); break;
         case O_JSON: o->json = true; break;
         case 'h': bench_usage(stdout); return -1;
@@ -152,7 +161,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
  * experts read per layer by that forward at the first depth (mixtures). */
 static void report(const bench_opts *po, const sp_model *m, const sp_ctx *c, double bound, double load_ms,
                    double warm_ms, double t_decode, double (*t_k)[N_KS], double decode_experts,
-                   const double *k_experts) {
+                   const double *k_experts, double t_prefill) {
     const bench_opts o = *po;
     /* a mixture of experts reads only the selected experts: the weights a
      * decode step streams are the rest plus that share of the experts */
@@ -185,6 +194,10 @@ static void report(const bench_opts *po, const sp_model *m, const sp_ctx *c, dou
                               "decode_tok_s", 1.0 / t_decode, "weight_bytes", wbytes, "gb_s", gbs,
                               "bound_gb_s", bound, "pct_of_bound", pct, "load_ms", load_ms,
                               "warm_ms", warm_ms, "forward", ks, "depths", ds, "kv_cache", cli_kv_json(c));
+        if (o.prefill)
+            json_object_set_new(j, "prefill", json_pack("{s:i,s:i,s:f,s:f}", "tokens", (int)o.prefill, "ubatch",
+                                                        (int)o.ubatch, "ms", 1e3 * t_prefill, "tok_s",
+                                                        (double)o.prefill / t_prefill));
         char *js = json_dumps(j, JSON_COMPACT);
         if (js) printf("%s\n", js);
         free(js);
@@ -203,6 +216,9 @@ static void report(const bench_opts *po, const sp_model *m, const sp_ctx *c, dou
             printf("experts %d of %d per token; decode reads %.2f per layer (%.1f MB of weights per token)\n",
                    cfg->n_expert_used, cfg->n_expert, decode_experts, wbytes / 1e6);
         printf("stream  %.2f GB/s of weights = %.0f%% of the bound\n", gbs, pct);
+        if (o.prefill)
+            printf("prefill %.2f tok/s (%lld tokens in forwards of %lld: %.1f ms, median of %lld)\n",
+                   (double)o.prefill / t_prefill, o.prefill, o.ubatch, 1e3 * t_prefill, o.reps);
         if (o.n_depths == 1) {
             printf("forward at depth %lld (median of %lld):\n", o.depths[0], o.reps);
             /* mixtures: the union of the experts the k tokens select, read once per layer */
@@ -245,14 +261,15 @@ int cmd_bench_forward(int argc, char **argv) {
     const sp_model_config *cfg = sp_model_cfg(m);
     sp_ctx_params cp = sp_ctx_default_params();
     const long long deepest = o.depths[o.n_depths - 1];
-    const int64_t need = (o.decode > deepest + KS[N_KS - 1] ? o.decode : deepest + KS[N_KS - 1]) + 1;
+    int64_t need = (o.decode > deepest + KS[N_KS - 1] ? o.decode : deepest + KS[N_KS - 1]) + 1;
+    if (o.prefill + 1 > need) need = o.prefill + 1;
     cp.n_ctx = (int32_t)need;
     cp.type_k = o.type_k;
     cp.type_v = o.type_v;
-    cp.max_batch = FILL;
+    cp.max_batch = o.ubatch > FILL ? (int32_t)o.ubatch : FILL;
     cp.n_threads = (int32_t)o.threads;
     if (sp_ctx_init(m, &cp, &c, &err)) goto fail;
-    logits = malloc((size_t)FILL * (size_t)cfg->n_vocab * sizeof(float));
+    logits = malloc((size_t)cp.max_batch * (size_t)cfg->n_vocab * sizeof(float));
     times = malloc((size_t)o.reps * sizeof(double));
     t_k = malloc((size_t)o.n_depths * sizeof *t_k);
     if (!logits || !times || !t_k) {
@@ -280,6 +297,22 @@ int cmd_bench_forward(int argc, char **argv) {
     sp_ctx_expert_reads(c, &reads, &steps);
     const double decode_experts = steps ? (double)reads / (double)steps : 0;
 
+    /* prefill: the prompt from an empty cache, the last token's logits */
+    double t_prefill = 0;
+    if (o.prefill) {
+        for (long long r = 0; r < o.reps; r++) {
+            if (sp_ctx_truncate(c, 0, &err)) goto fail;
+            double t0 = sp_now();
+            for (int64_t done = 0; done < o.prefill;) {
+                const int32_t n = o.prefill - done > o.ubatch ? (int32_t)o.ubatch : (int32_t)(o.prefill - done);
+                if (fwd(c, n, done, false, logits, &err)) goto fail;
+                done += n;
+            }
+            times[r] = sp_now() - t0;
+        }
+        t_prefill = median(times, (int)o.reps);
+    }
+
     /* k-token forwards at each depth, the cache filled on from the last */
     if (sp_ctx_truncate(c, 0, &err)) goto fail;
     double k_experts[N_KS] = {0};
@@ -305,7 +338,7 @@ int cmd_bench_forward(int argc, char **argv) {
         }
     }
 
-    report(&o, m, c, bound, load_ms, warm_ms, t_decode, t_k, decode_experts, k_experts);
+    report(&o, m, c, bound, load_ms, warm_ms, t_decode, t_k, decode_experts, k_experts, t_prefill);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "specula: bench-forward: %s\n", err.msg);

@@ -11,7 +11,16 @@
  * accumulate block by block, ops.h sp_att_mix_acc_fn). Every row's
  * arithmetic is the per-row one of ops.h in the same order (llama.cpp's
  * batched non-flash bits), only the memory traffic changes: K and V are
- * streamed once per task instead of once per query row. */
+ * streamed once per task instead of once per query row.
+ *
+ * Split (sp_att_run): with fewer tasks than threads (a decode or a few
+ * tokens of a model with few KV heads) one task's work is cut three ways
+ * instead, so that every thread streams part of K and of V: the scores by
+ * slot blocks, the softmaxes by rows, the mixes by value dims (pieces of
+ * 16 dims, 32 for Q8_0). Each of those keeps every row's arithmetic
+ * (scores are per slot, a row's softmax is whole, a dim's mix chain is
+ * whole), so the split gives the unsplit bits, whatever the thread
+ * count. */
 #ifndef SP_ATTENTION_H
 #define SP_ATTENTION_H
 
@@ -19,6 +28,7 @@
 #include <stdint.h>
 
 #include "kv.h"
+#include "threadpool.h"
 
 /* Cache slots per block (a block of F16 K rows of head size 128: 64 KiB). */
 #define SP_ATT_BLOCK 256
@@ -57,5 +67,9 @@ size_t sp_att_scratch_bytes(int32_t rows_max, int32_t n_ctx, int32_t head_dim);
 
 /* Pool job (sp_pool_run); thread ith of nth takes a share of the tasks. */
 void sp_att_job_run(void *arg, int ith, int nth);
+/* The job on a pool: sp_att_job_run's tasks, or, with fewer tasks than
+ * threads, the split (its three phases as three pool jobs); the same bits
+ * either way. The scratch must hold a share for every thread. */
+void sp_att_run(sp_att_job *a, sp_pool *pool);
 
 #endif

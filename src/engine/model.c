@@ -16,6 +16,8 @@
 /* Below this many multiply-adds a job runs on the calling thread: waking
  * workers costs more than it saves (all of stories260K falls here). */
 #define PAR_MIN_WORK (1 << 17)
+/* activation values a batch needs before its quantisation is spread over the pool */
+#define ACT_PAR_MIN (1 << 14)
 
 struct sp_ctx {
     const sp_model *m;
@@ -340,9 +342,52 @@ static void mm_job_run(void *arg, int ith, int nth) {
     }
 }
 
+/* Rows [ith n / nth, (ith + 1) n / nth) of an activation preparation
+ * (sp_ops_act_prepare per row: each row alone, so any cut gives the same
+ * bytes). */
+typedef struct act_job {
+    sp_ggml_type t;
+    const float *src;
+    int64_t src_stride, k;
+    uint8_t *act;
+    size_t act_stride;
+    int32_t n;
+} act_job;
+
+static void act_job_run(void *arg, int ith, int nth) {
+    const act_job *j = arg;
+    for (int32_t i = (int32_t)((int64_t)j->n * ith / nth); i < (int32_t)((int64_t)j->n * (ith + 1) / nth); i++)
+        sp_ops_act_prepare(j->t, j->src + i * j->src_stride, j->k, j->act + (size_t)i * j->act_stride);
+}
+
+/* SwiGLU of a batch's rows (ops.h, per row as ggml's silu), the rows
+ * spread over the pool when there are enough of them. */
+typedef struct swiglu_job {
+    float *hb;
+    const float *hb2;
+    int64_t ffn;
+    int32_t n;
+} swiglu_job;
+
+static void swiglu_job_run(void *arg, int ith, int nth) {
+    const swiglu_job *j = arg;
+    const sp_swiglu_fn f = sp_ops_swiglu();
+    for (int32_t t = (int32_t)((int64_t)j->n * ith / nth); t < (int32_t)((int64_t)j->n * (ith + 1) / nth); t++)
+        f(j->hb + t * j->ffn, j->hb + t * j->ffn, j->hb2 + t * j->ffn, j->ffn);
+}
+
+static void swiglu_rows(sp_ctx *c, float *hb, const float *hb2, int64_t ffn, int32_t n) {
+    swiglu_job j = {.hb = hb, .hb2 = hb2, .ffn = ffn, .n = n};
+    if ((int64_t)n * ffn >= ACT_PAR_MIN && sp_pool_n_threads(c->pool) > 1)
+        sp_pool_run(c->pool, swiglu_job_run, &j);
+    else
+        swiglu_job_run(&j, 0, 1);
+}
+
 /* Prepared activation rows of `src` (n rows of k floats, src_stride floats
  * apart) for weight type t: f32-family weights read src directly; quantised
- * ones read activation slot `slot` of c->act, filled here. */
+ * ones read activation slot `slot` of c->act, filled here (a batch's rows
+ * spread over the pool). */
 static const void *activations(sp_ctx *c, int slot, sp_ggml_type t, const float *src,
                                int64_t src_stride, int64_t k, int32_t n, size_t *stride) {
     if (t == SP_GGML_F16 || t == SP_GGML_BF16) {
@@ -363,8 +408,11 @@ static const void *activations(sp_ctx *c, int slot, sp_ggml_type t, const float 
         return src;
     }
     uint8_t *act = c->act + (size_t)slot * (size_t)c->max_batch * c->act_stride;
-    for (int32_t i = 0; i < n; i++)
-        sp_ops_act_prepare(t, src + i * src_stride, k, act + (size_t)i * c->act_stride);
+    act_job aj = {.t = t, .src = src, .src_stride = src_stride, .k = k, .act = act, .act_stride = c->act_stride, .n = n};
+    if ((int64_t)n * k >= ACT_PAR_MIN && sp_pool_n_threads(c->pool) > 1)
+        sp_pool_run(c->pool, act_job_run, &aj);
+    else
+        act_job_run(&aj, 0, 1);
     *stride = c->act_stride;
     return act;
 }
@@ -538,7 +586,7 @@ static void attention_block(sp_ctx *c, const seq_rows *sq, int n_seq, int32_t l,
         if (att_work < PAR_MIN_WORK / 4 || sp_pool_n_threads(c->pool) == 1)
             sp_att_job_run(&a, 0, 1);
         else
-            sp_pool_run(c->pool, sp_att_job_run, &a);
+            sp_att_run(&a, c->pool);
         if (sc->kv.rot_v) /* back from the rotated values */
             for (int32_t t = 0; t < ns; t++) sp_fwht(a.out + t * wide, q_dim, sc->kv.rot_v);
     }
@@ -601,8 +649,7 @@ static void ffn_block(sp_ctx *c, int32_t l, int32_t n) {
     if (c->m->geglu)
         for (int64_t i = 0; i < n * ffn; i++) c->hb[i] = gelu_ggml(c->hb[i]) * c->hb2[i];
     else
-        for (int32_t t = 0; t < n; t++) /* per row, as ggml's silu (ops.h) */
-            sp_ops_swiglu()(c->hb + t * ffn, c->hb + t * ffn, c->hb2 + t * ffn, ffn);
+        swiglu_rows(c, c->hb, c->hb2, ffn, n);
     mm_job jd = {0};
     job_add(c, &jd, &L->w2, c->hb, ffn, n, c->x2, dim);
     job_exec(c, &jd);

@@ -797,6 +797,32 @@ static void att_mix_acc_f16_ref(const float *p, const int32_t *idx, const void *
     }
 }
 
+static void att_widen_ref(const void *src, size_t stride, int32_t n, int32_t w, float *dst) {
+    for (int32_t s = 0; s < n; s++) {
+        const uint16_t *r = (const uint16_t *)((const uint8_t *)src + (size_t)s * stride);
+        for (int32_t i = 0; i < w; i++) dst[(size_t)s * w + i] = h2f(r[i]);
+    }
+}
+
+static void att_scores_wide_ref(const float *q, const float *k, int32_t n, int32_t hd, float scale, float *out) {
+    for (int32_t s = 0; s < n; s++) {
+        float a[16] = {0};
+        for (int32_t i = 0; i < hd; i++) a[i % 16] = fmaf(k[(size_t)s * hd + i], q[i], a[i % 16]);
+        out[s] = sp_reduce16(a) * scale;
+    }
+}
+
+static void att_mix_acc_wide_ref(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                                 int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    for (int32_t r = r0; r < r1; r++) {
+        const float pr = h2f(sp_fp32_to_fp16(p[r]));
+        if (pr == 0.0f) continue;
+        const float *vr = (const float *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride);
+        float *a = acc + (r & 15) * (int64_t)ld;
+        for (int32_t i = 0; i < hd; i++) a[i] = fmaf(vr[i], pr, a[i]);
+    }
+}
+
 static void att_scores_q8_ref(const void *q, const void *k, size_t stride, int32_t n, int32_t hd,
                               float scale, float *out) {
     const sp_block_q8_0 *qb = q;
@@ -874,6 +900,9 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->att_mix_acc[0] = att_mix_acc_f32_ref;
     t->att_mix_acc[1] = att_mix_acc_f16_ref;
     t->att_mix_acc[2] = att_mix_acc_q8_ref;
+    t->att_widen = att_widen_ref;
+    t->att_scores_wide = att_scores_wide_ref;
+    t->att_mix_acc_wide = att_mix_acc_wide_ref;
     t->swiglu = sp_swiglu;
     t->act_q8 = act_q8_ref;
     t->read_sum = read_sum_ref;
@@ -1289,6 +1318,9 @@ static void fill_missing(sp_ops_table *t) {
     }
     for (int i = 0; i < 3; i++)
         if (!t->att_mix_acc[i]) t->att_mix_acc[i] = ref->att_mix_acc[i];
+    if (!t->att_widen) t->att_widen = ref->att_widen;
+    if (!t->att_scores_wide) t->att_scores_wide = ref->att_scores_wide;
+    if (!t->att_mix_acc_wide) t->att_mix_acc_wide = ref->att_mix_acc_wide;
     if (!t->swiglu) t->swiglu = ref->swiglu;
     if (!t->act_q8) t->act_q8 = ref->act_q8;
     if (!t->read_sum) t->read_sum = ref->read_sum;
@@ -1450,5 +1482,8 @@ sp_att_mix_kv_fn sp_ops_att_mix_kv(sp_ggml_type vtype) {
 void sp_ops_att_query(sp_ggml_type ktype, const float *q, int32_t hd, void *dst) {
     sp_kv_convert_row(ktype, q, dst, hd);
 }
+sp_att_widen_fn sp_ops_att_widen(void) { return g_tables[sp_ops_isa()].att_widen; }
+sp_att_scores_wide_fn sp_ops_att_scores_wide(void) { return g_tables[sp_ops_isa()].att_scores_wide; }
+sp_att_mix_acc_fn sp_ops_att_mix_acc_wide(void) { return g_tables[sp_ops_isa()].att_mix_acc_wide; }
 sp_swiglu_fn sp_ops_swiglu(void) { return g_tables[sp_ops_isa()].swiglu; }
 uint64_t sp_ops_read_sum(const void *p, size_t bytes) { return g_tables[sp_ops_isa()].read_sum(p, bytes); }

@@ -345,6 +345,21 @@ void sp_att_mix_finish(const float *acc, int32_t acc_ld, int32_t hd, float *o);
 void sp_ops_att_query(sp_ggml_type ktype, const float *q, int32_t hd, void *dst);
 sp_att_scores_kv_fn sp_ops_att_scores_kv(sp_ggml_type ktype);
 sp_att_mix_kv_fn sp_ops_att_mix_kv(sp_ggml_type vtype);
+/* The F16-cache kernels over rows widened once (grouped attention widens a
+ * few cache rows for all the query rows reading them, instead of every row
+ * widening them again), with the same bits as the F16 kernels on the
+ * unwidened rows: widen converts n rows of w halves (`stride` bytes apart)
+ * to floats, dst rows w apart; scores_wide is the F16 scores' tinyBLAS
+ * order (hd % 16 == 0) over the widened query q (hd floats, the f16 query
+ * widened) and widened key rows k (hd floats apart); mix_wide is the F16
+ * mix (p rounded to f16) over widened value rows (w floats apart, hd = w
+ * used). */
+typedef void (*sp_att_widen_fn)(const void *src, size_t stride, int32_t n, int32_t w, float *dst);
+typedef void (*sp_att_scores_wide_fn)(const float *q, const float *k, int32_t n, int32_t hd, float scale,
+                                      float *out);
+sp_att_widen_fn sp_ops_att_widen(void);
+sp_att_scores_wide_fn sp_ops_att_scores_wide(void);
+sp_att_mix_acc_fn sp_ops_att_mix_acc_wide(void);
 /* 16 floats summed in the order of GCC's _mm512_reduce_add_ps (ggml's
  * horizontal sum): halves h_i = a_i + a_(i+8), quarters q_i = h_i + h_(i+4),
  * then (q_0 + q_2) + (q_1 + q_3). */
@@ -373,6 +388,10 @@ typedef struct sp_ops_table {
     sp_att_scores_kv_fn att_scores_kv[2];
     /* the mix, accumulating (index 0: F32, 1: F16, 2: Q8_0); NULL: scalar */
     sp_att_mix_acc_fn att_mix_acc[3];
+    /* the widened F16 kernels (sp_ops_att_widen...); NULL: scalar ones */
+    sp_att_widen_fn att_widen;
+    sp_att_scores_wide_fn att_scores_wide;
+    sp_att_mix_acc_fn att_mix_acc_wide;
     /* sp_swiglu for the ISA, bit-identical to it. NULL: sp_swiglu */
     sp_swiglu_fn swiglu;
     /* q8 activation row (see sp_ops_act_prepare); must be bit-identical to

@@ -558,9 +558,14 @@ static void att_scores(const float *q, const float *k, int64_t stride, int32_t n
     }
 }
 
-/* tinyBLAS's order (ops.h), accumulating: 16 accumulator rows in L1, one per
- * rank mod 16, loaded from and stored back to acc; VLOAD8(vr, b, w): 8
- * values widened to f32 (beyond w: zero). */
+/* tinyBLAS's order (ops.h), accumulating. Lane l of acc (the ranks r with
+ * r mod 16 == l) is a chain of its own: for a head of a multiple of 16
+ * dims the lanes are walked LG at a time over DW = 8 NB dims at once (LG x
+ * NB <= 8 accumulators) held in registers across all their ranks; other
+ * head sizes keep the 16 accumulator rows in L1 (up to MIX_HD_MAX dims at
+ * once) and walk the ranks in order. Either way each lane adds its ranks
+ * in rank order: the same bits. VLOAD8(row, d, w): 8 values of a value
+ * row (its bytes) from dim d widened to f32 (dims from w on: zero). */
 enum { MIX_HD_MAX = 256 };
 AI __m256 acc_load(const float *a, int32_t b, int32_t w) {
     return 8 * b + 8 <= w ? _mm256_loadu_ps(a + 8 * b) : _mm256_maskload_ps(a + 8 * b, tail_mask(w - 8 * b));
@@ -574,7 +579,30 @@ AI void acc_store(float *a, int32_t b, int32_t w, __m256 x) {
 /* x rounded to f16 and back by F16C: round to nearest even, subnormals
  * and overflow as sp_fp32_to_fp16 (the default MXCSR: no DAZ/FTZ). */
 AI float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
-#define MIX_ACC_BODY(ROW_T, PR, VLOAD8)                                                           \
+#define MIX_ROW(r) ((const uint8_t *)v + (size_t)(idx ? idx[r] : (r)) * stride)
+#define MIX_REG(PR, VLOAD8, NB, LG)                                                               \
+    for (int32_t d0 = 0; d0 < hd; d0 += 8 * (NB))                                                 \
+        for (int l0 = 0; l0 < 16; l0 += (LG)) {                                                   \
+            __m256 a[LG][NB];                                                                     \
+            _Pragma("GCC unroll 16") for (int j = 0; j < (LG); j++)                               \
+            _Pragma("GCC unroll 16") for (int b = 0; b < (NB); b++)                               \
+                a[j][b] = _mm256_loadu_ps(acc + (l0 + j) * (int64_t)ld + d0 + 8 * b);             \
+            for (int32_t base = r0 & ~15; base < r1; base += 16)                                  \
+                _Pragma("GCC unroll 16") for (int j = 0; j < (LG); j++) {                         \
+                    const int32_t r = base + l0 + j;                                              \
+                    if (r < r0 || r >= r1) continue;                                              \
+                    const float pf = PR;                                                          \
+                    if (pf == 0.0f) continue;                                                     \
+                    const __m256 pr = _mm256_set1_ps(pf);                                         \
+                    const uint8_t *row = MIX_ROW(r);                                              \
+                    _Pragma("GCC unroll 16") for (int b = 0; b < (NB); b++)                       \
+                        a[j][b] = _mm256_fmadd_ps(VLOAD8(row, d0 + 8 * b, hd), pr, a[j][b]);      \
+                }                                                                                 \
+            _Pragma("GCC unroll 16") for (int j = 0; j < (LG); j++)                               \
+            _Pragma("GCC unroll 16") for (int b = 0; b < (NB); b++)                               \
+                _mm256_storeu_ps(acc + (l0 + j) * (int64_t)ld + d0 + 8 * b, a[j][b]);             \
+        }
+#define MIX_MEM(PR, VLOAD8)                                                                       \
     for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {                                             \
         const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = (w + 7) / 8;          \
         __m256 a[16][MIX_HD_MAX / 8];                                                             \
@@ -584,25 +612,48 @@ AI float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEARES
             const float pf = PR;                                                                  \
             if (pf == 0.0f) continue;                                                             \
             const __m256 pr = _mm256_set1_ps(pf);                                                 \
-            const ROW_T *vr = (const ROW_T *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride) + d0; \
+            const uint8_t *row = MIX_ROW(r);                                                      \
             __m256 *ar = a[r & 15];                                                               \
-            for (int32_t b = 0; b < nb; b++) ar[b] = _mm256_fmadd_ps(VLOAD8(vr, b, w), pr, ar[b]); \
+            for (int32_t b = 0; b < nb; b++) ar[b] = _mm256_fmadd_ps(VLOAD8(row, d0 + 8 * b, hd), pr, ar[b]); \
         }                                                                                         \
         for (int l = 0; l < 16; l++)                                                              \
             for (int32_t b = 0; b < nb; b++) acc_store(acc + l * (int64_t)ld + d0, b, w, a[l][b]); \
     }
+#define MIX_ACC_BODY(PR, VLOAD8)                                                                  \
+    if (hd % 64 == 0) {                                                                           \
+        MIX_REG(PR, VLOAD8, 8, 1)                                                                 \
+    } else if (hd % 32 == 0) {                                                                    \
+        MIX_REG(PR, VLOAD8, 4, 2)                                                                 \
+    } else if (hd % 16 == 0) {                                                                    \
+        MIX_REG(PR, VLOAD8, 2, 4)                                                                 \
+    } else {                                                                                      \
+        MIX_MEM(PR, VLOAD8)                                                                       \
+    }
 
-#define VLOAD8_F32(vr, b, w) acc_load((vr), (b), (w))
-#define VLOAD8_F16(vr, b, w) _mm256_cvtph_ps(load_h8((vr), 8 * (b), (w)))
+#define VLOAD8_F32(row, d, w) load_x((const float *)(row), (d), (w))
+#define VLOAD8_F16(row, d, w) _mm256_cvtph_ps(load_h8((const uint16_t *)(row), (d), (w)))
+/* a Q8_0 head is whole 32-blocks: 8 dims never straddle blocks */
+AI __m256 vload8_q8(const uint8_t *row, int32_t d) {
+    const sp_block_q8_0 *blk = (const sp_block_q8_0 *)row + d / SP_QK;
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk->d)),
+                         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk->qs + d % SP_QK)))));
+}
+#define VLOAD8_Q8(row, d, w) vload8_q8((row), (d))
 
 static void att_mix_acc_f32(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
                             int32_t hd, float *acc, int32_t ld) {
-    MIX_ACC_BODY(float, p[r], VLOAD8_F32)
+    MIX_ACC_BODY(p[r], VLOAD8_F32)
 }
 
 static void att_mix_acc_f16(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
                             int32_t hd, float *acc, int32_t ld) {
-    MIX_ACC_BODY(uint16_t, round_f16(p[r]), VLOAD8_F16)
+    MIX_ACC_BODY(round_f16(p[r]), VLOAD8_F16)
+}
+
+/* As the F32 mix over the values d * q (one float product each). */
+static void att_mix_acc_q8(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                           int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(p[r], VLOAD8_Q8)
 }
 
 /* ---- attention over an F16 cache (ops.h): 16 lanes as two halves ---- */
@@ -640,6 +691,59 @@ static void att_scores_f16(const void *q, const void *k, size_t stride, int32_t 
         for (int32_t i = np; i < hd; i++) d += (double)(sp_fp16_to_fp32(ks[i]) * sp_fp16_to_fp32(qh[i]));
         out[s] = (float)d * scale;
     }
+}
+
+/* ---- attention over a Q8_0 cache (ops.h), bit-identical to the scalar
+ * references: the int8 products summed exactly in 8 lanes of 4 (maddubs on
+ * |k| and sign-moved q, then pairs), per block lane j += fma(d_k d_q,
+ * sum_j), the lanes added as hsum_float_8 ---- */
+
+static void att_scores_q8(const void *q, const void *k, size_t stride, int32_t n, int32_t hd, float scale,
+                          float *out) {
+    const sp_block_q8_0 *qb = q;
+    const int32_t nb = hd / SP_QK;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int32_t s = 0; s < n; s++) {
+        const sp_block_q8_0 *kb = (const sp_block_q8_0 *)((const uint8_t *)k + (size_t)s * stride);
+        __m256 a = _mm256_setzero_ps();
+        for (int32_t b = 0; b < nb; b++) {
+            const __m256i kv = _mm256_loadu_si256((const __m256i *)kb[b].qs);
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)qb[b].qs);
+            const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(kv, kv), _mm256_sign_epi8(qv, kv));
+            const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+            const float d = _cvtsh_ss(kb[b].d) * _cvtsh_ss(qb[b].d);
+            a = _mm256_fmadd_ps(_mm256_set1_ps(d), sum, a);
+        }
+        out[s] = hsum8(a) * scale;
+    }
+}
+
+/* ---- the widened F16 kernels (ops.h): the F16 kernels' operations on
+ * rows converted once ---- */
+
+static void att_widen(const void *src, size_t stride, int32_t n, int32_t w, float *dst) {
+    for (int32_t s = 0; s < n; s++) {
+        const uint16_t *r = (const uint16_t *)((const uint8_t *)src + (size_t)s * stride);
+        float *d = dst + (size_t)s * w;
+        for (int32_t b = 0; 8 * b < w; b++) acc_store(d, b, w, _mm256_cvtph_ps(load_h8(r, 8 * b, w)));
+    }
+}
+
+static void att_scores_wide(const float *q, const float *k, int32_t n, int32_t hd, float scale, float *out) {
+    for (int32_t s = 0; s < n; s++) {
+        const float *ks = k + (size_t)s * hd;
+        __m256 lo = _mm256_setzero_ps(), hi = lo;
+        for (int32_t i = 0; i < hd; i += 16) {
+            lo = _mm256_fmadd_ps(_mm256_loadu_ps(ks + i), _mm256_loadu_ps(q + i), lo);
+            hi = _mm256_fmadd_ps(_mm256_loadu_ps(ks + i + 8), _mm256_loadu_ps(q + i + 8), hi);
+        }
+        out[s] = hsum16(lo, hi) * scale;
+    }
+}
+
+static void att_mix_acc_wide(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                             int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(round_f16(p[r]), VLOAD8_F32)
 }
 
 /* 2^e for integer lanes -126 <= e <= 127. */
@@ -717,6 +821,11 @@ void sp_ops_fill_avx2(sp_ops_table *t) {
     t->att_scores_kv[0] = att_scores_f16;
     t->att_mix_acc[0] = att_mix_acc_f32;
     t->att_mix_acc[1] = att_mix_acc_f16;
+    t->att_scores_kv[1] = att_scores_q8;
+    t->att_mix_acc[2] = att_mix_acc_q8;
+    t->att_widen = att_widen;
+    t->att_scores_wide = att_scores_wide;
+    t->att_mix_acc_wide = att_mix_acc_wide;
     t->softmax = softmax;
     t->swiglu = swiglu;
     sp_ops_fill_kquants_avx2(t);

@@ -1107,6 +1107,43 @@ AI float hsum16(__m512 v) {
     return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
 }
 
+/* The last two levels of the batched reductions below: q[k]'s 128-bit
+ * lane m holds the 4 partial sums q_0..q_3 of vector 4k + m; the result,
+ * lane s, is vector s's (q_0 + q_2) + (q_1 + q_3). After the shuffles
+ * element 4m + j holds vector m + 4j's sum, hence the final permutation. */
+AI __m512 hsum_tail16(const __m512 *q) {
+    __m512 r[2];
+    for (int j = 0; j < 2; j++)
+        r[j] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * j], q[2 * j + 1], 0x44), _mm512_shuffle_ps(q[2 * j], q[2 * j + 1], 0xEE));
+    const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], 0x88), _mm512_shuffle_ps(r[0], r[1], 0xDD));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), f);
+}
+
+/* sp_reduce16 of 16 vectors at once, lane s of the result that of a[s]:
+ * the same additions (a_i + a_(i+8), then h_i + h_(i+4), then q_0 + q_2 and
+ * q_1 + q_3, then their sum), paired across vectors by shuffles. */
+AI __m512 hsum16x16(const __m512 *a) {
+    __m512 p[8], q[4];
+    for (int j = 0; j < 8; j++)
+        p[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0xEE));
+    for (int j = 0; j < 4; j++)
+        q[j] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * j], p[2 * j + 1], 0x88),
+                             _mm512_shuffle_f32x4(p[2 * j], p[2 * j + 1], 0xDD));
+    return hsum_tail16(q);
+}
+
+/* ggml's hsum_float_8 of 16 8-lane vectors at once (lane s: a[s]'s
+ * (h_0 + h_2) + (h_1 + h_3) with h_j = a_j + a_(j+4)), the same additions. */
+AI __m512 hsum8x16(const __m256 *a) {
+    __m512 z[8], q[4];
+    for (int j = 0; j < 8; j++) z[j] = _mm512_insertf32x8(_mm512_castps256_ps512(a[2 * j]), a[2 * j + 1], 1);
+    for (int j = 0; j < 4; j++)
+        q[j] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * j], z[2 * j + 1], 0x88),
+                             _mm512_shuffle_f32x4(z[2 * j], z[2 * j + 1], 0xDD));
+    return hsum_tail16(q);
+}
+
 /* q . k_s in ggml's vec_dot_f32 order (ops.h). */
 static void att_scores(const float *q, const float *k, int64_t stride, int32_t n, int32_t hd,
                        float scale, float *out) {
@@ -1128,15 +1165,42 @@ static void att_scores(const float *q, const float *k, int64_t stride, int32_t n
     }
 }
 
-/* tinyBLAS's order (ops.h), accumulating: 16 accumulator rows, one per
- * rank mod 16 (in L1, up to MIX_HD_MAX head dims at once: each rank is one
- * pass over its value row), loaded from and stored back to acc. VLOAD(vr,
- * b, w) loads 16 values of a row widened to f32 (lanes beyond w zero). */
+/* tinyBLAS's order (ops.h), accumulating. Lane l of acc (the ranks r with
+ * r mod 16 == l) is a chain of its own: for a head of 16 NB dims (NB = 1,
+ * 2, 4, 8, 16) the lanes are walked LG at a time (LG x NB <= 16
+ * accumulators) with their vectors held in registers across all their
+ * ranks, each rank's value row read once; other head sizes keep the 16
+ * accumulator rows in L1 (up to MIX_HD_MAX dims at once) and walk the
+ * ranks in order. Either way each lane adds its ranks in rank order: the
+ * same bits. VLOAD(row, d, m) loads 16 values of a value row (its bytes)
+ * from dim d, widened to f32 (lanes outside mask m zero). */
 enum { MIX_HD_MAX = 256 };
 /* x rounded to f16 and back by F16C: round to nearest even, subnormals
  * and overflow as sp_fp32_to_fp16 (the default MXCSR: no DAZ/FTZ). */
 AI float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
-#define MIX_ACC_BODY(ROW_T, PR, VLOAD)                                                            \
+#define MIX_ROW(r) ((const uint8_t *)v + (size_t)(idx ? idx[r] : (r)) * stride)
+#define MIX_REG(PR, VLOAD, NB, LG)                                                                \
+    for (int l0 = 0; l0 < 16; l0 += (LG)) {                                                       \
+        __m512 a[LG][NB];                                                                         \
+        _Pragma("GCC unroll 16") for (int j = 0; j < (LG); j++)                                   \
+        _Pragma("GCC unroll 16") for (int b = 0; b < (NB); b++)                                   \
+            a[j][b] = _mm512_loadu_ps(acc + (l0 + j) * (int64_t)ld + 16 * b);                     \
+        for (int32_t base = r0 & ~15; base < r1; base += 16)                                      \
+            _Pragma("GCC unroll 16") for (int j = 0; j < (LG); j++) {                             \
+                const int32_t r = base + l0 + j;                                                  \
+                if (r < r0 || r >= r1) continue;                                                  \
+                const float pf = PR;                                                              \
+                if (pf == 0.0f) continue;                                                         \
+                const __m512 pr = _mm512_set1_ps(pf);                                             \
+                const uint8_t *row = MIX_ROW(r);                                                  \
+                _Pragma("GCC unroll 16") for (int b = 0; b < (NB); b++)                           \
+                    a[j][b] = _mm512_fmadd_ps(VLOAD(row, 16 * b, (__mmask16)0xFFFF), pr, a[j][b]); \
+            }                                                                                     \
+        _Pragma("GCC unroll 16") for (int j = 0; j < (LG); j++)                                   \
+        _Pragma("GCC unroll 16") for (int b = 0; b < (NB); b++)                                   \
+            _mm512_storeu_ps(acc + (l0 + j) * (int64_t)ld + 16 * b, a[j][b]);                     \
+    }
+#define MIX_MEM(PR, VLOAD)                                                                        \
     for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {                                             \
         const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = (w + 15) / 16;        \
         __m512 a[16][MIX_HD_MAX / 16];                                                            \
@@ -1147,27 +1211,50 @@ AI float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEARES
             const float pf = PR;                                                                  \
             if (pf == 0.0f) continue;                                                             \
             const __m512 pr = _mm512_set1_ps(pf);                                                 \
-            const ROW_T *vr = (const ROW_T *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride) + d0; \
+            const uint8_t *row = MIX_ROW(r);                                                      \
             __m512 *ar = a[r & 15];                                                               \
-            for (int32_t b = 0; b < nb; b++) ar[b] = _mm512_fmadd_ps(VLOAD(vr, b, w), pr, ar[b]); \
+            for (int32_t b = 0; b < nb; b++)                                                      \
+                ar[b] = _mm512_fmadd_ps(VLOAD(row, d0 + 16 * b, lanes(w - 16 * b)), pr, ar[b]);   \
         }                                                                                         \
         for (int l = 0; l < 16; l++)                                                              \
             for (int32_t b = 0; b < nb; b++)                                                      \
                 _mm512_mask_storeu_ps(acc + l * (int64_t)ld + d0 + 16 * b, lanes(w - 16 * b), a[l][b]); \
     }
+#define MIX_ACC_BODY(PR, VLOAD)                                                                   \
+    switch (hd) {                                                                                 \
+    case 16: MIX_REG(PR, VLOAD, 1, 4) break;                                                      \
+    case 32: MIX_REG(PR, VLOAD, 2, 4) break;                                                      \
+    case 64: MIX_REG(PR, VLOAD, 4, 4) break;                                                      \
+    case 128: MIX_REG(PR, VLOAD, 8, 2) break;                                                     \
+    case 256: MIX_REG(PR, VLOAD, 16, 1) break;                                                    \
+    default: MIX_MEM(PR, VLOAD) break;                                                            \
+    }
 
-#define VLOAD_F32(vr, b, w) _mm512_maskz_loadu_ps(lanes((w) - 16 * (b)), (vr) + 16 * (b))
-#define VLOAD_F16(vr, b, w) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes((w) - 16 * (b)), (vr) + 16 * (b)))
+#define VLOAD_F32(row, d, m) _mm512_maskz_loadu_ps((m), (const float *)(row) + (d))
+#define VLOAD_F16(row, d, m) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((m), (const uint16_t *)(row) + (d)))
+/* a Q8_0 head is whole 32-blocks: 16 dims never straddle blocks, m is full */
+AI __m512 vload_q8(const uint8_t *row, int32_t d) {
+    const sp_block_q8_0 *blk = (const sp_block_q8_0 *)row + d / SP_QK;
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(blk->d)),
+                         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk->qs + d % SP_QK)))));
+}
+#define VLOAD_Q8(row, d, m) vload_q8((row), (d))
 
 static void att_mix_acc_f32(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
                             int32_t hd, float *acc, int32_t ld) {
-    MIX_ACC_BODY(float, p[r], VLOAD_F32)
+    MIX_ACC_BODY(p[r], VLOAD_F32)
 }
 
 /* F16 values, p rounded to f16 (ops.h) */
 static void att_mix_acc_f16(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
                             int32_t hd, float *acc, int32_t ld) {
-    MIX_ACC_BODY(uint16_t, round_f16(p[r]), VLOAD_F16)
+    MIX_ACC_BODY(round_f16(p[r]), VLOAD_F16)
+}
+
+/* As the F32 mix over the values d * q (one float product each). */
+static void att_mix_acc_q8(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
+                           int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(p[r], VLOAD_Q8)
 }
 
 /* ---- attention over an F16 cache (ops.h), bit-identical to the scalar
@@ -1193,10 +1280,23 @@ static void att_scores_f16(const void *q, const void *k, size_t stride, int32_t 
         return;
     }
     enum { QMAX = 512 };
-    if (hd <= QMAX) { /* the query widened once */
+    if (hd <= QMAX) { /* the query widened once; 16 slots at a time, then one by one */
         float qf[QMAX] __attribute__((aligned(64)));
         for (int32_t i = 0; i < hd; i += 16) _mm512_store_ps(qf + i, load_h16(qh + i));
-        for (int32_t s = 0; s < n; s++) {
+        const __m512 sc = _mm512_set1_ps(scale);
+        int32_t s = 0;
+        for (; s + 16 <= n; s += 16) {
+            const uint8_t *k0 = (const uint8_t *)k + (size_t)s * stride;
+            __m512 a[16];
+            _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++) a[j] = _mm512_setzero_ps();
+            for (int32_t i = 0; i < hd; i += 16) {
+                const __m512 qv = _mm512_load_ps(qf + i);
+                _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)
+                    a[j] = _mm512_fmadd_ps(load_h16((const uint16_t *)(k0 + (size_t)j * stride) + i), qv, a[j]);
+            }
+            _mm512_storeu_ps(out + s, _mm512_mul_ps(hsum16x16(a), sc));
+        }
+        for (; s < n; s++) {
             const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
             __m512 a = _mm512_setzero_ps();
             for (int32_t i = 0; i < hd; i += 16) a = _mm512_fmadd_ps(load_h16(ks + i), _mm512_load_ps(qf + i), a);
@@ -1212,17 +1312,79 @@ static void att_scores_f16(const void *q, const void *k, size_t stride, int32_t 
     }
 }
 
+/* ---- the widened F16 kernels (ops.h): the F16 kernels' operations on
+ * rows converted once ---- */
+
+static void att_widen(const void *src, size_t stride, int32_t n, int32_t w, float *dst) {
+    for (int32_t s = 0; s < n; s++) {
+        const uint16_t *r = (const uint16_t *)((const uint8_t *)src + (size_t)s * stride);
+        float *d = dst + (size_t)s * w;
+        int32_t i = 0;
+        for (; i + 16 <= w; i += 16) _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r + i))));
+        if (i < w) {
+            const __mmask16 m = lanes(w - i);
+            _mm512_mask_storeu_ps(d + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, r + i)));
+        }
+    }
+}
+
+static void att_scores_wide(const float *q, const float *k, int32_t n, int32_t hd, float scale, float *out) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    int32_t s = 0;
+    for (; s + 16 <= n; s += 16) {
+        const float *k0 = k + (size_t)s * hd;
+        __m512 a[16];
+        UNROLL for (int j = 0; j < 16; j++) a[j] = _mm512_setzero_ps();
+        for (int32_t i = 0; i < hd; i += 16) {
+            const __m512 qv = _mm512_loadu_ps(q + i);
+            UNROLL for (int j = 0; j < 16; j++) a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(k0 + (size_t)j * hd + i), qv, a[j]);
+        }
+        _mm512_storeu_ps(out + s, _mm512_mul_ps(hsum16x16(a), sc));
+    }
+    for (; s < n; s++) {
+        __m512 a = _mm512_setzero_ps();
+        for (int32_t i = 0; i < hd; i += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(k + (size_t)s * hd + i), _mm512_loadu_ps(q + i), a);
+        out[s] = hsum16(a) * scale;
+    }
+}
+
+static void att_mix_acc_wide(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0,
+                             int32_t r1, int32_t hd, float *acc, int32_t ld) {
+    MIX_ACC_BODY(round_f16(p[r]), VLOAD_F32)
+}
+
 /* ---- attention over a Q8_0 cache (ops.h), bit-identical to the scalar
  * references: the int8 products summed exactly in 8 lanes of 4 (maddubs
  * on |k| and sign-moved q, then pairs), per block lane j += fma(d_k d_q,
  * sum_j), the lanes added as hsum_float_8 ---- */
+
+/* One slot's block b: its 8 lanes of 4 int8 products, fma'd by d_k d_q. */
+AI __m256 q8_block(const sp_block_q8_0 *kb, __m256i qv, float dq, __m256 a) {
+    const __m256i kv = _mm256_loadu_si256((const __m256i *)kb->qs);
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(kv, kv), _mm256_sign_epi8(qv, kv));
+    const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+    return _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(kb->d) * dq), sum, a);
+}
 
 static void att_scores_q8(const void *q, const void *k, size_t stride, int32_t n, int32_t hd, float scale,
                           float *out) {
     const sp_block_q8_0 *qb = q;
     const int32_t nb = hd / SP_QK;
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int32_t s = 0; s < n; s++) {
+    int32_t s0 = 0;
+    for (; s0 + 16 <= n; s0 += 16) { /* 16 slots, one batched reduction */
+        const uint8_t *k0 = (const uint8_t *)k + (size_t)s0 * stride;
+        __m256 a[16];
+        UNROLL for (int j = 0; j < 16; j++) a[j] = _mm256_setzero_ps();
+        for (int32_t b = 0; b < nb; b++) {
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)qb[b].qs);
+            const float dq = _cvtsh_ss(qb[b].d);
+            UNROLL for (int j = 0; j < 16; j++)
+                a[j] = q8_block((const sp_block_q8_0 *)(k0 + (size_t)j * stride) + b, qv, dq, a[j]);
+        }
+        _mm512_storeu_ps(out + s0, _mm512_mul_ps(hsum8x16(a), _mm512_set1_ps(scale)));
+    }
+    for (int32_t s = s0; s < n; s++) {
         const sp_block_q8_0 *kb = (const sp_block_q8_0 *)((const uint8_t *)k + (size_t)s * stride);
         __m256 a = _mm256_setzero_ps();
         for (int32_t b = 0; b < nb; b++) {
@@ -1236,33 +1398,6 @@ static void att_scores_q8(const void *q, const void *k, size_t stride, int32_t n
         const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
         const __m128 t = _mm_add_ps(h, _mm_movehl_ps(h, h));
         out[s] = _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t))) * scale;
-    }
-}
-
-/* As the F32 mix over the values d * q (one float product each). */
-static void att_mix_acc_q8(const float *p, const int32_t *idx, const void *v, size_t stride, int32_t r0, int32_t r1,
-                           int32_t hd, float *acc, int32_t ld) {
-    for (int32_t d0 = 0; d0 < hd; d0 += MIX_HD_MAX) {
-        const int32_t w = hd - d0 < MIX_HD_MAX ? hd - d0 : MIX_HD_MAX, nb = w / 16;
-        __m512 a[16][MIX_HD_MAX / 16];
-        for (int l = 0; l < 16; l++)
-            for (int32_t b = 0; b < nb; b++) a[l][b] = _mm512_loadu_ps(acc + l * (int64_t)ld + d0 + 16 * b);
-        for (int32_t r = r0; r < r1; r++) {
-            if (p[r] == 0.0f) continue;
-            const __m512 pr = _mm512_set1_ps(p[r]);
-            const sp_block_q8_0 *vb =
-                (const sp_block_q8_0 *)((const uint8_t *)v + (size_t)(idx ? idx[r] : r) * stride) + d0 / SP_QK;
-            __m512 *ar = a[r & 15];
-            for (int32_t b = 0; b < nb; b++) {
-                const sp_block_q8_0 *blk = vb + b / 2;
-                const __m512 x = _mm512_mul_ps(
-                    _mm512_set1_ps(_cvtsh_ss(blk->d)),
-                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk->qs + 16 * (b & 1))))));
-                ar[b] = _mm512_fmadd_ps(x, pr, ar[b]);
-            }
-        }
-        for (int l = 0; l < 16; l++)
-            for (int32_t b = 0; b < nb; b++) _mm512_storeu_ps(acc + l * (int64_t)ld + d0 + 16 * b, a[l][b]);
     }
 }
 
@@ -1757,6 +1892,9 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->att_mix_acc[1] = att_mix_acc_f16;
     t->att_scores_kv[1] = att_scores_q8;
     t->att_mix_acc[2] = att_mix_acc_q8;
+    t->att_widen = att_widen;
+    t->att_scores_wide = att_scores_wide;
+    t->att_mix_acc_wide = att_mix_acc_wide;
     t->softmax = softmax;
     t->swiglu = swiglu;
     t->mm[SP_GGML_F32] = mm_f32;

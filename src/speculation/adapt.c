@@ -46,12 +46,40 @@ static void adapt_forget_text(sp_adapt *a) {
 
 void sp_adapt_init(sp_adapt *a) {
     adapt_forget_text(a);
-    a->t_one = a->r_draft = 0;
-    a->since_one = a->n_one = 0;
-    memset(a->r_target, 0, sizeof a->r_target);
-    memset(a->r_over, 0, sizeof a->r_over);
+    memset(&a->c, 0, sizeof a->c);
+    memset(a->depth_seen, 0, sizeof a->depth_seen);
+    a->bucket = 0;
+    a->depth_seen[0] = true;
+    a->measure_one = false;
     a->iters = 0;
     a->probe_first = false;
+}
+
+static int32_t depth_bucket(int64_t n_past) {
+    int32_t b = 0;
+    for (int64_t lim = 1024; b < SP_ADAPT_DEPTHS - 1 && n_past >= lim; lim *= 2) b++;
+    return b;
+}
+
+void sp_adapt_set_depth(sp_adapt *a, int64_t n_past) {
+    const int32_t b = depth_bucket(n_past);
+    if (b == a->bucket) return;
+    a->depth_costs[a->bucket] = a->c;
+    a->bucket = b;
+    if (a->depth_seen[b]) {
+        a->c = a->depth_costs[b];
+        return;
+    }
+    a->depth_seen[b] = true;
+    /* before anything is measured there is nothing to seed from: the
+     * start-up schedule measures this bucket */
+    if (!(a->c.t_one > 0 && a->c.r_draft > 0)) return;
+    /* seeded with the last bucket's costs, measured afresh: t_one by the
+     * next (plain) iteration, each ratio when its forward next runs */
+    a->c.n_one = 0;
+    a->c.since_one = 0;
+    for (int32_t k = 2; k <= SP_SPEC_MAX_GAMMA + 1; k++) a->c.seeded[k] = a->c.r_target[k] > 0;
+    a->measure_one = true;
 }
 
 /* A new prompt on the same object: the costs, kept as ratios to the
@@ -68,12 +96,12 @@ void sp_adapt_init(sp_adapt *a) {
  * ADAPT_FRESH). Before both costs are measured there is nothing to carry:
  * start from scratch. */
 void sp_adapt_new_text(sp_adapt *a) {
-    if (!(a->n_one > 0 && a->r_draft > 0)) {
+    if (!(a->c.t_one > 0 && a->c.r_draft > 0)) {
         sp_adapt_init(a);
         return;
     }
     adapt_forget_text(a); /* the costs stay */
-    a->since_one = ADAPT_FRESH;
+    a->c.since_one = ADAPT_FRESH;
     a->iters = ADAPT_PLAIN_FIRST + 2; /* past the first iterations' schedule */
     a->probe_first = true;
 }
@@ -104,15 +132,15 @@ static double interp_time(const double *t, int32_t k, int32_t from, double guess
 
 /* Target forward cost for k tokens, in t_one. */
 static double target_cost(const sp_adapt *a, int32_t k) {
-    return k == 1 ? 1 : interp_time(a->r_target, k, 1, (double)k);
+    return k == 1 ? 1 : interp_time(a->c.r_target, k, 1, (double)k);
 }
 
 /* Seconds in units of the current one-token forward (0 before one is measured). */
-static double in_t_one(const sp_adapt *a, double sec) { return a->t_one > 0 ? sec / a->t_one : 0; }
+static double in_t_one(const sp_adapt *a, double sec) { return a->c.t_one > 0 ? sec / a->c.t_one : 0; }
 
 /* Expected cost of an iteration drafting g tokens, in t_one. */
 static double iter_cost(const sp_adapt *a, int32_t g) {
-    return g * a->r_draft + target_cost(a, g + 1) + interp_time(a->r_over, g, 0, 0);
+    return g * a->c.r_draft + target_cost(a, g + 1) + interp_time(a->c.r_over, g, 0, 0);
 }
 
 /* Draft length maximising expected tokens per second (ALGORITHMS.md
@@ -133,6 +161,10 @@ int32_t sp_adapt_propose(sp_adapt *a, int32_t gmax) {
     if (it == 0) return gmax < ADAPT_WARMUP_GAMMA ? gmax : ADAPT_WARMUP_GAMMA;
     if (it <= ADAPT_PLAIN_FIRST) return 0;
     if (it == ADAPT_PLAIN_FIRST + 1) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
+    if (a->measure_one) { /* a new depth bucket: t_one there first */
+        a->measure_one = false;
+        return 0;
+    }
     double a1 = (a->first_a + ADAPT_PRIOR_W * ADAPT_PRIOR) / (a->first_b + ADAPT_PRIOR_W);
     /* an starts from a1: a draft that is rarely right first is rarely right
      * next (a hopeful an made the rarely-right n-gram drafter draft 4-8
@@ -166,7 +198,7 @@ int32_t sp_adapt_propose(sp_adapt *a, int32_t gmax) {
     }
     if (a->probe_every == 0) a->probe_every = ADAPT_PROBE_MIN;
     int32_t every = a->probe_every;
-    if (a->r_draft > 0) {
+    if (a->c.r_draft > 0) {
         /* with every draft token accepted, could any length beat plain?
          * If not (measured costs), probe only every ADAPT_PROBE_HOPELESS */
         double ub = 0;
@@ -222,18 +254,22 @@ void sp_adapt_observe_target(sp_adapt *a, int32_t k, double cost) {
     } else if (k == 1) {
         /* the plain mean of the first few, then the average: the ratios
          * measured next are only as good as this */
-        if (a->n_one < 1 / ADAPT_EMA) a->t_one = (a->t_one * a->n_one + cost) / (a->n_one + 1);
-        else ema(&a->t_one, cost);
-        a->n_one++;
-        a->r_target[1] = 1;
-        a->since_one = 0;
-    } else if (k <= SP_SPEC_MAX_GAMMA + 1 && a->t_one > 0) {
+        if (a->c.n_one < 1 / ADAPT_EMA) a->c.t_one = (a->c.t_one * a->c.n_one + cost) / (a->c.n_one + 1);
+        else ema(&a->c.t_one, cost);
+        a->c.n_one++;
+        a->c.r_target[1] = 1;
+        a->c.since_one = 0;
+    } else if (k <= SP_SPEC_MAX_GAMMA + 1 && a->c.t_one > 0) {
         /* soon after a one-token forward, learn the ratio; in a long run of
          * drafting iterations, let t_one follow the context through it */
-        if (a->since_one++ < ADAPT_FRESH || a->r_target[k] <= 0)
-            ema(&a->r_target[k], cost / a->t_one);
+        if (a->c.seeded[k]) { /* a seed from another depth: replaced, not averaged */
+            a->c.seeded[k] = false;
+            a->c.since_one++;
+            a->c.r_target[k] = cost / a->c.t_one;
+        } else if (a->c.since_one++ < ADAPT_FRESH || a->c.r_target[k] <= 0)
+            ema(&a->c.r_target[k], cost / a->c.t_one);
         else
-            ema(&a->t_one, cost / a->r_target[k]);
+            ema(&a->c.t_one, cost / a->c.r_target[k]);
     }
 }
 
@@ -241,7 +277,7 @@ void sp_adapt_observe_step(sp_adapt *a, const sp_adapt_step *st) {
     const int32_t nd = st->drafted;
     SP_ASSERT(nd >= 0 && nd <= SP_SPEC_MAX_GAMMA);
     if (a->iters > 1) { /* past the warm-up iteration */
-        ema(&a->r_over[nd], in_t_one(a, st->over_seconds));
+        ema(&a->c.r_over[nd], in_t_one(a, st->over_seconds));
         /* realised tokens per second, by whether anything was drafted (a
          * gamma the drafter could not fill costs what plain decoding costs);
          * the forward counts at what it was charged, as in the model */
@@ -262,6 +298,6 @@ void sp_adapt_observe_step(sp_adapt *a, const sp_adapt_step *st) {
         /* per draft forward, leaving out the catch-up after plain steps (a
          * one-off when drafting resumes; the realised rate counts it) */
         if (st->draft_forwards > 0)
-            ema(&a->r_draft, in_t_one(a, st->draft_forward_seconds / (double)st->draft_forwards));
+            ema(&a->c.r_draft, in_t_one(a, st->draft_forward_seconds / (double)st->draft_forwards));
     }
 }

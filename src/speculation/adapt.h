@@ -15,19 +15,40 @@
 
 #include "sp_spec.h"
 
-typedef struct sp_adapt {
-    /* Acceptance comes in runs, so two rates are tracked (discounted
-     * counts): a1 = P(first draft token accepted), an = P(next accepted |
-     * previous accepted). */
-    double first_a, first_b, next_a, next_b;
+/* Buckets of depths (tokens in the context: below 1024, then each doubling
+ * up to 32768, then beyond), each with its own measured costs: a k-token
+ * forward's cost relative to a one-token one grows with the depth
+ * (attention's share grows), so ratios measured at one depth misprice
+ * verification at another. */
+#define SP_ADAPT_DEPTHS 7
+
+/* The measured costs of one depth bucket. */
+typedef struct sp_adapt_costs {
     double t_one;            /* EMA seconds per one-token target forward */
-    double last_cost;        /* what the last target forward was charged (seconds) */
     int32_t since_one;       /* iterations since t_one was last measured directly */
     int32_t n_one;           /* direct measurements of t_one so far */
     double r_draft;          /* EMA draft forward / t_one */
     double r_target[SP_SPEC_MAX_GAMMA + 2]; /* EMA k-token target forward / t_one ([1] = 1) */
     double r_over[SP_SPEC_MAX_GAMMA + 2];   /* EMA rest of an iteration (verification,
                                              * sampling) / t_one, by draft length */
+    /* a bucket entered with another's costs as its seed: k-token ratios
+     * not yet measured here (the first measurement replaces the seed) */
+    bool seeded[SP_SPEC_MAX_GAMMA + 2];
+} sp_adapt_costs;
+
+typedef struct sp_adapt {
+    /* Acceptance comes in runs, so two rates are tracked (discounted
+     * counts): a1 = P(first draft token accepted), an = P(next accepted |
+     * previous accepted). */
+    double first_a, first_b, next_a, next_b;
+    sp_adapt_costs c;        /* the costs at the current depth */
+    sp_adapt_costs depth_costs[SP_ADAPT_DEPTHS]; /* every bucket's (c is the current
+                                                  * one's, saved when the depth moves) */
+    bool depth_seen[SP_ADAPT_DEPTHS];
+    int32_t bucket;          /* the current depth's bucket */
+    bool measure_one;        /* a bucket entered unmeasured: its next iteration decodes
+                              * plainly, measuring t_one there */
+    double last_cost;        /* what the last target forward was charged (seconds) */
     double real_cost[2], real_tok[2], real_it[2]; /* realised: discounted cost (in t_one),
                                        * tokens and count of the iterations that decoded
                                        * plainly [0] / drafted [1] */
@@ -57,6 +78,12 @@ void sp_adapt_init(sp_adapt *a);
  * (acceptance, realised rates, probe schedule) starts afresh. */
 void sp_adapt_new_text(sp_adapt *a);
 
+/* The context now holds n_past tokens: from here on the costs of that
+ * depth's bucket are used (and measured). A bucket not seen before starts
+ * from the current costs, measures t_one with one plain iteration and
+ * replaces each k-token ratio at its first measurement. Call before
+ * sp_adapt_propose; never calling it keeps one bucket for every depth. */
+void sp_adapt_set_depth(sp_adapt *a, int64_t n_past);
 /* The next draft length in [0, gmax] (gmax <= SP_SPEC_MAX_GAMMA). */
 int32_t sp_adapt_propose(sp_adapt *a, int32_t gmax);
 

@@ -333,6 +333,7 @@ static sp_status step_chain(gen_run *g, int32_t remaining, sp_error *err) {
     double t0 = sp_now(), dsec0 = dc->seconds, dgap0 = dc->gap_seconds;
     const double t_fwd0 = st->t_target;
     int64_t dfw0 = dc->forwards, dgapf0 = dc->gap_forwards;
+    if (s->prm.adaptive) sp_adapt_set_depth(&s->adapt, g->n);
     int32_t gamma = s->prm.adaptive ? sp_adapt_propose(&s->adapt, s->prm.gamma) : s->prm.gamma;
     if (gamma > remaining - 1) gamma = remaining - 1;
     int32_t nd = 0;
