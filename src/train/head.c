@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "gguf_write.h"
+#include "sp_clock.h"
+#include "sp_distill.h"
+#include "sp_model.h"
 #include "sp_rng.h"
 
 enum { P_FC, P_ANORM, P_HNORM, P_WQ, P_WK, P_WV, P_WO, P_FNORM, P_W1, P_W3, P_W2, P_ONORM, P_OUT, P_COUNT };
@@ -460,5 +463,120 @@ sp_status sp_thead_save(const sp_thead *h, const int32_t layers[3], const char *
     if (!st) st = sp_gguf_writer_write(w, path, err);
     sp_gguf_writer_free(w);
     free(d2t);
+    return st;
+}
+
+/* ------------------------------------------------------ training on text */
+
+sp_head_params sp_head_default_params(int32_t n) {
+    sp_head_params p = {.layers = {2, n / 2, n - 3}, .steps = 200, .warmup = 10, .batch = 4, .seq_len = 64,
+                        .unroll = 3, .lr = 3e-3f, .lr_min = 3e-4f, .loss = {.kind = SP_LOSS_FKL}, .seed = 1,
+                        .threads = 1};
+    for (int i = 0; i < 3; i++) p.layers[i] = p.layers[i] < 0 ? 0 : p.layers[i] > n ? n : p.layers[i];
+    return p;
+}
+
+/* The target's embedding rows [V][D]: its layer-0 taps (the embedding as
+ * the forward pass reads it), a window at a time. */
+static sp_status read_embd(sp_ctx *ctx, int32_t V, int32_t D, int32_t T, float *embd, float *logits, sp_error *err) {
+    const int32_t zero = 0;
+    sp_status st = sp_ctx_set_taps(ctx, &zero, 1, err);
+    int32_t *ids = malloc((size_t)T * sizeof *ids);
+    if (!ids) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    for (int32_t v0 = 0; !st && v0 < V; v0 += T) {
+        const int32_t n = V - v0 < T ? V - v0 : T;
+        for (int32_t i = 0; i < n; i++) ids[i] = v0 + i;
+        sp_batch b = {.tokens = ids, .n = n};
+        int32_t rows = 0;
+        if ((st = sp_ctx_truncate(ctx, 0, err)) || (st = sp_forward(ctx, &b, logits, err))) break;
+        const float *t = sp_ctx_taps(ctx, 0, &rows);
+        SP_ASSERT(t && rows == n);
+        memcpy(embd + (int64_t)v0 * D, t, (size_t)n * (size_t)D * sizeof(float));
+    }
+    free(ids);
+    return st;
+}
+
+sp_status sp_distill_head(const sp_model *target, const char *target_path, const int32_t *data, int64_t n,
+                          const sp_head_params *p, const char *out_path, sp_distill_cb cb, void *ud,
+                          double *first, double *last, sp_error *err) {
+    const sp_model_config *tc = sp_model_cfg(target);
+    const int32_t D = tc->dim, V = tc->n_vocab, T = p->seq_len, K = p->unroll;
+    if (p->loss.kind == SP_LOSS_CE) return sp_fail(err, SP_ERR_ARG, "train-head: a head distils (fkl, rkl, jsd, tvd)");
+    if (K < 1 || K > MAX_K || T < K + 2 || p->batch < 1 || p->steps < 1)
+        return sp_fail(err, SP_ERR_ARG, "train-head: %d unrolled steps (1..%d) in windows of %d tokens", K, MAX_K, T);
+    for (int i = 0; i < 3; i++)
+        if (p->layers[i] < 0 || p->layers[i] > tc->n_layers)
+            return sp_fail(err, SP_ERR_ARG, "train-head: layer %d is outside the target's [0, %d]", p->layers[i],
+                           tc->n_layers);
+    if (n < T + 1)
+        return sp_fail(err, SP_ERR_ARG, "train-head: %lld text tokens, fewer than a window of %d", (long long)n, T + 1);
+    sp_thead_shape hs = {.dim = D, .n_heads = p->n_heads ? p->n_heads : tc->n_heads,
+                         .n_kv_heads = p->n_kv_heads ? p->n_kv_heads : tc->n_kv_heads,
+                         .ffn_dim = p->ffn_dim ? p->ffn_dim : tc->ffn_dim, .tgt_dim = D, .n_vocab = V,
+                         .rope_theta = tc->rope_theta, .eps = tc->norm_eps};
+    sp_ctx *ctx = NULL;
+    sp_thead *h = NULL;
+    float *embd = malloc((size_t)V * D * sizeof(float)), *logits = malloc((size_t)T * V * sizeof(float));
+    float *feat = malloc((size_t)T * 3 * D * sizeof(float));
+    int32_t *tok = malloc((size_t)T * sizeof(int32_t));
+    sp_status st = SP_OK;
+    if (!embd || !logits || !feat || !tok) st = sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    sp_ctx_params cp = sp_ctx_default_params();
+    cp.n_ctx = T;
+    cp.max_batch = T;
+    cp.n_threads = p->threads;
+    cp.type_k = cp.type_v = SP_GGML_F32;
+    if (!st) st = sp_ctx_init(target, &cp, &ctx, err);
+    if (!st) st = read_embd(ctx, V, D, T, embd, logits, err);
+    if (!st) st = sp_thead_init(&hs, embd, p->seed, &h, err);
+    if (!st) st = sp_ctx_set_taps(ctx, p->layers, 3, err);
+    sp_rng rng;
+    sp_rng_seed(&rng, p->seed ^ 0x9e3779b97f4a7c15ULL);
+    sp_adamw_params ap = sp_adamw_default_params();
+    const double t0 = sp_now();
+    const int64_t avg = p->steps < 10 ? p->steps : 10;
+    double f = 0, l = 0;
+    for (int64_t s = 0; !st && s < p->steps; s++) {
+        ap.lr = sp_train_lr(s, p->steps, p->warmup, p->lr, p->lr_min);
+        sp_thead_zero_grad(h);
+        double step_loss = 0;
+        for (int32_t b = 0; !st && b < p->batch; b++) {
+            const int64_t start = (int64_t)sp_rng_below(&rng, (uint64_t)(n - T));
+            memcpy(tok, data + start, (size_t)T * sizeof(int32_t));
+            sp_batch bt = {.tokens = tok, .n = T, .logits_all = true};
+            if ((st = sp_ctx_truncate(ctx, 0, err)) || (st = sp_forward(ctx, &bt, logits, err))) break;
+            for (int i = 0; i < 3; i++) {
+                int32_t nr;
+                const float *tp = sp_ctx_taps(ctx, i, &nr);
+                SP_ASSERT(tp && nr == T);
+                for (int32_t t = 0; t < T; t++)
+                    memcpy(feat + ((int64_t)t * 3 + i) * D, tp + (int64_t)t * D, (size_t)D * sizeof(float));
+            }
+            for (int32_t t = 0; t < T; t++) { /* the target's distributions at temperature 1 */
+                float *row = logits + (int64_t)t * V, mx = -INFINITY, sum = 0;
+                for (int32_t v = 0; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+                for (int32_t v = 0; v < V; v++) sum += row[v] = expf(row[v] - mx);
+                for (int32_t v = 0; v < V; v++) row[v] /= sum;
+            }
+            double m;
+            st = sp_thead_run(h, tok, feat, logits, T, K, &p->loss, true, 1.0f / (float)p->batch, &m, err);
+            step_loss += m / (double)p->batch;
+        }
+        if (st) break;
+        const float gn = sp_thead_step(h, &ap);
+        if (s < avg) f += step_loss / (double)avg;
+        if (s >= p->steps - avg) l += step_loss / (double)avg;
+        const double el = sp_now() - t0;
+        sp_distill_progress pr = {.step = s + 1, .steps = p->steps, .loss = step_loss, .lr = ap.lr, .grad_norm = gn,
+                                  .tokens_per_s = el > 0 ? (double)(s + 1) * p->batch * T / el : 0, .elapsed = el};
+        if (cb) cb(&pr, ud);
+    }
+    if (!st) st = sp_thead_save(h, p->layers, target_path, out_path, err);
+    if (!st && first) *first = f;
+    if (!st && last) *last = l;
+    sp_thead_free(h);
+    sp_ctx_free(ctx);
+    free(embd), free(logits), free(feat), free(tok);
     return st;
 }
