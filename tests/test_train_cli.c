@@ -155,7 +155,7 @@ static void test_train_head(void **state) {
     snprintf(args, sizeof args, "train-head -m '%s' --head eagle3 --data '%s' --head-ffn 64 --steps 40 --seq 32 "
              "--seed 3 --quiet --out '%s/h.gguf'", tgt(), train, sp_tmpdir());
     if (cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out)) fail_msg("%s: %s", args, out);
-    double a, b;
+    double a = 0, b = 0;
     const char *l = strstr(out, "fkl loss ");
     if (!l || sscanf(l, "fkl loss %lf (first %*d steps) -> %lf", &a, &b) != 2) fail_msg("output '%s'", out);
     if (!(b < a - 0.5)) fail_msg("loss %.4f -> %.4f did not fall", a, b);
