@@ -168,6 +168,37 @@ sp_status sp_distill_eval(sp_tmodel *student, const sp_model *teacher, const int
                           const sp_loss *loss, int32_t seq_len, int32_t windows, double *mean,
                           sp_error *err);
 
+/* EAGLE-3 heads (`specula train-head`, src/train/head.c): windows of
+ * seq_len tokens of data go through the target with hidden-state taps on
+ * `layers`; a head of the target's width (its embeddings, frozen; an output
+ * over the full vocabulary) learns the target's distributions at
+ * temperature 1 under `loss` over `unroll` steps of EAGLE-3's
+ * training-time test (later steps read the head's own pre-norm output),
+ * `batch` windows per AdamW step; the result is written to out_path as an
+ * eagle3 GGUF with the tokenizer of target_path (the target's file).
+ * Deterministic given the seed. */
+typedef struct sp_head_params {
+    int32_t layers[3];      /* target layers read (0..n_layers) */
+    int32_t ffn_dim;        /* 0: the target's */
+    int32_t n_heads, n_kv_heads; /* 0: the target's */
+    int64_t steps, warmup;
+    int32_t batch, seq_len, unroll;
+    float lr, lr_min;
+    sp_loss loss;           /* not ce */
+    uint64_t seed;
+    int32_t threads;        /* the target's forward passes */
+} sp_head_params;
+
+/* EAGLE-3's default layers 2, n/2, n-3 (clamped to [0, n]); 200 steps of
+ * 4 x 64 tokens, 3 unrolled steps, lr 3e-3 -> 3e-4 after 10 warm-up steps,
+ * forward KL. */
+sp_head_params sp_head_default_params(int32_t target_layers);
+/* cb gets each step's mean loss; *first and *last (may be NULL) the mean
+ * loss of the first and last min(10, steps) steps. */
+sp_status sp_distill_head(const sp_model *target, const char *target_path, const int32_t *data, int64_t n,
+                          const sp_head_params *p, const char *out_path, sp_distill_cb cb, void *ud,
+                          double *first, double *last, sp_error *err);
+
 /* Token ids of a text: paragraphs (separated by blank lines) each encoded
  * with BOS in front, concatenated. *ids is malloc'd. */
 sp_status sp_distill_tokenize(const sp_tokenizer *tok, const char *text, size_t len, int32_t **ids,

@@ -31,7 +31,16 @@ $PY scripts/mkeagle3.py --target "$SHARED/reference/arch/models/llama-gqa4-f32.g
     --ffn 128 --own-embd --norm-before-fc --norm-before-residual --f16 --seed 2 \
     --out "$OUT/llama-gqa4-head.gguf"
 
-for pair in stories260K:models/stories260K.gguf llama-gqa4:reference/arch/models/llama-gqa4-f32.gguf; do
+# a head trained by Specula (specula train-head, deterministic given the
+# seed): stories260K, its default layers, FFN 64, 120 steps on the first
+# 20,000 bytes of the shared TinyStories sample
+make -j2 build/specula >/dev/null
+head -c 20000 "$SHARED/data/tinystories_val_sample.txt" >"$TMP/train.txt"
+build/specula train-head -m "$SHARED/models/stories260K.gguf" --head eagle3 --data "$TMP/train.txt" \
+    --head-ffn 64 --steps 120 --batch 4 --seq 48 --seed 1 --quiet --out "$OUT/stories260K-trained-head.gguf"
+
+for pair in stories260K:models/stories260K.gguf llama-gqa4:reference/arch/models/llama-gqa4-f32.gguf \
+    stories260K-trained:models/stories260K.gguf; do
     name=${pair%%:*}
     "$BIN" -m "$SHARED/${pair#*:}" -md "$OUT/$name-head.gguf" --spec-type draft-eagle3 \
         -p "Once upon a time" -n 96 --temp 0 -t 1 -c 256 --spec-draft-n-max 4 \

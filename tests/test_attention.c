@@ -13,8 +13,8 @@
 #include "attention.h"
 #include "kv.h"
 #include "ops.h"
-#include "sp_rng.h"
-#include "sp_threadpool.h"
+#include "rng.h"
+#include "threadpool.h"
 
 enum { N_PAST = 700, N_CTX = 768, MAX_N = 3 };
 

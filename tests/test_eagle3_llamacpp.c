@@ -146,8 +146,19 @@ static void test_llama_gqa4(void **state) {
             "tests/data/eagle3/llama-gqa4-head.llamacpp.txt", 85, 0);
 }
 
+/* A head trained by Specula (specula train-head, scripts/eagle3_ref.sh)
+ * drafts in llama.cpp as in Specula. */
+static void test_trained_head(void **state) {
+    (void)state;
+    /* iteration 45, step 2: llama.cpp gives ' to' and '.' both p = 0.125
+     * and picks ' to'; Specula '.' (the draft is rejected at step 0) */
+    compare("models/stories260K.gguf", "tests/data/eagle3/stories260K-trained-head.gguf",
+            "tests/data/eagle3/stories260K-trained-head.llamacpp.txt", 45, 2);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_stories260K),
+    cmocka_unit_test(test_trained_head),
     cmocka_unit_test(test_llama_gqa4),
 };
 SP_TEST_MAIN(tests)

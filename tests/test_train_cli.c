@@ -146,7 +146,48 @@ static void test_bad_input(void **state) {
     }
 }
 
+/* train-head: the loss falls, the head drafts without changing greedy
+ * output, and bad flags fail with one line. */
+static void test_train_head(void **state) {
+    (void)state;
+    const char *train = text_file("head.txt", 0, 8000);
+    char out[8192], args[4096], plain[8192];
+    snprintf(args, sizeof args, "train-head -m '%s' --head eagle3 --data '%s' --head-ffn 64 --steps 40 --seq 32 "
+             "--seed 3 --quiet --out '%s/h.gguf'", tgt(), train, sp_tmpdir());
+    if (cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out)) fail_msg("%s: %s", args, out);
+    double a = 0, b = 0;
+    const char *l = strstr(out, "fkl loss ");
+    if (!l || sscanf(l, "fkl loss %lf (first %*d steps) -> %lf", &a, &b) != 2) fail_msg("output '%s'", out);
+    if (!(b < a - 0.5)) fail_msg("loss %.4f -> %.4f did not fall", a, b);
+    snprintf(args, sizeof args, "generate -m '%s' -p 'Once upon a time' -n 48 --temp 0", tgt());
+    if (cli_run(args, SP_CAPTURE_STDOUT, plain, sizeof plain)) fail_msg("%s", plain);
+    snprintf(args, sizeof args, "generate -m '%s' -md '%s/h.gguf' --draft eagle3 --draft-p-min 0 -p 'Once upon a time' "
+             "-n 48 --temp 0", tgt(), sp_tmpdir());
+    if (cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out)) fail_msg("%s", out);
+    assert_string_equal(out, plain);
+    const struct { const char *args, *msg; } cases[] = {
+        {"train-head --head eagle3 --data X --out Y", "-m TARGET"},
+        {"train-head -m T --head medusa --data X --out Y", "--head must be eagle3"},
+        {"train-head -m T --head eagle3 --data X --out Y --loss ce", "a head distils"},
+        {"train-head -m T --head eagle3 --data X --out Y --unroll 9", "--unroll"},
+        {"train-head -m T --head eagle3 --data X --out Y --seq 4 --unroll 3", "too short"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int rc = cli_run(cases[i].args, SP_CAPTURE_STDERR, out, sizeof out);
+        if (rc == 0 || !strstr(out, cases[i].msg) || sp_count_lines(out) != 1)
+            fail_msg("'%s': exit %d, '%s'", cases[i].args, rc, out);
+    }
+    const char *bad[][2] = {{"--layers 1,2", "three layers"}, {"--layers 1,2,9", "outside"}};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "train-head -m '%s' --head eagle3 --data '%s' %s --out '%s/x.gguf'", tgt(), train,
+                 bad[i][0], sp_tmpdir());
+        int rc = cli_run(args, SP_CAPTURE_STDERR, out, sizeof out);
+        if (rc == 0 || !strstr(out, bad[i][1]) || sp_count_lines(out) != 1) fail_msg("'%s': exit %d, '%s'", args, rc, out);
+    }
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_train_head),
     cmocka_unit_test(test_distill_then_draft),
     cmocka_unit_test(test_train_from_text),
     cmocka_unit_test(test_bad_input),

@@ -219,6 +219,7 @@ int cmd_verify_sim(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_distill(int argc, char **argv);
+int cmd_train_head(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_bench_forward(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

@@ -15,6 +15,7 @@ static const cli_command COMMANDS[] = {
     {"bench", "benchmark speculation configurations over prompts", cmd_bench},
     {"train", "pre-train a small model on text (cross-entropy)", cmd_train},
     {"distill", "distil a draft model from a target on text", cmd_distill},
+    {"train-head", "train an EAGLE-3 head for a target on text", cmd_train_head},
     {"verify-sim", "simulate the verifiers on toy models", cmd_verify_sim},
     {"tokenize", "print the token ids of a text (any GGUF, vocabulary-only too)", cmd_tokenize},
     {"logits", "print the logits of token ids, every position of one forward (compare engines)", cmd_logits},

@@ -1,0 +1,57 @@
+/* head.h: training EAGLE-3 heads (internal; the head's inference is
+ * src/engine/eagle3.c). llm.c-style forward/backward over float arrays for
+ * one head: fc fusion of three target taps into g, one decoder layer over
+ * [RMSNorm(embedding); RMSNorm(g)] (the target's embeddings, frozen), a
+ * SwiGLU FFN, the output norm and an output matrix over the full target
+ * vocabulary (written with an identity d2t). norm_before_fc and
+ * norm_before_residual are off.
+ *
+ * Training-time test (EAGLE-3): a window of T tokens gives K unrolled
+ * steps. Step 1 at slot s pairs (token s+1, g = fc(taps[s])); step k > 1 at
+ * slot s+k-1 pairs (token s+k, the pre-norm output of step k-1 of the same
+ * chain) and attends to the step-1 slots 0..s and its own chain's earlier
+ * steps, exactly what drafting sees. Step k of chain s is scored against the
+ * target's row at s+k (the distribution of token s+k+1), s + k <= T - 1. */
+#ifndef SP_TRAIN_HEAD_H
+#define SP_TRAIN_HEAD_H
+
+#include <stdint.h>
+
+#include "gguf.h"
+#include "loss.h"
+#include "sp_status.h"
+#include "sp_train.h"
+
+typedef struct sp_thead_shape {
+    int32_t dim, n_heads, n_kv_heads, ffn_dim, tgt_dim, n_vocab;
+    float rope_theta, eps;
+} sp_thead_shape;
+
+typedef struct sp_thead sp_thead;
+
+/* A fresh head (N(0, 1/fan_in) matrices, norms 1) drawing token embeddings
+ * from embd [n_vocab][dim] (copied). */
+sp_status sp_thead_init(const sp_thead_shape *s, const float *embd, uint64_t seed, sp_thead **out,
+                        sp_error *err);
+void sp_thead_free(sp_thead *h);
+int32_t sp_thead_n_tensors(const sp_thead *h);
+const char *sp_thead_tensor(sp_thead *h, int32_t i, int64_t *n, float **value, float **grad);
+
+/* Forward over one window: tokens[T], feat[T][3 tgt_dim] (the three taps
+ * side by side), target rows p[T][n_vocab]; K unrolled steps (1..8).
+ * Returns the mean loss over the scored (chain, step) pairs; when backward
+ * is true, adds grad_scale * d(mean loss)/d(params) into the gradients. */
+sp_status sp_thead_run(sp_thead *h, const int32_t *tokens, const float *feat, const float *p, int32_t T,
+                       int32_t K, const sp_loss *loss, bool backward, float grad_scale, double *mean,
+                       sp_error *err);
+/* Logits of the last run: step k (1-based), chain s, n_vocab floats. */
+const float *sp_thead_logits(const sp_thead *h, int32_t T, int32_t k, int32_t s);
+void sp_thead_zero_grad(sp_thead *h);
+float sp_thead_step(sp_thead *h, const sp_adamw_params *p);
+
+/* Writes the head as llama.cpp's converter lays an eagle3 file out (F32):
+ * target layers, target hidden size, the tokenizer.* keys of target_path. */
+sp_status sp_thead_save(const sp_thead *h, const int32_t layers[3], const char *target_path,
+                        const char *path, sp_error *err);
+
+#endif
