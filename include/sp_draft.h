@@ -88,6 +88,9 @@ typedef struct sp_drafter_params {
     int32_t ngram_min, ngram_max; /* SP_DRAFT_NGRAM (and NGRAM_CACHE: max <= 4), default 1 and 4 */
     char skip_layers[SP_DRAFT_SKIP_LEN]; /* SP_DRAFT_LAYERSKIP, see sp_parse_skip_layers; "" = default */
     sp_ggml_type lowbit_type;    /* SP_DRAFT_LOWBIT, default Q4_0 */
+    const sp_model *lowbit_model; /* SP_DRAFT_LOWBIT: the target already re-quantised to
+                                   * lowbit_type (sp_model_requantize; not owned), shared
+                                   * by many drafters; NULL: the drafter makes its own copy */
     const sp_eagle3 *eagle3;     /* SP_DRAFT_EAGLE3: the head, loaded for the target (not owned) */
     int32_t max_batch;           /* largest draft batch (tree level); default SP_CTX_DEFAULT_BATCH */
     sp_suffix_corpus *suffix_corpus; /* SP_DRAFT_SUFFIX (and with_suffix): the shared corpus

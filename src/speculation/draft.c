@@ -229,7 +229,7 @@ sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *ta
         if (!sp_model_requantize_supported(p->lowbit_type))
             return sp_fail(err, SP_ERR_ARG, "lowbit: Specula does not compute with %s weights",
                            sp_ggml_type_name(p->lowbit_type));
-        return SP_OK;
+        return p->lowbit_model ? check_vocab(target, p->lowbit_model, err) : SP_OK;
     case SP_DRAFT_LAYERSKIP: {
         if (L > SP_DRAFT_MAX_LAYERS)
             return sp_fail(err, SP_ERR_UNSUPPORTED, "skip_layers: the target has %d layers, more than %d",
@@ -279,8 +279,12 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
     switch (p->kind) {
     case SP_DRAFT_MODEL: dm = p->draft_model; break;
     case SP_DRAFT_LOWBIT:
-        st = sp_model_requantize(tm, p->lowbit_type, &d->owned_model, err);
-        dm = d->owned_model;
+        if (p->lowbit_model) {
+            dm = p->lowbit_model;
+        } else {
+            st = sp_model_requantize(tm, p->lowbit_type, &d->owned_model, err);
+            dm = d->owned_model;
+        }
         break;
     case SP_DRAFT_LAYERSKIP:
         st = sp_parse_skip_layers(p->skip_layers, sp_model_cfg(tm)->n_layers, skip_buf, err);
