@@ -50,6 +50,10 @@
  *    is available (an unchanged base drafter otherwise);
  *  - a tree given without a verifier is verified with mc-norep; a draft
  *    length given without a tree makes a chain (a base tree is dropped);
+ *  - a draft length (gamma or n_max) given in a layer without adaptive in
+ *    that layer is a static length: a base's adaptive is turned off (a
+ *    request's gamma on a server started with --adaptive drafts exactly
+ *    gamma tokens, so seeded requests reproduce whatever the load);
  *  - settings the chosen drafter or verifier would ignore are errors (a
  *    typo must not silently measure something else), except that n_min and
  *    p_min sent along with n_max 0 are ignored, as llama.cpp clients send
