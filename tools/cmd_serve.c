@@ -15,8 +15,10 @@
  * response is written by a generation thread into a pipe that the
  * connection's reader drains; a client that
  * disconnects closes the pipe, which cancels its generation. SIGINT and
- * SIGTERM stop the daemon: in-flight generations are cancelled, every
- * connection finishes, everything is freed, exit 0. This file holds the
+ * SIGTERM drain the server: it stops accepting, answers queued requests
+ * 503 shutting_down, lets running ones finish within --shutdown-grace
+ * (then cuts them, streams still ending with [DONE]), frees everything,
+ * exit 0. This file holds the
  * options, loading and the daemon's start and stop; serve.h lists the
  * others (HTTP, requests, slots and batcher, metrics). The request side
  * is tools/serve_request.c, which fuzz/fuzz_serve_request.c drives alone. */
@@ -27,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "serve.h"
 #include "sp_clock.h"
@@ -38,10 +42,24 @@ static void serve_usage(FILE *f) {
             "usage: specula serve -m MODEL [-md DRAFT | --draft eagle3 -md HEAD.gguf] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
             "         [--queue N] [-c CTX] [-t THREADS] [--api-key KEY] [--chat-template NAME]\n"
             "         [--alias NAME] [--batching auto|on|off] [--no-batching] [--no-spec-batching]\n"
-            "         [--spec-cost share|wall]\n"
+            "         [--spec-cost share|wall] [--lowbit-types LIST] [--shutdown-grace S] [--http-timeout S]\n"
             "         [sampling and speculation defaults as for generate]\n"
             "  OpenAI-compatible endpoints: POST /v1/completions, POST /v1/chat/completions,\n"
-            "  GET /v1/models, GET /health, GET /metrics. --port 0 picks a free port (printed).\n"
+            "  GET /v1/models, GET /health, GET /metrics, POST /tokenize, POST /detokenize (as\n"
+            "  llama-server's). --port 0 picks a free port (printed). -c: the context per slot,\n"
+            "  by default 2048 capped at the model's trained length (with a warning).\n"
+            "  --lowbit-types: the weight types a request's low-bit self-draft may use\n"
+            "  (default " SP_SERVE_LOWBIT_DEFAULT ", or none); each is built once, when first asked for,\n"
+            "  and shared by all slots; others are refused with 400.\n"
+            "  SIGTERM/SIGINT drain: no new connections, queued requests get 503 shutting_down\n"
+            "  with Retry-After, running ones finish within --shutdown-grace seconds (default\n"
+            "  30; then cut, streams ending with a final chunk and [DONE]); exit 0.\n"
+            "  A connection idle for --http-timeout seconds (default 10; headers not sent, or\n"
+            "  between keep-alive requests) is closed; requests with ambiguous framing (two\n"
+            "  Content-Lengths, Content-Length with Transfer-Encoding, a coding other than\n"
+            "  chunked) get 400 and a closed connection. A request without a seed gets a\n"
+            "  fresh one (reported as \"seed\"); one that sets gamma or n_max drafts that\n"
+            "  static length.\n"
             "  With --parallel above 1, requests share forward passes (continuous batching:\n"
             "  one pass over the target's weights per step for all of them, speculative\n"
             "  requests' verification passes included). --batching auto (the default) does\n"
@@ -115,7 +133,7 @@ static sp_chat_tmpl model_template(const char *path) {
 
 int cmd_serve(int argc, char **argv) {
     enum { O_HOST = SP_OPT_CMD, O_PORT, O_PAR, O_QUEUE, O_KEY, O_TMPL, O_ALIAS, O_NOBATCH, O_BATCH, O_NOSPECBATCH, O_EXPLORE,
-           O_SPECCOST };
+           O_SPECCOST, O_LOWBIT_TYPES, O_GRACE, O_HTTP_TIMEOUT };
     static const struct option LONGOPTS[] = {
         SP_CLI_RUN_OPTIONS,
         SP_CLI_SPEC_OPTIONS,
@@ -133,20 +151,24 @@ int cmd_serve(int argc, char **argv) {
         {"no-spec-batching", no_argument, NULL, O_NOSPECBATCH},
         {"explore", required_argument, NULL, O_EXPLORE},
         {"spec-cost", required_argument, NULL, O_SPECCOST},
+        {"lowbit-types", required_argument, NULL, O_LOWBIT_TYPES},
+        {"shutdown-grace", required_argument, NULL, O_GRACE},
+        {"http-timeout", required_argument, NULL, O_HTTP_TIMEOUT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     server srv = {0}, *S = &srv;
     cli_run_opts run;
-    cli_run_opts_default(&run);
-    run.n_ctx = 2048;
+    cli_run_opts_default(&run); /* n_ctx 0: not given (capped at the trained length below) */
     run.multi_draft = true;
     double explore = 0.1;
     sp_spec_config cfg;
     sp_spec_config_init(&cfg, NULL);
     cli_online_opts_default(&S->online);
     const char *host = "127.0.0.1", *tmpl_name = NULL, *alias = NULL, *flag;
-    long long port = 8080, par = 1, queue = 64;
+    long long port = 8080, par = 1, queue = 64, http_timeout = 10;
+    double grace = 30;
+    const char *lowbit_types = SP_SERVE_LOWBIT_DEFAULT;
     enum { B_AUTO, B_ON, B_OFF } batch_mode = B_AUTO;
     bool no_spec_batching = false;
     int c, r;
@@ -187,6 +209,13 @@ int cmd_serve(int argc, char **argv) {
             }
             S->spec_cost_wall = !strcmp(optarg, "wall");
             break;
+        case O_LOWBIT_TYPES: lowbit_types = optarg; break;
+        case O_GRACE:
+            if (cli_float(flag, optarg, 0, 86400, &grace)) return 2;
+            break;
+        case O_HTTP_TIMEOUT:
+            if (cli_int(flag, optarg, 1, 3600, &http_timeout)) return 2;
+            break;
         case 'h': serve_usage(stdout); return 0;
         default: return 2;
         }
@@ -205,10 +234,14 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     sp_error e = {0};
-    if (sp_spec_config_finish(&cfg, run.draft_model != NULL, &e) || sp_sampler_params_check(&run.sampling, &e)) {
+    if (sp_spec_config_finish(&cfg, run.draft_model != NULL, &e) || sp_sampler_params_check(&run.sampling, &e) ||
+        serve_lowbit_parse(lowbit_types, &S->lowbit_mask, &e)) {
         fprintf(stderr, "specula: %s\n", e.msg);
         return 2;
     }
+    /* the server's own low-bit default is the operator's choice too */
+    if (cfg.params.draft.kind == SP_DRAFT_LOWBIT) S->lowbit_mask |= 1ull << cfg.params.draft.lowbit_type;
+    S->http_timeout = (unsigned)http_timeout;
     if (tmpl_name && sp_chat_by_name(tmpl_name) == SP_CHAT_NONE) {
         fprintf(stderr, "specula: --chat-template must be one of %s, got '%s'\n", sp_chat_names(), tmpl_name);
         return 2;
@@ -223,6 +256,19 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (cli_load_models(&run, &S->m, &S->dm)) return 1;
+    /* the context: the model's trained length unless -c says otherwise */
+    const int32_t n_train = sp_model_cfg(S->m)->n_ctx_train;
+    if (run.n_ctx == 0) {
+        run.n_ctx = 2048;
+        if (n_train > 0 && n_train < run.n_ctx) {
+            run.n_ctx = n_train;
+            fprintf(stderr, "specula: warning: the context is capped at the model's trained length, %d tokens "
+                            "(-c N to serve more)\n", n_train);
+        }
+    } else if (n_train > 0 && run.n_ctx > n_train) {
+        fprintf(stderr, "specula: warning: -c %lld is beyond the model's trained length, %d tokens: "
+                        "output past it may degrade\n", run.n_ctx, n_train);
+    }
     if (head && cli_load_head(run.draft_model, cfg.params.draft.kind, S->m, &S->head)) {
         sp_model_free(S->m);
         return 1;
@@ -245,6 +291,10 @@ int cmd_serve(int argc, char **argv) {
         }
     }
     S->tok = sp_model_tokenizer(S->m);
+    if (serve_lowbit_init(S->m, S->lowbit_mask, &S->lowbit, &e)) {
+        fprintf(stderr, "specula: %s\n", e.msg);
+        return 1;
+    }
     S->defaults = cfg.params;
     S->defaults.draft.draft_model = S->dm;
     S->defaults.draft.eagle3 = S->head;
@@ -259,6 +309,13 @@ int cmd_serve(int argc, char **argv) {
     S->tmpl = tmpl_name ? sp_chat_by_name(tmpl_name) : model_template(run.model);
     const char *base = strrchr(run.model, '/');
     snprintf(S->model_id, sizeof S->model_id, "%s", alias ? alias : base ? base + 1 : run.model);
+    { /* system_fingerprint: the build and the model served (FNV-1a) */
+        uint64_t h = 1469598103934665603ull;
+        const char *parts[] = {S->model_id, sp_model_desc(S->m), __DATE__ " " __TIME__};
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+            for (const char *p = parts[i]; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        snprintf(S->fingerprint, sizeof S->fingerprint, "specula-%016llx", (unsigned long long)h);
+    }
     S->parallel = (int32_t)par;
     S->queue_max = (int32_t)queue;
     S->threads = (int32_t)run.threads;
@@ -316,8 +373,20 @@ int cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     struct MHD_Daemon *d = NULL;
+    /* connections: up to what the descriptor limit allows (raised to its
+     * hard limit, at most 8192) less a reserve, and at most 4096 */
+    struct rlimit nofile;
+    unsigned max_conn = 1024;
+    if (!getrlimit(RLIMIT_NOFILE, &nofile)) {
+        if (nofile.rlim_cur < nofile.rlim_max) {
+            nofile.rlim_cur = nofile.rlim_max > 8192 ? 8192 : nofile.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &nofile);
+            getrlimit(RLIMIT_NOFILE, &nofile);
+        }
+        max_conn = nofile.rlim_cur > 4096 + 128 ? 4096 : nofile.rlim_cur > 256 ? (unsigned)nofile.rlim_cur - 128 : 128;
+    }
     if (!rc) {
-        d = serve_http_start(S, &addr);
+        d = serve_http_start(S, &addr, max_conn);
         if (!d) {
             fprintf(stderr, "specula: cannot listen on %s:%lld (in use, or not allowed)\n", host, port);
             rc = 1;
@@ -336,11 +405,26 @@ int cmd_serve(int argc, char **argv) {
         cli_kv_print(S->slots[0].ctx); /* per slot */
         int sig = 0;
         sigwait(&set, &sig);
-        fprintf(stderr, "specula: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-        atomic_store(&S->stopping, true);
+        /* draining: stop accepting, answer the queue 503 shutting_down,
+         * let running requests finish within the grace, then cut them
+         * (streams still end with a final chunk and [DONE]) */
+        fprintf(stderr, "specula: %s: draining (%d running, up to %g s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                atomic_load(&S->inflight), grace);
+        atomic_store(&S->draining, true);
+        const MHD_socket lfd = MHD_quiesce_daemon(d);
+        if (lfd != MHD_INVALID_SOCKET) close(lfd);
         pthread_mutex_lock(&S->mu);
         pthread_cond_broadcast(&S->cv);
         pthread_mutex_unlock(&S->mu);
+        const double t_end = sp_now() + grace;
+        while (atomic_load(&S->inflight) > 0 && sp_now() < t_end) usleep(5000);
+        if (atomic_load(&S->inflight) > 0) {
+            fprintf(stderr, "specula: grace over: cutting %d running requests\n", atomic_load(&S->inflight));
+            atomic_store(&S->stopping, true);
+            const double t_cut = sp_now() + 10; /* their final replies */
+            while (atomic_load(&S->inflight) > 0 && sp_now() < t_cut) usleep(5000);
+        }
+        atomic_store(&S->stopping, true);
         MHD_stop_daemon(d);
     }
     serve_batcher_free(&S->bat);
@@ -355,6 +439,7 @@ int cmd_serve(int argc, char **argv) {
     sp_pool_free(S->pool);
     sp_router_free(S->router);
     sp_suffix_corpus_free(S->suffix_corpus);
+    serve_lowbit_free(S->lowbit); /* after the slots' specs, which draft with its copies */
     for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(S->dms[d]); /* dms[0] is dm */
     sp_eagle3_free(S->head);
     sp_model_free(S->m);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "cli.h"
+#include "serve_lowbit.h"
 #include "serve_request.h"
 #include "sp_chat.h"
 #include "specula.h"
@@ -114,6 +115,12 @@ typedef struct server {
     sp_suffix_corpus *suffix_corpus; /* earlier outputs, shared by every slot's suffix drafter */
     serve_metrics met;
     serve_batcher bat;
+    serve_lowbit *lowbit;   /* the low-bit copies requests may draft with (--lowbit-types) */
+    uint64_t lowbit_mask;
+    atomic_bool draining;   /* SIGTERM/SIGINT: no new requests, running ones finish */
+    atomic_int inflight;    /* generation requests not yet answered in full */
+    unsigned http_timeout;  /* seconds a connection may sit idle (headers, keep-alive) */
+    char fingerprint[32];   /* system_fingerprint */
 } server;
 
 /* One request being served. */
@@ -128,6 +135,10 @@ typedef struct serve_run {
     bool stop_hit, failed;
     atomic_bool cancel;
     int wfd, rfd;           /* streaming pipe (-1 when not streaming) */
+    int sock;               /* not streaming: the client's socket, watched for a hang-up (-1: none) */
+    double t_watch;         /* when the socket was last looked at */
+    bool client_gone;       /* the client hung up: cancelled, counted as 499 */
+    bool stream_done;       /* the stream reached its end (counted as a 200) */
     pthread_t thread;
     bool thread_started;
     double t0, t_first, t_last;
@@ -140,8 +151,9 @@ typedef struct serve_run {
 } serve_run;
 
 /* serve_http.c */
-/* The daemon on addr serving s (thread per connection); NULL when it cannot listen. */
-struct MHD_Daemon *serve_http_start(server *s, const struct sockaddr_in *addr);
+/* The daemon on addr serving s (thread per connection, at most max_conn);
+ * NULL when it cannot listen. */
+struct MHD_Daemon *serve_http_start(server *s, const struct sockaddr_in *addr, unsigned max_conn);
 /* sp_generate's token callback: appends the text, applies stop strings,
  * streams what is ready; false stops the generation. */
 bool serve_on_tokens(void *ud, const int32_t *ids, int32_t n);

@@ -3,18 +3,25 @@
  * (through serve_request.c), JSON replies, and streamed responses, which a
  * generation thread writes into a pipe that the connection's reader
  * drains; a client that disconnects closes the pipe, which cancels its
- * generation. */
+ * generation (a non-streamed request's socket is watched for a hang-up
+ * while it generates). Idle connections time out after --http-timeout;
+ * requests with ambiguous framing get 400 and a closed connection
+ * (serve_framing.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "serve.h"
+#include "serve_compat.h"
+#include "serve_framing.h"
 #include "sp_clock.h"
 
 static bool write_all(int fd, const char *p, size_t n) {
@@ -36,13 +43,15 @@ static serve_out out_of(const serve_run *g) {
     const server *S = g->srv;
     return (serve_out){.id = g->id, .model = S->model_id, .created = g->created, .text = g->text, .len = g->len,
                           .finish = finish_reason(g), .n_prompt = g->n_prompt, .n_gen = g->n_gen, .sst = &g->sst,
-                          .draft = g->draft};
+                          .draft = g->draft, .t_prompt = g->gst.t_prefill, .t_gen = g->gst.t_generate,
+                          .seed = g->r.seed, .fingerprint = S->fingerprint};
 }
 
 /* The server's settings requests are checked against. */
 static serve_limits limits(const server *S) {
     return (serve_limits){.n_ctx = S->n_ctx, .sampling = S->sampling, .seed = S->seed, .defaults = S->defaults,
-                             .has_draft = S->dm != NULL || S->head != NULL, .tmpl = S->tmpl};
+                             .has_draft = S->dm != NULL || S->head != NULL, .tmpl = S->tmpl,
+                             .lowbit_types = S->lowbit_mask};
 }
 
 /* One SSE chunk with text delta s[0..n) (n may be 0) and finish (NULL while running). */
@@ -94,6 +103,14 @@ bool serve_on_tokens(void *ud, const int32_t *ids, int32_t n) {
     }
     g->t_last = now;
     if (g->wfd >= 0 && !g->stop_hit && !stream_ready(g, false)) return false; /* client gone */
+    if (g->sock >= 0 && now - g->t_watch > 0.02) { /* a non-streamed request's client hung up? */
+        g->t_watch = now;
+        struct pollfd pf = {.fd = g->sock, .events = POLLRDHUP};
+        if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+            g->client_gone = true;
+            return false;
+        }
+    }
     return !g->stop_hit && !atomic_load(&g->cancel) && !atomic_load(&S->stopping);
 }
 
@@ -134,7 +151,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     for (;;) {
         ssize_t k = read(g->rfd, buf, max);
         if (k > 0) return k;
-        if (k == 0) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (k == 0) {
+            g->stream_done = true;
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
         if (errno != EINTR) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
 }
@@ -143,6 +163,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
  * goes away: cancel, wait for the generation, release the slot. */
 static void stream_free(void *cls) {
     serve_run *g = cls;
+    serve_metrics_count(&g->srv->met, g->r.ep, g->stream_done ? 200 : 499); /* 499: the client went away first */
     atomic_store(&g->cancel, true);
     close(g->rfd); /* a blocked writer gets EPIPE and stops */
     if (g->thread_started) pthread_join(g->thread, NULL);
@@ -151,7 +172,10 @@ static void stream_free(void *cls) {
     run_free(g);
 }
 
-static enum MHD_Result reply_json(server *S, struct MHD_Connection *c, unsigned status, json_t *j, int ep) {
+/* close: the connection closes after the reply (ambiguous framing; and
+ * every reply while draining). */
+static enum MHD_Result reply_json_ex(server *S, struct MHD_Connection *c, unsigned status, json_t *j, int ep,
+                                     bool close) {
     char *txt = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!txt) return MHD_NO;
@@ -159,10 +183,16 @@ static enum MHD_Result reply_json(server *S, struct MHD_Connection *c, unsigned 
     struct MHD_Response *r = MHD_create_response_from_buffer(n, txt, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    if (close || atomic_load(&S->draining)) MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     serve_metrics_count(&S->met, ep, status);
     return ret;
+}
+
+static enum MHD_Result reply_json(server *S, struct MHD_Connection *c, unsigned status, json_t *j, int ep) {
+    return reply_json_ex(S, c, status, j, ep, false);
 }
 
 static enum MHD_Result reply_err(server *S, struct MHD_Connection *c, const serve_err *e, int ep) {
@@ -188,20 +218,38 @@ typedef struct conn {
     char *body;
     size_t len;
     bool too_big;
+    bool generation; /* a generation request: counted in S->inflight until answered */
 } conn;
 
 static void conn_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode t) {
-    (void)cls, (void)c, (void)t;
+    (void)t;
+    server *S = cls;
     conn *k = *con_cls;
+    if (k && k->generation) {
+        atomic_fetch_sub(&S->inflight, 1);
+        /* back to the short idle timeout for keep-alive */
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, S->http_timeout);
+    }
     if (k) free(k->body), free(k);
     *con_cls = NULL;
+}
+
+/* A fresh sampling seed for a request that gave none (below 2^53, exact
+ * in every JSON reader). */
+static uint64_t fresh_seed(void) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
+        static atomic_ullong ctr;
+        x = ((uint64_t)time(NULL) << 20) ^ (uint64_t)(sp_now() * 1e9) ^ atomic_fetch_add(&ctr, 0x9E3779B97F4A7C15ull);
+    }
+    return x & ((1ull << 53) - 1);
 }
 
 static enum MHD_Result handle_generate(server *S, struct MHD_Connection *c, conn *k, int ep) {
     serve_run *g = calloc(1, sizeof *g);
     if (!g) return MHD_NO;
     g->srv = S;
-    g->wfd = g->rfd = -1;
+    g->wfd = g->rfd = g->sock = -1;
     g->t0 = sp_now();
     g->created = (long long)time(NULL);
     static atomic_ullong next_id;
@@ -214,10 +262,21 @@ static enum MHD_Result handle_generate(server *S, struct MHD_Connection *c, conn
         run_free(g);
         return ret;
     }
+    if (!g->r.seed_set) g->r.seed = fresh_seed();
+    k->generation = true; /* answered in full before a draining server stops */
+    atomic_fetch_add(&S->inflight, 1);
     if (!g->r.stream) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        g->sock = ci ? ci->connect_fd : -1;
         serve_generate(g);
         serve_slot_release(S, g->sl);
-        enum MHD_Result ret = g->err.status ? reply_err(S, c, &g->err, ep) : reply_json(S, c, 200, final_json(g), ep);
+        enum MHD_Result ret;
+        if (g->client_gone) { /* nobody to answer: close, count as 499 (client closed request) */
+            serve_metrics_count(&S->met, ep, 499);
+            ret = MHD_NO;
+        } else {
+            ret = g->err.status ? reply_err(S, c, &g->err, ep) : reply_json(S, c, 200, final_json(g), ep);
+        }
         run_free(g);
         return ret;
     }
@@ -241,8 +300,7 @@ static enum MHD_Result handle_generate(server *S, struct MHD_Connection *c, conn
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
-    serve_metrics_count(&S->met, ep, 200);
-    return ret;
+    return ret; /* counted when the stream ends (stream_free) */
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -253,6 +311,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!k) {
         if (!(k = calloc(1, sizeof *k))) return MHD_NO;
         *con_cls = k;
+        const serve_ep ep = serve_endpoint(url);
+        const char *bad = serve_framing_error(c);
+        if (bad) { /* answered before any body is read; the connection closes */
+            serve_err e = {0};
+            serve_bad(&e, 400, NULL, "bad_framing", "%s", bad);
+            return reply_json_ex(S, c, 400, serve_err_json(&e), ep, true);
+        }
+        if (ep == SP_SERVE_COMPLETIONS || ep == SP_SERVE_CHAT) /* may run long: no idle timeout */
+            MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         return MHD_YES;
     }
     if (*upload_size) {
@@ -285,16 +352,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!t) return MHD_NO;
         return reply_text(S, c, 200, t, "text/plain; version=0.0.4", ep);
     }
-    if (atomic_load(&S->stopping)) {
+    if (ep == SP_SERVE_TOKENIZE || ep == SP_SERVE_DETOKENIZE) {
+        json_t *j = (ep == SP_SERVE_TOKENIZE ? serve_tokenize : serve_detokenize)(S->tok, k->body ? k->body : "",
+                                                                                 k->len, &e);
+        return j ? reply_json(S, c, 200, j, ep) : reply_err(S, c, &e, ep);
+    }
+    if (atomic_load(&S->draining)) {
         serve_bad(&e, 503, NULL, "shutting_down", "the server is shutting down");
         return reply_err(S, c, &e, ep);
     }
     return handle_generate(S, c, k, ep);
 }
 
-struct MHD_Daemon *serve_http_start(server *S, const struct sockaddr_in *addr) {
-    return MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
-                            NULL, NULL, on_request, S, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)addr,
-                            MHD_OPTION_NOTIFY_COMPLETED, conn_done, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_END);
+/* Connections: one thread each (a generation blocks its connection's
+ * thread), up to max_conn; an idle connection (headers not sent, or
+ * keep-alive between requests) is closed after S->http_timeout seconds, so
+ * idle clients hold no more than their descriptors, briefly. MHD_USE_ITC:
+ * the daemon can be quiesced (stop accepting) when draining. */
+struct MHD_Daemon *serve_http_start(server *S, const struct sockaddr_in *addr, unsigned max_conn) {
+    return MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+                                MHD_USE_ITC,
+                            0, NULL, NULL, on_request, S, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, conn_done, S, MHD_OPTION_CONNECTION_TIMEOUT,
+                            S->http_timeout, MHD_OPTION_CONNECTION_LIMIT, max_conn, MHD_OPTION_STRICT_FOR_CLIENT, 1,
+                            MHD_OPTION_END);
 }

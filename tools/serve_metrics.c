@@ -56,16 +56,16 @@ char *serve_metrics_text(server *S) {
     OUT("# TYPE specula:prompt_tokens_total counter\nspecula:prompt_tokens_total %llu\n", (unsigned long long)S->met.tok_in);
     OUT("# TYPE specula:generation_tokens_total counter\nspecula:generation_tokens_total %llu\n",
         (unsigned long long)S->met.tok_out);
-    OUT("# TYPE specula:spec_decode_num_drafts counter\nspecula:spec_decode_num_drafts %llu\n",
+    OUT("# TYPE specula:spec_decode_num_drafts_total counter\nspecula:spec_decode_num_drafts_total %llu\n",
         (unsigned long long)S->met.drafts);
-    OUT("# TYPE specula:spec_decode_num_draft_tokens counter\nspecula:spec_decode_num_draft_tokens %llu\n",
+    OUT("# TYPE specula:spec_decode_num_draft_tokens_total counter\nspecula:spec_decode_num_draft_tokens_total %llu\n",
         (unsigned long long)S->met.draft_tokens);
-    OUT("# TYPE specula:spec_decode_num_accepted_tokens counter\nspecula:spec_decode_num_accepted_tokens %llu\n",
+    OUT("# TYPE specula:spec_decode_num_accepted_tokens_total counter\nspecula:spec_decode_num_accepted_tokens_total %llu\n",
         (unsigned long long)S->met.accepted);
-    OUT("# TYPE specula:spec_decode_num_accepted_tokens_per_pos counter\n");
+    OUT("# TYPE specula:spec_decode_num_accepted_tokens_per_pos_total counter\n");
     for (int i = 0; i < SP_SPEC_MAX_GAMMA; i++)
         if (S->met.acc_pos[i] || i == 0)
-            OUT("specula:spec_decode_num_accepted_tokens_per_pos{position=\"%d\"} %llu\n", i,
+            OUT("specula:spec_decode_num_accepted_tokens_per_pos_total{position=\"%d\"} %llu\n", i,
                 (unsigned long long)S->met.acc_pos[i]);
     if (S->online.on) {
         sp_online_stats t = {0};
@@ -115,6 +115,8 @@ char *serve_metrics_text(server *S) {
     for (int i = 0; i < S->parallel; i++) busy += S->slots[i].busy;
     OUT("# TYPE specula:num_requests_running gauge\nspecula:num_requests_running %d\n", busy);
     OUT("# TYPE specula:num_requests_waiting gauge\nspecula:num_requests_waiting %d\n", S->waiting);
+    OUT("# HELP specula:lowbit_models Low-bit copies of the model built (one per allowed type asked for).\n"
+        "# TYPE specula:lowbit_models gauge\nspecula:lowbit_models %d\n", serve_lowbit_built(S->lowbit));
     pthread_mutex_unlock(&S->mu);
     pthread_mutex_lock(&S->bat.mu);
     OUT("# HELP specula:batch_steps_total Shared forward passes run (continuous batching).\n"

@@ -240,6 +240,12 @@ void serve_generate(serve_run *g) {
         g->draft = d;
     }
     if (g->r.spec.draft.kind == SP_DRAFT_SUFFIX) g->r.spec.draft.suffix_corpus = S->suffix_corpus;
+    /* a low-bit draft drafts with the server's one shared copy of its type */
+    if (g->r.spec.draft.kind == SP_DRAFT_LOWBIT &&
+        serve_lowbit_get(S->lowbit, g->r.spec.draft.lowbit_type, &g->r.spec.draft.lowbit_model, &se)) {
+        serve_bad(&g->err, 400, "speculative", NULL, "%s", se.msg);
+        return;
+    }
     int c = -1, lru = 0;
     for (int i = 0; i < SERVE_SPEC_CACHE && c < 0; i++)
         if (sl->spec[i] && !memcmp(&sl->sp[i], &g->r.spec, sizeof sl->sp[i])) c = i;
@@ -313,15 +319,19 @@ serve_slot *serve_slot_acquire(server *S, serve_err *e) {
     for (;;) {
         for (int i = 0; i < S->parallel && !got; i++)
             if (!S->slots[i].busy) got = &S->slots[i];
-        if (got || atomic_load(&S->stopping)) break;
+        if (got || atomic_load(&S->draining)) break;
         if (S->waiting >= S->queue_max) break;
         S->waiting++;
         pthread_cond_wait(&S->cv, &S->mu);
         S->waiting--;
     }
+    if (got && atomic_load(&S->draining)) got = NULL;
     if (got) got->busy = true;
     pthread_mutex_unlock(&S->mu);
-    if (!got) serve_bad(e, 503, NULL, "server_busy", "the server is busy (%d requests running, %d waiting); retry later",
+    if (!got && atomic_load(&S->draining))
+        serve_bad(e, 503, NULL, "shutting_down", "the server is shutting down; retry on another replica");
+    else if (!got)
+        serve_bad(e, 503, NULL, "server_busy", "the server is busy (%d requests running, %d waiting); retry later",
                   S->parallel, S->queue_max);
     return got;
 }
