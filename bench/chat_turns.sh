@@ -13,7 +13,8 @@
 # environment: SPECULA (default build/specula), LLAMA_SERVER (default
 #   /work/ref/llama.cpp/build/bin/llama-server; "none" skips it),
 #   SPECULA_FLAGS (more serve flags, e.g. "--chat-template chatml"),
-#   MODES (default "specula-cache specula-nocache llama-cache llama-nocache").
+#   MODES (default "specula specula-nocache llama llama-nocache": each server
+#   at its default, the prompt cache on, and with cache_prompt false).
 # Specula without a prompt cache refuses cache_prompt: its rows then say so.
 set -eu
 M=$1
@@ -21,7 +22,7 @@ CONVS=${2:-8}; TURNS=${3:-6}; N=${4:-64}; T=${5:-2}; P=${6:-8}; CTX=${7:-2048}
 here=$(dirname "$0")
 BIN=${SPECULA:-$here/../build/specula}
 LLAMA=${LLAMA_SERVER:-/work/ref/llama.cpp/build/bin/llama-server}
-MODES=${MODES:-"specula-cache specula-nocache llama-cache llama-nocache"}
+MODES=${MODES:-"specula specula-nocache llama llama-nocache"}
 SPECULA_FLAGS=${SPECULA_FLAGS:-}
 out=$(mktemp -d)
 pid=""
@@ -80,7 +81,7 @@ for t in range(turns):
         if pt and prompt is None:
             prompt = statistics.median(pt)
     print(line + "%10s" % ("%d" % prompt if prompt else "-"))
-line = "%-6s" % "t6/t1"
+line = "%-6s" % "last/1"
 for m, r in rows.items():
     a = [x for x in r["ttft"][0] if x is not None]
     b = [x for x in r["ttft"][-1] if x is not None]
