@@ -41,10 +41,10 @@ wait_health() { # PORT PID LOG
 for mode in $MODES; do
   port=$(free_port)
   case $mode in
-    specula-*)
+    specula*)
       "$BIN" serve -m "$M" --port "$port" -t "$T" -c "$CTX" --parallel "$P" $SPECULA_FLAGS 2>"$out/$mode.log" &
       ;;
-    llama-*)
+    llama*)
       [ "$LLAMA" = none ] && continue
       "$LLAMA" -m "$M" --port "$port" -t "$T" -c $((CTX * P)) -np "$P" --no-webui >"$out/$mode.log" 2>&1 &
       ;;
