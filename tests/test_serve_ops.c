@@ -136,6 +136,16 @@ static void test_idle_connections(void **state) {
     const double t_close = now_s() - t0;
     printf("idle: an idle connection closed after %.1f s more (--http-timeout 2)\n", t_close);
     assert_true(k <= 0 && t_close < 6);
+    /* and one that stops in the middle of a completion's body */
+    int slow = sv_connect(s.port, 10000);
+    const char *part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":";
+    assert_true(sv_write_all(slow, part, strlen(part)));
+    t0 = now_s();
+    const ssize_t k2 = read(slow, &b, 1);
+    const double t_slow = now_s() - t0;
+    printf("idle: a half-sent body closed after %.1f s\n", t_slow);
+    assert_true(k2 <= 0 && t_slow < 6);
+    close(slow);
     for (int i = 0; i < N; i++) close(fds[i]);
     assert_int_equal(sv_stop(&s), 0);
 }
@@ -287,10 +297,11 @@ static void test_drain(void **state) {
     assert_true(run.t < 8);
     sv_resp_free(&run.r);
     sv_resp_free(&queued.r);
-    /* a short running request finishes whole within the grace */
-    const char *extra2[] = {"--parallel", "1", "-c", "1024", "--shutdown-grace", "30", NULL};
+    /* a running request finishes whole within the grace (and, running
+     * longer than --http-timeout, still gets its reply) */
+    const char *extra2[] = {"--parallel", "1", "-c", "1024", "--shutdown-grace", "30", "--http-timeout", "1", NULL};
     s = start(extra2);
-    bg shortr = {.port = s.port, .body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0}"};
+    bg shortr = {.port = s.port, .body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":1000,\"temperature\":0}"};
     pthread_create(&t1, NULL, bg_main, &shortr);
     t0 = now_s();
     while (running(s.port) < 1 && now_s() - t0 < 5) usleep(1000);
@@ -300,7 +311,8 @@ static void test_drain(void **state) {
     close(s.err_fd);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     json_t *j = sv_ok_json(shortr.r);
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 400);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 1000);
+    printf("drain: a running request of 1000 tokens finished whole in %.2f s\n", shortr.t);
     json_decref(j);
 }
 

@@ -263,6 +263,9 @@ static enum MHD_Result handle_generate(server *S, struct MHD_Connection *c, conn
         return ret;
     }
     if (!g->r.seed_set) g->r.seed = fresh_seed();
+    /* the whole body is in: no idle timeout while it generates (the reply
+     * may come long after the last byte read) */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     k->generation = true; /* answered in full before a draining server stops */
     atomic_fetch_add(&S->inflight, 1);
     if (!g->r.stream) {
@@ -318,8 +321,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             serve_bad(&e, 400, NULL, "bad_framing", "%s", bad);
             return reply_json_ex(S, c, 400, serve_err_json(&e), ep, true);
         }
-        if (ep == SP_SERVE_COMPLETIONS || ep == SP_SERVE_CHAT) /* may run long: no idle timeout */
-            MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         return MHD_YES;
     }
     if (*upload_size) {
