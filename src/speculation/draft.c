@@ -17,6 +17,8 @@ struct sp_drafter {
     sp_drafter_kind kind;
     sp_model *owned_model;   /* lowbit copy */
     sp_ctx *ctx;             /* NULL for ngram and suffix */
+    sp_forward_fn fwd;       /* its forwards (sp_drafter_set_forward); NULL: sp_forward */
+    void *fwd_ud;
     sp_suffix *sfx;          /* suffix, and with_suffix (arbitration) */
     /* arbitration (with_suffix): which drafted the last chain (0 none, 1
      * suffix, 2 the other), its length, the other drafter's measured
@@ -178,6 +180,12 @@ sp_status sp_drafter_reset(sp_drafter *d, sp_error *err) {
     return d->ctx ? sp_ctx_truncate(d->ctx, 0, err) : SP_OK;
 }
 const sp_draft_counters *sp_drafter_counters(const sp_drafter *d) { return &d->cnt; }
+
+void sp_drafter_set_forward(sp_drafter *d, sp_forward_fn fn, void *ud) {
+    if (d->kind != SP_DRAFT_MODEL) return;
+    d->fwd = fn;
+    d->fwd_ud = ud;
+}
 
 /* Same vocabulary: the same pieces on every id both models have, and the
  * ids only one of them has are its padding ("[PAD<i>]"), which samplers
@@ -366,7 +374,9 @@ static void widen_rows(sp_drafter *d, int32_t rows, float *out) {
 
 static sp_status dforward(sp_drafter *d, const sp_batch *b, float *logits, sp_error *err) {
     double t0 = sp_now();
-    sp_status st = sp_forward(d->ctx, b, d->dlogits ? d->dlogits : logits, err);
+    float *out = d->dlogits ? d->dlogits : logits;
+    double cost = -1;
+    sp_status st = d->fwd ? d->fwd(d->fwd_ud, d->ctx, b, out, &cost, err) : sp_forward(d->ctx, b, out, err);
     if (!st && d->dlogits) widen_rows(d, b->logits_all ? b->n : 1, logits);
     d->cnt.seconds += sp_now() - t0;
     d->cnt.forwards++;
@@ -537,7 +547,8 @@ sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_e
     if (!d->ctx || n <= 0 || d->sfx) return SP_OK;
     d->off = 0;
     double t0 = sp_now();
-    sp_status st = sp_prefill(d->ctx, hist, n, d->dlogits ? d->dlogits : d->logits, &d->cnt.forwards, err);
+    sp_status st = sp_prefill(d->ctx, hist, n, d->dlogits ? d->dlogits : d->logits, &d->cnt.forwards, d->fwd,
+                                d->fwd_ud, err);
     if (!st && d->dlogits) widen_rows(d, 1, d->logits);
     d->cnt.seconds += sp_now() - t0;
     return st;
