@@ -33,8 +33,10 @@ typedef struct sp_gen_params {
     void *forward_ud;
     /* A prompt cache: the context may hold a prefix of the prompt, its
      * n_past < n_prompt tokens (the caller vouches they are
-     * prompt[0..n_past)), which are kept, and only the rest is evaluated.
-     * false (default): the context must be empty. */
+     * prompt[0..n_past)), which are kept, and only the rest is evaluated;
+     * after the prompt the context is marked (sp_ctx_pin, stats n_pinned)
+     * so a later request can return there. false (default): the context
+     * must be empty. */
     bool keep_prefix;
 } sp_gen_params;
 
@@ -43,6 +45,7 @@ sp_gen_params sp_gen_default_params(void);
 typedef struct sp_gen_stats {
     int32_t n_prompt;
     int32_t n_cached;    /* prompt tokens the context already held (keep_prefix) */
+    int32_t n_pinned;    /* keep_prefix: the length marked with sp_ctx_pin after the prompt */
     int32_t n_generated;
     double t_prefill;    /* seconds */
     double t_generate;   /* seconds after prefill */

@@ -42,6 +42,7 @@ typedef struct serve_slot {
      * (toks[0..n_toks), n_ctx places), kept for the next request that
      * shares a prefix; last: when it was last used (S->clock) */
     int32_t *toks, n_toks;
+    int32_t pin;          /* the context's mark (sp_ctx_pin): a length it can return to */
     uint64_t last;
 } serve_slot;
 

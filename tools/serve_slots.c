@@ -55,6 +55,7 @@ static void cache_keep(server *S, serve_run *g, bool ok) {
     pthread_mutex_lock(&S->mu);
     for (int32_t i = 0; i < n; i++) sl->toks[i] = i < g->n_prompt ? g->prompt[i] : g->out[i - g->n_prompt];
     sl->n_toks = n;
+    sl->pin = g->gst.n_pinned <= n ? g->gst.n_pinned : 0;
     for (;;) {
         double kept = 0;
         serve_slot *old = NULL;
@@ -136,8 +137,10 @@ void serve_generate(serve_run *g) {
     }
     sl->n_toks = 0; /* stale until the request ends */
     if (!st && (st = sp_spec_reset_keep(spec, keep, &se)) && keep > 0) {
-        keep = 0; /* a recurrent state that cannot go back there: start cold */
-        st = sp_spec_reset_keep(spec, 0, &se);
+        /* a recurrent state that cannot go back there: back to the mark
+         * after the last request's prompt (sp_ctx_pin), else cold */
+        keep = sl->pin <= keep ? sl->pin : 0;
+        if ((st = sp_spec_reset_keep(spec, keep, &se)) && keep > 0) keep = 0, st = sp_spec_reset_keep(spec, 0, &se);
     }
     if (!st) {
         sp_gen_params gp = sp_gen_default_params();

@@ -73,6 +73,7 @@ sp_status sp_generate(sp_ctx *ctx, const int32_t *prompt, int32_t n_prompt,
                     p->forward_ud, err);
     double t1 = sp_now();
     stats->t_prefill = t1 - t0;
+    if (!st && p->keep_prefix) stats->n_pinned = sp_ctx_pin(ctx);
     int32_t n = 0;
     while (!st && n < p->n_predict) {
         int32_t id = sp_sampler_sample(smp, logits, &rng, NULL);

@@ -482,6 +482,7 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
     }
     stats->target_forwards = stats->prefill_forwards;
     gstats->t_prefill = sp_now() - t0;
+    if (!rc && gp->keep_prefix) gstats->n_pinned = sp_ctx_pin(s->target);
     double t1 = sp_now();
     while (!rc && !e.stop) {
         const int32_t remaining = e.budget - e.n;
