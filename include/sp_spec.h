@@ -83,8 +83,9 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
  * lossless). */
 sp_status sp_spec_reset(sp_spec *s, sp_error *err);
 /* As sp_spec_reset, but the target keeps its first n_keep cached tokens (a
- * prompt cache: the next generation runs with sp_gen_params.keep_prefix).
- * The draft's cache restarts empty. */
+ * prompt cache: the next generation runs with sp_gen_params.keep_prefix),
+ * and so does a draft model's cache when it holds the text from its start
+ * (else it restarts empty; an EAGLE-3 head always does). */
 sp_status sp_spec_reset_keep(sp_spec *s, int32_t n_keep, sp_error *err);
 
 /* A target forward in place of sp_forward (sp_forward_fn, sp_generate.h),

@@ -817,10 +817,10 @@ static char *complete(int port, json_t *body, long *n_prompt, long *n_cached) {
  * and reply, then new text) prefills only its new tokens, on the slot that
  * holds the first turn even after an unrelated request, and its output
  * equals a cold run's (cache_prompt false): greedy, seeded sampled, and
- * speculative. */
+ * speculative (n-gram, and a draft model, which keeps its cache too). */
 static void test_prompt_cache(void **state) {
     (void)state;
-    const char *extra[] = {"--parallel", "2", NULL};
+    const char *extra[] = {"--parallel", "2", "-md", stories(), NULL};
     server s = start(extra);
     long p1, c1, pn, cn, p2, c2, pc, cc;
     char *t1 = complete(s.port, json_pack("{s:s, s:i, s:f}", "prompt", "Once upon a time", "max_tokens", 24,
@@ -836,11 +836,12 @@ static void test_prompt_cache(void **state) {
         double temp;
         int seed;
         const char *spec;
-    } CASES[] = {{0, 1, "none"}, {0.8, 7, "none"}, {0, 1, "ngram"}, {0.8, 9, "ngram"}};
+    } CASES[] = {{0, 1, "none"}, {0.8, 7, "none"}, {0, 1, "ngram"}, {0.8, 9, "ngram"}, {0.8, 5, "model"}};
     long evaluated = 0;
     for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
         json_t *sp = json_pack("{s:s}", "drafter", CASES[k].spec);
         if (strcmp(CASES[k].spec, "none")) json_object_set_new(sp, "gamma", json_integer(3));
+        if (!strcmp(CASES[k].spec, "model")) json_object_set_new(sp, "adaptive", json_false());
         char *warm = complete(s.port,
                               json_pack("{s:s, s:i, s:f, s:i, s:O}", "prompt", prompt2, "max_tokens", 24,
                                         "temperature", CASES[k].temp, "seed", CASES[k].seed, "speculative", sp),

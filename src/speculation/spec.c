@@ -41,6 +41,7 @@ struct sp_spec {
     void *fwd_ud;
     sp_forward_fn dforward;     /* the draft model's forwards; NULL = sp_forward */
     void *dforward_ud;
+    int32_t *prev, n_prev, prev_cap; /* the last generation's history (what a kept draft cache holds) */
 };
 
 /* Total draft forwards of this object's drafters (the current one's
@@ -138,6 +139,7 @@ double sp_spec_mean_accepted(const sp_spec_stats *s) {
 void sp_spec_free(sp_spec *s) {
     if (!s) return;
     sp_drafter_free(s->drafter);
+    free(s->prev);
     sp_verify_ws_free(s->ws);
     free(s->q);
     free(s->p);
@@ -200,7 +202,8 @@ sp_status sp_spec_reset(sp_spec *s, sp_error *err) { return sp_spec_reset_keep(s
 sp_status sp_spec_reset_keep(sp_spec *s, int32_t n_keep, sp_error *err) {
     sp_adapt_new_text(&s->adapt);
     sp_status st = sp_ctx_truncate(s->target, n_keep, err);
-    if (!st && s->drafter) st = sp_drafter_reset(s->drafter, err);
+    if (!st && s->drafter) st = sp_drafter_reset_keep(s->drafter, n_keep, err);
+    if (n_keep == 0) s->n_prev = 0;
     return st;
 }
 
@@ -464,6 +467,12 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
                     .stop_at_eog = gp->stop_at_eog, .cb = cb, .ud = ud};
     const int64_t dc_f0 = draft_forwards(s);
 
+    /* a draft cache kept by sp_spec_reset_keep holds the last
+     * generation's history: keep what the prompt shares with it */
+    int32_t dkeep = 0;
+    while (dkeep < s->n_prev && dkeep < n_prompt && s->prev[dkeep] == prompt[dkeep]) dkeep++;
+    if (!rc) rc = sp_drafter_keep(s->drafter, dkeep, err);
+
     /* Prefill everything but the last prompt token (the first iteration
      * evaluates it together with the first draft). */
     double t0 = sp_now();
@@ -513,6 +522,12 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
     gstats->hit_eog = e.hit_eog;
     gstats->target_forwards = stats->target_forwards;
     stats->draft_forwards = draft_forwards(s) - dc_f0;
+    s->n_prev = 0; /* the history, for a cache kept for the next generation */
+    if (!rc && g.n > s->prev_cap) {
+        int32_t *p = realloc(s->prev, (size_t)g.n * sizeof *p);
+        if (p) s->prev = p, s->prev_cap = g.n;
+    }
+    if (!rc && g.n <= s->prev_cap) memcpy(s->prev, g.hist, (size_t)g.n * sizeof *g.hist), s->n_prev = g.n;
     free(g.hist);
     sp_sampler_free(g.smp);
     return rc;
