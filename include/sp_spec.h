@@ -103,7 +103,8 @@ typedef sp_forward_fn sp_spec_forward_fn;
 void sp_spec_set_forward(sp_spec *s, sp_spec_forward_fn fn, void *ud);
 /* The same for the draft model's forwards (a draft-model drafter; others
  * ignore it): c is then the drafter's context of the draft model, so
- * concurrent requests' drafts can share one pass of the draft model. */
+ * concurrent requests' drafts can share one pass of the draft model.
+ * sp_spec_set_draft_model removes it (a shared pass is of one model). */
 void sp_spec_set_draft_forward(sp_spec *s, sp_forward_fn fn, void *ud);
 
 /* Called after each chain iteration (plain steps included) with the

@@ -16,10 +16,10 @@
  * Prompt cache: after a request a slot keeps its context (the KV cache and,
  * on hybrid models, the recurrent state) and the tokens it holds. A new
  * request takes the free slot whose tokens share the longest prefix with
- * its prompt and evaluates only the rest (at least its last token); the
- * draft's cache restarts (it is small). The bytes kept over all slots are
- * bounded by --cache-budget-mb, least recently used slots' caches going
- * first. */
+ * its prompt and evaluates only the rest (at least its last token); a
+ * draft model's cache likewise (sp_spec_reset_keep). The bytes kept over
+ * all slots are bounded by --cache-budget-mb, least recently used slots'
+ * caches going first. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -135,7 +135,9 @@ void serve_generate(serve_run *g) {
         while (keep < sl->n_toks && keep < g->n_prompt - 1 && sl->toks[keep] == g->prompt[keep]) keep++;
         if (sp_ctx_n_past(sl->ctx) < keep) keep = 0; /* cannot happen: the tokens describe the context */
     }
+    pthread_mutex_lock(&S->mu);
     sl->n_toks = 0; /* stale until the request ends */
+    pthread_mutex_unlock(&S->mu);
     if (!st && (st = sp_spec_reset_keep(spec, keep, &se)) && keep > 0) {
         /* a recurrent state that cannot go back there: back to the mark
          * after the last request's prompt (sp_ctx_pin), else cold */

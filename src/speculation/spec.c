@@ -82,7 +82,8 @@ sp_status sp_spec_set_draft_model(sp_spec *s, const sp_model *m, sp_error *err) 
     s->draft_fwd_carry += sp_drafter_counters(s->drafter)->forwards;
     sp_drafter_free(s->drafter);
     s->drafter = d;
-    sp_drafter_set_forward(d, s->dforward, s->dforward_ud);
+    s->dforward = NULL; /* a hook of the old model's (a batcher is of one model) */
+    s->dforward_ud = NULL;
     s->prm.draft.draft_model = m;
     s->draft_stale = true;
     return SP_OK;
