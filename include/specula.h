@@ -28,6 +28,7 @@
 #include "sp_threadpool.h"
 #include "sp_model.h"
 #include "sp_generate.h"
+#include "sp_batch.h"
 #include "sp_eagle3.h"
 #include "sp_tree.h"
 #include "sp_verify.h"

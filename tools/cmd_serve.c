@@ -42,7 +42,8 @@ static void serve_usage(FILE *f) {
             "usage: specula serve -m MODEL [-md DRAFT | --draft eagle3 -md HEAD.gguf] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
             "         [--queue N] [-c CTX] [-t THREADS] [--api-key KEY] [--chat-template NAME]\n"
             "         [--alias NAME] [--batching auto|on|off] [--no-batching] [--no-spec-batching]\n"
-            "         [--spec-cost share|wall] [--lowbit-types LIST] [--shutdown-grace S] [--http-timeout S]\n"
+            "         [--spec-cost share|wall] [--cache-budget-mb MB] [--lowbit-types LIST]\n"
+            "         [--shutdown-grace S] [--http-timeout S]\n"
             "         [sampling and speculation defaults as for generate]\n"
             "  OpenAI-compatible endpoints: POST /v1/completions, POST /v1/chat/completions,\n"
             "  GET /v1/models, GET /health, GET /metrics, POST /tokenize, POST /detokenize (as\n"
@@ -66,6 +67,11 @@ static void serve_usage(FILE *f) {
             "  so when a one-token forward takes 0.5 ms or more (below, a hand-off costs\n"
             "  more than sharing saves); on forces it; off (--no-batching) runs each slot\n"
             "  on its own; --no-spec-batching keeps only the speculative requests apart.\n"
+            "  Prompt cache: each slot keeps its KV cache after a request; a request goes to the\n"
+            "  free slot sharing the longest prefix with its prompt and evaluates only the rest\n"
+            "  (\"cache_prompt\": false in a request opts out; usage.prompt_tokens_details.\n"
+            "  cached_tokens reports it). --cache-budget-mb bounds the KV bytes kept over all\n"
+            "  slots (default 4096; least recently used first; 0 keeps nothing).\n"
             "  --spec-cost: what the adaptive draft length is charged for a shared pass: its\n"
             "  share (the default: an equal part of the pass's fixed cost plus its rows'\n"
             "  marginal cost) or, for comparison, the pass's whole wall time.\n"
@@ -133,7 +139,7 @@ static sp_chat_tmpl model_template(const char *path) {
 
 int cmd_serve(int argc, char **argv) {
     enum { O_HOST = SP_OPT_CMD, O_PORT, O_PAR, O_QUEUE, O_KEY, O_TMPL, O_ALIAS, O_NOBATCH, O_BATCH, O_NOSPECBATCH, O_EXPLORE,
-           O_SPECCOST, O_LOWBIT_TYPES, O_GRACE, O_HTTP_TIMEOUT };
+           O_SPECCOST, O_CACHEMB, O_LOWBIT_TYPES, O_GRACE, O_HTTP_TIMEOUT };
     static const struct option LONGOPTS[] = {
         SP_CLI_RUN_OPTIONS,
         SP_CLI_SPEC_OPTIONS,
@@ -154,6 +160,7 @@ int cmd_serve(int argc, char **argv) {
         {"lowbit-types", required_argument, NULL, O_LOWBIT_TYPES},
         {"shutdown-grace", required_argument, NULL, O_GRACE},
         {"http-timeout", required_argument, NULL, O_HTTP_TIMEOUT},
+        {"cache-budget-mb", required_argument, NULL, O_CACHEMB},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -166,7 +173,7 @@ int cmd_serve(int argc, char **argv) {
     sp_spec_config_init(&cfg, NULL);
     cli_online_opts_default(&S->online);
     const char *host = "127.0.0.1", *tmpl_name = NULL, *alias = NULL, *flag;
-    long long port = 8080, par = 1, queue = 64, http_timeout = 10;
+    long long port = 8080, par = 1, queue = 64, cache_mb = 4096, http_timeout = 10;
     double grace = 30;
     const char *lowbit_types = SP_SERVE_LOWBIT_DEFAULT;
     enum { B_AUTO, B_ON, B_OFF } batch_mode = B_AUTO;
@@ -208,6 +215,9 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
             S->spec_cost_wall = !strcmp(optarg, "wall");
+            break;
+        case O_CACHEMB:
+            if (cli_int(flag, optarg, 0, 1 << 24, &cache_mb)) return 2;
             break;
         case O_LOWBIT_TYPES: lowbit_types = optarg; break;
         case O_GRACE:
@@ -317,6 +327,7 @@ int cmd_serve(int argc, char **argv) {
         snprintf(S->fingerprint, sizeof S->fingerprint, "specula-%016llx", (unsigned long long)h);
     }
     S->parallel = (int32_t)par;
+    S->cache_budget = (int64_t)cache_mb << 20;
     S->queue_max = (int32_t)queue;
     S->threads = (int32_t)run.threads;
     S->spec_batching = !no_spec_batching;
@@ -361,10 +372,22 @@ int cmd_serve(int argc, char **argv) {
             }
         }
     if (!rc) S->n_ctx = sp_ctx_n_ctx(S->slots[0].ctx);
-    if (serve_batcher_init(&S->bat, !rc && S->batching ? 128 : 0, sp_model_cfg(S->m)->n_vocab) && !rc) {
-        fprintf(stderr, "specula: out of memory for the shared pass's logits\n");
+    for (int i = 0; !rc && i < S->parallel; i++)
+        if (!(S->slots[i].toks = malloc((size_t)S->n_ctx * sizeof *S->slots[i].toks))) {
+            fprintf(stderr, "specula: out of memory for the prompt caches\n");
+            rc = 1;
+        }
+    /* the shared passes: the target's; each draft model's too, unless
+     * --online swaps the drafts for snapshots (other weights) */
+    if (!rc && S->batching && sp_batch_init(S->m, 128, &S->bat, &e)) {
+        fprintf(stderr, "specula: %s\n", e.msg);
         rc = 1;
     }
+    for (int d = 0; !rc && S->batching && S->spec_batching && !S->online.on && d < S->n_dm; d++)
+        if (sp_batch_init(S->dms[d], SP_CTX_DEFAULT_BATCH, &S->dbat[d], &e)) {
+            fprintf(stderr, "specula: %s\n", e.msg);
+            rc = 1;
+        }
     /* SIGINT/SIGTERM are taken by sigwait below; every thread inherits the mask */
     sigset_t set;
     sigemptyset(&set);
@@ -427,10 +450,13 @@ int cmd_serve(int argc, char **argv) {
         atomic_store(&S->stopping, true);
         MHD_stop_daemon(d);
     }
-    serve_batcher_free(&S->bat);
+    sp_batch_free(S->bat);
+    for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_batch_free(S->dbat[d]);
     serve_metrics_free(&S->met);
     for (int i = 0; S->slots && i < S->parallel; i++) {
+        sp_spec_free(S->slots[i].plain);
         for (int j = 0; j < SERVE_SPEC_CACHE; j++) sp_spec_free(S->slots[i].spec[j]);
+        free(S->slots[i].toks);
         for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++)
             sp_online_free(S->slots[i].on[d]); /* after the specs: one of them may draft with its snapshot */
         sp_ctx_free(S->slots[i].ctx);

@@ -19,6 +19,7 @@
 #include "serve_lowbit.h"
 #include "serve_request.h"
 #include "sp_chat.h"
+#include "sp_batch.h"
 #include "specula.h"
 
 /* A slot's speculation objects are kept for reuse (building one can mean
@@ -28,6 +29,7 @@
 #define SERVE_SPEC_CACHE 2
 typedef struct serve_slot {
     sp_ctx *ctx;
+    sp_spec *plain;                  /* plain decoding (drafter none) */
     sp_spec *spec[SERVE_SPEC_CACHE];
     sp_spec_params sp[SERVE_SPEC_CACHE];
     uint64_t used[SERVE_SPEC_CACHE]; /* last use (request counter), for eviction */
@@ -37,42 +39,13 @@ typedef struct serve_slot {
      * request at a time; per draft: each draft learns from its requests) */
     sp_online *on[SP_CLI_MAX_DRAFTS];
     sp_spec *attached[SP_CLI_MAX_DRAFTS]; /* the spec each learner observes, or NULL */
+    /* the prompt cache: the tokens the context holds after its last request
+     * (toks[0..n_toks), n_ctx places), kept for the next request that
+     * shares a prefix; last: when it was last used (S->clock) */
+    int32_t *toks, n_toks;
+    int32_t pin;          /* the context's mark (sp_ctx_pin): a length it can return to */
+    uint64_t last;
 } serve_slot;
-
-/* One forward waiting for the shared pass (serve_slots.c). */
-typedef struct serve_bjob {
-    sp_ctx *ctx;
-    sp_batch b;             /* its arrays belong to the waiting caller */
-    float *logits;          /* out: (b.logits_all ? b.n : 1) rows of n_vocab floats */
-    double cost;            /* out: seconds of the pass charged to it */
-    bool spec;              /* a speculative request's (for the metrics) */
-    sp_status st;
-    sp_error err;
-    bool done;
-    struct serve_bjob *next;
-} serve_bjob;
-
-/* The continuous batcher (serve_slots.c). */
-typedef struct serve_batcher {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;      /* work arrived, a request left, a pass finished */
-    serve_bjob *head, *tail; /* jobs waiting for a pass */
-    int32_t n_pending, n_active; /* active: requests decoding now (plain and speculative) */
-    bool running;           /* a pass is running */
-    double last_pass;       /* seconds the last pass took */
-    int32_t max_rows;       /* tokens per pass (the contexts' max batch) */
-    int32_t n_vocab;
-    float *logits;          /* [max_rows][n_vocab] */
-    /* the pass being run (only by the combiner, while running) */
-    sp_ctx *ctxs[SP_FORWARD_MAX_SEQS];
-    sp_batch batches[SP_FORWARD_MAX_SEQS];
-    serve_bjob *jobs[SP_FORWARD_MAX_SEQS];
-    /* metrics: passes run, the sequences and tokens they carried, of which
-     * speculative requests' */
-    uint64_t steps, rows, tokens, spec_seqs, spec_tokens, spec_shared;
-    double fw, fx, fy, fxx, fxy; /* decayed sums of 1, R, T, R^2, R T over passes */
-    double fit_a, fit_b;    /* the current fit T = a + b R (seconds; 0 before one exists) */
-} serve_batcher;
 
 #define SERVE_NB 11 /* histogram buckets */
 
@@ -80,7 +53,7 @@ typedef struct serve_batcher {
 typedef struct serve_metrics {
     pthread_mutex_t mu;
     uint64_t req[SP_SERVE_EP_N][600];
-    uint64_t tok_in, tok_out, drafts, draft_tokens, accepted, acc_pos[SP_SPEC_MAX_GAMMA + 2];
+    uint64_t tok_in, tok_cached, tok_out, drafts, draft_tokens, accepted, acc_pos[SP_SPEC_MAX_GAMMA + 2];
     uint64_t ttft[SERVE_NB + 1], tpot[SERVE_NB + 1];
     double ttft_sum, tpot_sum;
     uint64_t ttft_n, tpot_n;
@@ -112,9 +85,12 @@ typedef struct server {
     bool spec_batching;     /* ... and speculative requests' target forwards too */
     bool spec_cost_wall;    /* adaptive draft length: charge a shared pass's wall time, not the share */
     sp_pool *pool;          /* batching: the one pool every slot computes on */
+    sp_batcher *bat;        /* batching: the target's shared pass (sp_batch.h) */
+    sp_batcher *dbat[SP_CLI_MAX_DRAFTS]; /* ... and each draft model's (NULL: drafts unbatched) */
+    int64_t cache_budget;   /* bytes of KV cache kept for prompt caching (all slots) */
+    uint64_t clock;         /* requests started (under mu), for the caches' LRU */
     sp_suffix_corpus *suffix_corpus; /* earlier outputs, shared by every slot's suffix drafter */
     serve_metrics met;
-    serve_batcher bat;
     serve_lowbit *lowbit;   /* the low-bit copies requests may draft with (--lowbit-types) */
     uint64_t lowbit_mask;
     atomic_bool draining;   /* SIGTERM/SIGINT: no new requests, running ones finish */
@@ -129,6 +105,7 @@ typedef struct serve_run {
     serve_req r;
     serve_slot *sl;
     int32_t *prompt, n_prompt, *out;
+    int32_t n_cached;       /* prompt tokens the slot's cache already held */
     char *text;             /* generated text after stop handling */
     size_t len, cap, sent;  /* sent: bytes streamed so far */
     int32_t prev, n_gen;
@@ -163,12 +140,11 @@ bool serve_on_tokens(void *ud, const int32_t *ids, int32_t n);
 void serve_generate(serve_run *g);
 /* Tokenises the prompt and checks the budget against the context: 0, or -1 with g->err. */
 int serve_prepare(serve_run *g);
-/* Takes a free slot, waiting in the queue; NULL (and 503 in e) when it is full. */
-serve_slot *serve_slot_acquire(server *s, serve_err *e);
+/* Takes a free slot for the prompt, waiting in the queue: the one whose
+ * cache shares the longest prefix with it (cache: use the caches), else
+ * the least recently used; NULL (and 503 in e) when the queue is full. */
+serve_slot *serve_slot_acquire(server *s, const int32_t *prompt, int32_t n_prompt, bool cache, serve_err *e);
 void serve_slot_release(server *s, serve_slot *sl);
-/* The batcher's state (max_rows > 0: allocates the logits); serve_batcher_free. */
-int serve_batcher_init(serve_batcher *b, int32_t max_rows, int32_t n_vocab);
-void serve_batcher_free(serve_batcher *b);
 
 /* serve_metrics.c */
 void serve_metrics_init(serve_metrics *mt);

@@ -42,8 +42,8 @@ static const char *finish_reason(const serve_run *g) {
 static serve_out out_of(const serve_run *g) {
     const server *S = g->srv;
     return (serve_out){.id = g->id, .model = S->model_id, .created = g->created, .text = g->text, .len = g->len,
-                          .finish = finish_reason(g), .n_prompt = g->n_prompt, .n_gen = g->n_gen, .sst = &g->sst,
-                          .draft = g->draft, .t_prompt = g->gst.t_prefill, .t_gen = g->gst.t_generate,
+                          .finish = finish_reason(g), .n_prompt = g->n_prompt, .n_gen = g->n_gen, .n_cached = g->n_cached,
+                          .sst = &g->sst, .draft = g->draft, .t_prompt = g->gst.t_prefill, .t_gen = g->gst.t_generate,
                           .seed = g->r.seed, .fingerprint = S->fingerprint};
 }
 
@@ -257,7 +257,7 @@ static enum MHD_Result handle_generate(server *S, struct MHD_Connection *c, conn
              (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);
     const serve_limits lim = limits(S);
     if (serve_parse(&lim, k->body ? k->body : "", k->len, (serve_ep)ep, &g->r, &g->err) || serve_prepare(g) ||
-        !(g->sl = serve_slot_acquire(S, &g->err))) {
+        !(g->sl = serve_slot_acquire(S, g->prompt, g->n_prompt, g->r.cache_prompt, &g->err))) {
         enum MHD_Result ret = reply_err(S, c, &g->err, ep);
         run_free(g);
         return ret;

@@ -15,6 +15,7 @@ void serve_metrics_free(serve_metrics *mt) { pthread_mutex_destroy(&mt->mu); }
 void serve_metrics_record(serve_metrics *mt, const serve_run *g) {
     pthread_mutex_lock(&mt->mu);
     mt->tok_in += (uint64_t)g->n_prompt;
+    mt->tok_cached += (uint64_t)g->n_cached;
     mt->tok_out += (uint64_t)g->n_gen;
     mt->drafts += (uint64_t)(g->sst.iterations - g->sst.gamma_hist[0]);
     mt->draft_tokens += (uint64_t)g->sst.drafted;
@@ -54,6 +55,9 @@ char *serve_metrics_text(server *S) {
             if (S->met.req[e][st]) OUT("specula:requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", SP_SERVE_EP_NAMES[e], st,
                                   (unsigned long long)S->met.req[e][st]);
     OUT("# TYPE specula:prompt_tokens_total counter\nspecula:prompt_tokens_total %llu\n", (unsigned long long)S->met.tok_in);
+    OUT("# HELP specula:prompt_tokens_cached_total Prompt tokens taken from a slot's prompt cache (not evaluated).\n"
+        "# TYPE specula:prompt_tokens_cached_total counter\nspecula:prompt_tokens_cached_total %llu\n",
+        (unsigned long long)S->met.tok_cached);
     OUT("# TYPE specula:generation_tokens_total counter\nspecula:generation_tokens_total %llu\n",
         (unsigned long long)S->met.tok_out);
     OUT("# TYPE specula:spec_decode_num_drafts_total counter\nspecula:spec_decode_num_drafts_total %llu\n",
@@ -118,7 +122,13 @@ char *serve_metrics_text(server *S) {
     OUT("# HELP specula:lowbit_models Low-bit copies of the model built (one per allowed type asked for).\n"
         "# TYPE specula:lowbit_models gauge\nspecula:lowbit_models %d\n", serve_lowbit_built(S->lowbit));
     pthread_mutex_unlock(&S->mu);
-    pthread_mutex_lock(&S->bat.mu);
+    const sp_batch_stats bs = S->bat ? sp_batch_get_stats(S->bat) : (sp_batch_stats){0};
+    sp_batch_stats ds = {0};
+    for (int d = 0; d < S->n_dm; d++)
+        if (S->dbat[d]) {
+            const sp_batch_stats x = sp_batch_get_stats(S->dbat[d]);
+            ds.passes += x.passes, ds.seqs += x.seqs, ds.tokens += x.tokens;
+        }
     OUT("# HELP specula:batch_steps_total Shared forward passes run (continuous batching).\n"
         "# TYPE specula:batch_steps_total counter\nspecula:batch_steps_total %llu\n"
         "# HELP specula:batch_sequences_total Sequences those passes carried (over steps: the mean batch).\n"
@@ -135,10 +145,15 @@ char *serve_metrics_text(server *S) {
         "# TYPE specula:batch_pass_fixed_seconds gauge\nspecula:batch_pass_fixed_seconds %.6g\n"
         "# HELP specula:batch_pass_row_seconds Fitted pass time a + b R: the per-row part b, the marginal cost of a drafted token.\n"
         "# TYPE specula:batch_pass_row_seconds gauge\nspecula:batch_pass_row_seconds %.6g\n",
-        (unsigned long long)S->bat.steps, (unsigned long long)S->bat.rows, (unsigned long long)S->bat.tokens,
-        (unsigned long long)S->bat.spec_seqs, (unsigned long long)S->bat.spec_shared, (unsigned long long)S->bat.spec_tokens,
-        S->bat.fit_a, S->bat.fit_b);
-    pthread_mutex_unlock(&S->bat.mu);
+        (unsigned long long)bs.passes, (unsigned long long)bs.seqs, (unsigned long long)bs.tokens,
+        (unsigned long long)bs.spec_seqs, (unsigned long long)bs.spec_shared, (unsigned long long)bs.spec_tokens,
+        bs.fit_a, bs.fit_b);
+    OUT("# HELP specula:batch_draft_steps_total Shared forward passes of the draft models (batched drafts).\n"
+        "# TYPE specula:batch_draft_steps_total counter\nspecula:batch_draft_steps_total %llu\n"
+        "# HELP specula:batch_draft_sequences_total Sequences those passes carried.\n"
+        "# TYPE specula:batch_draft_sequences_total counter\nspecula:batch_draft_sequences_total %llu\n"
+        "# TYPE specula:batch_draft_tokens_total counter\nspecula:batch_draft_tokens_total %llu\n",
+        (unsigned long long)ds.passes, (unsigned long long)ds.seqs, (unsigned long long)ds.tokens);
     pthread_mutex_unlock(&S->met.mu);
 #undef OUT
     if (n >= cap) {

@@ -150,6 +150,10 @@ static int parse_common(const serve_limits *L, const json_t *j, serve_req *r, se
             if (json_is_null(v)) continue;
             if (!json_is_boolean(v)) return serve_bad(e, 400, key, NULL, "stream: must be a boolean");
             r->stream = json_is_true(v);
+        } else if (!strcmp(key, "cache_prompt")) {
+            if (json_is_null(v)) continue;
+            if (!json_is_boolean(v)) return serve_bad(e, 400, key, NULL, "cache_prompt: must be a boolean");
+            r->cache_prompt = json_is_true(v);
         } else if (!strcmp(key, "stream_options")) {
             if (json_is_null(v)) continue;
             const json_t *u = json_object_get(v, "include_usage");
@@ -227,6 +231,7 @@ int serve_parse(const serve_limits *L, const char *body, size_t len, serve_ep ep
     if (!json_is_object(j)) rc = serve_bad(e, 400, NULL, NULL, "the body must be a JSON object");
     r->ep = ep;
     r->max_tokens = -1;
+    r->cache_prompt = true;
     r->smp = L->sampling;
     r->seed = L->seed;
     r->seed_set = false;
@@ -384,8 +389,8 @@ static void add_extras(json_t *j, const serve_out *o, bool finished) {
 }
 
 static json_t *usage_json(const serve_out *o) {
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", o->n_prompt, "completion_tokens", o->n_gen,
-                     "total_tokens", o->n_prompt + o->n_gen);
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", o->n_prompt, "completion_tokens", o->n_gen,
+                     "total_tokens", o->n_prompt + o->n_gen, "prompt_tokens_details", "cached_tokens", o->n_cached);
 }
 
 json_t *serve_final_json(const serve_req *r, const serve_out *o) {

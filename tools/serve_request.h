@@ -42,6 +42,7 @@ typedef struct serve_limits {
 typedef struct serve_req {
     serve_ep ep;
     bool stream, include_usage;
+    bool cache_prompt;  /* reuse a slot's cached prefix (default true, as llama-server) */
     int32_t max_tokens; /* -1: not given */
     sp_sampler_params smp;
     uint64_t seed;
@@ -105,6 +106,7 @@ typedef struct serve_out {
     size_t len;
     const char *finish;     /* "stop" or "length" */
     int32_t n_prompt, n_gen;
+    int32_t n_cached;       /* prompt tokens taken from the slot's cache */
     const sp_spec_stats *sst;
     int draft; /* the -md index it drafted with, -1 for none */
     double t_prompt, t_gen; /* seconds of prefill and of generation (timings) */

@@ -1,224 +1,75 @@
-/* serve_slots.c: where `specula serve` runs a request: its slot (a context
- * and the slot's speculation objects) taken from the queue, the prompt
- * checked against the context, the generation on the slot, and the
- * continuous batcher that evaluates the target's forwards of all running
- * requests in one shared pass. */
+/* serve_slots.c: where `specula serve` runs a request: its slot (a context,
+ * the slot's speculation objects and its prompt cache) taken from the
+ * queue, the prompt checked against the context, and the generation on the
+ * slot, one loop (sp_spec_generate, plain decoding included) whose forwards
+ * go to the shared passes of the library's batcher (sp_batch.h).
+ *
+ * Continuous batching: every forward a request's target needs (prompt
+ * chunks, then plain steps or a speculative request's verification passes
+ * over drafted chains or trees under their masks) joins the next shared
+ * pass of the target, and every forward of a request's draft model joins
+ * the next shared pass of that draft model. Requests join and leave between
+ * steps. Each sequence's logits equal sp_forward's over its context alone,
+ * bit for bit, so a request's tokens are exactly `specula generate`'s for
+ * the same request, whatever else runs.
+ *
+ * Prompt cache: after a request a slot keeps its context (the KV cache and,
+ * on hybrid models, the recurrent state) and the tokens it holds. A new
+ * request takes the free slot whose tokens share the longest prefix with
+ * its prompt and evaluates only the rest (at least its last token); a
+ * draft model's cache likewise (sp_spec_reset_keep). The bytes kept over
+ * all slots are bounded by --cache-budget-mb, least recently used slots'
+ * caches going first. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "serve.h"
+#include "sp_batch.h"
 #include "sp_clock.h"
 
-/* Continuous batching: every forward pass a request's target needs (a
- * plain request's prompt in chunks, then one token per step; a speculative
- * request's prompt chunks, its verification passes over drafted chains or
- * trees under their masks, and its plain steps) waits for the next shared
- * pass, which evaluates all waiting ones together with sp_forward_multi
- * (run by one of the waiting requests' threads, see batch_forward):
- * one pass over the weights for all of them, each sequence in its own
- * slot's KV cache under its own positions and mask. Requests join and
- * leave between steps. Each sequence's logits equal those of sp_forward
- * over its context alone, bit for bit, the plain sampling loop below is
- * sp_generate's and the speculative one is sp_spec_generate's (its target
- * forwards hooked here, sp_spec_set_forward), so every request's tokens
- * are exactly `specula generate`'s for the same request, whatever else
- * runs. Draft models' forwards stay on their slots (small, and of other
- * weights).
- *
- * Cost attribution for the adaptive draft length: a pass of R rows for N
- * sequences is modelled as T(R) = a + b R (a: reading the weights and the
- * fixed overheads; b: the arithmetic per row), b fitted over recent passes
- * by least squares (exponentially weighted). A sequence of n rows is
- * charged (T - b R) / N + b n of the measured pass time T: an equal share
- * of the fixed part plus its own rows' marginal cost; the charges add up
- * to T. Alone in a pass (N = 1) a sequence pays all of T, as unbatched; in
- * a full pass extra draft tokens cost only b each, so the controller
- * drafts longer exactly when the pass is shared. Before the fit has two
- * distinct batch sizes, b = T / R (a proportional split, the cautious
- * choice). */
-#define PREFILL_CHUNK SP_CTX_DEFAULT_BATCH
-#define FIT_DECAY 0.99 /* weight of the past in the pass-time fit, per pass */
-
-/* Updates the pass-time fit with a pass of R rows that took T seconds and
- * returns the per-row cost b to charge this pass with (see above). Under B->mu. */
-static double fit_pass(serve_batcher *B, int32_t R, double T) {
-    B->fw = FIT_DECAY * B->fw + 1;
-    B->fx = FIT_DECAY * B->fx + R;
-    B->fy = FIT_DECAY * B->fy + T;
-    B->fxx = FIT_DECAY * B->fxx + (double)R * R;
-    B->fxy = FIT_DECAY * B->fxy + R * T;
-    const double mx = B->fx / B->fw, var = B->fxx / B->fw - mx * mx;
-    double b = T / R;
-    if (var > 0.25) { /* batch sizes spread by at least about one row */
-        B->fit_b = (B->fxy / B->fw - mx * (B->fy / B->fw)) / var;
-        B->fit_a = B->fy / B->fw - B->fit_b * mx;
-        b = B->fit_b < 0 ? 0 : B->fit_b < T / R ? B->fit_b : T / R;
-    }
-    return b;
+/* sp_spec's target-forward hooks (ud: the server): the shared pass, as a
+ * plain request's or a speculative one's (statistics, and the cost its
+ * adaptive draft length is charged: its share, or with --spec-cost wall
+ * the wall time). */
+static sp_status plain_forward(void *ud, sp_ctx *c, const sp_batch *b, float *logits, double *cost, sp_error *err) {
+    server *S = ud;
+    return sp_batch_submit(S->bat, c, b, 0, logits, cost, err);
 }
 
-/* Rows of logits a batch returns. */
-static int32_t out_rows(const sp_batch *b) { return b->logits_all ? b->n : 1; }
-
-/* Runs one pass over the waiting jobs (called with B->mu held, by the
- * combiner; unlocks it during the forward): takes jobs in arrival order
- * while their tokens fit one pass, evaluates them with sp_forward_multi,
- * hands each its logits and cost, marks them done and wakes the waiters. */
-static void run_pass(serve_batcher *B) {
-    sp_ctx **ctxs = B->ctxs;
-    sp_batch *batches = B->batches;
-    serve_bjob **jobs = B->jobs;
-    const int32_t V = B->n_vocab;
-    int32_t k = 0, rows = 0;
-    serve_bjob **pp = &B->head, *prev = NULL;
-    while (*pp && k < SP_FORWARD_MAX_SEQS) {
-        serve_bjob *j = *pp;
-        if (k > 0 && rows + j->b.n > B->max_rows) {
-            prev = j;
-            pp = &j->next;
-            continue;
-        }
-        *pp = j->next;
-        if (B->tail == j) B->tail = prev;
-        B->n_pending--;
-        jobs[k] = j;
-        ctxs[k] = j->ctx;
-        batches[k] = j->b;
-        rows += j->b.n;
-        k++;
-    }
-    B->running = true;
-    pthread_mutex_unlock(&B->mu);
-    sp_error err = {0};
-    const double t0 = sp_now();
-    sp_status st = sp_forward_multi(ctxs, batches, k, B->logits, &err);
-    const double T = sp_now() - t0;
-    const bool alone = st && st != SP_ERR_NUMERIC && k > 1;
-    for (int32_t i = 0, off = 0; i < k; off += out_rows(&batches[i]), i++) {
-        if (alone) { /* one sequence's bad batch failed the pass before any
-                      * cache changed: run each alone, so only it fails */
-            jobs[i]->st = sp_forward(ctxs[i], &batches[i], jobs[i]->logits, &jobs[i]->err);
-            continue;
-        }
-        jobs[i]->st = st;
-        if (st) jobs[i]->err = err;
-        else memcpy(jobs[i]->logits, B->logits + (size_t)off * V,
-                    (size_t)out_rows(&batches[i]) * (size_t)V * sizeof(float));
-    }
-    pthread_mutex_lock(&B->mu);
-    B->last_pass = T;
-    const double b = st ? 0 : fit_pass(B, rows, T);
-    B->steps++;
-    B->rows += (uint64_t)k;
-    B->tokens += (uint64_t)rows;
-    for (int32_t i = 0; i < k; i++) {
-        jobs[i]->cost = alone ? -1 : (T - b * rows) / k + b * batches[i].n;
-        if (jobs[i]->spec) B->spec_seqs++, B->spec_tokens += (uint64_t)batches[i].n, B->spec_shared += k > 1;
-        jobs[i]->done = true;
-    }
-    B->running = false;
-    pthread_cond_broadcast(&B->cv);
-}
-
-/* One forward of batch b on ctx in the shared pass, as sp_forward (logits
- * of the rows b asks for); *cost (may be NULL): the seconds charged to it
- * (negative: none, the caller's wall time stands). Flat combining: there
- * is no batcher thread; a caller whose job is waiting and finds no pass
- * running runs the next pass itself, for every waiting job, once every
- * active request has handed in its forward, or once it has waited half
- * as long as the last pass took (20 us to 1 ms): a straggler (a slow
- * client reading its stream, a request still drafting) must not stall the
- * others for long. The last request to hand in runs the pass at once, so
- * a full batch costs no thread hand-off. */
-static sp_status batch_forward(serve_batcher *B, sp_ctx *ctx, const sp_batch *b, bool spec, float *logits, double *cost,
-                               sp_error *err) {
-    serve_bjob j = {.ctx = ctx, .b = *b, .logits = logits, .spec = spec};
-    pthread_mutex_lock(&B->mu);
-    if (B->tail) B->tail->next = &j;
-    else B->head = &j;
-    B->tail = &j;
-    B->n_pending++;
-    /* half the last pass, clamped to [20 us, 1 ms] before the conversion */
-    const double half = B->last_pass * 0.5e9;
-    const long wait_ns = !(half >= 20000) ? 20000 : half > 1000000 ? 1000000 : (long)half;
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_nsec += wait_ns;
-    if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
-    bool waited = false;
-    pthread_cond_broadcast(&B->cv); /* a waiting combiner may now have everyone */
-    while (!j.done) {
-        if (!B->running && (waited || B->n_pending >= B->n_active)) run_pass(B);
-        else if (B->running) pthread_cond_wait(&B->cv, &B->mu);
-        else waited = pthread_cond_timedwait(&B->cv, &B->mu, &dl) != 0;
-    }
-    pthread_mutex_unlock(&B->mu);
-    if (j.st && err) *err = j.err;
-    if (cost) *cost = j.cost;
-    return j.st;
-}
-
-/* sp_spec's target-forward hook (sp_spec_set_forward): the shared pass. */
 static sp_status spec_forward(void *ud, sp_ctx *c, const sp_batch *b, float *logits, double *cost, sp_error *err) {
     server *S = ud;
-    return batch_forward(&S->bat, c, b, true, logits, S->spec_cost_wall ? NULL : cost, err);
+    return sp_batch_submit(S->bat, c, b, 1, logits, S->spec_cost_wall ? NULL : cost, err);
 }
 
-static void batch_active(serve_batcher *B, int delta) {
-    pthread_mutex_lock(&B->mu);
-    B->n_active += delta;
-    pthread_cond_broadcast(&B->cv); /* fewer to wait for: a waiting job may go now */
-    pthread_mutex_unlock(&B->mu);
-}
-
-/* sp_generate's loop (prefill, then sample, emit, stop at EOG or the
- * budget, evaluate the token) with every forward in the shared pass. */
-static sp_status generate_batched(serve_run *g, sp_ctx *ctx, const sp_gen_params *p, sp_error *err) {
-    server *S = g->srv;
-    serve_batcher *B = &S->bat;
-    const int32_t V = sp_model_cfg(S->m)->n_vocab;
-    g->gst = (sp_gen_stats){.n_prompt = g->n_prompt};
-    sp_sampler *smp;
-    sp_status st = sp_sampler_init(&p->sampling, V, &smp, err);
-    if (st) return st;
-    float *logits = malloc((size_t)V * sizeof(float));
-    if (!logits) {
-        sp_sampler_free(smp);
-        return sp_fail(err, SP_ERR_NOMEM, "out of memory");
-    }
-    sp_rng rng;
-    sp_rng_seed(&rng, p->seed);
-    const double t0 = sp_now();
-    for (int32_t i = 0; !st && i < g->n_prompt; i += PREFILL_CHUNK) {
-        int32_t m = g->n_prompt - i < PREFILL_CHUNK ? g->n_prompt - i : PREFILL_CHUNK;
-        const sp_batch b = {.tokens = g->prompt + i, .n = m};
-        st = batch_forward(B, ctx, &b, false, logits, NULL, err);
-        g->gst.target_forwards++;
-    }
-    const double t1 = sp_now();
-    g->gst.t_prefill = t1 - t0;
-    batch_active(B, +1);
-    int32_t n = 0;
-    while (!st && n < p->n_predict) {
-        int32_t id = sp_sampler_sample(smp, logits, &rng, NULL);
-        g->out[n++] = id;
-        bool go = serve_on_tokens(g, &id, 1);
-        if (p->stop_at_eog && sp_tokenizer_is_eog(S->tok, id)) {
-            g->gst.hit_eog = true;
-            break;
+/* After a request on g's slot: records the tokens its context holds (the
+ * prompt and the generated tokens it evaluated) for the next request, or
+ * forgets them (failed: the context is emptied), then evicts the least
+ * recently used idle slots' caches while the kept bytes exceed the budget. */
+static void cache_keep(server *S, serve_run *g, bool ok) {
+    serve_slot *sl = g->sl;
+    int32_t n = ok ? sp_ctx_n_past(sl->ctx) : 0;
+    if (n > g->n_prompt + g->gst.n_generated) n = g->n_prompt + g->gst.n_generated;
+    if (!ok || S->cache_budget == 0) sp_ctx_truncate(sl->ctx, 0, NULL), n = 0;
+    const double per_tok = (double)sp_ctx_kv_bytes(sl->ctx) / sp_ctx_n_ctx(sl->ctx);
+    pthread_mutex_lock(&S->mu);
+    for (int32_t i = 0; i < n; i++) sl->toks[i] = i < g->n_prompt ? g->prompt[i] : g->out[i - g->n_prompt];
+    sl->n_toks = n;
+    sl->pin = g->gst.n_pinned <= n ? g->gst.n_pinned : 0;
+    for (;;) {
+        double kept = 0;
+        serve_slot *old = NULL;
+        for (int i = 0; i < S->parallel; i++) {
+            serve_slot *o = &S->slots[i];
+            kept += per_tok * o->n_toks;
+            if (o != sl && !o->busy && o->n_toks > 0 && (!old || o->last < old->last)) old = o;
         }
-        if (!go || n == p->n_predict) break;
-        const sp_batch b = {.tokens = &id, .n = 1};
-        st = batch_forward(B, ctx, &b, false, logits, NULL, err);
-        g->gst.target_forwards++;
+        if (kept <= (double)S->cache_budget) break;
+        if (!old) old = sl; /* this one alone is over the budget */
+        old->n_toks = 0;    /* its context is truncated when next used */
+        if (old == sl) break;
     }
-    batch_active(B, -1);
-    g->gst.t_generate = sp_now() - t1;
-    g->gst.n_generated = n;
-    free(logits);
-    sp_sampler_free(smp);
-    return st;
+    pthread_mutex_unlock(&S->mu);
 }
 
 /* Runs the generation on the run's slot (prompt already tokenised). */
@@ -252,9 +103,14 @@ void serve_generate(serve_run *g) {
     for (int i = 1; i < SERVE_SPEC_CACHE; i++)
         if (!sl->spec[i] || (sl->spec[lru] && sl->used[i] < sl->used[lru])) lru = i;
     sp_status st = SP_OK;
-    const bool batched = S->batching && g->r.spec.draft.kind == SP_DRAFT_NONE;
     sp_spec *spec = NULL;
-    if (!batched) {
+    if (g->r.spec.draft.kind == SP_DRAFT_NONE) { /* plain decoding: the slot's own object */
+        if (!sl->plain) {
+            sp_spec_params pp = g->r.spec;
+            st = sp_spec_init(sl->ctx, &pp, &sl->plain, &se);
+        }
+        spec = sl->plain;
+    } else {
         if (c < 0) {
             c = lru;
             for (int d = 0; d < S->n_dm; d++)
@@ -277,32 +133,47 @@ void serve_generate(serve_run *g) {
             st = sp_online_attach(sl->on[d], spec, &se);
             if (!st) sl->attached[d] = spec;
         }
-        if (!st) st = sp_spec_reset(spec, &se);
     }
-    if (!st) st = sp_ctx_truncate(sl->ctx, 0, &se);
-    if (!st && batched) {
+    /* the prompt cache: keep the common prefix (an EAGLE-3 head needs the
+     * target's hidden states of the whole prompt: it starts cold) */
+    int32_t keep = 0;
+    if (!st && g->r.cache_prompt && g->r.spec.draft.kind != SP_DRAFT_EAGLE3) {
+        while (keep < sl->n_toks && keep < g->n_prompt - 1 && sl->toks[keep] == g->prompt[keep]) keep++;
+        if (sp_ctx_n_past(sl->ctx) < keep) keep = 0; /* cannot happen: the tokens describe the context */
+    }
+    pthread_mutex_lock(&S->mu);
+    sl->n_toks = 0; /* stale until the request ends */
+    pthread_mutex_unlock(&S->mu);
+    if (!st && (st = sp_spec_reset_keep(spec, keep, &se)) && keep > 0) {
+        /* a recurrent state that cannot go back there: back to the mark
+         * after the last request's prompt (sp_ctx_pin), else cold */
+        keep = sl->pin <= keep ? sl->pin : 0;
+        if ((st = sp_spec_reset_keep(spec, keep, &se)) && keep > 0) keep = 0, st = sp_spec_reset_keep(spec, 0, &se);
+    }
+    if (!st) {
         sp_gen_params gp = sp_gen_default_params();
         gp.n_predict = g->r.max_tokens;
         gp.sampling = g->r.smp;
         gp.seed = g->r.seed;
+        gp.keep_prefix = true;
         g->prev = g->prompt[g->n_prompt - 1];
-        g->sst = (sp_spec_stats){.drafter = "none", .verifier = "none"};
-        st = generate_batched(g, sl->ctx, &gp, &se);
-    } else if (!st) {
-        sp_gen_params gp = sp_gen_default_params();
-        gp.n_predict = g->r.max_tokens;
-        gp.sampling = g->r.smp;
-        gp.seed = g->r.seed;
-        g->prev = g->prompt[g->n_prompt - 1];
-        /* speculative: the target's forwards join the shared pass */
-        const bool shared = S->batching && S->spec_batching;
-        sp_spec_set_forward(spec, shared ? spec_forward : NULL, S);
-        if (shared) batch_active(&S->bat, +1);
+        /* the forwards join the shared passes: the target's, and the draft
+         * model's when it is the served one (an --online snapshot is not) */
+        const bool plain = g->r.spec.draft.kind == SP_DRAFT_NONE;
+        const bool shared = S->batching && (plain || S->spec_batching);
+        sp_spec_set_forward(spec, shared ? plain ? plain_forward : spec_forward : NULL, S);
+        sp_batcher *db = shared && g->draft >= 0 && sp_spec_draft_model(spec) == S->dms[g->draft]
+                             ? S->dbat[g->draft] : NULL;
+        sp_spec_set_draft_forward(spec, db ? sp_batch_forward : NULL, db);
+        if (shared) sp_batch_join(S->bat, +1);
+        if (db) sp_batch_join(db, +1);
         st = sp_spec_generate(spec, g->prompt, g->n_prompt, &gp, g->out, gp.n_predict, &g->gst, &g->sst,
                               serve_on_tokens, g, &se);
-        if (shared) batch_active(&S->bat, -1);
+        if (db) sp_batch_join(db, -1);
+        if (shared) sp_batch_join(S->bat, -1);
+        g->n_cached = g->gst.n_cached;
     }
-    sp_ctx_truncate(sl->ctx, 0, NULL);
+    cache_keep(S, g, st == SP_OK);
     if (st) serve_bad(&g->err, st == SP_ERR_ARG || st == SP_ERR_RANGE ? 400 : 500, NULL, NULL, "%s", se.msg);
     else if (g->failed) serve_bad(&g->err, 500, NULL, NULL, "out of memory keeping the generated text");
     else serve_metrics_record(&S->met, g);
@@ -313,12 +184,22 @@ void serve_generate(serve_run *g) {
     }
 }
 
-serve_slot *serve_slot_acquire(server *S, serve_err *e) {
+serve_slot *serve_slot_acquire(server *S, const int32_t *prompt, int32_t n_prompt, bool cache, serve_err *e) {
     pthread_mutex_lock(&S->mu);
     serve_slot *got = NULL;
     for (;;) {
-        for (int i = 0; i < S->parallel && !got; i++)
-            if (!S->slots[i].busy) got = &S->slots[i];
+        /* a cache counts when it shares more than a BOS token and at least
+         * a tenth of the prompt (else a short unrelated prompt would take,
+         * and spoil, a long conversation's cache) */
+        int32_t best = -1;
+        for (int i = 0; i < S->parallel; i++) {
+            serve_slot *o = &S->slots[i];
+            if (o->busy) continue;
+            int32_t l = 0;
+            while (cache && l < o->n_toks && l < n_prompt && o->toks[l] == prompt[l]) l++;
+            if (l <= 1 || 10 * (int64_t)l < n_prompt) l = 0;
+            if (l > best || (l == best && o->last < got->last)) best = l, got = o;
+        }
         if (got || atomic_load(&S->draining)) break;
         if (S->waiting >= S->queue_max) break;
         S->waiting++;
@@ -326,7 +207,7 @@ serve_slot *serve_slot_acquire(server *S, serve_err *e) {
         S->waiting--;
     }
     if (got && atomic_load(&S->draining)) got = NULL;
-    if (got) got->busy = true;
+    if (got) got->busy = true, got->last = ++S->clock;
     pthread_mutex_unlock(&S->mu);
     if (!got && atomic_load(&S->draining))
         serve_bad(e, 503, NULL, "shutting_down", "the server is shutting down; retry on another replica");
@@ -366,20 +247,4 @@ int serve_prepare(serve_run *g) {
     g->out = malloc((size_t)g->r.max_tokens * sizeof *g->out);
     if (!g->out) return serve_bad(&g->err, 500, NULL, NULL, "out of memory");
     return 0;
-}
-
-int serve_batcher_init(serve_batcher *B, int32_t max_rows, int32_t n_vocab) {
-    pthread_mutex_init(&B->mu, NULL);
-    pthread_cond_init(&B->cv, NULL);
-    B->n_vocab = n_vocab;
-    B->max_rows = max_rows;
-    if (max_rows > 0 && !(B->logits = malloc((size_t)max_rows * (size_t)n_vocab * sizeof(float)))) return -1;
-    return 0;
-}
-
-void serve_batcher_free(serve_batcher *B) {
-    free(B->logits);
-    B->logits = NULL;
-    pthread_cond_destroy(&B->cv);
-    pthread_mutex_destroy(&B->mu);
 }
