@@ -15,7 +15,6 @@
 #   SPECULA_FLAGS (more serve flags, e.g. "--chat-template chatml"),
 #   MODES (default "specula specula-nocache llama llama-nocache": each server
 #   at its default, the prompt cache on, and with cache_prompt false).
-# Specula without a prompt cache refuses cache_prompt: its rows then say so.
 set -eu
 M=$1
 CONVS=${2:-8}; TURNS=${3:-6}; N=${4:-64}; T=${5:-2}; P=${6:-8}; CTX=${7:-2048}
