@@ -789,7 +789,8 @@ static char *complete(int port, json_t *body, long *n_prompt, long *n_cached) {
  * speculative (n-gram, and a draft model, which keeps its cache too). */
 static void test_prompt_cache(void **state) {
     (void)state;
-    const char *extra[] = {"--parallel", "2", "-md", stories(), NULL};
+    /* --gamma: a static draft length (the adaptive one follows timings) */
+    const char *extra[] = {"--parallel", "2", "-md", stories(), "--gamma", "3", NULL};
     server s = start(extra);
     long p1, c1, pn, cn, p2, c2, pc, cc;
     char *t1 = complete(s.port, json_pack("{s:s, s:i, s:f}", "prompt", "Once upon a time", "max_tokens", 24,
