@@ -113,8 +113,8 @@ fuzz:
 	$(MAKE) $(FUZZ_BIN)
 # A harness may link CLI sources too: FUZZ_TOOLS_NAME (the server's
 # request side for fuzz_serve_request, without the HTTP server).
-FUZZ_TOOLS_serve_request := tools/serve_request.c tools/cli_util.c
-build-fuzz/fuzz_serve_request: $(FUZZ_TOOLS_serve_request) tools/serve_request.h tools/cli.h
+FUZZ_TOOLS_serve_request := tools/serve_request.c tools/serve_compat.c tools/cli_util.c
+build-fuzz/fuzz_serve_request: $(FUZZ_TOOLS_serve_request) tools/serve_request.h tools/serve_compat.h tools/cli.h
 build-fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_util.h build-fuzz/libspecula.a
 	clang -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Iinclude $(SRC_INC) -Itools \
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $< $(FUZZ_TOOLS_$*) \

@@ -130,8 +130,8 @@ int main(int argc, char **argv) {
     mix = getenv("SERVE_BENCH_MIX") && atoi(getenv("SERVE_BENCH_MIX")) == 1; /* after the warm-up: it builds drafters */
     const double steps0 = metric("specula:batch_steps_total"), seqs0 = metric("specula:batch_sequences_total");
     const double toks0 = metric("specula:batch_tokens_total");
-    const double acc0 = metric("specula:spec_decode_num_accepted_tokens");
-    const double drafted0 = metric("specula:spec_decode_num_draft_tokens");
+    const double acc0 = metric("specula:spec_decode_num_accepted_tokens_total");
+    const double drafted0 = metric("specula:spec_decode_num_draft_tokens_total");
     ttft = calloc((size_t)total, sizeof *ttft);
     tpot = calloc((size_t)total, sizeof *tpot);
     double t0 = sp_now();
@@ -150,8 +150,8 @@ int main(int argc, char **argv) {
     const double steps = metric("specula:batch_steps_total") - steps0;
     const double seqs = metric("specula:batch_sequences_total") - seqs0;
     const double toks = metric("specula:batch_tokens_total") - toks0;
-    const double acc = metric("specula:spec_decode_num_accepted_tokens") - acc0;
-    const double drafted = metric("specula:spec_decode_num_draft_tokens") - drafted0;
+    const double acc = metric("specula:spec_decode_num_accepted_tokens_total") - acc0;
+    const double drafted = metric("specula:spec_decode_num_draft_tokens_total") - drafted0;
     if (steps > 0) printf("  shared passes: %.0f, %.2f sequences and %.2f tokens per pass\n", steps, seqs / steps, toks / steps);
     if (drafted > 0) printf("  drafts: %.0f of %.0f drafted tokens accepted\n", acc, drafted);
     free(ttft);

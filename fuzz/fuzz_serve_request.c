@@ -116,6 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lim.seed = 7;
     lim.has_draft = flags & 64;
     lim.tmpl = (sp_chat_tmpl)(data[1] % (SP_CHAT_MISTRAL + 1));
+    lim.lowbit_types = data[1] & 1 ? 1ull << SP_GGML_Q8_0 : 0;
     sp_spec_config c;
     sp_spec_config_init(&c, NULL);
     sp_error err = {0};
@@ -133,6 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (r.max_tokens != -1 && (r.max_tokens < 1 || r.max_tokens > lim.n_ctx)) abort();
         if (sp_sampler_params_check(&r.smp, &err) != SP_OK) abort();
         if (sp_spec_config_check_params(&r.spec, &err) != SP_OK) abort();
+        if (r.spec.draft.kind == SP_DRAFT_LOWBIT && !(lim.lowbit_types >> r.spec.draft.lowbit_type & 1)) abort();
         answer(&r);
     }
     serve_req_free(&r);

@@ -133,6 +133,12 @@ void sp_ctx_expert_reads(const sp_ctx *c, uint64_t *experts, uint64_t *steps);
 void sp_ctx_expert_reads_reset(sp_ctx *c);
 /* Roll back: keep only the first n cached tokens. */
 sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err);
+/* A prompt cache's mark: sp_ctx_truncate back to the current length keeps
+ * working however many forwards later, until a truncate below it or the
+ * next mark (a hybrid model's recurrent state keeps this snapshot out of
+ * its rotation; attention-only caches can always truncate). Returns the
+ * current length. */
+int32_t sp_ctx_pin(sp_ctx *c);
 /* Keep cached slots start+idx[i] (increasing) as start..start+m-1. */
 sp_status sp_ctx_keep(sp_ctx *c, int32_t start, const int32_t *idx, int32_t m, sp_error *err);
 /* Layers to skip (self-speculation): skip[l] true bypasses layer l. NULL

@@ -179,6 +179,9 @@ typedef struct sp_drafter_params {
                                                 * 24, 48, 64 (llama.cpp's) */
     char skip_layers[SP_DRAFT_SKIP_LEN]; /* SP_DRAFT_LAYERSKIP, see sp_parse_skip_layers; "" = default */
     sp_ggml_type lowbit_type;    /* SP_DRAFT_LOWBIT, default Q4_0 */
+    const sp_model *lowbit_model; /* SP_DRAFT_LOWBIT: the target already re-quantised to
+                                   * lowbit_type (sp_model_requantize; not owned), shared
+                                   * by many drafters; NULL: the drafter makes its own copy */
     const sp_eagle3 *eagle3;     /* SP_DRAFT_EAGLE3: the head, loaded for the target (not owned) */
     int32_t max_batch;           /* largest draft batch (tree level); default SP_CTX_DEFAULT_BATCH */
     sp_suffix_corpus *suffix_corpus; /* SP_DRAFT_SUFFIX (and with_suffix): the shared corpus
@@ -249,7 +252,9 @@ typedef struct sp_spec sp_spec;
 sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, sp_error *err);
 void sp_spec_free(sp_spec *s);
 
-/* Like sp_generate, with speculation. target must be empty. */
+/* Like sp_generate, with speculation. target must be empty, unless
+ * gp->keep_prefix (then it may hold a strict prefix of the prompt). The
+ * target's forwards go through gp->forward, else sp_spec_set_forward's. */
 sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
                            const sp_gen_params *gp, int32_t *out, int32_t cap,
                            sp_gen_stats *gstats, sp_spec_stats *stats, sp_token_cb cb, void *ud,
@@ -261,29 +266,30 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
  * decided (acceptance); outputs do not depend on it (any draft length is
  * lossless). */
 sp_status sp_spec_reset(sp_spec *s, sp_error *err);
+/* As sp_spec_reset, but the target keeps its first n_keep cached tokens (a
+ * prompt cache: the next generation runs with sp_gen_params.keep_prefix),
+ * and so does a draft model's cache when it holds the text from its start
+ * (else it restarts empty; an EAGLE-3 head always does). */
+sp_status sp_spec_reset_keep(sp_spec *s, int32_t n_keep, sp_error *err);
 
-/* A target forward in place of sp_forward, so that a server can evaluate
- * the speculative loop's target passes (prefill chunks, every verification
- * pass over a drafted chain or tree, plain steps) together with other
- * sequences' in one shared pass (continuous batching, sp_forward_multi).
- * Contract: exactly sp_forward(c, b, logits, err): c is the spec object's
- * target context; evaluate the batch under its positions and mask,
- * appending its n tokens to c's cache, and write its logits (n_vocab floats
- * per row: all n rows when b->logits_all, else the last), bit for bit
- * sp_forward's (greedy output equals plain decoding's only then); errors as
- * sp_forward's, leaving the cache unchanged. b and its arrays are valid
- * only during the call.
- * cost: seconds to charge this forward in the adaptive draft-length
- * controller's cost model (ALGORITHMS.md section 6), which otherwise takes
- * the call's wall time. A shared pass should charge this sequence its share
- * of the pass (its part of the fixed cost of reading the weights plus the
- * marginal cost of its rows), so that longer drafts are judged by what they
- * add to the pass. Leave it negative (as it is on entry) for the wall time.
- * Plain decoding (drafter none) runs sp_generate and does not use it. */
-typedef sp_status (*sp_spec_forward_fn)(void *ud, sp_ctx *c, const sp_batch *b, float *logits,
-                                        double *cost, sp_error *err);
-/* fn NULL restores sp_forward. */
+/* A target forward in place of sp_forward (sp_forward_fn, sp_generate.h),
+ * so that a server can evaluate the speculative loop's target passes
+ * (prefill chunks, every verification pass over a drafted chain or tree,
+ * plain steps; plain decoding's too, when the generation parameters name
+ * no forward of their own) together with other sequences' in one shared
+ * pass (sp_batch.h). c is the spec object's target context; greedy output
+ * equals plain decoding's only when the hook is bit for bit sp_forward.
+ * A shared pass should charge, in *cost, this sequence's share of the pass
+ * (its part of the fixed cost of reading the weights plus the marginal
+ * cost of its rows), so that longer drafts are judged by what they add to
+ * the pass. fn NULL restores sp_forward. */
+typedef sp_forward_fn sp_spec_forward_fn;
 void sp_spec_set_forward(sp_spec *s, sp_spec_forward_fn fn, void *ud);
+/* The same for the draft model's forwards (a draft-model drafter; others
+ * ignore it): c is then the drafter's context of the draft model, so
+ * concurrent requests' drafts can share one pass of the draft model.
+ * sp_spec_set_draft_model removes it (a shared pass is of one model). */
+void sp_spec_set_draft_forward(sp_spec *s, sp_forward_fn fn, void *ud);
 
 /* Called after each chain iteration (plain steps included) with the
  * target's adjusted distributions of the tokens it committed: row j (of
@@ -360,6 +366,10 @@ bool sp_spec_suffix_stats(const sp_spec *s, sp_suffix_stats *out);
  *    is available (an unchanged base drafter otherwise);
  *  - a tree given without a verifier is verified with mc-norep; a draft
  *    length given without a tree makes a chain (a base tree is dropped);
+ *  - a draft length (gamma or n_max) given in a layer without adaptive in
+ *    that layer is a static length: a base's adaptive is turned off (a
+ *    request's gamma on a server started with --adaptive drafts exactly
+ *    gamma tokens, so seeded requests reproduce whatever the load);
  *  - settings the chosen drafter or verifier would ignore are errors (a
  *    typo must not silently measure something else), except that n_min and
  *    p_min sent along with n_max 0 are ignored, as llama.cpp clients send

@@ -22,6 +22,7 @@
 #include "sp_sampler.h"
 #include "sp_model.h"
 #include "sp_generate.h"
+#include "sp_batch.h"
 #include "sp_spec.h"
 #include "sp_train.h"
 

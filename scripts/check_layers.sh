@@ -34,11 +34,12 @@ base/gguf_write.h       engine train  writing GGUF files (random models, trained
 text/tokenizer_load.h   engine speculation tools  tokenizers from files (GGUF metadata, llama2.c), raw pieces
 engine/sampler_internal.h speculation tools  draws with an sp_rng, the inverse-CDF draw over weights
 speculation/verify.h    tools         the verifiers over probability rows (the simulator)
+speculation/spec_config.h tools       low-bit type names (the low-bit types a server allows)
 engine/ops.h            train         the kernels the trainer shares with the forward pass
 engine/quant.h          train         row quantisers, for saving trained weights
 engine/model_plain.h    train         a plain Llama model as float tensors, both ways
 engine/eagle3.h         speculation   the EAGLE-3 head cache and forward (the eagle3 drafter)
-engine/requant.h        speculation   re-quantised copies of a model (the lowbit drafter)
+engine/requant.h        speculation tools  re-quantised copies of a model (the lowbit drafter; shared copies in the server)
 '
 
 order="$(sed -n 's/^SRC_DIRS *:= *//p' Makefile) tools"

@@ -3,7 +3,7 @@
 # and the test-only openai npm client into tests/js/node_modules.
 # Safe to run repeatedly; uses sudo when not root.
 set -eu
-PKGS="build-essential clang libclang-rt-dev pkg-config curl libcmocka-dev libjansson-dev libmicrohttpd-dev gnuplot-nox"
+PKGS="build-essential clang libclang-rt-dev pkg-config curl libcmocka-dev libjansson-dev libmicrohttpd-dev gnuplot-nox nginx"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

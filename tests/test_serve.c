@@ -8,7 +8,7 @@
  * SIGTERM. The official `openai` npm client is driven by tests/js/openai_client.mjs
  * (installed by scripts/setup.sh); without node or the package that test
  * fails and says how to install them. */
-#include "cli_testutil.h"
+#include "serve_testutil.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -25,52 +25,23 @@
 
 static const char *stories(void) { return sp_shared("models/stories260K.gguf"); }
 
-typedef struct server {
-    pid_t pid;
-    int port;
-    int err_fd;
-} server;
+/* The suite's requests were written for a context of 2048 tokens; the
+ * server would cap stories260K at its trained 128 (test_serve_ops). */
+typedef sv_server server;
 
-/* Starts `specula serve ARGV... --port 0` and waits for its port. */
-static server start(const char *const *extra) {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    const char *argv[40] = {cli_bin(), "serve", "-m", stories(), "--port", "0"};
-    int n = 6;
-    for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
+/* Starts `specula serve -m MODEL -c 2048 EXTRA... --port 0` and waits for
+ * its port. */
+static server start_m(const char *model, const char *const *extra) {
+    const char *argv[40] = {"-c", "2048"};
+    int n = 2;
+    for (int i = 0; extra && extra[i] && n < 39; i++) argv[n++] = extra[i];
     argv[n] = NULL;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(p[1], 2);
-        close(p[0]);
-        int devnull = open("/dev/null", O_WRONLY);
-        dup2(devnull, 1);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(p[1]);
-    char line[1024];
-    size_t len = 0;
-    while (len < sizeof line - 1) {
-        ssize_t k = read(p[0], line + len, 1);
-        if (k <= 0) break;
-        if (line[len++] == '\n') break;
-    }
-    line[len] = 0;
-    const char *at = strstr(line, "http://127.0.0.1:");
-    if (!at) fail_msg("server did not start: %s", line);
-    server s = {.pid = pid, .port = atoi(at + strlen("http://127.0.0.1:")), .err_fd = p[0]};
-    return s;
+    return sv_start_model(model, argv);
 }
 
-static int stop(server *s) {
-    kill(s->pid, SIGTERM);
-    int st;
-    waitpid(s->pid, &st, 0);
-    close(s->err_fd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+static server start(const char *const *extra) { return start_m(stories(), extra); }
+
+static int stop(server *s) { return sv_stop(s); }
 
 typedef struct resp {
     int status;
@@ -273,10 +244,10 @@ static void test_completions_and_streams(void **state) {
     /* metrics: the speculative counters under vLLM's names */
     r = http(s.port, "GET", "/metrics", NULL, 0, NULL);
     assert_int_equal(r.status, 200);
-    assert_non_null(strstr(r.body, "specula:spec_decode_num_drafts "));
-    assert_non_null(strstr(r.body, "specula:spec_decode_num_draft_tokens "));
-    assert_non_null(strstr(r.body, "specula:spec_decode_num_accepted_tokens "));
-    assert_non_null(strstr(r.body, "specula:spec_decode_num_accepted_tokens_per_pos{position=\"0\"}"));
+    assert_non_null(strstr(r.body, "specula:spec_decode_num_drafts_total "));
+    assert_non_null(strstr(r.body, "specula:spec_decode_num_draft_tokens_total "));
+    assert_non_null(strstr(r.body, "specula:spec_decode_num_accepted_tokens_total "));
+    assert_non_null(strstr(r.body, "specula:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"}"));
     assert_non_null(strstr(r.body, "specula:requests_total{endpoint=\"/v1/completions\",status=\"200\"}"));
     assert_non_null(strstr(r.body, "specula:time_to_first_token_seconds_bucket{le=\"+Inf\"}"));
     free(r.body);
@@ -730,7 +701,238 @@ static void test_routing(void **state) {
     unlink(fresh);
 }
 
+
+/* `specula generate -m MODEL -p PROMPT FLAGS` text after the prompt. */
+static void gen_cli(const char *model, const char *prompt, const char *flags, char *out, size_t cap) {
+    char args[2048], buf[8192];
+    snprintf(args, sizeof args, "generate -m '%s' -p '%s' %s", model, prompt, flags);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDOUT, buf, sizeof buf), 0);
+    assert_true(strncmp(buf, prompt, strlen(prompt)) == 0);
+    snprintf(out, cap, "%s", buf + strlen(prompt));
+    size_t len = strlen(out);
+    if (len && out[len - 1] == '\n') out[len - 1] = 0;
+}
+
+/* Runs the n bodies concurrently on /v1/completions; each text must equal want[i]. */
+static void concurrent_equal(int port, int n, char body[][512], char want[][8192]) {
+    bclient c[16];
+    pthread_t th[16];
+    assert_true(n <= 16);
+    for (int i = 0; i < n; i++) {
+        c[i].port = port;
+        snprintf(c[i].body, sizeof c[i].body, "%s", body[i]);
+        pthread_create(&th[i], NULL, bclient_main, &c[i]);
+    }
+    for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < n; i++) {
+        json_t *j = ok_json(c[i].r);
+        if (strcmp(choice_text(j), want[i]))
+            fail_msg("request %d (%s):\n%s\nwant:\n%s", i, body[i], choice_text(j), want[i]);
+        json_decref(j);
+    }
+}
+
+/* A vocabulary with padding rows (Qwen-style "[PAD<i>]" ids, half of this
+ * random model's 512 outputs; its 256 real tokens are printable pieces): batched sampled requests draw only real
+ * tokens, exactly as `specula generate` with the same seed. (The server's
+ * old copy of the generation loop sampled over all 512 ids.) */
+static void test_padded_vocab(void **state) {
+    (void)state;
+    enum { N = 8 };
+    char padded[1024], args[2048], buf[4096];
+    snprintf(padded, sizeof padded, "%s/serve-padded-%d.gguf", sp_tmpdir(), (int)getpid());
+    snprintf(args, sizeof args,
+             "mkmodel --out '%s' --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 384 --vocab 256 "
+             "--pad-vocab 512 --ctx 256 --type f32 --seed 5",
+             padded);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 0);
+    char want[N][8192], body[N][512];
+    for (int i = 0; i < N; i++) {
+        char flags[128];
+        snprintf(flags, sizeof flags, "-n 96 --temp 1 --seed %d", 1000 + i);
+        gen_cli(padded, "Once upon a time", flags, want[i], sizeof want[i]);
+        snprintf(body[i], sizeof body[i],
+                 "{\"prompt\":\"Once upon a time\",\"max_tokens\":96,\"temperature\":1,\"seed\":%d}", 1000 + i);
+    }
+    const char *extra[] = {"--parallel", "4", "--batching", "on", NULL};
+    server s = start_m(padded, extra);
+    concurrent_equal(s.port, N, body, want);
+    const long steps = metric_value(s.port, "specula:batch_steps_total");
+    printf("padded vocabulary: %d sampled requests equal to generate's, %ld sequences in %ld passes\n", N,
+           metric_value(s.port, "specula:batch_sequences_total"), steps);
+    assert_true(steps > 0 && metric_value(s.port, "specula:batch_sequences_total") > steps);
+    assert_int_equal(stop(&s), 0);
+    unlink(padded);
+}
+
+/* One completion of body (a JSON object, stolen); returns its text
+ * (malloc'd) and the usage's prompt and cached token counts. */
+static char *complete(int port, json_t *body, long *n_prompt, long *n_cached) {
+    char *b = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    json_t *j = ok_json(post(port, "/v1/completions", b));
+    free(b);
+    json_t *u = json_object_get(j, "usage");
+    *n_prompt = (long)json_integer_value(json_object_get(u, "prompt_tokens"));
+    json_t *c = json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens");
+    assert_true(json_is_integer(c));
+    *n_cached = (long)json_integer_value(c);
+    char *t = strdup(choice_text(j));
+    json_decref(j);
+    return t;
+}
+
+/* The prompt cache: a conversation's second turn (the first turn's prompt
+ * and reply, then new text) prefills only its new tokens, on the slot that
+ * holds the first turn even after an unrelated request, and its output
+ * equals a cold run's (cache_prompt false): greedy, seeded sampled, and
+ * speculative (n-gram, and a draft model, which keeps its cache too). */
+static void test_prompt_cache(void **state) {
+    (void)state;
+    /* --gamma: a static draft length (the adaptive one follows timings) */
+    const char *extra[] = {"--parallel", "2", "-md", stories(), "--gamma", "3", NULL};
+    server s = start(extra);
+    long p1, c1, pn, cn, p2, c2, pc, cc;
+    char *t1 = complete(s.port, json_pack("{s:s, s:i, s:f}", "prompt", "Once upon a time", "max_tokens", 24,
+                                          "temperature", 0.0), &p1, &c1);
+    assert_int_equal(c1, 0);
+    free(complete(s.port, json_pack("{s:s, s:i}", "prompt", "The cat", "max_tokens", 8), &pn, &cn));
+    assert_int_equal(cn, 0); /* the unrelated prompt took the other slot */
+    char prompt2[4096];
+    snprintf(prompt2, sizeof prompt2, "Once upon a time%s One day, the little dog", t1);
+    const long evaluated0 = metric_value(s.port, "specula:prompt_tokens_total") -
+                            metric_value(s.port, "specula:prompt_tokens_cached_total");
+    static const struct {
+        double temp;
+        int seed;
+        const char *spec;
+    } CASES[] = {{0, 1, "none"}, {0.8, 7, "none"}, {0, 1, "ngram"}, {0.8, 9, "ngram"}, {0.8, 5, "model"}};
+    long evaluated = 0;
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        json_t *sp = json_pack("{s:s}", "drafter", CASES[k].spec);
+        if (strcmp(CASES[k].spec, "none")) json_object_set_new(sp, "gamma", json_integer(3));
+        if (!strcmp(CASES[k].spec, "model")) json_object_set_new(sp, "adaptive", json_false());
+        char *warm = complete(s.port,
+                              json_pack("{s:s, s:i, s:f, s:i, s:O}", "prompt", prompt2, "max_tokens", 24,
+                                        "temperature", CASES[k].temp, "seed", CASES[k].seed, "speculative", sp),
+                              &p2, &c2);
+        evaluated += p2 - c2;
+        char *cold = complete(s.port,
+                              json_pack("{s:s, s:i, s:f, s:i, s:b, s:o}", "prompt", prompt2, "max_tokens",
+                                        24, "temperature", CASES[k].temp, "seed", CASES[k].seed, "cache_prompt", 0,
+                                        "speculative", sp),
+                              &pc, &cc);
+        evaluated += pc - cc;
+        printf("prompt cache (T=%.1f, %s): turn 2 of %ld prompt tokens took %ld from the cache (turn 1: %ld)\n",
+               CASES[k].temp, CASES[k].spec, p2, c2, p1);
+        /* the first turn's prompt and reply are cached; only the new words
+         * (and a token at the seam) are evaluated */
+        assert_true(c2 >= p1 && c2 < p2);
+        assert_true(p2 - c2 <= p2 - p1 - 8);
+        assert_int_equal(cc, 0);
+        if (strcmp(warm, cold)) fail_msg("cached turn 2:\n%s\ncold:\n%s", warm, cold);
+        free(warm);
+        free(cold);
+    }
+    /* the metric counts what was evaluated: the prompt tokens less the cached ones */
+    assert_int_equal(metric_value(s.port, "specula:prompt_tokens_total") -
+                         metric_value(s.port, "specula:prompt_tokens_cached_total") - evaluated0,
+                     evaluated);
+    free(t1);
+    assert_int_equal(stop(&s), 0);
+    /* --cache-budget-mb 0 keeps nothing */
+    const char *none[] = {"--cache-budget-mb", "0", NULL};
+    s = start(none);
+    free(complete(s.port, json_pack("{s:s, s:i}", "prompt", "Once upon a time", "max_tokens", 8), &p1, &c1));
+    free(complete(s.port, json_pack("{s:s, s:i}", "prompt", "Once upon a time there", "max_tokens", 8), &p2, &c2));
+    assert_int_equal(c2, 0);
+    assert_int_equal(stop(&s), 0);
+}
+
+/* The prompt cache on a hybrid recurrent model (qwen35: Gated DeltaNet
+ * layers): the recurrent state cannot roll back over a whole reply, so a
+ * second turn returns to the mark after the first turn's prompt
+ * (sp_ctx_pin) and evaluates the rest; output equal to a cold run's. */
+static void test_prompt_cache_hybrid(void **state) {
+    (void)state;
+    char model[1024], args[2048], buf[4096];
+    snprintf(model, sizeof model, "%s/serve-hybrid-%d.gguf", sp_tmpdir(), (int)getpid());
+    snprintf(args, sizeof args,
+             "mkmodel --out '%s' --arch qwen35 --dim 64 --layers 4 --heads 4 --kv-heads 2 --ffn 128 --vocab 256 "
+             "--type f32 --seed 1",
+             model);
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 0);
+    server s = start_m(model, NULL);
+    long p1, c1, p2, c2, pc, cc;
+    char *t1 = complete(s.port, json_pack("{s:s, s:i, s:f}", "prompt", "Once upon a time", "max_tokens", 20,
+                                          "temperature", 0.0), &p1, &c1);
+    char prompt2[4096];
+    snprintf(prompt2, sizeof prompt2, "Once upon a time%s and then", t1);
+    for (int k = 0; k < 2; k++) {
+        const double temp = k ? 0.8 : 0;
+        char *warm = complete(s.port, json_pack("{s:s, s:i, s:f, s:i}", "prompt", prompt2, "max_tokens", 20,
+                                                "temperature", temp, "seed", 3), &p2, &c2);
+        char *cold = complete(s.port, json_pack("{s:s, s:i, s:f, s:i, s:b}", "prompt", prompt2, "max_tokens", 20,
+                                                "temperature", temp, "seed", 3, "cache_prompt", 0), &pc, &cc);
+        printf("hybrid prompt cache (T=%.1f): turn 2 of %ld prompt tokens took %ld from the cache (turn 1: %ld)\n",
+               temp, p2, c2, p1);
+        assert_true(c2 >= p1 - 1 && c2 < p2);
+        assert_int_equal(cc, 0);
+        if (strcmp(warm, cold)) fail_msg("cached turn 2:\n%s\ncold:\n%s", warm, cold);
+        free(warm);
+        free(cold);
+        /* the cold run left the slot at turn 2: back to turn 1 for the next round */
+        free(complete(s.port, json_pack("{s:s, s:i, s:f, s:b}", "prompt", "Once upon a time", "max_tokens", 20,
+                                        "temperature", 0.0, "cache_prompt", 0), &p1, &c1));
+    }
+    free(t1);
+    assert_int_equal(stop(&s), 0);
+    unlink(model);
+}
+
+/* Batched drafts: concurrent speculative requests drafting with a draft
+ * model share its forward passes as they share the target's, and each
+ * gives the text `specula generate` gives for it alone (greedy and seeded
+ * sampled, static draft length). */
+static void test_batched_drafts(void **state) {
+    (void)state;
+    enum { N = 6 };
+    char draft[1024], args[2048], buf[4096];
+    snprintf(draft, sizeof draft, "%s/serve-draft-%d.gguf", sp_tmpdir(), (int)getpid());
+    snprintf(args, sizeof args,
+             "mkmodel --out '%s' --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --vocab-from '%s' "
+             "--type f32 --seed 4",
+             draft, stories());
+    assert_int_equal(cli_run(args, SP_CAPTURE_STDERR, buf, sizeof buf), 0);
+    const char *prompts[2] = {"Once upon a time", "The cat"};
+    char want[N][8192], body[N][512];
+    for (int i = 0; i < N; i++) {
+        char flags[1200];
+        const char *temp = i % 2 ? "0.8" : "0";
+        snprintf(flags, sizeof flags, "-n 40 --temp %s --seed %d -md '%s' --gamma 3", temp, 200 + i, draft);
+        gen_cli(stories(), prompts[i / 3 % 2], flags, want[i], sizeof want[i]);
+        snprintf(body[i], sizeof body[i],
+                 "{\"prompt\":\"%s\",\"max_tokens\":40,\"temperature\":%s,\"seed\":%d,"
+                 "\"speculative\":{\"gamma\":3,\"adaptive\":false}}",
+                 prompts[i / 3 % 2], temp, 200 + i);
+    }
+    const char *extra[] = {"-md", draft, "--gamma", "3", "--parallel", "4", "--batching", "on", NULL};
+    server s = start(extra);
+    concurrent_equal(s.port, N, body, want);
+    const long steps = metric_value(s.port, "specula:batch_draft_steps_total");
+    const long seqs = metric_value(s.port, "specula:batch_draft_sequences_total");
+    printf("batched drafts: %ld draft-model sequences in %ld shared passes (mean %.2f)\n", seqs, steps,
+           steps > 0 ? (double)seqs / (double)steps : 0.0);
+    assert_true(steps > 0 && seqs > steps);
+    assert_int_equal(stop(&s), 0);
+    unlink(draft);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_padded_vocab),
+    cmocka_unit_test(test_prompt_cache),
+    cmocka_unit_test(test_prompt_cache_hybrid),
+    cmocka_unit_test(test_batched_drafts),
     cmocka_unit_test(test_routing),
     cmocka_unit_test(test_online),
     cmocka_unit_test(test_completions_and_streams), cmocka_unit_test(test_chat),

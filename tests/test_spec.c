@@ -12,6 +12,7 @@
 #include "spec_testutil.h"
 #include "dev/sp_vsim.h"
 #include "draft.h"
+#include "requant.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SP_SLOW 1
@@ -160,6 +161,45 @@ static void test_greedy_stories(void **state) {
     (void)state;
     const char *m = sp_shared("models/stories260K.gguf");
     greedy_equal(m, m, PROMPT, 5, SP_SLOW ? 48 : 160);
+}
+
+/* A low-bit self-draft given a shared copy of the target (lowbit_model,
+ * as the server builds once for all its slots) drafts exactly as one that
+ * makes its own: same sampled tokens, same acceptance; a copy of another
+ * vocabulary is refused. */
+static void test_lowbit_shared(void **state) {
+    (void)state;
+    sp_model *tm = load(sp_shared("models/stories260K.gguf")), *q = NULL;
+    sp_error err = {0};
+    assert_int_equal(sp_model_requantize(tm, SP_GGML_Q8_0, &q, &err), SP_OK);
+    sp_ctx *t = mkctx(tm, 512);
+    sp_gen_params gp = sp_gen_default_params();
+    gp.n_predict = 64;
+    gp.sampling.temperature = 1;
+    gp.seed = 5;
+    gp.stop_at_eog = false;
+    int32_t own[64], shared[64];
+    sp_spec_stats so, ss;
+    sp_spec_params sp = sp_spec_default_params();
+    sp.draft.kind = SP_DRAFT_LOWBIT;
+    sp.draft.lowbit_type = SP_GGML_Q8_0;
+    sp.gamma = 3;
+    assert_int_equal(run_spec(t, &sp, PROMPT, 5, &gp, own, &so), 64);
+    assert_int_equal(sp_ctx_truncate(t, 0, &err), SP_OK);
+    sp.draft.lowbit_model = q;
+    assert_int_equal(run_spec(t, &sp, PROMPT, 5, &gp, shared, &ss), 64);
+    assert_memory_equal(own, shared, sizeof own);
+    assert_int_equal(so.accepted, ss.accepted);
+    assert_int_equal(so.drafted, ss.drafted);
+    const char *other = tiny_model(0, 64, 5, 3.0f);
+    sp_model *om = load(other);
+    sp.draft.lowbit_model = om;
+    assert_int_not_equal(sp_drafter_params_check(&sp.draft, tm, &err), SP_OK);
+    sp_model_free(om);
+    unlink(other);
+    sp_ctx_free(t);
+    sp_model_free(q);
+    sp_model_free(tm);
 }
 
 static void test_greedy_random_models(void **state) {
@@ -834,6 +874,7 @@ static void test_ngram_propose(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ngram_propose),
     cmocka_unit_test(test_greedy_stories),
+    cmocka_unit_test(test_lowbit_shared),
     cmocka_unit_test(test_greedy_random_models),
     cmocka_unit_test(test_greedy_moe_target),
     cmocka_unit_test(test_greedy_shared_pass),

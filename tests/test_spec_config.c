@@ -238,6 +238,29 @@ static void test_layers(void **state) {
     assert_int_equal(sp_spec_config_set(&c, "gamma", NULL, &e), SP_ERR_ARG);
     assert_int_equal(sp_spec_config_finish(&c, false, &e), SP_OK);
     assert_true(c.params.adaptive);
+    /* over an adaptive layer (a server's --adaptive), a request's gamma or
+     * n_max is a static length; with adaptive in the same layer, its maximum */
+    sp_spec_params adaptive = c.params;
+    const char *const statics[] = {"gamma=3", "n_max=3", "gamma=3,adaptive=false"};
+    for (size_t i = 0; i < sizeof statics / sizeof statics[0]; i++) {
+        sp_spec_config_init(&c, &adaptive);
+        assert_int_equal(sp_spec_config_parse(&c, statics[i], &e), SP_OK);
+        assert_int_equal(sp_spec_config_finish(&c, false, &e), SP_OK);
+        assert_false(c.params.adaptive);
+        assert_int_equal(c.params.gamma, 3);
+    }
+    const char *const adaptives[] = {"gamma=3,adaptive", "adaptive=true,n_max=3"};
+    for (size_t i = 0; i < sizeof adaptives / sizeof adaptives[0]; i++) {
+        sp_spec_config_init(&c, &adaptive);
+        assert_int_equal(sp_spec_config_parse(&c, adaptives[i], &e), SP_OK);
+        assert_int_equal(sp_spec_config_finish(&c, false, &e), SP_OK);
+        assert_true(c.params.adaptive);
+        assert_int_equal(c.params.gamma, 3);
+    }
+    sp_spec_config_init(&c, &adaptive);
+    assert_int_equal(sp_spec_config_parse(&c, "p_min=0.5", &e), SP_OK);
+    assert_int_equal(sp_spec_config_finish(&c, false, &e), SP_OK);
+    assert_true(c.params.adaptive); /* no length given: the layer below's */
 }
 
 static sp_status json_apply(const char *text, sp_spec_config *c, sp_error *e) {

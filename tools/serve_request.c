@@ -10,9 +10,10 @@
 #include <string.h>
 
 #include "cli.h"
+#include "serve_compat.h"
 
 const char *const SP_SERVE_EP_NAMES[SP_SERVE_EP_N] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
-                                                      "/health", "/metrics", "other"};
+                                                      "/health", "/metrics", "/tokenize", "/detokenize", "other"};
 
 int serve_bad(serve_err *e, unsigned status, const char *param, const char *code, const char *fmt, ...) {
     va_list ap;
@@ -141,6 +142,7 @@ static int parse_common(const serve_limits *L, const json_t *j, serve_req *r, se
             if (json_is_null(v)) continue;
             if (!json_is_integer(v)) return serve_bad(e, 400, key, NULL, "seed: must be an integer");
             r->seed = (uint64_t)json_integer_value(v);
+            r->seed_set = true;
         } else if (!strcmp(key, "n")) {
             if (!json_is_integer(v) || json_integer_value(v) != 1)
                 return serve_bad(e, 400, key, NULL, "n: only 1 is supported");
@@ -148,6 +150,10 @@ static int parse_common(const serve_limits *L, const json_t *j, serve_req *r, se
             if (json_is_null(v)) continue;
             if (!json_is_boolean(v)) return serve_bad(e, 400, key, NULL, "stream: must be a boolean");
             r->stream = json_is_true(v);
+        } else if (!strcmp(key, "cache_prompt")) {
+            if (json_is_null(v)) continue;
+            if (!json_is_boolean(v)) return serve_bad(e, 400, key, NULL, "cache_prompt: must be a boolean");
+            r->cache_prompt = json_is_true(v);
         } else if (!strcmp(key, "stream_options")) {
             if (json_is_null(v)) continue;
             const json_t *u = json_object_get(v, "include_usage");
@@ -194,6 +200,12 @@ static int parse_common(const serve_limits *L, const json_t *j, serve_req *r, se
                 return serve_bad(e, 400, "speculative", NULL, "speculative: %s", se.msg);
             r->spec = c.params;
             if (c.off_by_n_max) r->spec.draft.kind = SP_DRAFT_NONE;
+            /* a low-bit copy of the model only of a type the operator allowed */
+            const sp_ggml_type lt = r->spec.draft.lowbit_type;
+            if (r->spec.draft.kind == SP_DRAFT_LOWBIT && ((unsigned)lt >= 64 || !(L->lowbit_types >> lt & 1)))
+                return serve_bad(e, 400, "speculative", NULL,
+                                 "speculative: lowbit: %s is not a type this server allows (--lowbit-types)",
+                                 sp_ggml_type_name(lt));
         } else if (!strcmp(key, "frequency_penalty") || !strcmp(key, "presence_penalty")) {
             if (!json_is_null(v) && (!num(v, &d) || d != 0))
                 return serve_bad(e, 400, key, NULL, "%s: not supported (only 0)", key);
@@ -219,9 +231,12 @@ int serve_parse(const serve_limits *L, const char *body, size_t len, serve_ep ep
     if (!json_is_object(j)) rc = serve_bad(e, 400, NULL, NULL, "the body must be a JSON object");
     r->ep = ep;
     r->max_tokens = -1;
+    r->cache_prompt = true;
     r->smp = L->sampling;
     r->seed = L->seed;
+    r->seed_set = false;
     r->spec = L->defaults;
+    if (!rc) rc = serve_spec_flat_merge(j, e);
     if (!rc) rc = parse_common(L, j, r, e);
     if (!rc && ep == SP_SERVE_CHAT) {
         if (L->tmpl == SP_CHAT_NONE)
@@ -261,10 +276,10 @@ serve_ep serve_endpoint(const char *url) {
 int serve_route(serve_ep ep, const char *method, const char *url, bool authorized, bool too_big,
                    serve_err *e) {
     const bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
+    const bool wants_post = ep <= SP_SERVE_CHAT || ep == SP_SERVE_TOKENIZE || ep == SP_SERVE_DETOKENIZE;
     if (ep == SP_SERVE_OTHER) return serve_bad(e, 404, NULL, "not_found", "no such endpoint: %s %s", method, url);
-    if ((ep <= SP_SERVE_CHAT && !post) || (ep > SP_SERVE_CHAT && !get))
-        return serve_bad(e, 405, NULL, "method_not_allowed", "%s needs %s", url,
-                            ep <= SP_SERVE_CHAT ? "POST" : "GET");
+    if ((wants_post && !post) || (!wants_post && !get))
+        return serve_bad(e, 405, NULL, "method_not_allowed", "%s needs %s", url, wants_post ? "POST" : "GET");
     if (ep != SP_SERVE_HEALTH && !authorized)
         return serve_bad(e, 401, NULL, "invalid_api_key", "a valid API key is needed (Authorization: Bearer KEY)");
     if (too_big)
@@ -356,9 +371,26 @@ static json_t *spec_metrics(const serve_out *o) {
     return w;
 }
 
+/* llama-server's timings object (milliseconds and tokens per second). */
+static json_t *timings_json(const serve_out *o) {
+    const double pms = o->t_prompt * 1e3, gms = o->t_gen * 1e3;
+    return json_pack("{s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}", "prompt_n", o->n_prompt, "prompt_ms", pms,
+                     "prompt_per_token_ms", o->n_prompt ? pms / o->n_prompt : 0.0, "prompt_per_second",
+                     pms > 0 ? o->n_prompt * 1e3 / pms : 0.0, "predicted_n", o->n_gen, "predicted_ms", gms,
+                     "predicted_per_token_ms", o->n_gen ? gms / o->n_gen : 0.0, "predicted_per_second",
+                     gms > 0 ? o->n_gen * 1e3 / gms : 0.0);
+}
+
+static void add_extras(json_t *j, const serve_out *o, bool finished) {
+    json_object_set_new(j, "system_fingerprint", json_string(o->fingerprint ? o->fingerprint : "specula"));
+    if (!finished) return;
+    json_object_set_new(j, "seed", json_integer((json_int_t)o->seed));
+    json_object_set_new(j, "timings", timings_json(o));
+}
+
 static json_t *usage_json(const serve_out *o) {
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", o->n_prompt, "completion_tokens", o->n_gen,
-                     "total_tokens", o->n_prompt + o->n_gen);
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", o->n_prompt, "completion_tokens", o->n_gen,
+                     "total_tokens", o->n_prompt + o->n_gen, "prompt_tokens_details", "cached_tokens", o->n_cached);
 }
 
 json_t *serve_final_json(const serve_req *r, const serve_out *o) {
@@ -383,6 +415,7 @@ json_t *serve_final_json(const serve_req *r, const serve_out *o) {
     json_object_set_new(j, "choices", choices);
     json_object_set_new(j, "usage", usage_json(o));
     json_object_set_new(j, "metrics", spec_metrics(o));
+    add_extras(j, o, true);
     return j;
 }
 
@@ -412,5 +445,6 @@ json_t *serve_chunk_json(const serve_req *r, const serve_out *o, const char *s, 
     json_object_set_new(c, "choices", choices);
     if (usage_only) json_object_set_new(c, "usage", usage_json(o));
     if (finish) json_object_set_new(c, "metrics", spec_metrics(o));
+    add_extras(c, o, finish != NULL);
     return c;
 }

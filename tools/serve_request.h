@@ -22,7 +22,8 @@
 #define SP_SERVE_STOP_LEN_MAX 256
 
 typedef enum serve_ep {
-    SP_SERVE_COMPLETIONS, SP_SERVE_CHAT, SP_SERVE_MODELS, SP_SERVE_HEALTH, SP_SERVE_METRICS, SP_SERVE_OTHER,
+    SP_SERVE_COMPLETIONS, SP_SERVE_CHAT, SP_SERVE_MODELS, SP_SERVE_HEALTH, SP_SERVE_METRICS, SP_SERVE_TOKENIZE,
+    SP_SERVE_DETOKENIZE, SP_SERVE_OTHER,
     SP_SERVE_EP_N
 } serve_ep;
 extern const char *const SP_SERVE_EP_NAMES[SP_SERVE_EP_N];
@@ -35,14 +36,17 @@ typedef struct serve_limits {
     sp_spec_params defaults;   /* speculation defaults (a request's object overrides) */
     bool has_draft;            /* a draft model is loaded */
     sp_chat_tmpl tmpl;         /* SP_CHAT_NONE: chat requests are refused */
+    uint64_t lowbit_types;     /* bit t: a request may draft with a low-bit copy of type t */
 } serve_limits;
 
 typedef struct serve_req {
     serve_ep ep;
     bool stream, include_usage;
+    bool cache_prompt;  /* reuse a slot's cached prefix (default true, as llama-server) */
     int32_t max_tokens; /* -1: not given */
     sp_sampler_params smp;
     uint64_t seed;
+    bool seed_set;      /* the request gave its seed (else the server draws one) */
     int n_stop;
     char stop[SP_SERVE_N_STOP_MAX][SP_SERVE_STOP_LEN_MAX + 1];
     sp_spec_params spec;
@@ -102,15 +106,23 @@ typedef struct serve_out {
     size_t len;
     const char *finish;     /* "stop" or "length" */
     int32_t n_prompt, n_gen;
+    int32_t n_cached;       /* prompt tokens taken from the slot's cache */
     const sp_spec_stats *sst;
     int draft; /* the -md index it drafted with, -1 for none */
+    double t_prompt, t_gen; /* seconds of prefill and of generation (timings) */
+    uint64_t seed;          /* the sampling seed used (given or drawn) */
+    const char *fingerprint; /* system_fingerprint: the build and model */
 } serve_out;
 
-/* The non-streamed response object (completion or chat.completion). */
+/* The non-streamed response object (completion or chat.completion), with
+ * llama-server's "timings" (prompt_n, prompt_ms, prompt_per_token_ms,
+ * prompt_per_second, predicted_n, ...), "system_fingerprint" and the
+ * "seed" used. */
 json_t *serve_final_json(const serve_req *r, const serve_out *o);
 /* One stream chunk with text delta s[0..n) (n may be 0); first: nothing
  * sent yet (a chat delta then carries the role); finish NULL while
- * running; usage_only: the final usage chunk. */
+ * running (the finishing chunk carries timings and seed, every chunk the
+ * system_fingerprint); usage_only: the final usage chunk. */
 json_t *serve_chunk_json(const serve_req *r, const serve_out *o, const char *s, size_t n, bool first,
                             const char *finish, bool usage_only);
 

@@ -149,6 +149,7 @@ struct sp_rstate {
     int32_t pos[SP_RSTATE_SLOTS]; /* tokens each slot's state has seen; -1: free */
     bool prefix[SP_RSTATE_SLOTS]; /* the state of the chain of positions 0..pos-1 (not a tree path) */
     int cur;               /* the current state's slot */
+    int pin;               /* a state kept for a later truncate (sp_rstate_pin), -1: none */
     int32_t n_past;        /* tokens the current state has seen */
     int anchor;            /* the log's starting slot (-1: no log) */
     int32_t anchor_pos, n_log;
@@ -237,7 +238,7 @@ sp_status sp_rstate_init(const sp_model *m, int32_t max_batch, int n_threads, sp
     for (int i = 0; i < SP_RSTATE_SLOTS; i++) rs->pos[i] = -1;
     zero_slot(rs, 0);
     rs->cur = 0;
-    rs->anchor = rs->dst = -1;
+    rs->anchor = rs->dst = rs->pin = -1;
     *out = rs;
     return SP_OK;
 }
@@ -265,7 +266,7 @@ sp_status sp_rstate_check(const sp_rstate *rs, const sp_batch *b, int32_t n_past
 static int free_slot(const sp_rstate *rs, int a, int b) {
     int best = -1;
     for (int i = 0; i < SP_RSTATE_SLOTS; i++) {
-        if (i == a || i == b) continue;
+        if (i == a || i == b || i == rs->pin) continue;
         if (rs->pos[i] < 0) return i;
         if (best < 0 || rs->pos[i] < rs->pos[best]) best = i;
     }
@@ -555,7 +556,10 @@ static void recompute(sp_rstate *rs, int32_t len) {
 static void drop_after(sp_rstate *rs, int32_t n) {
     for (int i = 0; i < SP_RSTATE_SLOTS; i++)
         if (rs->pos[i] > n || (rs->pos[i] >= 0 && !rs->prefix[i])) rs->pos[i] = -1;
+    if (rs->pin >= 0 && rs->pos[rs->pin] < 0) rs->pin = -1;
 }
+
+void sp_rstate_pin(sp_rstate *rs) { rs->pin = rs->prefix[rs->cur] ? rs->cur : -1; }
 
 sp_status sp_rstate_truncate(sp_rstate *rs, int32_t n, sp_error *err) {
     const int32_t have = rs->n_past;

@@ -84,6 +84,11 @@ void sp_rstate_end(sp_rstate *rs);
  * when n is neither 0, a kept boundary of a forward, nor inside the logged
  * chain of tokens. */
 sp_status sp_rstate_truncate(sp_rstate *rs, int32_t n, sp_error *err);
+/* Keeps the current state (of a chain of tokens) out of the slots'
+ * rotation, so that sp_rstate_truncate to its length works however many
+ * forwards later (a prompt cache), until a truncate below it or the next
+ * pin. */
+void sp_rstate_pin(sp_rstate *rs);
 /* The state after positions [0, start) and then start + idx[0..m-1]
  * (sp_ctx_keep): those tokens must be logged and form a path of the tree
  * (each one's parent the one before; SP_ERR_ARG otherwise). */

@@ -90,6 +90,12 @@ sp_status sp_ctx_truncate(sp_ctx *c, int32_t n, sp_error *err) {
     return sp_kv_truncate(&c->kv, n, err);
 }
 
+int32_t sp_ctx_pin(sp_ctx *c) {
+    if (!c->rs) return c->kv.n;
+    sp_rstate_pin(c->rs);
+    return c->kv.n;
+}
+
 sp_status sp_ctx_keep(sp_ctx *c, int32_t start, const int32_t *idx, int32_t m, sp_error *err) {
     if (c->rs) {
         sp_status st = sp_rstate_keep(c->rs, start, idx, m, err);

@@ -26,6 +26,8 @@ struct sp_drafter {
     sp_drafter_kind kind;
     sp_model *owned_model;   /* lowbit copy */
     sp_ctx *ctx;             /* NULL for ngram and suffix */
+    sp_forward_fn fwd;       /* its forwards (sp_drafter_set_forward); NULL: sp_forward */
+    void *fwd_ud;
     sp_suffix *sfx;          /* suffix, and with_suffix (arbitration) */
     sp_ngram_map *map;       /* ngram-map-k, ngram-map-k4v */
     sp_ngram_mod *mod;       /* ngram-mod */
@@ -182,7 +184,13 @@ sp_drafter_kind sp_drafter_kind_of(const sp_drafter *d) { return d->kind; }
 sp_ctx *sp_drafter_ctx(sp_drafter *d) { return d->ctx; }
 sp_suffix *sp_drafter_suffix(sp_drafter *d) { return d->sfx; }
 
-sp_status sp_drafter_reset(sp_drafter *d, sp_error *err) {
+sp_status sp_drafter_reset(sp_drafter *d, sp_error *err) { return sp_drafter_reset_keep(d, 0, err); }
+
+sp_status sp_drafter_reset_keep(sp_drafter *d, int32_t n_keep, sp_error *err) {
+    /* the draft cache is a prefix of the history only from slot 0 and
+     * without tree nodes; then its first n_keep tokens may stay */
+    if (!d->ctx || d->ectx || d->off != 0 || d->tree_cached != 0) n_keep = 0;
+    if (d->ctx && n_keep > sp_ctx_n_past(d->ctx)) n_keep = sp_ctx_n_past(d->ctx);
     d->off = 0;
     d->tree_cached = 0;
     d->used = 0;
@@ -192,9 +200,23 @@ sp_status sp_drafter_reset(sp_drafter *d, sp_error *err) {
     }
     d->g0 = d->gn = 0;
     if (d->ectx) return sp_eagle3_ctx_truncate(d->ectx, 0, err);
-    return d->ctx ? sp_ctx_truncate(d->ctx, 0, err) : SP_OK;
+    if (!d->ctx) return SP_OK;
+    if (n_keep > 0 && !sp_ctx_truncate(d->ctx, n_keep, NULL)) return SP_OK;
+    return sp_ctx_truncate(d->ctx, 0, err); /* (a recurrent draft that cannot go back there) */
 }
+sp_status sp_drafter_keep(sp_drafter *d, int32_t n, sp_error *err) {
+    if (!d->ctx || d->ectx || n >= sp_ctx_n_past(d->ctx)) return SP_OK;
+    if (n > 0 && !sp_ctx_truncate(d->ctx, n, NULL)) return SP_OK;
+    return sp_ctx_truncate(d->ctx, 0, err);
+}
+
 const sp_draft_counters *sp_drafter_counters(const sp_drafter *d) { return &d->cnt; }
+
+void sp_drafter_set_forward(sp_drafter *d, sp_forward_fn fn, void *ud) {
+    if (d->kind != SP_DRAFT_MODEL) return;
+    d->fwd = fn;
+    d->fwd_ud = ud;
+}
 
 /* Same vocabulary: the same pieces on every id both models have, and the
  * ids only one of them has are its padding ("[PAD<i>]"), which samplers
@@ -246,7 +268,7 @@ sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *ta
         if (!sp_model_requantize_supported(p->lowbit_type))
             return sp_fail(err, SP_ERR_ARG, "lowbit: Specula does not compute with %s weights",
                            sp_ggml_type_name(p->lowbit_type));
-        return SP_OK;
+        return p->lowbit_model ? check_vocab(target, p->lowbit_model, err) : SP_OK;
     case SP_DRAFT_LAYERSKIP: {
         if (L > SP_DRAFT_MAX_LAYERS)
             return sp_fail(err, SP_ERR_UNSUPPORTED, "skip_layers: the target has %d layers, more than %d",
@@ -312,8 +334,12 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
     switch (p->kind) {
     case SP_DRAFT_MODEL: dm = p->draft_model; break;
     case SP_DRAFT_LOWBIT:
-        st = sp_model_requantize(tm, p->lowbit_type, &d->owned_model, err);
-        dm = d->owned_model;
+        if (p->lowbit_model) {
+            dm = p->lowbit_model;
+        } else {
+            st = sp_model_requantize(tm, p->lowbit_type, &d->owned_model, err);
+            dm = d->owned_model;
+        }
         break;
     case SP_DRAFT_LAYERSKIP:
         st = sp_parse_skip_layers(p->skip_layers, sp_model_cfg(tm)->n_layers, skip_buf, err);
@@ -404,7 +430,9 @@ static void widen_rows(sp_drafter *d, int32_t rows, float *out) {
 
 static sp_status dforward(sp_drafter *d, const sp_batch *b, float *logits, sp_error *err) {
     double t0 = sp_now();
-    sp_status st = sp_forward(d->ctx, b, d->dlogits ? d->dlogits : logits, err);
+    float *out = d->dlogits ? d->dlogits : logits;
+    double cost = -1;
+    sp_status st = d->fwd ? d->fwd(d->fwd_ud, d->ctx, b, out, &cost, err) : sp_forward(d->ctx, b, out, err);
     if (!st && d->dlogits) widen_rows(d, b->logits_all ? b->n : 1, logits);
     d->cnt.seconds += sp_now() - t0;
     d->cnt.forwards++;
@@ -581,7 +609,14 @@ sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_e
     if (!d->ctx || n <= 0 || d->sfx) return SP_OK;
     d->off = 0;
     double t0 = sp_now();
-    sp_status st = sp_prefill(d->ctx, hist, n, d->dlogits ? d->dlogits : d->logits, &d->cnt.forwards, err);
+    /* a cache kept by sp_drafter_reset_keep holds hist[0..have): evaluate
+     * the rest, at least one token (its logits start the first draft) */
+    int32_t have = sp_ctx_n_past(d->ctx);
+    sp_status st = SP_OK;
+    if (have >= n && (st = sp_ctx_truncate(d->ctx, have = n - 1, NULL))) st = sp_ctx_truncate(d->ctx, have = 0, err);
+    if (!st)
+        st = sp_prefill(d->ctx, hist + have, n - have, d->dlogits ? d->dlogits : d->logits, &d->cnt.forwards,
+                        d->fwd, d->fwd_ud, err);
     if (!st && d->dlogits) widen_rows(d, 1, d->logits);
     d->cnt.seconds += sp_now() - t0;
     return st;

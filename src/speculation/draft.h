@@ -3,6 +3,7 @@
 #ifndef SP_DRAFT_INTERNAL_H
 #define SP_DRAFT_INTERNAL_H
 
+#include "sp_generate.h"
 #include "sp_spec.h"
 #include "rng.h"
 #include "verify.h"
@@ -23,6 +24,18 @@ sp_suffix *sp_drafter_suffix(sp_drafter *d);
 /* Empty the draft cache (and forget any resync offset) for a new prompt;
  * the suffix drafter ends its request (its output joins the corpus). */
 sp_status sp_drafter_reset(sp_drafter *d, sp_error *err);
+/* As sp_drafter_reset, but a draft model's cache keeps its first n_keep
+ * tokens when it holds the history from its start (no resync, no tree
+ * nodes; else, or when a recurrent draft cannot go back there, it restarts
+ * empty); the next sp_drafter_prefill evaluates only the rest. */
+sp_status sp_drafter_reset_keep(sp_drafter *d, int32_t n_keep, sp_error *err);
+/* After sp_drafter_reset_keep: the draft cache keeps at most its first n
+ * tokens (those known to equal the new history's). */
+sp_status sp_drafter_keep(sp_drafter *d, int32_t n, sp_error *err);
+/* The draft model's forwards through fn (sp_forward_fn; NULL: sp_forward):
+ * only a draft-model drafter's (SP_DRAFT_MODEL), whose context is of that
+ * model; other kinds keep sp_forward. */
+void sp_drafter_set_forward(sp_drafter *d, sp_forward_fn fn, void *ud);
 
 /* Counters the drafter adds to (forward calls, seconds in them). */
 typedef struct sp_draft_counters {

@@ -39,8 +39,13 @@ struct sp_spec {
     void *observer_ud;
     int64_t draft_fwd_carry; /* draft forwards of drafters replaced by sp_spec_set_draft_model */
     bool draft_stale;        /* a new draft model was swapped in: prefill it before drafting */
-    sp_spec_forward_fn forward; /* target forwards; NULL = sp_forward */
+    sp_spec_forward_fn forward; /* target forwards (sp_spec_set_forward); NULL = sp_forward */
     void *forward_ud;
+    sp_forward_fn fwd;          /* the running generation's: its params' or forward */
+    void *fwd_ud;
+    sp_forward_fn dforward;     /* the draft model's forwards; NULL = sp_forward */
+    void *dforward_ud;
+    int32_t *prev, n_prev, prev_cap; /* the last generation's history (what a kept draft cache holds) */
 };
 
 /* Total draft forwards of this object's drafters (the current one's
@@ -81,6 +86,8 @@ sp_status sp_spec_set_draft_model(sp_spec *s, const sp_model *m, sp_error *err) 
     s->draft_fwd_carry += sp_drafter_counters(s->drafter)->forwards;
     sp_drafter_free(s->drafter);
     s->drafter = d;
+    s->dforward = NULL; /* a hook of the old model's (a batcher is of one model) */
+    s->dforward_ud = NULL;
     s->prm.draft.draft_model = m;
     s->draft_stale = true;
     return SP_OK;
@@ -91,14 +98,21 @@ void sp_spec_set_forward(sp_spec *s, sp_spec_forward_fn fn, void *ud) {
     s->forward_ud = ud;
 }
 
-/* One target forward through the hook (sp_spec_set_forward) or sp_forward;
+void sp_spec_set_draft_forward(sp_spec *s, sp_forward_fn fn, void *ud) {
+    s->dforward = fn;
+    s->dforward_ud = ud;
+    if (s->drafter) sp_drafter_set_forward(s->drafter, fn, ud);
+}
+
+/* One target forward through the hook (the generation's, or
+ * sp_spec_set_forward's) or sp_forward;
  * *cost: the seconds the adaptive controller charges for it (the hook's
  * figure, else the wall time). */
 static sp_status target_forward(sp_spec *s, const sp_batch *b, float *logits, double *cost,
                                 sp_error *err) {
     const double t0 = sp_now();
     *cost = -1;
-    sp_status rc = s->forward ? s->forward(s->forward_ud, s->target, b, logits, cost, err)
+    sp_status rc = s->fwd ? s->fwd(s->fwd_ud, s->target, b, logits, cost, err)
                               : sp_forward(s->target, b, logits, err);
     if (*cost < 0) *cost = sp_now() - t0;
     return rc;
@@ -130,6 +144,7 @@ double sp_spec_mean_accepted(const sp_spec_stats *s) {
 void sp_spec_free(sp_spec *s) {
     if (!s) return;
     sp_drafter_free(s->drafter);
+    free(s->prev);
     sp_verify_ws_free(s->ws);
     free(s->q);
     free(s->p);
@@ -187,10 +202,13 @@ sp_status sp_spec_init(sp_ctx *target, const sp_spec_params *p, sp_spec **out, s
     return SP_OK;
 }
 
-sp_status sp_spec_reset(sp_spec *s, sp_error *err) {
+sp_status sp_spec_reset(sp_spec *s, sp_error *err) { return sp_spec_reset_keep(s, 0, err); }
+
+sp_status sp_spec_reset_keep(sp_spec *s, int32_t n_keep, sp_error *err) {
     sp_adapt_new_text(&s->adapt);
-    sp_status st = sp_ctx_truncate(s->target, 0, err);
-    if (!st && s->drafter) st = sp_drafter_reset(s->drafter, err);
+    sp_status st = sp_ctx_truncate(s->target, n_keep, err);
+    if (!st && s->drafter) st = sp_drafter_reset_keep(s->drafter, n_keep, err);
+    if (n_keep == 0) s->n_prev = 0;
     return st;
 }
 
@@ -386,7 +404,11 @@ static sp_status check_generate(const sp_spec *s, int32_t n_prompt, const sp_gen
     if (n_prompt < 1) return sp_fail(err, SP_ERR_ARG, "empty prompt (need at least one token)");
     if (gp->n_predict < 1 || gp->n_predict > cap)
         return sp_fail(err, SP_ERR_ARG, "token budget %d must be in [1, %d]", gp->n_predict, cap);
-    if (sp_ctx_n_past(s->target) != 0) return sp_fail(err, SP_ERR_STATE, "context is not empty");
+    const int32_t cached = sp_ctx_n_past(s->target);
+    if (cached != 0 && !gp->keep_prefix) return sp_fail(err, SP_ERR_STATE, "context is not empty");
+    if (cached >= n_prompt)
+        return sp_fail(err, SP_ERR_STATE, "the context holds %d tokens, not a strict prefix of the %d-token prompt",
+                       cached, n_prompt);
     const int32_t n_ctx = sp_ctx_n_ctx(s->target);
     if ((int64_t)n_prompt + gp->n_predict > n_ctx)
         return sp_fail(err, SP_ERR_RANGE,
@@ -411,13 +433,22 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
     stats->drafter = sp_drafter_name(s->prm.draft.kind);
     stats->verifier = s->drafter ? sp_verifier_name(s->prm.verifier) : "none";
     if (!s->drafter) {
-        sp_status rc = sp_generate(s->target, prompt, n_prompt, gp, out, cap, gstats, cb, ud, err);
+        sp_gen_params p = *gp;
+        if (!p.forward) p.forward = s->forward, p.forward_ud = s->forward_ud;
+        sp_status rc = sp_generate(s->target, prompt, n_prompt, &p, out, cap, gstats, cb, ud, err);
         stats->target_forwards = gstats->target_forwards;
         return rc;
     }
     *gstats = (sp_gen_stats){.n_prompt = n_prompt};
     sp_status rc = check_generate(s, n_prompt, gp, cap, err);
     if (rc) return rc;
+    s->fwd = gp->forward ? gp->forward : s->forward;
+    s->fwd_ud = gp->forward ? gp->forward_ud : s->forward_ud;
+    /* a prompt cache: the target's first n_cached tokens are the prompt's,
+     * and at least its last token is left to evaluate */
+    const int32_t n_cached = sp_ctx_n_past(s->target) < n_prompt - 1 ? sp_ctx_n_past(s->target) : n_prompt - 1;
+    if (n_cached < sp_ctx_n_past(s->target) && (rc = sp_ctx_truncate(s->target, n_cached, err))) return rc;
+    gstats->n_cached = n_cached;
     gen_run g = {.s = s, .stats = stats, .greedy_t = gp->sampling.temperature == 0,
                  .mode = s->prm.verifier == SP_VERIFIER_MC ||
                                  s->prm.verifier == SP_VERIFIER_GBV
@@ -442,6 +473,12 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
                     .stop_at_eog = gp->stop_at_eog, .cb = cb, .ud = ud};
     const int64_t dc_f0 = draft_forwards(s);
 
+    /* a draft cache kept by sp_spec_reset_keep holds the last
+     * generation's history: keep what the prompt shares with it */
+    int32_t dkeep = 0;
+    while (dkeep < s->n_prev && dkeep < n_prompt && s->prev[dkeep] == prompt[dkeep]) dkeep++;
+    if (!rc) rc = sp_drafter_keep(s->drafter, dkeep, err);
+
     /* Prefill everything but the last prompt token (the first iteration
      * evaluates it together with the first draft). */
     double t0 = sp_now();
@@ -449,7 +486,7 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
     if (g.n > 1) {
         /* sp_prefill's chunks, each through the forward hook */
         const int32_t mb = sp_ctx_max_batch(s->target);
-        for (int32_t i = 0; !rc && i < g.n - 1; i += mb) {
+        for (int32_t i = n_cached; !rc && i < g.n - 1; i += mb) {
             sp_batch b = {.tokens = g.hist + i, .n = g.n - 1 - i < mb ? g.n - 1 - i : mb};
             double cost;
             rc = target_forward(s, &b, s->logits, &cost, err);
@@ -460,6 +497,7 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
     }
     stats->target_forwards = stats->prefill_forwards;
     gstats->t_prefill = sp_now() - t0;
+    if (!rc && gp->keep_prefix) gstats->n_pinned = sp_ctx_pin(s->target);
     double t1 = sp_now();
     while (!rc && !e.stop) {
         const int32_t remaining = e.budget - e.n;
@@ -490,6 +528,12 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
     gstats->hit_eog = e.hit_eog;
     gstats->target_forwards = stats->target_forwards;
     stats->draft_forwards = draft_forwards(s) - dc_f0;
+    s->n_prev = 0; /* the history, for a cache kept for the next generation */
+    if (!rc && g.n > s->prev_cap) {
+        int32_t *p = realloc(s->prev, (size_t)g.n * sizeof *p);
+        if (p) s->prev = p, s->prev_cap = g.n;
+    }
+    if (!rc && g.n <= s->prev_cap) memcpy(s->prev, g.hist, (size_t)g.n * sizeof *g.hist), s->n_prev = g.n;
     free(g.hist);
     sp_sampler_free(g.smp);
     return rc;

@@ -146,6 +146,10 @@ static sp_status apply(sp_spec_config *c, const spelling *sp, const char *key, c
                            n_max ? 0 : 1, SP_SPEC_MAX_GAMMA, v->i);
         p->gamma = (int32_t)v->i;
         p->length_set = true;
+        /* a length given in this layer is that static length, whatever an
+         * earlier layer (a server's --adaptive) said, unless this layer asks
+         * for adaptive too (then gamma is its maximum) */
+        if (!is_given(c, S_ADAPTIVE)) p->adaptive = false;
         break;
     case S_N_MIN:
         if (v->i < 0 || v->i > SP_SPEC_MAX_GAMMA)

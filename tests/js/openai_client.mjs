@@ -1,7 +1,8 @@
 // Drives `specula serve` with the official openai npm client (run by
 // tests/test_serve.c with SPECULA_URL=http://127.0.0.1:PORT/v1): a
 // completion, a chat completion, a streamed chat with usage, the
-// speculative extension, and an error case. Exits 1 on the first failure.
+// speculative extension, a second chat turn from the prompt cache, and an
+// error case. Exits 1 on the first failure.
 import OpenAI from "openai";
 
 const client = new OpenAI({ baseURL: process.env.SPECULA_URL, apiKey: "unused", maxRetries: 0 });
@@ -43,6 +44,16 @@ for await (const chunk of stream) {
 }
 check(text === chat.choices[0].message.content, "streamed chat equals the non-streamed one");
 check(finish === "length" && usage && usage.completion_tokens === 12, "stream finish and usage");
+
+// the prompt cache: a second turn reuses the first (usage.prompt_tokens_details)
+const turn2 = [{ role: "system", content: "You tell stories." }, { role: "user", content: "Once" },
+  { role: "assistant", content: chat.choices[0].message.content }, { role: "user", content: "And then?" }];
+const warm = await client.chat.completions.create({ model: "m", max_tokens: 12, temperature: 0, messages: turn2 });
+const cold = await client.chat.completions.create({ model: "m", max_tokens: 12, temperature: 0, messages: turn2,
+                                                    cache_prompt: false });
+check(warm.usage.prompt_tokens_details.cached_tokens > 0 && cold.usage.prompt_tokens_details.cached_tokens === 0,
+      "prompt cache: cached_tokens");
+check(warm.choices[0].message.content === cold.choices[0].message.content, "prompt cache: turn 2 equals a cold run");
 
 try {
   await client.completions.create({ model: "m", prompt: "x", n: 2 });
