@@ -29,6 +29,7 @@ static const char *FILES[] = {
     "llama-dense-f16", "qwen2-dense-f16",  "qwen3-dense-f16",
     "phi3-dense-f16",  "gemma2-dense-f16", "gemma3-dense-f16",
     "qwen3moe-moe-f16", "llama-moe-f16",   "gpt-oss-moe-f16", "gpt-oss-moe-mxfp4", "qwen35-dense-f16",
+    "qwen35moe-moe-f16", "qwen3next-moe-f16",
 };
 
 #define MAX_IDS 64

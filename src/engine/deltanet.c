@@ -49,6 +49,7 @@ sp_status sp_deltanet_config(sp_model *m, const char *path, const char *arch, bo
                        "heads): value heads must be a multiple of key heads and inner = value heads x state",
                        path, s->d_conv, inner, s->hk, s->n_v, s->n_k);
     s->hv = s->hk;
+    s->grouped = !strcmp(arch, "qwen3next");
     s->conv_dim = 2 * s->n_k * s->hk + s->n_v * s->hv;
     char key[128];
     snprintf(key, sizeof key, "%s.attention.recurrent_layers", arch);
@@ -92,7 +93,20 @@ sp_status sp_deltanet_bind(sp_model *m, const char *path, int32_t l, sp_error *e
 #define T(x) (snprintf(nm, sizeof nm, "blk.%d." x, l), nm)
     sp_weight conv;
     sp_status st;
-    if ((st = sp_model_bind_matrix(m, path, T("attn_qkv.weight"), dim, s->conv_dim, false, &dn->wqkv, err)) ||
+    if (s->grouped) { /* qwen3next: no scales applied, beta and alpha in one matrix */
+        if (!sp_gguf_find_tensor(m->gguf, T("attn_qkv.weight")) && sp_gguf_find_tensor(m->gguf, T("ssm_in.weight")))
+            return sp_fail(err, SP_ERR_UNSUPPORTED,
+                           "%s: blk.%d has the legacy fused ssm_in (q, k, v, z per key head) without attn_qkv and "
+                           "attn_gate, which Specula does not read", path, l);
+        sp_weight legacy;
+        if ((st = sp_model_bind_matrix(m, path, T("attn_qkv.weight"), dim, s->conv_dim, false, &dn->wqkv, err)) ||
+            (st = sp_model_bind_matrix(m, path, T("attn_gate.weight"), dim, vdim, false, &dn->wz, err)) ||
+            (st = sp_model_bind_matrix(m, path, T("ssm_ba.weight"), dim, 2 * s->n_v, false, &dn->wba, err)) ||
+            (st = sp_model_bind_matrix(m, path, T("ssm_out.weight"), vdim, dim, false, &dn->wout, err)) ||
+            (st = sp_model_bind_matrix(m, path, T("ssm_in.weight"), dim, 2 * s->conv_dim - 2 * s->n_k * s->hk, true,
+                                       &legacy, err)))
+            return st;
+    } else if ((st = sp_model_bind_matrix(m, path, T("attn_qkv.weight"), dim, s->conv_dim, false, &dn->wqkv, err)) ||
         (st = sp_model_bind_vector(m, path, T("attn_qkv.scale"), 1, true, &dn->wqkv.scale, err)) ||
         (st = sp_model_bind_matrix(m, path, T("attn_gate.weight"), dim, vdim, false, &dn->wz, err)) ||
         (st = sp_model_bind_vector(m, path, T("attn_gate.scale"), 1, true, &dn->wz.scale, err)) ||
@@ -101,8 +115,9 @@ sp_status sp_deltanet_bind(sp_model *m, const char *path, int32_t l, sp_error *e
         (st = sp_model_bind_matrix(m, path, T("ssm_alpha.weight"), dim, s->n_v, false, &dn->walpha, err)) ||
         (st = sp_model_bind_vector(m, path, T("ssm_alpha.scale"), 1, true, &dn->walpha.scale, err)) ||
         (st = sp_model_bind_matrix(m, path, T("ssm_out.weight"), vdim, dim, false, &dn->wout, err)) ||
-        (st = sp_model_bind_vector(m, path, T("ssm_out.scale"), 1, true, &dn->wout.scale, err)) ||
-        (st = sp_model_bind_matrix(m, path, T("ssm_conv1d.weight"), s->d_conv, s->conv_dim, false, &conv, err)) ||
+        (st = sp_model_bind_vector(m, path, T("ssm_out.scale"), 1, true, &dn->wout.scale, err)))
+        return st;
+    if ((st = sp_model_bind_matrix(m, path, T("ssm_conv1d.weight"), s->d_conv, s->conv_dim, false, &conv, err)) ||
         (st = sp_model_bind_vector(m, path, T("ssm_dt.bias"), s->n_v, false, &dn->dt_bias, err)) ||
         (st = sp_model_bind_vector(m, path, T("ssm_a"), s->n_v, false, &dn->a, err)) ||
         (st = sp_model_bind_vector(m, path, T("ssm_norm.weight"), s->hv, false, &dn->norm, err)))
@@ -128,6 +143,7 @@ void sp_deltanet_weights(sp_deltanet *dn, sp_weight *out[SP_DELTANET_N_WEIGHTS])
     out[2] = &dn->wbeta;
     out[3] = &dn->walpha;
     out[4] = &dn->wout;
+    out[5] = &dn->wba;
 }
 
 /* -------------------------------------------------------------- state */
@@ -161,6 +177,7 @@ struct sp_rstate {
     float *cv;             /* [log_cap][conv_dim] conv outputs of the entries a run reads */
     /* scratch of a forward (as the lead context: rows of every sequence) */
     float *qkv, *z, *beta, *alpha, *y; /* [B][conv_dim], [B][vdim], [B][n_v] x 2, [B][vdim] */
+    float *ba;             /* [B][2 n_v] qwen3next's ssm_ba outputs */
     int32_t *paths;        /* [nth][log_cap] tree paths of the recurrence's threads */
 };
 
@@ -186,6 +203,7 @@ void sp_rstate_free(sp_rstate *rs) {
     free(rs->z);
     free(rs->beta);
     free(rs->alpha);
+    free(rs->ba);
     free(rs->y);
     free(rs->paths);
     free(rs);
@@ -226,9 +244,10 @@ sp_status sp_rstate_init(const sp_model *m, int32_t max_batch, int n_threads, sp
     rs->y = malloc(B * vdim * sizeof(float));
     rs->beta = malloc(B * (size_t)s->n_v * sizeof(float));
     rs->alpha = malloc(B * (size_t)s->n_v * sizeof(float));
+    rs->ba = malloc(B * 2 * (size_t)s->n_v * sizeof(float));
     rs->paths = malloc((size_t)rs->nth * cap * sizeof(int32_t));
     if (!rs->conv || !rs->ssm || !rs->parent || !rs->log || !rs->done || !rs->cv || !rs->qkv || !rs->z ||
-        !rs->y || !rs->beta || !rs->alpha || !rs->paths) {
+        !rs->y || !rs->beta || !rs->alpha || !rs->ba || !rs->paths) {
         const double mib = (double)(rs->conv_n + rs->ssm_n) * (double)L * SP_RSTATE_SLOTS * 4 / (1 << 20);
         sp_rstate_free(rs);
         return sp_fail(err, SP_ERR_NOMEM, "cannot allocate the recurrent state (%.1f MiB in %d snapshots)", mib,
@@ -418,7 +437,8 @@ static void delta_step(float *S, int32_t hk, int32_t hv, const float *q, const f
  * caller's scratch. */
 static void run_head(const dn_run *u, int32_t h, int32_t *path) {
     const sp_dn_shape *s = &u->rs->s;
-    const int32_t hk = s->hk, hv = s->hv, kh = h % s->n_k, C = s->conv_dim;
+    const int32_t hk = s->hk, hv = s->hv, C = s->conv_dim;
+    const int32_t kh = s->grouped ? h / (s->n_v / s->n_k) : h % s->n_k;
     const int64_t vdim = (int64_t)s->n_v * hv;
     const size_t mat = (size_t)hk * (size_t)hv;
     const float *S0 = ssm_at(u->rs, u->src, u->r) + (size_t)h * mat;
@@ -482,10 +502,23 @@ void sp_deltanet_forward(sp_ctx *c, const sp_dn_seq *sq, int n_seq, int32_t l, i
     const sp_dn_shape *s = &lead->s;
     const int32_t C = s->conv_dim, nv = s->n_v, hv = s->hv, r = dn->index;
     const int64_t vdim = (int64_t)nv * hv, dim = m->cfg.dim;
-    const sp_mm_out mm[3] = {{&dn->wqkv, lead->qkv, C}, {&dn->wz, lead->z, vdim}, {&dn->wbeta, lead->beta, nv}};
-    sp_ctx_matmul(c, mm, 3, in, ld_in, n);
-    const sp_mm_out ma = {&dn->walpha, lead->alpha, nv};
-    sp_ctx_matmul(c, &ma, 1, in, ld_in, n);
+    if (dn->wba.data) { /* qwen3next: [betas | alphas] of each key head's value heads */
+        const sp_mm_out mm[3] = {{&dn->wqkv, lead->qkv, C}, {&dn->wz, lead->z, vdim}, {&dn->wba, lead->ba, 2 * nv}};
+        sp_ctx_matmul(c, mm, 3, in, ld_in, n);
+        const int32_t rep = nv / s->n_k;
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t g = 0; g < s->n_k; g++)
+                for (int32_t j = 0; j < rep; j++) {
+                    const float *ba = lead->ba + (int64_t)t * 2 * nv + (int64_t)g * 2 * rep;
+                    lead->beta[(int64_t)t * nv + g * rep + j] = ba[j];
+                    lead->alpha[(int64_t)t * nv + g * rep + j] = ba[rep + j];
+                }
+    } else {
+        const sp_mm_out mm[3] = {{&dn->wqkv, lead->qkv, C}, {&dn->wz, lead->z, vdim}, {&dn->wbeta, lead->beta, nv}};
+        sp_ctx_matmul(c, mm, 3, in, ld_in, n);
+        const sp_mm_out ma = {&dn->walpha, lead->alpha, nv};
+        sp_ctx_matmul(c, &ma, 1, in, ld_in, n);
+    }
     dn_run runs[SP_FORWARD_MAX_SEQS];
     uint64_t steps = 0;
     for (int i = 0; i < n_seq; i++) {
