@@ -297,17 +297,20 @@ static void test_draft_rollback(void **state) {
     sp_model_free(m);
 }
 
-/* llama.cpp's logits for qwen35 files from mkmodel (tests/vectors/hybrid_ref.txt,
- * scripts/gen_hybrid_vectors.sh): Q8_0 and F32 weights, fewer key heads
- * than value heads (key head h % n_k), a quarter of each head rotated with
- * IMRoPE sections whose last pair falls outside the text sections (angle
- * 0). Every row within 1e-4 of llama.cpp's (relative to the row's largest,
- * absolute below 1) and 16 greedy ids equal. (Quantised activations turn
- * last-bit differences into whole quantisation steps, which the recurrence
- * carries on: with the AVX2 kernels, whose sums are ggml's, every logit of
- * these files is llama.cpp's as printed; a d512 Q8_0 file differs by up to
- * 1.7e-2 under the AVX-512 ones, so the Q8_0 case is one that stays within
- * 1e-4 under both.) */
+/* llama.cpp's logits for qwen35, qwen35moe and qwen3next files from
+ * mkmodel (tests/vectors/hybrid_ref.txt, scripts/gen_hybrid_vectors.sh):
+ * Q8_0 and F32 weights, fewer key heads than value heads (key head h % n_k;
+ * qwen3next h / (n_v / n_k)), a quarter of each head rotated (IMRoPE
+ * sections whose last pair falls outside the text sections; qwen3next
+ * NeoX), 8 experts of which 2 used plus the shared expert. Every row within
+ * 1e-4 of llama.cpp's (relative to the row's largest, absolute below 1) and
+ * 16 greedy ids equal. (Quantised activations turn last-bit differences
+ * into whole quantisation steps, which the recurrence carries on: with the
+ * AVX2 kernels, whose sums are ggml's, every logit of these files is
+ * llama.cpp's as printed; the scalar and AVX-512 kernels, bit-identical to
+ * each other, sum blocks in another order, and some d512 Q8_0 files then
+ * differ by up to 1.5e-2 (SPECULA_GGML_ORDER=1 gives llama.cpp's logits
+ * under every ISA), so the Q8_0 cases are ones within 1e-4 under all.) */
 static void test_mkmodel_reference(void **state) {
     (void)state;
     FILE *f = fopen("tests/vectors/hybrid_ref.txt", "r");
@@ -315,13 +318,14 @@ static void test_mkmodel_reference(void **state) {
     char line[1 << 16];
     int cases = 0;
     while (fgets(line, sizeof line, f)) {
-        char name[16], type[16];
-        int dim, layers, heads, kv, ffn, vocab, seed;
-        if (sscanf(line, "case %15s %d %d %d %d %d %d %15s %d", name, &dim, &layers, &heads, &kv, &ffn, &vocab, type,
-                   &seed) != 9)
+        char name[16], type[16], arch[16];
+        int dim, layers, heads, kv, ffn, vocab, seed, experts, used;
+        if (sscanf(line, "case %15s %d %d %d %d %d %d %15s %d %15s %d %d", name, &dim, &layers, &heads, &kv, &ffn,
+                   &vocab, type, &seed, arch, &experts, &used) != 12)
             continue;
         sp_mkmodel_params mp = sp_mkmodel_default_params();
-        mp.arch = "qwen35";
+        mp.arch = arch;
+        mp.n_expert = experts, mp.n_expert_used = used;
         mp.dim = dim, mp.n_layers = layers, mp.n_heads = heads, mp.n_kv_heads = kv, mp.ffn_dim = ffn;
         mp.n_vocab = vocab, mp.seed = (uint64_t)seed;
         mp.type = !strcmp(type, "q8_0") ? SP_GGML_Q8_0 : SP_GGML_F32;
@@ -369,7 +373,7 @@ static void test_mkmodel_reference(void **state) {
             if (sp_forward(c, &one, got, &err)) fail_msg("%s: %s", name, err.msg);
             lg = got;
         }
-        printf("hybrid mkmodel %-4s %s: max rel|diff| %.2e, greedy %d/16\n", name, type, worst, steps);
+        printf("hybrid mkmodel %-4s %-9s %s: max rel|diff| %.2e, greedy %d/16\n", name, arch, type, worst, steps);
         assert_true(worst <= 1e-4);
         assert_int_equal(steps, 16);
         free(want);
@@ -380,7 +384,7 @@ static void test_mkmodel_reference(void **state) {
         cases++;
     }
     fclose(f);
-    assert_int_equal(cases, 2);
+    assert_int_equal(cases, 4);
 }
 
 /* ---- speculation ---- */
@@ -402,9 +406,24 @@ static int32_t run(sp_ctx *t, const sp_spec_params *sp, const int32_t *prompt, i
     return gs.n_generated;
 }
 
+/* Greedy speculation on the target file rel (of ../shared) against its
+ * plain greedy decoding: every config of CFGS, or with few every third. */
+static void greedy_on(const char *rel, bool few);
+
 static void test_greedy_speculation(void **state) {
     (void)state;
-    sp_model *tm = hybrid();
+    greedy_on("reference/arch2026/models/qwen35-dense-f16.gguf", false);
+}
+
+/* The same on the mixture-of-experts hybrids (routed and shared experts). */
+static void test_greedy_speculation_moe(void **state) {
+    (void)state;
+    greedy_on("reference/arch2026/models/qwen35moe-moe-f16.gguf", true);
+    greedy_on("reference/arch2026/models/qwen3next-moe-f16.gguf", true);
+}
+
+static void greedy_on(const char *rel, bool few) {
+    sp_model *tm = load(sp_shared(rel));
     const char *dp = tiny_model(0, V, 17, 3.0f);
     sp_model *dm = load(dp);
     sp_ctx *t = mkctx(tm, 64);
@@ -436,7 +455,7 @@ static void test_greedy_speculation(void **state) {
         {SP_DRAFT_SUFFIX, SP_VERIFIER_GREEDY, 0, "2x2"},
         {SP_DRAFT_NGRAM_CACHE, SP_VERIFIER_TOKEN, 4, NULL},
     };
-    for (size_t i = 0; i < sizeof CFGS / sizeof CFGS[0]; i++) {
+    for (size_t i = 0; i < sizeof CFGS / sizeof CFGS[0]; i += few ? 3 : 1) {
         sp_spec_params sp = sp_spec_default_params();
         sp.draft.kind = CFGS[i].kind;
         sp.draft.draft_model = dm;
@@ -453,8 +472,8 @@ static void test_greedy_speculation(void **state) {
         const int32_t no = run(t, &sp, prompt, 12, N, out, &st);
         int32_t j = 0;
         while (j < no && j < N && out[j] == ref[j]) j++;
-        printf("hybrid greedy %-9s %-8s %-6s accepted %3lld of %3lld drafted, equal to plain for %d/%d tokens\n",
-               sp_drafter_name(CFGS[i].kind), sp_verifier_name(CFGS[i].ver), CFGS[i].tree ? CFGS[i].tree : "chain",
+        printf("hybrid greedy %-9s %-9s %-8s %-6s accepted %3lld of %3lld drafted, equal to plain for %d/%d tokens\n",
+               sp_model_desc(tm), sp_drafter_name(CFGS[i].kind), sp_verifier_name(CFGS[i].ver), CFGS[i].tree ? CFGS[i].tree : "chain",
                (long long)st.accepted, (long long)st.drafted, j, N);
         if (no != N || j != N) fail_msg("config %zu differs from plain greedy at token %d", i, j);
         if (CFGS[i].kind != SP_DRAFT_MODEL) assert_true(st.accepted > 0); /* rollbacks were exercised */
@@ -474,6 +493,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_tree_levels),
     cmocka_unit_test(test_draft_rollback),
     cmocka_unit_test(test_greedy_speculation),
+    cmocka_unit_test(test_greedy_speculation_moe),
 };
 
 SP_TEST_MAIN(tests)

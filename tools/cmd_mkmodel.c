@@ -13,7 +13,8 @@
 
 static void mk_usage(FILE *f) {
     fprintf(f,
-            "usage: specula mkmodel --out F.gguf [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3|qwen3moe|gpt-oss|qwen35]\n"
+            "usage: specula mkmodel --out F.gguf [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3|qwen3moe|gpt-oss|qwen35|\n"
+            "         qwen35moe|qwen3next]\n"
             "         --dim D --layers L --heads H --kv-heads K\n"
             "         --ffn F [--vocab-from MODEL.gguf | --vocab N] [--pad-vocab N] [--ctx N]\n"
             "         --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|iq4_xs|q4_K|q5_K|q6_K|q4_K_M|q5_K_M|mxfp4\n"
@@ -21,7 +22,8 @@ static void mk_usage(FILE *f) {
             "  q4_K_M, q5_K_M: llama-quantize's mixes (Q6_K output, and attn_v and ffn_down\n"
             "  on some layers).\n"
             "  --experts E: mixture-of-experts FFNs of E experts of --ffn each, K per token\n"
-            "  (llama: Mixtral style; qwen3moe and gpt-oss need them). mxfp4: the experts in\n"
+            "  (llama: Mixtral style; qwen3moe, gpt-oss, qwen35moe and qwen3next need them;\n"
+            "  the last two also get a shared expert of --ffn). mxfp4: the experts in\n"
             "  MXFP4, the other matrices Q8_0 (llama-quantize's MXFP4_MOE).\n"
             "  --sliding-window W: the sliding layers' window (gpt-oss: 128, gemma: 4096).\n"
             "  --yarn F: YaRN RoPE scaling by F (> 1) from an original context of --ctx / F.\n"
