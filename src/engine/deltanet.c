@@ -7,6 +7,7 @@
 #include "deltanet.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +149,17 @@ void sp_deltanet_weights(sp_deltanet *dn, sp_weight *out[SP_DELTANET_N_WEIGHTS])
 
 /* -------------------------------------------------------------- state */
 
+/* Tokens per chunk of the chunked recurrence, and the fewest chain tokens
+ * of a forward that take it (deltanet.h). */
+#define DN_CHUNK 64
+static _Atomic int32_t g_chunk_min = 64;
+
+int32_t sp_deltanet_chunk_min(int32_t n) {
+    return n > 0 ? atomic_exchange(&g_chunk_min, n) : atomic_load(&g_chunk_min);
+}
+/* Floats of one thread's chunk scratch for value heads of hv. */
+static size_t chunk_floats(int32_t hv) { return (size_t)DN_CHUNK * (4 + 2 * DN_CHUNK + 3 * (size_t)hv); }
+
 /* The log: entry e is the token at position anchor_pos + e, with its qkv
  * row, decay g [n_v] and beta [n_v] per layer, and its parent entry (-1:
  * the anchor slot's state): the previous token in a chain, the nearest
@@ -179,6 +191,7 @@ struct sp_rstate {
     float *qkv, *z, *beta, *alpha, *y; /* [B][conv_dim], [B][vdim], [B][n_v] x 2, [B][vdim] */
     float *ba;             /* [B][2 n_v] qwen3next's ssm_ba outputs */
     int32_t *paths;        /* [nth][log_cap] tree paths of the recurrence's threads */
+    float *chunk;          /* [nth][chunk_floats] the chunked recurrence's scratch (prefill) */
 };
 
 static float *conv_at(const sp_rstate *rs, int slot, int r) {
@@ -206,6 +219,7 @@ void sp_rstate_free(sp_rstate *rs) {
     free(rs->ba);
     free(rs->y);
     free(rs->paths);
+    free(rs->chunk);
     free(rs);
 }
 
@@ -246,8 +260,9 @@ sp_status sp_rstate_init(const sp_model *m, int32_t max_batch, int n_threads, sp
     rs->alpha = malloc(B * (size_t)s->n_v * sizeof(float));
     rs->ba = malloc(B * 2 * (size_t)s->n_v * sizeof(float));
     rs->paths = malloc((size_t)rs->nth * cap * sizeof(int32_t));
+    rs->chunk = malloc((size_t)rs->nth * chunk_floats(s->hv) * sizeof(float));
     if (!rs->conv || !rs->ssm || !rs->parent || !rs->log || !rs->done || !rs->cv || !rs->qkv || !rs->z ||
-        !rs->y || !rs->beta || !rs->alpha || !rs->ba || !rs->paths) {
+        !rs->y || !rs->beta || !rs->alpha || !rs->ba || !rs->paths || !rs->chunk) {
         const double mib = (double)(rs->conv_n + rs->ssm_n) * (double)L * SP_RSTATE_SLOTS * 4 / (1 << 20);
         sp_rstate_free(rs);
         return sp_fail(err, SP_ERR_NOMEM, "cannot allocate the recurrent state (%.1f MiB in %d snapshots)", mib,
@@ -353,6 +368,7 @@ typedef struct dn_run {
     float *y;              /* [n][n_v hv] outputs, or NULL */
     int32_t *paths;        /* the lead's per-thread paths [nth][path_cap] */
     int32_t path_cap;
+    float *chunk;          /* the lead's per-thread chunk scratch, or NULL: token steps only */
 } dn_run;
 
 /* The qkv row `back` steps up entry e's path (0: its own), or a row of the
@@ -433,9 +449,89 @@ static void delta_step(float *S, int32_t hk, int32_t hv, const float *q, const f
     }
 }
 
-/* Head h of a run, computed in place in the dst slot's matrix; path: the
- * caller's scratch. */
-static void run_head(const dn_run *u, int32_t h, int32_t *path) {
+/* Entries [e0, e0 + c) of a chain on head h in one pass, the chunked form
+ * of the gated delta rule: with G_t the cumulative decay within the chunk
+ * and S0 the state before it,
+ *   u_t = b_t (v_t - e^G_t S0 k_t) - b_t sum_{i<t} e^(G_t - G_i) (k_t . k_i) u_i
+ *   o_t = (e^G_t S0 q_t + sum_{i<=t} e^(G_t - G_i) (q_t . k_i) u_i) / sqrt(hv)
+ *   S   = e^G_c S0 + sum_i e^(G_c - G_i) u_i k_i^T
+ * (u_t: token t's delta, b_t its beta), equal to c token steps up to float
+ * rounding. S is updated in place; o rows vdim apart (NULL: none). */
+static void chunk_head(const dn_run *u, int32_t h, int32_t kh, float *S, int32_t e0, int32_t c, float *o,
+                       int64_t vdim, float *scr) {
+    const sp_dn_shape *s = &u->rs->s;
+    const int32_t hk = s->hk, hv = s->hv, C = s->conv_dim, nv = s->n_v;
+    float *G = scr, *eg = G + DN_CHUNK, *beta = eg + DN_CHUNK, *gam = beta + DN_CHUNK;
+    float *KK = gam + DN_CHUNK, *KQ = KK + DN_CHUNK * DN_CHUNK;
+    float *W = KQ + DN_CHUNK * DN_CHUNK, *P = W + (size_t)DN_CHUNK * hv, *U = P + (size_t)DN_CHUNK * hv;
+    const float *q[DN_CHUNK], *k[DN_CHUNK], *v[DN_CHUNK];
+    float acc = 0.0f;
+    for (int32_t t = 0; t < c; t++) {
+        const float *cv = u->rs->cv + (int64_t)(e0 + t) * C, *l = log_at(u->rs, u->r, e0 + t) + C;
+        q[t] = cv + (int64_t)kh * hk;
+        k[t] = cv + (int64_t)(s->n_k + kh) * hk;
+        v[t] = cv + (int64_t)2 * s->n_k * hk + (int64_t)h * hv;
+        acc += l[h];
+        G[t] = acc;
+        gam[t] = expf(acc);
+        beta[t] = l[nv + h];
+    }
+    const float scale = 1.0f / sqrtf((float)hv);
+    /* S0 k_t and S0 q_t, row by row (each row read once for the chunk) */
+    for (int32_t j = 0; j < hv; j++) {
+        const float *row = S + (int64_t)j * hk;
+        for (int32_t t = 0; t < c; t++) {
+            W[(int64_t)t * hv + j] = dot8(row, k[t], hk);
+            P[(int64_t)t * hv + j] = dot8(row, q[t], hk);
+        }
+    }
+    for (int32_t t = 0; t < c; t++)
+        for (int32_t i = 0; i <= t; i++) {
+            const float d = expf(G[t] - G[i]);
+            KK[t * DN_CHUNK + i] = i < t ? beta[t] * d * dot8(k[t], k[i], hk) : 0.0f;
+            KQ[t * DN_CHUNK + i] = d * dot8(q[t], k[i], hk);
+        }
+    for (int32_t t = 0; t < c; t++) {
+        float *ut = U + (int64_t)t * hv;
+        const float *wt = W + (int64_t)t * hv;
+        for (int32_t j = 0; j < hv; j++) ut[j] = beta[t] * (v[t][j] - gam[t] * wt[j]);
+        for (int32_t i = 0; i < t; i++) {
+            const float a = KK[t * DN_CHUNK + i];
+            const float *ui = U + (int64_t)i * hv;
+            for (int32_t j = 0; j < hv; j++) ut[j] -= a * ui[j];
+        }
+        if (o) {
+            float *ot = o + (int64_t)t * vdim;
+            const float *pt = P + (int64_t)t * hv;
+            for (int32_t j = 0; j < hv; j++) ot[j] = gam[t] * pt[j];
+            for (int32_t i = 0; i <= t; i++) {
+                const float a = KQ[t * DN_CHUNK + i];
+                const float *ui = U + (int64_t)i * hv;
+                for (int32_t j = 0; j < hv; j++) ot[j] += a * ui[j];
+            }
+            for (int32_t j = 0; j < hv; j++) ot[j] *= scale;
+        }
+    }
+    /* the state after the chunk */
+    for (int32_t i = 0; i < c; i++) eg[i] = expf(G[c - 1] - G[i]);
+    const int32_t n8 = hk / 8 * 8;
+    for (int32_t j = 0; j < hv; j++) {
+        float *row = S + (int64_t)j * hk;
+        const float gc = gam[c - 1];
+        for (int32_t x = 0; x < hk; x++) row[x] *= gc;
+        for (int32_t i = 0; i < c; i++) {
+            const float a = eg[i] * U[(int64_t)i * hv + j];
+            const float *ki = k[i];
+            for (int32_t x = 0; x < n8; x += 8)
+                for (int l = 0; l < 8; l++) row[x + l] += a * ki[x + l];
+            for (int32_t x = n8; x < hk; x++) row[x] += a * ki[x];
+        }
+    }
+}
+
+/* Head h of a run, computed in place in the dst slot's matrix; path and
+ * scr: the caller's scratch. */
+static void run_head(const dn_run *u, int32_t h, int32_t *path, float *scr) {
     const sp_dn_shape *s = &u->rs->s;
     const int32_t hk = s->hk, hv = s->hv, C = s->conv_dim;
     const int32_t kh = s->grouped ? h / (s->n_v / s->n_k) : h % s->n_k;
@@ -451,7 +547,13 @@ static void run_head(const dn_run *u, int32_t h, int32_t *path) {
                    c_ + (int64_t)2 * s->n_k * hk + (int64_t)h * hv, l_[h], l_[s->n_v + h], out);            \
     } while (0)
 #define OUT(e) (u->y ? u->y + (int64_t)((e) - u->first) * vdim + (int64_t)h * hv : NULL)
-    if (u->chain) {
+    if (u->chain && u->y && u->n >= atomic_load_explicit(&g_chunk_min, memory_order_relaxed) && scr) { /* a prefill: chunk by chunk */
+        memcpy(S, S0, mat * sizeof(float));
+        for (int32_t e = 0; e < u->n; e += DN_CHUNK) {
+            const int32_t c = u->n - e < DN_CHUNK ? u->n - e : DN_CHUNK;
+            chunk_head(u, h, kh, S, e, c, OUT(e), vdim, scr);
+        }
+    } else if (u->chain) {
         memcpy(S, S0, mat * sizeof(float));
         for (int32_t e = 0; e < u->n; e++) STEP(e, OUT(e));
     } else {
@@ -483,7 +585,8 @@ static void dn_job_run(void *arg, int ith, int nth) {
     const int64_t tasks = (int64_t)j->n_runs * j->n_v;
     for (int64_t i = ith; i < tasks; i += nth) {
         const dn_run *u = &j->runs[i / j->n_v];
-        run_head(u, (int32_t)(i % j->n_v), u->paths + (size_t)ith * (size_t)u->path_cap);
+        run_head(u, (int32_t)(i % j->n_v), u->paths + (size_t)ith * (size_t)u->path_cap,
+                 u->chunk ? u->chunk + (size_t)ith * chunk_floats(u->rs->s.hv) : NULL);
     }
 }
 
@@ -537,7 +640,7 @@ void sp_deltanet_forward(sp_ctx *c, const sp_dn_seq *sq, int n_seq, int32_t l, i
         const bool chain = rs->first == 0 && is_chain(rs->parent, rs->n_log);
         runs[i] = (dn_run){.rs = rs, .dn = dn, .r = r, .src = rs->anchor, .dst = rs->dst, .first = rs->first,
                            .n = sq[i].n, .chain = chain, .y = lead->y + (int64_t)sq[i].row0 * vdim,
-                           .paths = lead->paths, .path_cap = lead->log_cap};
+                           .paths = lead->paths, .path_cap = lead->log_cap, .chunk = lead->chunk};
         run_prepare(&runs[i]);
         rs->done[r] = true;
         steps += chain ? (uint64_t)sq[i].n : (uint64_t)sq[i].n * (uint64_t)rs->n_log;
@@ -575,7 +678,7 @@ static void recompute(sp_rstate *rs, int32_t len) {
         dn_run u = {.rs = rs, .dn = dn, .r = dn->index, .src = rs->anchor, .dst = dst, .first = 0, .n = len,
                     .chain = true, .y = NULL, .paths = rs->paths, .path_cap = rs->log_cap};
         run_prepare(&u);
-        for (int32_t h = 0; h < rs->s.n_v; h++) run_head(&u, h, rs->paths);
+        for (int32_t h = 0; h < rs->s.n_v; h++) run_head(&u, h, rs->paths, NULL);
     }
     rs->n_log = len;
     rs->n_past = rs->anchor_pos + len;

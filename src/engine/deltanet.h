@@ -94,6 +94,15 @@ sp_status sp_rstate_keep(sp_rstate *rs, int32_t start, const int32_t *idx, int32
 
 /* ---- the layer ---- */
 
+/* A forward's chain of at least sp_deltanet_chunk_min() tokens from one
+ * state (a prefill) runs the recurrence chunk by chunk (64 tokens: the
+ * chunked form of the gated delta rule, deltanet.c), equal to token steps up
+ * to float rounding; shorter batches (verification), trees and rollbacks
+ * step token by token, bit for bit as single-token forwards. n > 0 sets the
+ * threshold (default 64; tests and benchmarks) and returns the old one;
+ * n <= 0 returns it. */
+int32_t sp_deltanet_chunk_min(int32_t n);
+
 /* One sequence's rows of a forward. */
 typedef struct sp_dn_seq {
     sp_rstate *rs;
