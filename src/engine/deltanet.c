@@ -183,7 +183,9 @@ struct sp_rstate {
     int dst;               /* the slot a forward writes */
     int32_t first;         /* a forward's first entry */
     int32_t *parent;       /* [log_cap] */
-    size_t log_stride;     /* conv_dim + 2 n_v */
+    size_t log_stride;     /* conv_dim + 2 n_v + n_v hv: qkv row, decay, beta, and the
+                            * token's deltas d (per value head and row, as its forward
+                            * computed them: a replay needs no dot products) */
     float *log;            /* [n_layers][log_cap][log_stride] */
     bool *done;            /* [n_layers] layers this forward advanced */
     float *cv;             /* [log_cap][conv_dim] conv outputs of the entries a run reads */
@@ -244,7 +246,7 @@ sp_status sp_rstate_init(const sp_model *m, int32_t max_batch, int n_threads, sp
     rs->nth = n_threads < 1 ? 1 : n_threads;
     rs->conv_n = (size_t)(s->d_conv - 1) * (size_t)s->conv_dim;
     rs->ssm_n = (size_t)s->n_v * (size_t)s->hv * (size_t)s->hk;
-    rs->log_stride = (size_t)s->conv_dim + 2 * (size_t)s->n_v;
+    rs->log_stride = (size_t)s->conv_dim + 2 * (size_t)s->n_v + (size_t)s->n_v * (size_t)s->hv;
     const size_t B = (size_t)max_batch, L = (size_t)s->n_layers, vdim = (size_t)s->n_v * (size_t)s->hv;
     const size_t cap = (size_t)rs->log_cap;
     rs->conv = malloc((rs->conv_n ? rs->conv_n : 1) * L * SP_RSTATE_SLOTS * sizeof(float));
@@ -369,6 +371,7 @@ typedef struct dn_run {
     int32_t *paths;        /* the lead's per-thread paths [nth][path_cap] */
     int32_t path_cap;
     float *chunk;          /* the lead's per-thread chunk scratch, or NULL: token steps only */
+    bool replay;           /* entries with their logged deltas (a rollback's chain) */
 } dn_run;
 
 /* The qkv row `back` steps up entry e's path (0: its own), or a row of the
@@ -420,7 +423,9 @@ static void conv_window(const dn_run *u) {
 
 /* dot(a, b) over n floats in 8 lanes (lane l sums elements l, l + 8, ...;
  * then the lanes pairwise): a fixed order the compiler can vectorise. */
-static inline float dot8(const float *a, const float *b, int32_t n) {
+#define DN_INLINE static inline __attribute__((always_inline))
+
+DN_INLINE float dot8(const float *a, const float *b, int32_t n) {
     float acc[8] = {0};
     int32_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -429,23 +434,78 @@ static inline float dot8(const float *a, const float *b, int32_t n) {
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-/* One token on head matrix S [hv][hk], row by row: decay, delta update,
- * output (o may be NULL), the operations of ggml's fused gated_delta_net
- * (sums in dot8's order). Blocks of 8 so the compiler vectorises them. */
-static void delta_step(float *S, int32_t hk, int32_t hv, const float *q, const float *k, const float *v,
-                       float g, float beta, float *o) {
-    const float eg = expf(g), scale = 1.0f / sqrtf((float)hv);
+/* Steps of up to DN_CHUNK tokens on head matrix S [hv][hk]: per token
+ * decay, delta update, output (o[i] may be NULL), the operations of ggml's
+ * fused gated_delta_net (sums in dot8's lanes and order). A row's update
+ * depends on that row alone, so rows go outermost: each row stays in L1
+ * over the tokens (the state is read and written once, not once per token)
+ * with per row the same operations in the same order as token after token. */
+typedef struct dn_steps {
+    int32_t n;
+    const float *q[DN_CHUNK], *k[DN_CHUNK], *v[DN_CHUNK];
+    float eg[DN_CHUNK], beta[DN_CHUNK];
+    float *o[DN_CHUNK];
+    float *d[DN_CHUNK];   /* [hv] each token's deltas, written (or with replay, read) */
+    bool replay;          /* the deltas are known: decay and update only */
+} dn_steps;
+
+DN_INLINE void delta_steps(float *restrict S, int32_t hk, int32_t hv, const dn_steps *st) {
+    const float scale = 1.0f / sqrtf((float)hv);
     const int32_t n8 = hk / 8 * 8;
-    for (int32_t j = 0; j < hv; j++) {
-        float *row = S + (int64_t)j * hk;
-        for (int32_t i = 0; i < n8; i += 8)
-            for (int l = 0; l < 8; l++) row[i + l] *= eg;
-        for (int32_t i = n8; i < hk; i++) row[i] *= eg;
-        const float d = (v[j] - dot8(row, k, hk)) * beta;
-        for (int32_t i = 0; i < n8; i += 8)
-            for (int l = 0; l < 8; l++) row[i + l] += k[i + l] * d;
-        for (int32_t i = n8; i < hk; i++) row[i] += k[i] * d;
-        if (o) o[j] = dot8(row, q, hk) * scale;
+    for (int32_t j = 0; j < hv && st->replay; j++) { /* the same decay and update, d as computed */
+        float *restrict row = S + (int64_t)j * hk;
+        for (int32_t t = 0; t < st->n; t++) {
+            const float *restrict k = st->k[t];
+            const float eg = st->eg[t], d = st->d[t][j];
+            for (int32_t i = 0; i < n8; i += 8)
+                for (int l = 0; l < 8; l++) {
+                    row[i + l] *= eg;
+                    row[i + l] += k[i + l] * d;
+                }
+            for (int32_t i = n8; i < hk; i++) {
+                row[i] *= eg;
+                row[i] += k[i] * d;
+            }
+        }
+    }
+    for (int32_t j = 0; j < hv && !st->replay; j++) {
+        float *restrict row = S + (int64_t)j * hk;
+        for (int32_t t = 0; t < st->n; t++) {
+            const float *restrict k = st->k[t], *restrict q = st->q[t];
+            const float eg = st->eg[t];
+            /* decay, and the dot with k */
+            float acc[8] = {0};
+            for (int32_t i = 0; i < n8; i += 8)
+                for (int l = 0; l < 8; l++) {
+                    row[i + l] *= eg;
+                    acc[l] += row[i + l] * k[i + l];
+                }
+            for (int32_t i = n8, l = 0; i < hk; i++, l++) {
+                row[i] *= eg;
+                acc[l] += row[i] * k[i];
+            }
+            const float sk = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+            const float d = (st->v[t][j] - sk) * st->beta[t];
+            st->d[t][j] = d;
+            if (!st->o[t]) { /* the update alone */
+                for (int32_t i = 0; i < n8; i += 8)
+                    for (int l = 0; l < 8; l++) row[i + l] += k[i + l] * d;
+                for (int32_t i = n8; i < hk; i++) row[i] += k[i] * d;
+                continue;
+            }
+            /* the update, and the dot with q likewise */
+            float aq[8] = {0};
+            for (int32_t i = 0; i < n8; i += 8)
+                for (int l = 0; l < 8; l++) {
+                    row[i + l] += k[i + l] * d;
+                    aq[l] += row[i + l] * q[i + l];
+                }
+            for (int32_t i = n8, l = 0; i < hk; i++, l++) {
+                row[i] += k[i] * d;
+                aq[l] += row[i] * q[i];
+            }
+            st->o[t][j] = (((aq[0] + aq[4]) + (aq[1] + aq[5])) + ((aq[2] + aq[6]) + (aq[3] + aq[7]))) * scale;
+        }
     }
 }
 
@@ -457,13 +517,30 @@ static void delta_step(float *S, int32_t hk, int32_t hv, const float *q, const f
  *   S   = e^G_c S0 + sum_i e^(G_c - G_i) u_i k_i^T
  * (u_t: token t's delta, b_t its beta), equal to c token steps up to float
  * rounding. S is updated in place; o rows vdim apart (NULL: none). */
-static void chunk_head(const dn_run *u, int32_t h, int32_t kh, float *S, int32_t e0, int32_t c, float *o,
-                       int64_t vdim, float *scr) {
+/* 8 floats as one value (GCC/Clang vector extension): lane-wise IEEE
+ * operations, the same bits whatever instructions a build gives them. */
+typedef float v8f __attribute__((vector_size(32)));
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi" /* always inlined: no call passes a v8f */
+#endif
+DN_INLINE v8f ld8(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+DN_INLINE void st8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+DN_INLINE float sum8(v8f a) { return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])); }
+DN_INLINE v8f splat8(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
+
+DN_INLINE void chunk_head(const dn_run *u, int32_t h, int32_t kh, float *restrict S, int32_t e0, int32_t c,
+                          float *o, int64_t vdim, float *restrict scr) {
     const sp_dn_shape *s = &u->rs->s;
     const int32_t hk = s->hk, hv = s->hv, C = s->conv_dim, nv = s->n_v;
-    float *G = scr, *eg = G + DN_CHUNK, *beta = eg + DN_CHUNK, *gam = beta + DN_CHUNK;
-    float *KK = gam + DN_CHUNK, *KQ = KK + DN_CHUNK * DN_CHUNK;
-    float *W = KQ + DN_CHUNK * DN_CHUNK, *P = W + (size_t)DN_CHUNK * hv, *U = P + (size_t)DN_CHUNK * hv;
+    float *eg = scr, *beta = eg + DN_CHUNK, *gam = beta + DN_CHUNK;
+    float *dec = gam + DN_CHUNK; /* [c] decay from token i to the chunk's end */
+    float *KK = dec + DN_CHUNK, *KQ = KK + DN_CHUNK * DN_CHUNK;
+    float *W = KQ + DN_CHUNK * DN_CHUNK, *P = W + (size_t)DN_CHUNK * hv;
+    float *U = P + (size_t)DN_CHUNK * hv;
     const float *q[DN_CHUNK], *k[DN_CHUNK], *v[DN_CHUNK];
     float acc = 0.0f;
     for (int32_t t = 0; t < c; t++) {
@@ -472,66 +549,109 @@ static void chunk_head(const dn_run *u, int32_t h, int32_t kh, float *S, int32_t
         k[t] = cv + (int64_t)(s->n_k + kh) * hk;
         v[t] = cv + (int64_t)2 * s->n_k * hk + (int64_t)h * hv;
         acc += l[h];
-        G[t] = acc;
+        eg[t] = expf(l[h]);
         gam[t] = expf(acc);
         beta[t] = l[nv + h];
     }
     const float scale = 1.0f / sqrtf((float)hv);
-    /* S0 k_t and S0 q_t, row by row (each row read once for the chunk) */
+    /* S0 k_t and S0 q_t, row by row (a row read once for the chunk), two
+     * tokens at a time (four independent sums) */
     for (int32_t j = 0; j < hv; j++) {
         const float *row = S + (int64_t)j * hk;
-        for (int32_t t = 0; t < c; t++) {
-            W[(int64_t)t * hv + j] = dot8(row, k[t], hk);
-            P[(int64_t)t * hv + j] = dot8(row, q[t], hk);
+        int32_t t = 0;
+        for (; t + 2 <= c; t += 2) {
+            v8f ak0 = splat8(0), aq0 = splat8(0), ak1 = splat8(0), aq1 = splat8(0);
+            for (int32_t x = 0; x < hk; x += 8) {
+                const v8f r = ld8(row + x);
+                ak0 += r * ld8(k[t] + x);
+                aq0 += r * ld8(q[t] + x);
+                ak1 += r * ld8(k[t + 1] + x);
+                aq1 += r * ld8(q[t + 1] + x);
+            }
+            W[(int64_t)t * hv + j] = sum8(ak0), P[(int64_t)t * hv + j] = sum8(aq0);
+            W[(int64_t)(t + 1) * hv + j] = sum8(ak1), P[(int64_t)(t + 1) * hv + j] = sum8(aq1);
+        }
+        for (; t < c; t++) {
+            v8f ak = splat8(0), aq = splat8(0);
+            for (int32_t x = 0; x < hk; x += 8) {
+                const v8f r = ld8(row + x);
+                ak += r * ld8(k[t] + x);
+                aq += r * ld8(q[t] + x);
+            }
+            W[(int64_t)t * hv + j] = sum8(ak), P[(int64_t)t * hv + j] = sum8(aq);
         }
     }
-    for (int32_t t = 0; t < c; t++)
-        for (int32_t i = 0; i <= t; i++) {
-            const float d = expf(G[t] - G[i]);
-            KK[t * DN_CHUNK + i] = i < t ? beta[t] * d * dot8(k[t], k[i], hk) : 0.0f;
-            KQ[t * DN_CHUNK + i] = d * dot8(q[t], k[i], hk);
-        }
+    /* decayed key products: d(t, i) = e^(G_t - G_i) as the running product
+     * of the per-token decays from i + 1 to t */
     for (int32_t t = 0; t < c; t++) {
-        float *ut = U + (int64_t)t * hv;
-        const float *wt = W + (int64_t)t * hv;
-        for (int32_t j = 0; j < hv; j++) ut[j] = beta[t] * (v[t][j] - gam[t] * wt[j]);
-        for (int32_t i = 0; i < t; i++) {
-            const float a = KK[t * DN_CHUNK + i];
-            const float *ui = U + (int64_t)i * hv;
-            for (int32_t j = 0; j < hv; j++) ut[j] -= a * ui[j];
+        float d = 1.0f;
+        for (int32_t i = t; i >= 0; i--) {
+            v8f ak = splat8(0), aq = splat8(0);
+            for (int32_t x = 0; x < hk; x += 8) {
+                const v8f ki = ld8(k[i] + x);
+                ak += ld8(k[t] + x) * ki;
+                aq += ld8(q[t] + x) * ki;
+            }
+            KK[t * DN_CHUNK + i] = i < t ? beta[t] * d * sum8(ak) : 0.0f;
+            KQ[t * DN_CHUNK + i] = d * sum8(aq);
+            d *= eg[i];
         }
-        if (o) {
-            float *ot = o + (int64_t)t * vdim;
-            const float *pt = P + (int64_t)t * hv;
-            for (int32_t j = 0; j < hv; j++) ot[j] = gam[t] * pt[j];
+    }
+    /* the deltas (forward substitution) and the outputs, 32 value rows at
+     * a time (four independent sums; hk and hv are multiples of 32) */
+    for (int32_t j = 0; j < hv; j += 32) {
+        for (int32_t t = 0; t < c; t++) {
+            const float *vt = v[t] + j, *wt = W + (int64_t)t * hv + j;
+            v8f u0 = beta[t] * (ld8(vt) - gam[t] * ld8(wt)), u1 = beta[t] * (ld8(vt + 8) - gam[t] * ld8(wt + 8));
+            v8f u2 = beta[t] * (ld8(vt + 16) - gam[t] * ld8(wt + 16)), u3 = beta[t] * (ld8(vt + 24) - gam[t] * ld8(wt + 24));
+            for (int32_t i = 0; i < t; i++) {
+                const float a = KK[t * DN_CHUNK + i];
+                const float *ui = U + (int64_t)i * hv + j;
+                u0 -= a * ld8(ui), u1 -= a * ld8(ui + 8), u2 -= a * ld8(ui + 16), u3 -= a * ld8(ui + 24);
+            }
+            float *ut = U + (int64_t)t * hv + j;
+            st8(ut, u0), st8(ut + 8, u1), st8(ut + 16, u2), st8(ut + 24, u3);
+            if (!o) continue;
+            const float *pt = P + (int64_t)t * hv + j;
+            v8f o0 = gam[t] * ld8(pt), o1 = gam[t] * ld8(pt + 8), o2 = gam[t] * ld8(pt + 16), o3 = gam[t] * ld8(pt + 24);
             for (int32_t i = 0; i <= t; i++) {
                 const float a = KQ[t * DN_CHUNK + i];
-                const float *ui = U + (int64_t)i * hv;
-                for (int32_t j = 0; j < hv; j++) ot[j] += a * ui[j];
+                const float *ui = U + (int64_t)i * hv + j;
+                o0 += a * ld8(ui), o1 += a * ld8(ui + 8), o2 += a * ld8(ui + 16), o3 += a * ld8(ui + 24);
             }
-            for (int32_t j = 0; j < hv; j++) ot[j] *= scale;
+            float *ot = o + (int64_t)t * vdim + j;
+            st8(ot, o0 * scale), st8(ot + 8, o1 * scale), st8(ot + 16, o2 * scale), st8(ot + 24, o3 * scale);
         }
     }
-    /* the state after the chunk */
-    for (int32_t i = 0; i < c; i++) eg[i] = expf(G[c - 1] - G[i]);
-    const int32_t n8 = hk / 8 * 8;
+    for (int32_t t = 0; t < c; t++) /* the deltas into the log (a rollback replays them) */
+        memcpy((float *)log_at(u->rs, u->r, e0 + t) + C + 2 * nv + (int64_t)h * hv, U + (int64_t)t * hv,
+               (size_t)hv * sizeof(float));
+    /* the state after the chunk: four 8-float blocks of a row kept in
+     * registers over the chunk's tokens */
+    dec[c - 1] = 1.0f;
+    for (int32_t i = c - 2; i >= 0; i--) dec[i] = dec[i + 1] * eg[i + 1];
+    const float gc = gam[c - 1];
     for (int32_t j = 0; j < hv; j++) {
         float *row = S + (int64_t)j * hk;
-        const float gc = gam[c - 1];
-        for (int32_t x = 0; x < hk; x++) row[x] *= gc;
-        for (int32_t i = 0; i < c; i++) {
-            const float a = eg[i] * U[(int64_t)i * hv + j];
-            const float *ki = k[i];
-            for (int32_t x = 0; x < n8; x += 8)
-                for (int l = 0; l < 8; l++) row[x + l] += a * ki[x + l];
-            for (int32_t x = n8; x < hk; x++) row[x] += a * ki[x];
+        float a[DN_CHUNK];
+        for (int32_t i = 0; i < c; i++) a[i] = dec[i] * U[(int64_t)i * hv + j];
+        for (int32_t x = 0; x < hk; x += 32) {
+            v8f r0 = ld8(row + x) * gc, r1 = ld8(row + x + 8) * gc;
+            v8f r2 = ld8(row + x + 16) * gc, r3 = ld8(row + x + 24) * gc;
+            for (int32_t i = 0; i < c; i++) {
+                const float *ki = k[i] + x;
+                r0 += a[i] * ld8(ki), r1 += a[i] * ld8(ki + 8), r2 += a[i] * ld8(ki + 16), r3 += a[i] * ld8(ki + 24);
+            }
+            st8(row + x, r0), st8(row + x + 8, r1), st8(row + x + 16, r2), st8(row + x + 24, r3);
         }
     }
 }
 
 /* Head h of a run, computed in place in the dst slot's matrix; path and
- * scr: the caller's scratch. */
-static void run_head(const dn_run *u, int32_t h, int32_t *path, float *scr) {
+ * scr: the caller's scratch. One body compiled twice (run_head below):
+ * the same float operations in the same order (8 lanes, no FMA: the build's
+ * -ffp-contract=off), so both give the same bits. */
+DN_INLINE void run_head_body(const dn_run *u, int32_t h, int32_t *path, float *scr) {
     const sp_dn_shape *s = &u->rs->s;
     const int32_t hk = s->hk, hv = s->hv, C = s->conv_dim;
     const int32_t kh = s->grouped ? h / (s->n_v / s->n_k) : h % s->n_k;
@@ -540,14 +660,26 @@ static void run_head(const dn_run *u, int32_t h, int32_t *path, float *scr) {
     const float *S0 = ssm_at(u->rs, u->src, u->r) + (size_t)h * mat;
     float *S = ssm_at(u->rs, u->dst, u->r) + (size_t)h * mat;
     const int32_t *par = u->rs->parent;
+    dn_steps st;
+    st.n = 0;
+    st.replay = u->replay;
+    /* token e of the log into the steps (out: its output row or NULL), run when full */
 #define STEP(e, out)                                                                                        \
     do {                                                                                                    \
         const float *c_ = u->rs->cv + (int64_t)(e) * C, *l_ = log_at(u->rs, u->r, e) + C;                   \
-        delta_step(S, hk, hv, c_ + (int64_t)kh * hk, c_ + (int64_t)(s->n_k + kh) * hk,                      \
-                   c_ + (int64_t)2 * s->n_k * hk + (int64_t)h * hv, l_[h], l_[s->n_v + h], out);            \
+        st.q[st.n] = c_ + (int64_t)kh * hk;                                                                 \
+        st.k[st.n] = c_ + (int64_t)(s->n_k + kh) * hk;                                                      \
+        st.v[st.n] = c_ + (int64_t)2 * s->n_k * hk + (int64_t)h * hv;                                       \
+        st.eg[st.n] = expf(l_[h]);                                                                          \
+        st.beta[st.n] = l_[s->n_v + h];                                                                     \
+        st.d[st.n] = (float *)l_ + 2 * s->n_v + (int64_t)h * hv;                                            \
+        st.o[st.n++] = (out);                                                                               \
+        if (st.n == DN_CHUNK) delta_steps(S, hk, hv, &st), st.n = 0;                                        \
     } while (0)
+#define FLUSH() (st.n ? delta_steps(S, hk, hv, &st), st.n = 0 : 0)
 #define OUT(e) (u->y ? u->y + (int64_t)((e) - u->first) * vdim + (int64_t)h * hv : NULL)
-    if (u->chain && u->y && u->n >= atomic_load_explicit(&g_chunk_min, memory_order_relaxed) && scr) { /* a prefill: chunk by chunk */
+    if (u->chain && u->y && u->n >= atomic_load_explicit(&g_chunk_min, memory_order_relaxed) && scr && hk % 32 == 0 &&
+        hv % 32 == 0) { /* a prefill: chunk by chunk */
         memcpy(S, S0, mat * sizeof(float));
         for (int32_t e = 0; e < u->n; e += DN_CHUNK) {
             const int32_t c = u->n - e < DN_CHUNK ? u->n - e : DN_CHUNK;
@@ -556,6 +688,7 @@ static void run_head(const dn_run *u, int32_t h, int32_t *path, float *scr) {
     } else if (u->chain) {
         memcpy(S, S0, mat * sizeof(float));
         for (int32_t e = 0; e < u->n; e++) STEP(e, OUT(e));
+        FLUSH();
     } else {
         /* a tree: each entry from the anchor along its own path */
         for (int32_t e = u->first; e < u->first + u->n; e++) {
@@ -567,10 +700,32 @@ static void run_head(const dn_run *u, int32_t h, int32_t *path, float *scr) {
             }
             memcpy(S, S0, mat * sizeof(float));
             for (int32_t i = len - 1; i >= 0; i--) STEP(path[i], i == 0 ? OUT(e) : NULL);
+            FLUSH();
         }
     }
 #undef STEP
+#undef FLUSH
 #undef OUT
+}
+
+static void run_head_scalar(const dn_run *u, int32_t h, int32_t *path, float *scr) { run_head_body(u, h, path, scr); }
+#if defined(__x86_64__) || defined(__i386__)
+/* The same code with 256-bit vectors (dot8's 8 lanes, the row blocks). */
+__attribute__((target("avx2"))) static void run_head_avx2(const dn_run *u, int32_t h, int32_t *path, float *scr) {
+    run_head_body(u, h, path, scr);
+}
+#endif
+
+/* run_head_scalar, or its AVX2 build when the kernels in use (ops.h's ISA)
+ * are AVX2 or AVX-512: equal results (test_hybrid's test_isa_equal). */
+static void run_head(const dn_run *u, int32_t h, int32_t *path, float *scr) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (sp_ops_isa() >= SP_ISA_AVX2) {
+        run_head_avx2(u, h, path, scr);
+        return;
+    }
+#endif
+    run_head_scalar(u, h, path, scr);
 }
 
 /* Several runs' heads as one pool job: task i = run i / n_v, head i % n_v. */
@@ -676,7 +831,7 @@ static void recompute(sp_rstate *rs, int32_t len) {
         const sp_deltanet *dn = m->layers[l].dn;
         if (!dn) continue;
         dn_run u = {.rs = rs, .dn = dn, .r = dn->index, .src = rs->anchor, .dst = dst, .first = 0, .n = len,
-                    .chain = true, .y = NULL, .paths = rs->paths, .path_cap = rs->log_cap};
+                    .chain = true, .y = NULL, .paths = rs->paths, .path_cap = rs->log_cap, .replay = true};
         run_prepare(&u);
         for (int32_t h = 0; h < rs->s.n_v; h++) run_head(&u, h, rs->paths, NULL);
     }
