@@ -421,22 +421,13 @@ static void conv_window(const dn_run *u) {
         memcpy(dst + (int64_t)i * C, past_row(u, u->first + u->n - 1, K - 2 - i), (size_t)C * sizeof(float));
 }
 
-/* dot(a, b) over n floats in 8 lanes (lane l sums elements l, l + 8, ...;
- * then the lanes pairwise): a fixed order the compiler can vectorise. */
 #define DN_INLINE static inline __attribute__((always_inline))
-
-DN_INLINE float dot8(const float *a, const float *b, int32_t n) {
-    float acc[8] = {0};
-    int32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
 
 /* Steps of up to DN_CHUNK tokens on head matrix S [hv][hk]: per token
  * decay, delta update, output (o[i] may be NULL), the operations of ggml's
- * fused gated_delta_net (sums in dot8's lanes and order). A row's update
+ * fused gated_delta_net (each dot in 8 lanes, lane l summing elements l,
+ * l + 8, ..., then the lanes pairwise: a fixed order a compiler vectorises
+ * without changing it). A row's update
  * depends on that row alone, so rows go outermost: each row stays in L1
  * over the tokens (the state is read and written once, not once per token)
  * with per row the same operations in the same order as token after token. */
@@ -520,8 +511,13 @@ DN_INLINE void delta_steps(float *restrict S, int32_t hk, int32_t hv, const dn_s
 /* 8 floats as one value (GCC/Clang vector extension): lane-wise IEEE
  * operations, the same bits whatever instructions a build gives them. */
 typedef float v8f __attribute__((vector_size(32)));
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi" /* always inlined: no call passes a v8f */
+/* always inlined: no call passes a v8f, so the ABI note does not apply */
+#if defined(__clang__)
+#if __has_warning("-Wpsabi")
+#pragma clang diagnostic ignored "-Wpsabi"
+#endif
+#elif defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 DN_INLINE v8f ld8(const float *p) {
     v8f v;
@@ -710,7 +706,7 @@ DN_INLINE void run_head_body(const dn_run *u, int32_t h, int32_t *path, float *s
 
 static void run_head_scalar(const dn_run *u, int32_t h, int32_t *path, float *scr) { run_head_body(u, h, path, scr); }
 #if defined(__x86_64__) || defined(__i386__)
-/* The same code with 256-bit vectors (dot8's 8 lanes, the row blocks). */
+/* The same code with 256-bit vectors (the 8 lanes, the row blocks). */
 __attribute__((target("avx2"))) static void run_head_avx2(const dn_run *u, int32_t h, int32_t *path, float *scr) {
     run_head_body(u, h, path, scr);
 }
