@@ -13,9 +13,10 @@
  * ids after each, one forward per token, equal to llama.cpp's. The context
  * is 512 tokens as the references' was (it picks phi3's long RoPE
  * factors). A file whose architecture Specula runs is one more row of
- * FILES: the six dense ones, the hybrid qwen35 and the mixture-of-experts qwen3moe,
+ * FILES: the six dense ones, the hybrid qwen35, the mixture-of-experts qwen3moe,
  * Mixtral-style llama and gpt-oss (F16, and MXFP4 experts with Q8_0
- * elsewhere). Also: what the loader refuses in such files, one line naming
+ * elsewhere), and the hybrids with experts and a shared expert qwen35moe
+ * and qwen3next. Also: what the loader refuses in such files, one line naming
  * the key or tensor. */
 #include "testutil.h"
 
@@ -29,6 +30,7 @@ static const char *FILES[] = {
     "llama-dense-f16", "qwen2-dense-f16",  "qwen3-dense-f16",
     "phi3-dense-f16",  "gemma2-dense-f16", "gemma3-dense-f16",
     "qwen3moe-moe-f16", "llama-moe-f16",   "gpt-oss-moe-f16", "gpt-oss-moe-mxfp4", "qwen35-dense-f16",
+    "qwen35moe-moe-f16", "qwen3next-moe-f16",
 };
 
 #define MAX_IDS 64
@@ -244,6 +246,36 @@ static void test_arch2026_refusals(void **state) {
     }
 }
 
+/* qwen3next-moe-f16 with layer 0's attn_qkv and attn_gate dropped (left:
+ * the legacy fused ssm_in, which llama.cpp still reads): refused in one
+ * line naming it. */
+static void test_arch2026_legacy_ssm_in(void **state) {
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/arch2026_qwen3next_ssm_in.gguf", sp_tmpdir());
+    sp_error err = {0};
+    sp_gguf *g = NULL;
+    if (sp_gguf_open(sp_shared("reference/arch2026/models/qwen3next-moe-f16.gguf"), &g, &err)) fail_msg("%s", err.msg);
+    sp_gguf_writer *w = sp_gguf_writer_init();
+    sp_gguf_writer_copy_kv(w, g, NULL);
+    for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
+        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        if (!strncmp(name, "blk.0.attn_qkv.", 15) || !strncmp(name, "blk.0.attn_gate.", 16)) continue;
+        assert_int_equal(sp_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, true, &err), SP_OK);
+    }
+    if (sp_gguf_writer_write(w, path, &err)) fail_msg("%s", err.msg);
+    sp_gguf_writer_free(w);
+    sp_gguf_close(g);
+    sp_model *m = NULL;
+    assert_int_not_equal(sp_model_load(path, NULL, &m, &err), SP_OK);
+    assert_null(m);
+    if (!strstr(err.msg, "legacy fused ssm_in")) fail_msg("'%s' does not name the legacy ssm_in", err.msg);
+    assert_null(strchr(err.msg, '\n'));
+    unlink(path);
+}
+
 /* phi3-dense-f16 without its q/k/v scales (a fused matrix has one), as
  * separate q/k/v (form 0), fused into attn_qkv with the three separate
  * biases (1), or with attn_qkv.bias (2); the fused forms without the q/k/v
@@ -325,6 +357,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_arch2026_fused_qkv),
     cmocka_unit_test(test_arch2026_logits),
     cmocka_unit_test(test_arch2026_refusals),
+    cmocka_unit_test(test_arch2026_legacy_ssm_in),
 };
 
 SP_TEST_MAIN(tests)

@@ -20,6 +20,9 @@
 
 #include <math.h>
 
+#include "deltanet.h"
+#include "ops.h"
+#include "clock.h"
 #include "specula.h"
 #include "spec_testutil.h"
 
@@ -119,6 +122,134 @@ static void test_batch_equals_steps(void **state) {
     sp_ctx_free(c);
     sp_ctx_free(d);
     sp_model_free(m);
+}
+
+/* The worst row of n: max |a - b| / max(1, max |b|). */
+static double rel_diff(const float *a, const float *b, int n, int v) {
+    double worst = 0;
+    for (int r = 0; r < n; r++) {
+        double big = 1, d = 0;
+        for (int i = 0; i < v; i++) big = fmax(big, fabs(b[(int64_t)r * v + i]));
+        for (int i = 0; i < v; i++) d = fmax(d, fabs((double)a[(int64_t)r * v + i] - b[(int64_t)r * v + i]));
+        worst = fmax(worst, d / big);
+    }
+    return worst;
+}
+
+/* A prefill of 150 tokens runs the recurrence in chunks (64, 64, 22):
+ * within 1e-5 of the token-by-token recurrence (the threshold raised so
+ * the same batch steps token by token: same matmuls), on a qwen3next file
+ * of 4 value heads over 2 key heads, and the state it leaves continues the
+ * same way; truncating into the prefill (to 100) replays the logged tokens
+ * step by step, within the same 1e-5 of single-token forwards (the cache
+ * rows of the attention layers are the chunked prefill's).
+ * Prints the forward's time both ways (side by side; under load, a
+ * ratio, not a benchmark). */
+static void test_chunked_prefill(void **state) {
+    (void)state;
+    sp_mkmodel_params mp = sp_mkmodel_default_params();
+    mp.arch = "qwen3next";
+    mp.dim = 512, mp.n_layers = 4, mp.n_heads = 4, mp.n_kv_heads = 2, mp.ffn_dim = 128, mp.n_vocab = 64;
+    mp.n_expert = 4, mp.n_expert_used = 2, mp.seed = 11, mp.type = SP_GGML_F32;
+    char path[512];
+    snprintf(path, sizeof path, "%s/hybrid_chunk.gguf", sp_tmpdir());
+    sp_error err = {0};
+    if (sp_mkmodel(&mp, path, &err)) fail_msg("mkmodel: %s", err.msg);
+    sp_model *m = load(path);
+    enum { N = 150, VM = 64 };
+    int32_t t[N + 1];
+    for (int i = 0; i <= N; i++) t[i] = (i * 37 + 11) % VM;
+    float *chunked = malloc((size_t)(N + 1) * VM * sizeof(float)), *steps = malloc((size_t)(N + 1) * VM * sizeof(float));
+    sp_ctx *a = mkctx(m, 256), *b = mkctx(m, 256);
+    sp_error e2 = {0};
+    double tc = 1e9, ts = 1e9;
+    const int32_t old = sp_deltanet_chunk_min(0);
+    for (int rep = 0; rep < 3; rep++) { /* alternating, the best of 3 each */
+        if (rep && (sp_ctx_truncate(a, 0, &e2) || sp_ctx_truncate(b, 0, &e2))) fail_msg("%s", e2.msg);
+        double t0 = sp_now();
+        fwd(a, t, N, true, chunked);
+        tc = fmin(tc, sp_now() - t0);
+        sp_deltanet_chunk_min(1 << 20);
+        t0 = sp_now();
+        fwd(b, t, N, true, steps);
+        ts = fmin(ts, sp_now() - t0);
+        sp_deltanet_chunk_min(old);
+    }
+    /* truncating into the chunked prefill: the replayed state of 100 steps */
+    sp_ctx *c = mkctx(m, 256);
+    float *x = malloc(2 * VM * sizeof(float)), *y = malloc(2 * VM * sizeof(float));
+    sp_ctx *a2 = mkctx(m, 256);
+    fwd(a2, t, N, false, x);
+    assert_int_equal(sp_ctx_truncate(a2, 100, &err), SP_OK);
+    fwd(a2, t + 100, 1, false, x);
+    for (int i = 0; i <= 100; i++) fwd(c, t + i, 1, false, y);
+    const double dt = rel_diff(x, y, 1, VM);
+    sp_ctx_free(a2);
+    fwd(a, t + N, 1, false, chunked + (int64_t)N * VM);
+    fwd(b, t + N, 1, false, steps + (int64_t)N * VM);
+    const double d = rel_diff(chunked, steps, N + 1, VM);
+    printf("hybrid chunked prefill of %d tokens: max rel|diff| %.2e against token steps (%.2e truncated to 100); "
+           "forward %.2f ms chunked, %.2f ms token by token (%.2fx, under load)\n", N, d, dt, tc * 1e3, ts * 1e3,
+           ts / tc);
+    assert_true(d <= 1e-5 && dt <= 1e-5);
+    free(x);
+    free(y);
+    free(chunked);
+    free(steps);
+    sp_ctx_free(a);
+    sp_ctx_free(b);
+    sp_ctx_free(c);
+    sp_model_free(m);
+    unlink(path);
+}
+
+/* The recurrence's AVX2 build (deltanet.c's run_head) against its scalar
+ * twin, bit for bit: a 100-token prefill (chunked), a verification chain of
+ * 5 (token steps), the rollback to 2 of them (replaying the logged deltas)
+ * and a tree of 2x2 kept along one path, on an F32 qwen3next file (whose
+ * matmuls give the same bits under every ISA). */
+static void test_isa_equal(void **state) {
+    (void)state;
+    sp_mkmodel_params mp = sp_mkmodel_default_params();
+    mp.arch = "qwen3next";
+    mp.dim = 512, mp.n_layers = 4, mp.n_heads = 4, mp.n_kv_heads = 2, mp.ffn_dim = 128, mp.n_vocab = 64;
+    mp.n_expert = 4, mp.n_expert_used = 2, mp.seed = 12, mp.type = SP_GGML_F32;
+    char path[512];
+    snprintf(path, sizeof path, "%s/hybrid_isa.gguf", sp_tmpdir());
+    sp_error err = {0};
+    if (sp_mkmodel(&mp, path, &err)) fail_msg("mkmodel: %s", err.msg);
+    enum { VM = 64, N = 100 };
+    int32_t t[N + 8];
+    for (int i = 0; i < N + 8; i++) t[i] = (i * 29 + 3) % VM;
+    const sp_isa best = sp_ops_isa();
+    float *lg[2];
+    for (int pass = 0; pass < 2; pass++) {
+        assert_int_equal(sp_ops_set_isa(pass ? SP_ISA_SCALAR : best, &err), SP_OK);
+        sp_model *m = load(path); /* packed for the kernels in use */
+        float *o = lg[pass] = malloc((size_t)(N + 10) * VM * sizeof(float));
+        sp_ctx *c = mkctx(m, 128);
+        fwd(c, t, N, true, o);
+        fwd(c, t + N, 5, true, o + (int64_t)N * VM);
+        assert_int_equal(sp_ctx_truncate(c, N + 2, &err), SP_OK);
+        fwd(c, t + N + 2, 1, false, o + (int64_t)(N + 5) * VM);
+        /* a 2x2 tree after it, keeping its second path */
+        const uint8_t mask[4 * 4] = {1, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1};
+        sp_batch tb = {.tokens = t + N + 3, .n = 4, .logits_all = true, .mask = mask};
+        if (sp_forward(c, &tb, o + (int64_t)(N + 6) * VM, &err)) fail_msg("tree: %s", err.msg);
+        const int32_t keep[2] = {0, 2};
+        assert_int_equal(sp_ctx_keep(c, N + 3, keep, 2, &err), SP_OK);
+        fwd(c, t + N + 7, 1, false, o + (int64_t)(N + 9) * VM);
+        sp_ctx_free(c);
+        sp_model_free(m);
+    }
+    assert_int_equal(sp_ops_set_isa(best, &err), SP_OK);
+    for (int r = 0; r < N + 10; r++)
+        if (memcmp(lg[0] + (int64_t)r * VM, lg[1] + (int64_t)r * VM, VM * sizeof(float)))
+            fail_msg("row %d differs between the %s and scalar recurrence", r, sp_ops_isa_name(best));
+    printf("hybrid recurrence: the %s build equal to the scalar one over %d rows\n", sp_ops_isa_name(best), N + 10);
+    free(lg[0]);
+    free(lg[1]);
+    unlink(path);
 }
 
 /* A verification batch of the last token and k drafts, j accepted: the
@@ -297,17 +428,20 @@ static void test_draft_rollback(void **state) {
     sp_model_free(m);
 }
 
-/* llama.cpp's logits for qwen35 files from mkmodel (tests/vectors/hybrid_ref.txt,
- * scripts/gen_hybrid_vectors.sh): Q8_0 and F32 weights, fewer key heads
- * than value heads (key head h % n_k), a quarter of each head rotated with
- * IMRoPE sections whose last pair falls outside the text sections (angle
- * 0). Every row within 1e-4 of llama.cpp's (relative to the row's largest,
- * absolute below 1) and 16 greedy ids equal. (Quantised activations turn
- * last-bit differences into whole quantisation steps, which the recurrence
- * carries on: with the AVX2 kernels, whose sums are ggml's, every logit of
- * these files is llama.cpp's as printed; a d512 Q8_0 file differs by up to
- * 1.7e-2 under the AVX-512 ones, so the Q8_0 case is one that stays within
- * 1e-4 under both.) */
+/* llama.cpp's logits for qwen35, qwen35moe and qwen3next files from
+ * mkmodel (tests/vectors/hybrid_ref.txt, scripts/gen_hybrid_vectors.sh):
+ * Q8_0 and F32 weights, fewer key heads than value heads (key head h % n_k;
+ * qwen3next h / (n_v / n_k)), a quarter of each head rotated (IMRoPE
+ * sections whose last pair falls outside the text sections; qwen3next
+ * NeoX), 8 experts of which 2 used plus the shared expert. Every row within
+ * 1e-4 of llama.cpp's (relative to the row's largest, absolute below 1) and
+ * 16 greedy ids equal. (Quantised activations turn last-bit differences
+ * into whole quantisation steps, which the recurrence carries on: with the
+ * AVX2 kernels, whose sums are ggml's, every logit of these files is
+ * llama.cpp's as printed; the scalar and AVX-512 kernels, bit-identical to
+ * each other, sum blocks in another order, and some d512 Q8_0 files then
+ * differ by up to 1.5e-2 (SPECULA_GGML_ORDER=1 gives llama.cpp's logits
+ * under every ISA), so the Q8_0 cases are ones within 1e-4 under all.) */
 static void test_mkmodel_reference(void **state) {
     (void)state;
     FILE *f = fopen("tests/vectors/hybrid_ref.txt", "r");
@@ -315,13 +449,14 @@ static void test_mkmodel_reference(void **state) {
     char line[1 << 16];
     int cases = 0;
     while (fgets(line, sizeof line, f)) {
-        char name[16], type[16];
-        int dim, layers, heads, kv, ffn, vocab, seed;
-        if (sscanf(line, "case %15s %d %d %d %d %d %d %15s %d", name, &dim, &layers, &heads, &kv, &ffn, &vocab, type,
-                   &seed) != 9)
+        char name[16], type[16], arch[16];
+        int dim, layers, heads, kv, ffn, vocab, seed, experts, used;
+        if (sscanf(line, "case %15s %d %d %d %d %d %d %15s %d %15s %d %d", name, &dim, &layers, &heads, &kv, &ffn,
+                   &vocab, type, &seed, arch, &experts, &used) != 12)
             continue;
         sp_mkmodel_params mp = sp_mkmodel_default_params();
-        mp.arch = "qwen35";
+        mp.arch = arch;
+        mp.n_expert = experts, mp.n_expert_used = used;
         mp.dim = dim, mp.n_layers = layers, mp.n_heads = heads, mp.n_kv_heads = kv, mp.ffn_dim = ffn;
         mp.n_vocab = vocab, mp.seed = (uint64_t)seed;
         mp.type = !strcmp(type, "q8_0") ? SP_GGML_Q8_0 : SP_GGML_F32;
@@ -331,10 +466,10 @@ static void test_mkmodel_reference(void **state) {
         if (sp_mkmodel(&mp, path, &err)) fail_msg("mkmodel: %s", err.msg);
         sp_model *m = load(path);
         const int Vm = sp_model_cfg(m)->n_vocab;
-        int32_t id[64];
+        int32_t id[256];
         int n = 0;
         if (!fgets(line, sizeof line, f) || strncmp(line, "ids ", 4)) fail_msg("%s: no ids line", name);
-        for (char *p = line + 4, *e; n < 64; p = e) {
+        for (char *p = line + 4, *e; n < 256; p = e) {
             long v = strtol(p, &e, 10);
             if (e == p) break;
             id[n++] = (int32_t)v;
@@ -345,7 +480,7 @@ static void test_mkmodel_reference(void **state) {
             char *p = line;
             for (int i = 0; i < Vm; i++) want[t * Vm + i] = strtof(p, &p);
         }
-        sp_ctx *c = mkctx(m, 64);
+        sp_ctx *c = mkctx(m, 256);
         sp_batch b = {.tokens = id, .n = n, .logits_all = true};
         if (sp_forward(c, &b, got, &err)) fail_msg("%s: %s", name, err.msg);
         double worst = 0;
@@ -369,7 +504,7 @@ static void test_mkmodel_reference(void **state) {
             if (sp_forward(c, &one, got, &err)) fail_msg("%s: %s", name, err.msg);
             lg = got;
         }
-        printf("hybrid mkmodel %-4s %s: max rel|diff| %.2e, greedy %d/16\n", name, type, worst, steps);
+        printf("hybrid mkmodel %-4s %-9s %s: max rel|diff| %.2e, greedy %d/16\n", name, arch, type, worst, steps);
         assert_true(worst <= 1e-4);
         assert_int_equal(steps, 16);
         free(want);
@@ -380,7 +515,7 @@ static void test_mkmodel_reference(void **state) {
         cases++;
     }
     fclose(f);
-    assert_int_equal(cases, 2);
+    assert_int_equal(cases, 5);
 }
 
 /* ---- speculation ---- */
@@ -402,9 +537,24 @@ static int32_t run(sp_ctx *t, const sp_spec_params *sp, const int32_t *prompt, i
     return gs.n_generated;
 }
 
+/* Greedy speculation on the target file rel (of ../shared) against its
+ * plain greedy decoding: every config of CFGS, or with few every third. */
+static void greedy_on(const char *rel, bool few);
+
 static void test_greedy_speculation(void **state) {
     (void)state;
-    sp_model *tm = hybrid();
+    greedy_on("reference/arch2026/models/qwen35-dense-f16.gguf", false);
+}
+
+/* The same on the mixture-of-experts hybrids (routed and shared experts). */
+static void test_greedy_speculation_moe(void **state) {
+    (void)state;
+    greedy_on("reference/arch2026/models/qwen35moe-moe-f16.gguf", true);
+    greedy_on("reference/arch2026/models/qwen3next-moe-f16.gguf", true);
+}
+
+static void greedy_on(const char *rel, bool few) {
+    sp_model *tm = load(sp_shared(rel));
     const char *dp = tiny_model(0, V, 17, 3.0f);
     sp_model *dm = load(dp);
     sp_ctx *t = mkctx(tm, 64);
@@ -436,7 +586,7 @@ static void test_greedy_speculation(void **state) {
         {SP_DRAFT_SUFFIX, SP_VERIFIER_GREEDY, 0, "2x2"},
         {SP_DRAFT_NGRAM_CACHE, SP_VERIFIER_TOKEN, 4, NULL},
     };
-    for (size_t i = 0; i < sizeof CFGS / sizeof CFGS[0]; i++) {
+    for (size_t i = 0; i < sizeof CFGS / sizeof CFGS[0]; i += few ? 3 : 1) {
         sp_spec_params sp = sp_spec_default_params();
         sp.draft.kind = CFGS[i].kind;
         sp.draft.draft_model = dm;
@@ -453,8 +603,8 @@ static void test_greedy_speculation(void **state) {
         const int32_t no = run(t, &sp, prompt, 12, N, out, &st);
         int32_t j = 0;
         while (j < no && j < N && out[j] == ref[j]) j++;
-        printf("hybrid greedy %-9s %-8s %-6s accepted %3lld of %3lld drafted, equal to plain for %d/%d tokens\n",
-               sp_drafter_name(CFGS[i].kind), sp_verifier_name(CFGS[i].ver), CFGS[i].tree ? CFGS[i].tree : "chain",
+        printf("hybrid greedy %-9s %-9s %-8s %-6s accepted %3lld of %3lld drafted, equal to plain for %d/%d tokens\n",
+               sp_model_desc(tm), sp_drafter_name(CFGS[i].kind), sp_verifier_name(CFGS[i].ver), CFGS[i].tree ? CFGS[i].tree : "chain",
                (long long)st.accepted, (long long)st.drafted, j, N);
         if (no != N || j != N) fail_msg("config %zu differs from plain greedy at token %d", i, j);
         if (CFGS[i].kind != SP_DRAFT_MODEL) assert_true(st.accepted > 0); /* rollbacks were exercised */
@@ -469,11 +619,14 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_mkmodel_reference),
     cmocka_unit_test(test_cache_attention_layers_only),
     cmocka_unit_test(test_batch_equals_steps),
+    cmocka_unit_test(test_chunked_prefill),
+    cmocka_unit_test(test_isa_equal),
     cmocka_unit_test(test_truncate_after_batch),
     cmocka_unit_test(test_tree_paths),
     cmocka_unit_test(test_tree_levels),
     cmocka_unit_test(test_draft_rollback),
     cmocka_unit_test(test_greedy_speculation),
+    cmocka_unit_test(test_greedy_speculation_moe),
 };
 
 SP_TEST_MAIN(tests)

@@ -7,6 +7,7 @@
 #include "deltanet.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,7 @@ sp_status sp_deltanet_config(sp_model *m, const char *path, const char *arch, bo
                        "heads): value heads must be a multiple of key heads and inner = value heads x state",
                        path, s->d_conv, inner, s->hk, s->n_v, s->n_k);
     s->hv = s->hk;
+    s->grouped = !strcmp(arch, "qwen3next");
     s->conv_dim = 2 * s->n_k * s->hk + s->n_v * s->hv;
     char key[128];
     snprintf(key, sizeof key, "%s.attention.recurrent_layers", arch);
@@ -92,7 +94,20 @@ sp_status sp_deltanet_bind(sp_model *m, const char *path, int32_t l, sp_error *e
 #define T(x) (snprintf(nm, sizeof nm, "blk.%d." x, l), nm)
     sp_weight conv;
     sp_status st;
-    if ((st = sp_model_bind_matrix(m, path, T("attn_qkv.weight"), dim, s->conv_dim, false, &dn->wqkv, err)) ||
+    if (s->grouped) { /* qwen3next: no scales applied, beta and alpha in one matrix */
+        if (!sp_gguf_find_tensor(m->gguf, T("attn_qkv.weight")) && sp_gguf_find_tensor(m->gguf, T("ssm_in.weight")))
+            return sp_fail(err, SP_ERR_UNSUPPORTED,
+                           "%s: blk.%d has the legacy fused ssm_in (q, k, v, z per key head) without attn_qkv and "
+                           "attn_gate, which Specula does not read", path, l);
+        sp_weight legacy;
+        if ((st = sp_model_bind_matrix(m, path, T("attn_qkv.weight"), dim, s->conv_dim, false, &dn->wqkv, err)) ||
+            (st = sp_model_bind_matrix(m, path, T("attn_gate.weight"), dim, vdim, false, &dn->wz, err)) ||
+            (st = sp_model_bind_matrix(m, path, T("ssm_ba.weight"), dim, 2 * s->n_v, false, &dn->wba, err)) ||
+            (st = sp_model_bind_matrix(m, path, T("ssm_out.weight"), vdim, dim, false, &dn->wout, err)) ||
+            (st = sp_model_bind_matrix(m, path, T("ssm_in.weight"), dim, 2 * s->conv_dim - 2 * s->n_k * s->hk, true,
+                                       &legacy, err)))
+            return st;
+    } else if ((st = sp_model_bind_matrix(m, path, T("attn_qkv.weight"), dim, s->conv_dim, false, &dn->wqkv, err)) ||
         (st = sp_model_bind_vector(m, path, T("attn_qkv.scale"), 1, true, &dn->wqkv.scale, err)) ||
         (st = sp_model_bind_matrix(m, path, T("attn_gate.weight"), dim, vdim, false, &dn->wz, err)) ||
         (st = sp_model_bind_vector(m, path, T("attn_gate.scale"), 1, true, &dn->wz.scale, err)) ||
@@ -101,8 +116,9 @@ sp_status sp_deltanet_bind(sp_model *m, const char *path, int32_t l, sp_error *e
         (st = sp_model_bind_matrix(m, path, T("ssm_alpha.weight"), dim, s->n_v, false, &dn->walpha, err)) ||
         (st = sp_model_bind_vector(m, path, T("ssm_alpha.scale"), 1, true, &dn->walpha.scale, err)) ||
         (st = sp_model_bind_matrix(m, path, T("ssm_out.weight"), vdim, dim, false, &dn->wout, err)) ||
-        (st = sp_model_bind_vector(m, path, T("ssm_out.scale"), 1, true, &dn->wout.scale, err)) ||
-        (st = sp_model_bind_matrix(m, path, T("ssm_conv1d.weight"), s->d_conv, s->conv_dim, false, &conv, err)) ||
+        (st = sp_model_bind_vector(m, path, T("ssm_out.scale"), 1, true, &dn->wout.scale, err)))
+        return st;
+    if ((st = sp_model_bind_matrix(m, path, T("ssm_conv1d.weight"), s->d_conv, s->conv_dim, false, &conv, err)) ||
         (st = sp_model_bind_vector(m, path, T("ssm_dt.bias"), s->n_v, false, &dn->dt_bias, err)) ||
         (st = sp_model_bind_vector(m, path, T("ssm_a"), s->n_v, false, &dn->a, err)) ||
         (st = sp_model_bind_vector(m, path, T("ssm_norm.weight"), s->hv, false, &dn->norm, err)))
@@ -128,9 +144,21 @@ void sp_deltanet_weights(sp_deltanet *dn, sp_weight *out[SP_DELTANET_N_WEIGHTS])
     out[2] = &dn->wbeta;
     out[3] = &dn->walpha;
     out[4] = &dn->wout;
+    out[5] = &dn->wba;
 }
 
 /* -------------------------------------------------------------- state */
+
+/* Tokens per chunk of the chunked recurrence, and the fewest chain tokens
+ * of a forward that take it (deltanet.h). */
+#define DN_CHUNK 64
+static _Atomic int32_t g_chunk_min = 64;
+
+int32_t sp_deltanet_chunk_min(int32_t n) {
+    return n > 0 ? atomic_exchange(&g_chunk_min, n) : atomic_load(&g_chunk_min);
+}
+/* Floats of one thread's chunk scratch for value heads of hv. */
+static size_t chunk_floats(int32_t hv) { return (size_t)DN_CHUNK * (4 + 2 * DN_CHUNK + 3 * (size_t)hv); }
 
 /* The log: entry e is the token at position anchor_pos + e, with its qkv
  * row, decay g [n_v] and beta [n_v] per layer, and its parent entry (-1:
@@ -156,13 +184,17 @@ struct sp_rstate {
     int dst;               /* the slot a forward writes */
     int32_t first;         /* a forward's first entry */
     int32_t *parent;       /* [log_cap] */
-    size_t log_stride;     /* conv_dim + 2 n_v */
+    size_t log_stride;     /* conv_dim + 2 n_v + n_v hv: qkv row, decay, beta, and the
+                            * token's deltas d (per value head and row, as its forward
+                            * computed them: a replay needs no dot products) */
     float *log;            /* [n_layers][log_cap][log_stride] */
     bool *done;            /* [n_layers] layers this forward advanced */
     float *cv;             /* [log_cap][conv_dim] conv outputs of the entries a run reads */
     /* scratch of a forward (as the lead context: rows of every sequence) */
     float *qkv, *z, *beta, *alpha, *y; /* [B][conv_dim], [B][vdim], [B][n_v] x 2, [B][vdim] */
+    float *ba;             /* [B][2 n_v] qwen3next's ssm_ba outputs */
     int32_t *paths;        /* [nth][log_cap] tree paths of the recurrence's threads */
+    float *chunk;          /* [nth][chunk_floats] the chunked recurrence's scratch (prefill) */
 };
 
 static float *conv_at(const sp_rstate *rs, int slot, int r) {
@@ -187,8 +219,10 @@ void sp_rstate_free(sp_rstate *rs) {
     free(rs->z);
     free(rs->beta);
     free(rs->alpha);
+    free(rs->ba);
     free(rs->y);
     free(rs->paths);
+    free(rs->chunk);
     free(rs);
 }
 
@@ -213,7 +247,7 @@ sp_status sp_rstate_init(const sp_model *m, int32_t max_batch, int n_threads, sp
     rs->nth = n_threads < 1 ? 1 : n_threads;
     rs->conv_n = (size_t)(s->d_conv - 1) * (size_t)s->conv_dim;
     rs->ssm_n = (size_t)s->n_v * (size_t)s->hv * (size_t)s->hk;
-    rs->log_stride = (size_t)s->conv_dim + 2 * (size_t)s->n_v;
+    rs->log_stride = (size_t)s->conv_dim + 2 * (size_t)s->n_v + (size_t)s->n_v * (size_t)s->hv;
     const size_t B = (size_t)max_batch, L = (size_t)s->n_layers, vdim = (size_t)s->n_v * (size_t)s->hv;
     const size_t cap = (size_t)rs->log_cap;
     rs->conv = malloc((rs->conv_n ? rs->conv_n : 1) * L * SP_RSTATE_SLOTS * sizeof(float));
@@ -227,9 +261,11 @@ sp_status sp_rstate_init(const sp_model *m, int32_t max_batch, int n_threads, sp
     rs->y = malloc(B * vdim * sizeof(float));
     rs->beta = malloc(B * (size_t)s->n_v * sizeof(float));
     rs->alpha = malloc(B * (size_t)s->n_v * sizeof(float));
+    rs->ba = malloc(B * 2 * (size_t)s->n_v * sizeof(float));
     rs->paths = malloc((size_t)rs->nth * cap * sizeof(int32_t));
+    rs->chunk = malloc((size_t)rs->nth * chunk_floats(s->hv) * sizeof(float));
     if (!rs->conv || !rs->ssm || !rs->parent || !rs->log || !rs->done || !rs->cv || !rs->qkv || !rs->z ||
-        !rs->y || !rs->beta || !rs->alpha || !rs->paths) {
+        !rs->y || !rs->beta || !rs->alpha || !rs->ba || !rs->paths || !rs->chunk) {
         const double mib = (double)(rs->conv_n + rs->ssm_n) * (double)L * SP_RSTATE_SLOTS * 4 / (1 << 20);
         sp_rstate_free(rs);
         return sp_fail(err, SP_ERR_NOMEM, "cannot allocate the recurrent state (%.1f MiB in %d snapshots)", mib,
@@ -335,6 +371,8 @@ typedef struct dn_run {
     float *y;              /* [n][n_v hv] outputs, or NULL */
     int32_t *paths;        /* the lead's per-thread paths [nth][path_cap] */
     int32_t path_cap;
+    float *chunk;          /* the lead's per-thread chunk scratch, or NULL: token steps only */
+    bool replay;           /* entries with their logged deltas (a rollback's chain) */
 } dn_run;
 
 /* The qkv row `back` steps up entry e's path (0: its own), or a row of the
@@ -384,57 +422,270 @@ static void conv_window(const dn_run *u) {
         memcpy(dst + (int64_t)i * C, past_row(u, u->first + u->n - 1, K - 2 - i), (size_t)C * sizeof(float));
 }
 
-/* dot(a, b) over n floats in 8 lanes (lane l sums elements l, l + 8, ...;
- * then the lanes pairwise): a fixed order the compiler can vectorise. */
-static inline float dot8(const float *a, const float *b, int32_t n) {
-    float acc[8] = {0};
-    int32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
+#define DN_INLINE static inline __attribute__((always_inline))
 
-/* One token on head matrix S [hv][hk], row by row: decay, delta update,
- * output (o may be NULL), the operations of ggml's fused gated_delta_net
- * (sums in dot8's order). Blocks of 8 so the compiler vectorises them. */
-static void delta_step(float *S, int32_t hk, int32_t hv, const float *q, const float *k, const float *v,
-                       float g, float beta, float *o) {
-    const float eg = expf(g), scale = 1.0f / sqrtf((float)hv);
+/* Steps of up to DN_CHUNK tokens on head matrix S [hv][hk]: per token
+ * decay, delta update, output (o[i] may be NULL), the operations of ggml's
+ * fused gated_delta_net (each dot in 8 lanes, lane l summing elements l,
+ * l + 8, ..., then the lanes pairwise: a fixed order a compiler vectorises
+ * without changing it). A row's update
+ * depends on that row alone, so rows go outermost: each row stays in L1
+ * over the tokens (the state is read and written once, not once per token)
+ * with per row the same operations in the same order as token after token. */
+typedef struct dn_steps {
+    int32_t n;
+    const float *q[DN_CHUNK], *k[DN_CHUNK], *v[DN_CHUNK];
+    float eg[DN_CHUNK], beta[DN_CHUNK];
+    float *o[DN_CHUNK];
+    float *d[DN_CHUNK];   /* [hv] each token's deltas, written (or with replay, read) */
+    bool replay;          /* the deltas are known: decay and update only */
+} dn_steps;
+
+DN_INLINE void delta_steps(float *restrict S, int32_t hk, int32_t hv, const dn_steps *st) {
+    const float scale = 1.0f / sqrtf((float)hv);
     const int32_t n8 = hk / 8 * 8;
-    for (int32_t j = 0; j < hv; j++) {
-        float *row = S + (int64_t)j * hk;
-        for (int32_t i = 0; i < n8; i += 8)
-            for (int l = 0; l < 8; l++) row[i + l] *= eg;
-        for (int32_t i = n8; i < hk; i++) row[i] *= eg;
-        const float d = (v[j] - dot8(row, k, hk)) * beta;
-        for (int32_t i = 0; i < n8; i += 8)
-            for (int l = 0; l < 8; l++) row[i + l] += k[i + l] * d;
-        for (int32_t i = n8; i < hk; i++) row[i] += k[i] * d;
-        if (o) o[j] = dot8(row, q, hk) * scale;
+    for (int32_t j = 0; j < hv && st->replay; j++) { /* the same decay and update, d as computed */
+        float *restrict row = S + (int64_t)j * hk;
+        for (int32_t t = 0; t < st->n; t++) {
+            const float *restrict k = st->k[t];
+            const float eg = st->eg[t], d = st->d[t][j];
+            for (int32_t i = 0; i < n8; i += 8)
+                for (int l = 0; l < 8; l++) {
+                    row[i + l] *= eg;
+                    row[i + l] += k[i + l] * d;
+                }
+            for (int32_t i = n8; i < hk; i++) {
+                row[i] *= eg;
+                row[i] += k[i] * d;
+            }
+        }
+    }
+    for (int32_t j = 0; j < hv && !st->replay; j++) {
+        float *restrict row = S + (int64_t)j * hk;
+        for (int32_t t = 0; t < st->n; t++) {
+            const float *restrict k = st->k[t], *restrict q = st->q[t];
+            const float eg = st->eg[t];
+            /* decay, and the dot with k */
+            float acc[8] = {0};
+            for (int32_t i = 0; i < n8; i += 8)
+                for (int l = 0; l < 8; l++) {
+                    row[i + l] *= eg;
+                    acc[l] += row[i + l] * k[i + l];
+                }
+            for (int32_t i = n8, l = 0; i < hk; i++, l++) {
+                row[i] *= eg;
+                acc[l] += row[i] * k[i];
+            }
+            const float sk = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+            const float d = (st->v[t][j] - sk) * st->beta[t];
+            st->d[t][j] = d;
+            if (!st->o[t]) { /* the update alone */
+                for (int32_t i = 0; i < n8; i += 8)
+                    for (int l = 0; l < 8; l++) row[i + l] += k[i + l] * d;
+                for (int32_t i = n8; i < hk; i++) row[i] += k[i] * d;
+                continue;
+            }
+            /* the update, and the dot with q likewise */
+            float aq[8] = {0};
+            for (int32_t i = 0; i < n8; i += 8)
+                for (int l = 0; l < 8; l++) {
+                    row[i + l] += k[i + l] * d;
+                    aq[l] += row[i + l] * q[i + l];
+                }
+            for (int32_t i = n8, l = 0; i < hk; i++, l++) {
+                row[i] += k[i] * d;
+                aq[l] += row[i] * q[i];
+            }
+            st->o[t][j] = (((aq[0] + aq[4]) + (aq[1] + aq[5])) + ((aq[2] + aq[6]) + (aq[3] + aq[7]))) * scale;
+        }
     }
 }
 
-/* Head h of a run, computed in place in the dst slot's matrix; path: the
- * caller's scratch. */
-static void run_head(const dn_run *u, int32_t h, int32_t *path) {
+/* Entries [e0, e0 + c) of a chain on head h in one pass, the chunked form
+ * of the gated delta rule: with G_t the cumulative decay within the chunk
+ * and S0 the state before it,
+ *   u_t = b_t (v_t - e^G_t S0 k_t) - b_t sum_{i<t} e^(G_t - G_i) (k_t . k_i) u_i
+ *   o_t = (e^G_t S0 q_t + sum_{i<=t} e^(G_t - G_i) (q_t . k_i) u_i) / sqrt(hv)
+ *   S   = e^G_c S0 + sum_i e^(G_c - G_i) u_i k_i^T
+ * (u_t: token t's delta, b_t its beta), equal to c token steps up to float
+ * rounding. S is updated in place; o rows vdim apart (NULL: none). */
+/* 8 floats as one value (GCC/Clang vector extension): lane-wise IEEE
+ * operations, the same bits whatever instructions a build gives them. */
+typedef float v8f __attribute__((vector_size(32)));
+/* always inlined: no call passes a v8f, so the ABI note does not apply */
+#if defined(__clang__)
+#if __has_warning("-Wpsabi")
+#pragma clang diagnostic ignored "-Wpsabi"
+#endif
+#elif defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+DN_INLINE v8f ld8(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+DN_INLINE void st8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+DN_INLINE float sum8(v8f a) { return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])); }
+DN_INLINE v8f splat8(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
+
+DN_INLINE void chunk_head(const dn_run *u, int32_t h, int32_t kh, float *restrict S, int32_t e0, int32_t c,
+                          float *o, int64_t vdim, float *restrict scr) {
     const sp_dn_shape *s = &u->rs->s;
-    const int32_t hk = s->hk, hv = s->hv, kh = h % s->n_k, C = s->conv_dim;
+    const int32_t hk = s->hk, hv = s->hv, C = s->conv_dim, nv = s->n_v;
+    float *eg = scr, *beta = eg + DN_CHUNK, *gam = beta + DN_CHUNK;
+    float *dec = gam + DN_CHUNK; /* [c] decay from token i to the chunk's end */
+    float *KK = dec + DN_CHUNK, *KQ = KK + DN_CHUNK * DN_CHUNK;
+    float *W = KQ + DN_CHUNK * DN_CHUNK, *P = W + (size_t)DN_CHUNK * hv;
+    float *U = P + (size_t)DN_CHUNK * hv;
+    const float *q[DN_CHUNK], *k[DN_CHUNK], *v[DN_CHUNK];
+    float acc = 0.0f;
+    for (int32_t t = 0; t < c; t++) {
+        const float *cv = u->rs->cv + (int64_t)(e0 + t) * C, *l = log_at(u->rs, u->r, e0 + t) + C;
+        q[t] = cv + (int64_t)kh * hk;
+        k[t] = cv + (int64_t)(s->n_k + kh) * hk;
+        v[t] = cv + (int64_t)2 * s->n_k * hk + (int64_t)h * hv;
+        acc += l[h];
+        eg[t] = expf(l[h]);
+        gam[t] = expf(acc);
+        beta[t] = l[nv + h];
+    }
+    const float scale = 1.0f / sqrtf((float)hv);
+    /* S0 k_t and S0 q_t, row by row (a row read once for the chunk), two
+     * tokens at a time (four independent sums) */
+    for (int32_t j = 0; j < hv; j++) {
+        const float *row = S + (int64_t)j * hk;
+        int32_t t = 0;
+        for (; t + 2 <= c; t += 2) {
+            v8f ak0 = splat8(0), aq0 = splat8(0), ak1 = splat8(0), aq1 = splat8(0);
+            for (int32_t x = 0; x < hk; x += 8) {
+                const v8f r = ld8(row + x);
+                ak0 += r * ld8(k[t] + x);
+                aq0 += r * ld8(q[t] + x);
+                ak1 += r * ld8(k[t + 1] + x);
+                aq1 += r * ld8(q[t + 1] + x);
+            }
+            W[(int64_t)t * hv + j] = sum8(ak0), P[(int64_t)t * hv + j] = sum8(aq0);
+            W[(int64_t)(t + 1) * hv + j] = sum8(ak1), P[(int64_t)(t + 1) * hv + j] = sum8(aq1);
+        }
+        for (; t < c; t++) {
+            v8f ak = splat8(0), aq = splat8(0);
+            for (int32_t x = 0; x < hk; x += 8) {
+                const v8f r = ld8(row + x);
+                ak += r * ld8(k[t] + x);
+                aq += r * ld8(q[t] + x);
+            }
+            W[(int64_t)t * hv + j] = sum8(ak), P[(int64_t)t * hv + j] = sum8(aq);
+        }
+    }
+    /* decayed key products: d(t, i) = e^(G_t - G_i) as the running product
+     * of the per-token decays from i + 1 to t */
+    for (int32_t t = 0; t < c; t++) {
+        float d = 1.0f;
+        for (int32_t i = t; i >= 0; i--) {
+            v8f ak = splat8(0), aq = splat8(0);
+            for (int32_t x = 0; x < hk; x += 8) {
+                const v8f ki = ld8(k[i] + x);
+                ak += ld8(k[t] + x) * ki;
+                aq += ld8(q[t] + x) * ki;
+            }
+            KK[t * DN_CHUNK + i] = i < t ? beta[t] * d * sum8(ak) : 0.0f;
+            KQ[t * DN_CHUNK + i] = d * sum8(aq);
+            d *= eg[i];
+        }
+    }
+    /* the deltas (forward substitution) and the outputs, 32 value rows at
+     * a time (four independent sums; hk and hv are multiples of 32) */
+    for (int32_t j = 0; j < hv; j += 32) {
+        for (int32_t t = 0; t < c; t++) {
+            const float *vt = v[t] + j, *wt = W + (int64_t)t * hv + j;
+            v8f u0 = beta[t] * (ld8(vt) - gam[t] * ld8(wt)), u1 = beta[t] * (ld8(vt + 8) - gam[t] * ld8(wt + 8));
+            v8f u2 = beta[t] * (ld8(vt + 16) - gam[t] * ld8(wt + 16)), u3 = beta[t] * (ld8(vt + 24) - gam[t] * ld8(wt + 24));
+            for (int32_t i = 0; i < t; i++) {
+                const float a = KK[t * DN_CHUNK + i];
+                const float *ui = U + (int64_t)i * hv + j;
+                u0 -= a * ld8(ui), u1 -= a * ld8(ui + 8), u2 -= a * ld8(ui + 16), u3 -= a * ld8(ui + 24);
+            }
+            float *ut = U + (int64_t)t * hv + j;
+            st8(ut, u0), st8(ut + 8, u1), st8(ut + 16, u2), st8(ut + 24, u3);
+            if (!o) continue;
+            const float *pt = P + (int64_t)t * hv + j;
+            v8f o0 = gam[t] * ld8(pt), o1 = gam[t] * ld8(pt + 8), o2 = gam[t] * ld8(pt + 16), o3 = gam[t] * ld8(pt + 24);
+            for (int32_t i = 0; i <= t; i++) {
+                const float a = KQ[t * DN_CHUNK + i];
+                const float *ui = U + (int64_t)i * hv + j;
+                o0 += a * ld8(ui), o1 += a * ld8(ui + 8), o2 += a * ld8(ui + 16), o3 += a * ld8(ui + 24);
+            }
+            float *ot = o + (int64_t)t * vdim + j;
+            st8(ot, o0 * scale), st8(ot + 8, o1 * scale), st8(ot + 16, o2 * scale), st8(ot + 24, o3 * scale);
+        }
+    }
+    for (int32_t t = 0; t < c; t++) /* the deltas into the log (a rollback replays them) */
+        memcpy((float *)log_at(u->rs, u->r, e0 + t) + C + 2 * nv + (int64_t)h * hv, U + (int64_t)t * hv,
+               (size_t)hv * sizeof(float));
+    /* the state after the chunk: four 8-float blocks of a row kept in
+     * registers over the chunk's tokens */
+    dec[c - 1] = 1.0f;
+    for (int32_t i = c - 2; i >= 0; i--) dec[i] = dec[i + 1] * eg[i + 1];
+    const float gc = gam[c - 1];
+    for (int32_t j = 0; j < hv; j++) {
+        float *row = S + (int64_t)j * hk;
+        float a[DN_CHUNK];
+        for (int32_t i = 0; i < c; i++) a[i] = dec[i] * U[(int64_t)i * hv + j];
+        for (int32_t x = 0; x < hk; x += 32) {
+            v8f r0 = ld8(row + x) * gc, r1 = ld8(row + x + 8) * gc;
+            v8f r2 = ld8(row + x + 16) * gc, r3 = ld8(row + x + 24) * gc;
+            for (int32_t i = 0; i < c; i++) {
+                const float *ki = k[i] + x;
+                r0 += a[i] * ld8(ki), r1 += a[i] * ld8(ki + 8), r2 += a[i] * ld8(ki + 16), r3 += a[i] * ld8(ki + 24);
+            }
+            st8(row + x, r0), st8(row + x + 8, r1), st8(row + x + 16, r2), st8(row + x + 24, r3);
+        }
+    }
+}
+
+/* Head h of a run, computed in place in the dst slot's matrix; path and
+ * scr: the caller's scratch. One body compiled twice (run_head below):
+ * the same float operations in the same order (8 lanes, no FMA: the build's
+ * -ffp-contract=off), so both give the same bits. */
+DN_INLINE void run_head_body(const dn_run *u, int32_t h, int32_t *path, float *scr) {
+    const sp_dn_shape *s = &u->rs->s;
+    const int32_t hk = s->hk, hv = s->hv, C = s->conv_dim;
+    const int32_t kh = s->grouped ? h / (s->n_v / s->n_k) : h % s->n_k;
     const int64_t vdim = (int64_t)s->n_v * hv;
     const size_t mat = (size_t)hk * (size_t)hv;
     const float *S0 = ssm_at(u->rs, u->src, u->r) + (size_t)h * mat;
     float *S = ssm_at(u->rs, u->dst, u->r) + (size_t)h * mat;
     const int32_t *par = u->rs->parent;
+    dn_steps st;
+    st.n = 0;
+    st.replay = u->replay;
+    /* token e of the log into the steps (out: its output row or NULL), run when full */
 #define STEP(e, out)                                                                                        \
     do {                                                                                                    \
         const float *c_ = u->rs->cv + (int64_t)(e) * C, *l_ = log_at(u->rs, u->r, e) + C;                   \
-        delta_step(S, hk, hv, c_ + (int64_t)kh * hk, c_ + (int64_t)(s->n_k + kh) * hk,                      \
-                   c_ + (int64_t)2 * s->n_k * hk + (int64_t)h * hv, l_[h], l_[s->n_v + h], out);            \
+        st.q[st.n] = c_ + (int64_t)kh * hk;                                                                 \
+        st.k[st.n] = c_ + (int64_t)(s->n_k + kh) * hk;                                                      \
+        st.v[st.n] = c_ + (int64_t)2 * s->n_k * hk + (int64_t)h * hv;                                       \
+        st.eg[st.n] = expf(l_[h]);                                                                          \
+        st.beta[st.n] = l_[s->n_v + h];                                                                     \
+        st.d[st.n] = (float *)l_ + 2 * s->n_v + (int64_t)h * hv;                                            \
+        st.o[st.n++] = (out);                                                                               \
+        if (st.n == DN_CHUNK) delta_steps(S, hk, hv, &st), st.n = 0;                                        \
     } while (0)
+#define FLUSH() (st.n ? delta_steps(S, hk, hv, &st), st.n = 0 : 0)
 #define OUT(e) (u->y ? u->y + (int64_t)((e) - u->first) * vdim + (int64_t)h * hv : NULL)
-    if (u->chain) {
+    if (u->chain && u->y && u->n >= atomic_load_explicit(&g_chunk_min, memory_order_relaxed) && scr && hk % 32 == 0 &&
+        hv % 32 == 0) { /* a prefill: chunk by chunk */
+        memcpy(S, S0, mat * sizeof(float));
+        for (int32_t e = 0; e < u->n; e += DN_CHUNK) {
+            const int32_t c = u->n - e < DN_CHUNK ? u->n - e : DN_CHUNK;
+            chunk_head(u, h, kh, S, e, c, OUT(e), vdim, scr);
+        }
+    } else if (u->chain) {
         memcpy(S, S0, mat * sizeof(float));
         for (int32_t e = 0; e < u->n; e++) STEP(e, OUT(e));
+        FLUSH();
     } else {
         /* a tree: each entry from the anchor along its own path */
         for (int32_t e = u->first; e < u->first + u->n; e++) {
@@ -446,10 +697,32 @@ static void run_head(const dn_run *u, int32_t h, int32_t *path) {
             }
             memcpy(S, S0, mat * sizeof(float));
             for (int32_t i = len - 1; i >= 0; i--) STEP(path[i], i == 0 ? OUT(e) : NULL);
+            FLUSH();
         }
     }
 #undef STEP
+#undef FLUSH
 #undef OUT
+}
+
+static void run_head_scalar(const dn_run *u, int32_t h, int32_t *path, float *scr) { run_head_body(u, h, path, scr); }
+#if defined(__x86_64__) || defined(__i386__)
+/* The same code with 256-bit vectors (the 8 lanes, the row blocks). */
+__attribute__((target("avx2"))) static void run_head_avx2(const dn_run *u, int32_t h, int32_t *path, float *scr) {
+    run_head_body(u, h, path, scr);
+}
+#endif
+
+/* run_head_scalar, or its AVX2 build when the kernels in use (ops.h's ISA)
+ * are AVX2 or AVX-512: equal results (test_hybrid's test_isa_equal). */
+static void run_head(const dn_run *u, int32_t h, int32_t *path, float *scr) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (sp_ops_isa() >= SP_ISA_AVX2) {
+        run_head_avx2(u, h, path, scr);
+        return;
+    }
+#endif
+    run_head_scalar(u, h, path, scr);
 }
 
 /* Several runs' heads as one pool job: task i = run i / n_v, head i % n_v. */
@@ -464,7 +737,8 @@ static void dn_job_run(void *arg, int ith, int nth) {
     const int64_t tasks = (int64_t)j->n_runs * j->n_v;
     for (int64_t i = ith; i < tasks; i += nth) {
         const dn_run *u = &j->runs[i / j->n_v];
-        run_head(u, (int32_t)(i % j->n_v), u->paths + (size_t)ith * (size_t)u->path_cap);
+        run_head(u, (int32_t)(i % j->n_v), u->paths + (size_t)ith * (size_t)u->path_cap,
+                 u->chunk ? u->chunk + (size_t)ith * chunk_floats(u->rs->s.hv) : NULL);
     }
 }
 
@@ -483,10 +757,23 @@ void sp_deltanet_forward(sp_ctx *c, const sp_dn_seq *sq, int n_seq, int32_t l, i
     const sp_dn_shape *s = &lead->s;
     const int32_t C = s->conv_dim, nv = s->n_v, hv = s->hv, r = dn->index;
     const int64_t vdim = (int64_t)nv * hv, dim = m->cfg.dim;
-    const sp_mm_out mm[3] = {{&dn->wqkv, lead->qkv, C}, {&dn->wz, lead->z, vdim}, {&dn->wbeta, lead->beta, nv}};
-    sp_ctx_matmul(c, mm, 3, in, ld_in, n);
-    const sp_mm_out ma = {&dn->walpha, lead->alpha, nv};
-    sp_ctx_matmul(c, &ma, 1, in, ld_in, n);
+    if (dn->wba.data) { /* qwen3next: [betas | alphas] of each key head's value heads */
+        const sp_mm_out mm[3] = {{&dn->wqkv, lead->qkv, C}, {&dn->wz, lead->z, vdim}, {&dn->wba, lead->ba, 2 * nv}};
+        sp_ctx_matmul(c, mm, 3, in, ld_in, n);
+        const int32_t rep = nv / s->n_k;
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t g = 0; g < s->n_k; g++)
+                for (int32_t j = 0; j < rep; j++) {
+                    const float *ba = lead->ba + (int64_t)t * 2 * nv + (int64_t)g * 2 * rep;
+                    lead->beta[(int64_t)t * nv + g * rep + j] = ba[j];
+                    lead->alpha[(int64_t)t * nv + g * rep + j] = ba[rep + j];
+                }
+    } else {
+        const sp_mm_out mm[3] = {{&dn->wqkv, lead->qkv, C}, {&dn->wz, lead->z, vdim}, {&dn->wbeta, lead->beta, nv}};
+        sp_ctx_matmul(c, mm, 3, in, ld_in, n);
+        const sp_mm_out ma = {&dn->walpha, lead->alpha, nv};
+        sp_ctx_matmul(c, &ma, 1, in, ld_in, n);
+    }
     dn_run runs[SP_FORWARD_MAX_SEQS];
     uint64_t steps = 0;
     for (int i = 0; i < n_seq; i++) {
@@ -505,7 +792,7 @@ void sp_deltanet_forward(sp_ctx *c, const sp_dn_seq *sq, int n_seq, int32_t l, i
         const bool chain = rs->first == 0 && is_chain(rs->parent, rs->n_log);
         runs[i] = (dn_run){.rs = rs, .dn = dn, .r = r, .src = rs->anchor, .dst = rs->dst, .first = rs->first,
                            .n = sq[i].n, .chain = chain, .y = lead->y + (int64_t)sq[i].row0 * vdim,
-                           .paths = lead->paths, .path_cap = lead->log_cap};
+                           .paths = lead->paths, .path_cap = lead->log_cap, .chunk = lead->chunk};
         run_prepare(&runs[i]);
         rs->done[r] = true;
         steps += chain ? (uint64_t)sq[i].n : (uint64_t)sq[i].n * (uint64_t)rs->n_log;
@@ -541,9 +828,9 @@ static void recompute(sp_rstate *rs, int32_t len) {
         const sp_deltanet *dn = m->layers[l].dn;
         if (!dn) continue;
         dn_run u = {.rs = rs, .dn = dn, .r = dn->index, .src = rs->anchor, .dst = dst, .first = 0, .n = len,
-                    .chain = true, .y = NULL, .paths = rs->paths, .path_cap = rs->log_cap};
+                    .chain = true, .y = NULL, .paths = rs->paths, .path_cap = rs->log_cap, .replay = true};
         run_prepare(&u);
-        for (int32_t h = 0; h < rs->s.n_v; h++) run_head(&u, h, rs->paths);
+        for (int32_t h = 0; h < rs->s.n_v; h++) run_head(&u, h, rs->paths, NULL);
     }
     rs->n_log = len;
     rs->n_past = rs->anchor_pos + len;

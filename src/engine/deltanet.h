@@ -9,7 +9,7 @@
  *   b = sigmoid(Wbeta x) [n_v], g = softplus(Walpha x + dt_bias) * a [n_v]
  *   c = silu(causal depthwise conv1d of qkv over the last d_conv inputs)
  *   q, k = L2-normed heads of c (n_k heads of hk), v = n_v heads of hv
- *   per value head h (key head h % n_k), state S_h [hv][hk]:
+ *   per value head h (key head h % n_k; qwen3next h / (n_v / n_k)), state S_h [hv][hk]:
  *     S = exp(g_h) S;  d_j = b_h (v_j - S_j . k);  S_j += d_j k;
  *     y_j = (S_j . q) / sqrt(hk)
  *   out = Wout (RMSNorm(y_h) * ssm_norm * silu(z_h), per head).
@@ -27,6 +27,9 @@ typedef struct sp_deltanet {
     sp_weight wz;       /* attn_gate [n_v hv, dim] */
     sp_weight wbeta;    /* ssm_beta  [n_v, dim] */
     sp_weight walpha;   /* ssm_alpha [n_v, dim] */
+    sp_weight wba;      /* qwen3next's ssm_ba [2 n_v, dim] in place of the two: per key
+                         * head g, the betas then the alphas of its n_v / n_k value
+                         * heads (wbeta, walpha unused) */
     sp_weight wout;     /* ssm_out   [dim, n_v hv] */
     const float *conv;  /* ssm_conv1d [conv_dim][d_conv], oldest input first */
     const float *dt_bias; /* ssm_dt.bias [n_v] */
@@ -42,7 +45,7 @@ sp_status sp_deltanet_config(sp_model *m, const char *path, const char *arch, bo
 /* Binds layer l's recurrent tensors into m->layers[l].dn (model-owned). */
 sp_status sp_deltanet_bind(sp_model *m, const char *path, int32_t l, sp_error *err);
 /* The matrices of a recurrent layer (for packing, sizes, requantising). */
-#define SP_DELTANET_N_WEIGHTS 5
+#define SP_DELTANET_N_WEIGHTS 6
 void sp_deltanet_weights(sp_deltanet *dn, sp_weight *out[SP_DELTANET_N_WEIGHTS]);
 
 /* ---- the recurrent state of one sequence ---- */
@@ -95,6 +98,15 @@ void sp_rstate_pin(sp_rstate *rs);
 sp_status sp_rstate_keep(sp_rstate *rs, int32_t start, const int32_t *idx, int32_t m, sp_error *err);
 
 /* ---- the layer ---- */
+
+/* A forward's chain of at least sp_deltanet_chunk_min() tokens from one
+ * state (a prefill) runs the recurrence chunk by chunk (64 tokens: the
+ * chunked form of the gated delta rule, deltanet.c), equal to token steps up
+ * to float rounding; shorter batches (verification), trees and rollbacks
+ * step token by token, bit for bit as single-token forwards. n > 0 sets the
+ * threshold (default 64; tests and benchmarks) and returns the old one;
+ * n <= 0 returns it. */
+int32_t sp_deltanet_chunk_min(int32_t n);
 
 /* One sequence's rows of a forward. */
 typedef struct sp_dn_seq {

@@ -199,37 +199,56 @@ static sp_status add_uniform(sp_gguf_writer *w, const char *name, int64_t n, flo
     return st;
 }
 
-/* Layer l of a qwen35 model: a Gated DeltaNet layer (rec) or gated
- * attention, then the FFN normed by post_attention_norm. tm: attn_v and
- * ffn_down's type. */
+/* Layer l of a qwen35, qwen35moe or qwen3next model: a Gated DeltaNet
+ * layer (rec) or gated attention, then the FFN normed by
+ * post_attention_norm (with experts: the routed ones, gate and up stacked
+ * in ffn_gate_up_exps for qwen35moe, separate for qwen3next, and the
+ * shared expert of --ffn with its gate vector). tm: attn_v and ffn_down's
+ * type. */
 static sp_status add_qwen35_layer(sp_gguf_writer *w, const sp_mkmodel_params *p, int32_t l, bool rec, int32_t S,
                                   int32_t nk, int32_t nv, int32_t conv_dim, sp_ggml_type tm, sp_rng *rng,
                                   sp_error *err) {
     const int32_t hd = p->dim / p->n_heads, q_dim = p->n_heads * hd, kv_dim = p->n_kv_heads * hd;
     const float sd = 1.0f / sqrtf((float)p->dim), sf = 1.0f / sqrtf((float)p->ffn_dim);
+    const bool next = p->arch && !strcmp(p->arch, "qwen3next"), moe = p->n_expert > 0;
+    const sp_ggml_type tmat = p->type == SP_GGML_MXFP4 ? SP_GGML_Q8_0 : p->type;
     char nm[96];
     sp_status st;
 #define N(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
     if ((st = add_ones(w, N("attn_norm.weight"), p->dim, err)) ||
         (st = add_ones(w, N("post_attention_norm.weight"), p->dim, err)) ||
-        (st = add_random(w, N("ffn_gate.weight"), p->type, p->dim, p->ffn_dim, sd, rng, err)) ||
-        (st = add_random(w, N("ffn_up.weight"), p->type, p->dim, p->ffn_dim, sd, rng, err)) ||
-        (st = add_random(w, N("ffn_down.weight"), tm, p->ffn_dim, p->dim, sf, rng, err)))
+        (!moe && (st = add_random(w, N("ffn_gate.weight"), tmat, p->dim, p->ffn_dim, sd, rng, err))) ||
+        (!moe && (st = add_random(w, N("ffn_up.weight"), tmat, p->dim, p->ffn_dim, sd, rng, err))) ||
+        (!moe && (st = add_random(w, N("ffn_down.weight"), tm, p->ffn_dim, p->dim, sf, rng, err))))
+        return st;
+    if (moe && ((st = add_random(w, N("ffn_gate_inp.weight"), SP_GGML_F32, p->dim, p->n_expert, sd, rng, err)) ||
+                (!next && (st = add_experts(w, N("ffn_gate_up_exps.weight"), p->type, p->dim, 2 * p->ffn_dim,
+                                            p->n_expert, sd, rng, err))) ||
+                (next && (st = add_experts(w, N("ffn_gate_exps.weight"), p->type, p->dim, p->ffn_dim, p->n_expert, sd,
+                                           rng, err))) ||
+                (next && (st = add_experts(w, N("ffn_up_exps.weight"), p->type, p->dim, p->ffn_dim, p->n_expert, sd,
+                                           rng, err))) ||
+                (st = add_experts(w, N("ffn_down_exps.weight"), p->type, p->ffn_dim, p->dim, p->n_expert, sf, rng, err)) ||
+                (st = add_random(w, N("ffn_gate_inp_shexp.weight"), SP_GGML_F32, p->dim, 1, sd, rng, err)) ||
+                (st = add_random(w, N("ffn_gate_shexp.weight"), tmat, p->dim, p->ffn_dim, sd, rng, err)) ||
+                (st = add_random(w, N("ffn_up_shexp.weight"), tmat, p->dim, p->ffn_dim, sd, rng, err)) ||
+                (st = add_random(w, N("ffn_down_shexp.weight"), tm, p->ffn_dim, p->dim, sf, rng, err))))
         return st;
     if (!rec)
-        return (st = add_random(w, N("attn_q.weight"), p->type, p->dim, 2 * q_dim, sd, rng, err)) ||
-                       (st = add_random(w, N("attn_k.weight"), p->type, p->dim, kv_dim, sd, rng, err)) ||
+        return (st = add_random(w, N("attn_q.weight"), tmat, p->dim, 2 * q_dim, sd, rng, err)) ||
+                       (st = add_random(w, N("attn_k.weight"), tmat, p->dim, kv_dim, sd, rng, err)) ||
                        (st = add_random(w, N("attn_v.weight"), tm, p->dim, kv_dim, sd, rng, err)) ||
-                       (st = add_random(w, N("attn_output.weight"), p->type, q_dim, p->dim, sd, rng, err)) ||
+                       (st = add_random(w, N("attn_output.weight"), tmat, q_dim, p->dim, sd, rng, err)) ||
                        (st = add_ones(w, N("attn_q_norm.weight"), hd, err)) ||
                        (st = add_ones(w, N("attn_k_norm.weight"), hd, err))
                    ? st
                    : SP_OK;
-    if ((st = add_random(w, N("attn_qkv.weight"), p->type, p->dim, conv_dim, sd, rng, err)) ||
-        (st = add_random(w, N("attn_gate.weight"), p->type, p->dim, nv * S, sd, rng, err)) ||
-        (st = add_random(w, N("ssm_beta.weight"), p->type, p->dim, nv, sd, rng, err)) ||
-        (st = add_random(w, N("ssm_alpha.weight"), p->type, p->dim, nv, sd, rng, err)) ||
-        (st = add_random(w, N("ssm_out.weight"), p->type, nv * S, p->dim, 1.0f / sqrtf((float)(nv * S)), rng, err)) ||
+    if ((st = add_random(w, N("attn_qkv.weight"), tmat, p->dim, conv_dim, sd, rng, err)) ||
+        (st = add_random(w, N("attn_gate.weight"), tmat, p->dim, nv * S, sd, rng, err)) ||
+        (!next && (st = add_random(w, N("ssm_beta.weight"), tmat, p->dim, nv, sd, rng, err))) ||
+        (!next && (st = add_random(w, N("ssm_alpha.weight"), tmat, p->dim, nv, sd, rng, err))) ||
+        (next && (st = add_random(w, N("ssm_ba.weight"), tmat, p->dim, 2 * nv, sd, rng, err))) ||
+        (st = add_random(w, N("ssm_out.weight"), tmat, nv * S, p->dim, 1.0f / sqrtf((float)(nv * S)), rng, err)) ||
         (st = add_random(w, N("ssm_conv1d.weight"), SP_GGML_F32, 4, conv_dim, 0.5f, rng, err)) ||
         (st = add_uniform(w, N("ssm_dt.bias"), nv, -1.0f, 1.0f, rng, err)) ||
         (st = add_uniform(w, N("ssm_a"), nv, -1.5f, -0.1f, rng, err)) ||
@@ -262,11 +281,13 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     }
     const char *arch = p->arch && *p->arch ? p->arch : "llama";
     const bool qwen3moe = !strcmp(arch, "qwen3moe"), gptoss = !strcmp(arch, "gpt-oss");
+    const bool hyb_moe = !strcmp(arch, "qwen35moe") || !strcmp(arch, "qwen3next");
     const bool moe = p->n_expert > 0;
-    if ((qwen3moe || gptoss) && !moe)
+    if ((qwen3moe || gptoss || hyb_moe) && !moe)
         return sp_fail(err, SP_ERR_ARG, "%s needs experts (--experts E --experts-used K)", arch);
-    if (moe && (strcmp(arch, "llama") && !qwen3moe && !gptoss))
-        return sp_fail(err, SP_ERR_ARG, "experts are written for llama, qwen3moe and gpt-oss, not %s", arch);
+    if (moe && (strcmp(arch, "llama") && !qwen3moe && !gptoss && !hyb_moe))
+        return sp_fail(err, SP_ERR_ARG, "experts are written for llama, qwen3moe, gpt-oss, qwen35moe and qwen3next, not %s",
+                       arch);
     if (p->n_expert < 0 || p->n_expert > 256 || (moe && (p->n_expert_used < 1 || p->n_expert_used > p->n_expert)))
         return sp_fail(err, SP_ERR_ARG, "bad expert counts: %d experts, %d used (1 <= used <= experts <= 256)",
                        p->n_expert, p->n_expert_used);
@@ -293,10 +314,10 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     if (!p->vocab_from && (p->n_vocab < 4 || p->n_vocab > 4096))
         return sp_fail(err, SP_ERR_ARG, "made-up vocabulary size must be in [4, 4096], got %d",
                        p->n_vocab);
-    if (p->arch && !strcmp(p->arch, "qwen35")) {
+    if (p->arch && (!strcmp(p->arch, "qwen35") || hyb_moe)) {
         const int32_t hd0 = p->dim / p->n_heads, S = hd0 < 128 ? hd0 : 128;
         if (p->dim % S || p->n_layers < 1)
-            return sp_fail(err, SP_ERR_ARG, "qwen35: dim %d must be a multiple of the recurrent head size %d", p->dim, S);
+            return sp_fail(err, SP_ERR_ARG, "%s: dim %d must be a multiple of the recurrent head size %d", arch, p->dim, S);
     }
     sp_gguf_writer *w = sp_gguf_writer_init();
     if (!w) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
@@ -314,7 +335,7 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
      * min(head size, 128), dim / S of them, half as many key heads), the
      * rest gated attention with a quarter of each head rotated (IMRoPE
      * sections 11:11:10 of its pairs, as Qwen3.5) */
-    const bool q35 = !strcmp(arch, "qwen35");
+    const bool q35 = !strcmp(arch, "qwen35") || hyb_moe, next = !strcmp(arch, "qwen3next");
     const int32_t dn_s = hd < 128 ? hd : 128, dn_v = p->dim / dn_s, dn_k = dn_v % 2 ? dn_v : dn_v / 2;
     const int32_t dn_conv = 2 * dn_k * dn_s + dn_v * dn_s, rot = q35 ? (hd / 4 + 1) / 2 * 2 : hd;
     char key[128];
@@ -330,7 +351,7 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     sp_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)rot);
     if (q35) {
         const int32_t pairs = rot / 2, s0 = pairs * 11 / 32, sec[4] = {s0, s0, pairs - 2 * s0, 0};
-        sp_gguf_writer_set_arr_i32(w, K("rope.dimension_sections"), sec, 4);
+        if (!next) sp_gguf_writer_set_arr_i32(w, K("rope.dimension_sections"), sec, 4); /* qwen3next: NeoX */
         sp_gguf_writer_set_u32(w, K("full_attention_interval"), 4);
         sp_gguf_writer_set_u32(w, K("ssm.conv_kernel"), 4);
         sp_gguf_writer_set_u32(w, K("ssm.state_size"), (uint32_t)dn_s);
@@ -355,7 +376,8 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     if (moe) {
         sp_gguf_writer_set_u32(w, K("expert_count"), (uint32_t)p->n_expert);
         sp_gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)p->n_expert_used);
-        if (qwen3moe || gptoss) sp_gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)p->ffn_dim);
+        if (qwen3moe || gptoss || hyb_moe) sp_gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)p->ffn_dim);
+        if (hyb_moe) sp_gguf_writer_set_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)p->ffn_dim);
     }
     if (gptoss) { /* sliding layers alternate with full ones, the first sliding (llama.cpp's default) */
         sp_gguf_writer_set_u32(w, K("attention.sliding_window"), p->sliding_window > 0 ? (uint32_t)p->sliding_window : 128);

@@ -30,7 +30,8 @@ struct sp_ctx {
     float *x;             /* [B][dim] residual stream */
     float *xb;            /* [B][max(dim, q_dim)] normed input / attention output */
     float *q;             /* [B][q_dim] */
-    float *hb, *hb2;      /* [B][ffn] */
+    float *hb, *hb2;      /* [B][ffn] (with a shared expert: [B][max(ffn, sh_ffn, dim)]) */
+    float *sh_g;          /* [B] shared expert gate logits, or NULL */
     float *x2;            /* [B][dim] attention / FFN block outputs */
     float *kb, *vb;       /* [B][kv_dim] new keys/values of a multi-sequence forward,
                            * copied into each sequence's cache */
@@ -133,6 +134,7 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->vb);
     free(c->hb);
     free(c->hb2);
+    free(c->sh_g);
     free(c->x2);
     free(c->act);
     free(c->att_scratch);
@@ -209,6 +211,7 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     const int64_t wide = q_dim > cfg->dim ? q_dim : cfg->dim;
     int64_t maxk = wide > cfg->ffn_dim ? wide : cfg->ffn_dim;
     if ((int64_t)m->dn.n_v * m->dn.hv > maxk) maxk = (int64_t)m->dn.n_v * m->dn.hv;
+    if (m->sh_ffn > maxk) maxk = m->sh_ffn;
     /* act rows must fit the widest input of any matrix type present */
     c->act_stride = 0;
     for (int t = 0; t < SP_GGML_TYPE_COUNT; t++)
@@ -224,8 +227,14 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
         sp_ctx_free(c);
         return st;
     }
-    c->hb = alloc64(B * (size_t)cfg->ffn_dim * 4);
-    c->hb2 = alloc64(B * (size_t)cfg->ffn_dim * 4);
+    int64_t hbw = cfg->ffn_dim;
+    if (m->sh_ffn > 0) {
+        hbw = hbw > m->sh_ffn ? hbw : m->sh_ffn;
+        hbw = hbw > cfg->dim ? hbw : cfg->dim;
+        c->sh_g = alloc64(B * 4);
+    }
+    c->hb = alloc64(B * (size_t)hbw * 4);
+    c->hb2 = alloc64(B * (size_t)hbw * 4);
     c->x2 = alloc64(B * (size_t)cfg->dim * 4);
     c->kb = alloc64(B * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim * 4);
     c->vb = alloc64(B * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim * 4);
@@ -252,7 +261,7 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
         }
     }
     if (!c->x || !c->xb || !c->q || !c->kb || !c->vb || !c->hb || !c->hb2 || !c->x2 || !c->act ||
-        !c->att_scratch || !c->pos || !c->rope_cs || (m->attn_gated && !c->gate)) {
+        !c->att_scratch || !c->pos || !c->rope_cs || (m->attn_gated && !c->gate) || (m->sh_ffn > 0 && !c->sh_g)) {
         sp_ctx_free(c);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
     }
@@ -645,6 +654,22 @@ static void ffn_block(sp_ctx *c, int32_t l, int32_t n) {
         sp_rmsnorm(c->xb + t * wide, c->x + t * dim, L->ffn_norm, dim, cfg->norm_eps);
     if (L->exp_up) { /* mixture of experts (moe.c) */
         sp_moe_ffn(c->moe, c->pool, c->m, L, c->xb, wide, n, c->x2, dim);
+        if (L->w2.data) { /* the shared expert, times sigmoid of its gate, added to the experts' sum */
+            const int64_t sf = c->m->sh_ffn;
+            mm_job js = {0};
+            job_add(c, &js, &L->w1, c->xb, wide, n, c->hb, sf);
+            job_add(c, &js, &L->w3, c->xb, wide, n, c->hb2, sf);
+            job_add(c, &js, &L->sh_gate, c->xb, wide, n, c->sh_g, 1);
+            job_exec(c, &js);
+            for (int32_t t = 0; t < n; t++) sp_ops_swiglu()(c->hb + t * sf, c->hb + t * sf, c->hb2 + t * sf, sf);
+            mm_job jd = {0};
+            job_add(c, &jd, &L->w2, c->hb, sf, n, c->hb2, dim);
+            job_exec(c, &jd);
+            for (int32_t t = 0; t < n; t++) {
+                const float g = 1.0f / (1.0f + expf(-c->sh_g[t]));
+                for (int64_t i = 0; i < dim; i++) c->x2[t * dim + i] += c->hb2[t * dim + i] * g;
+            }
+        }
         for (int64_t i = 0; i < n * dim; i++) c->x[i] += c->x2[i];
         return;
     }

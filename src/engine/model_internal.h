@@ -35,9 +35,9 @@ typedef struct sp_layer {
     sp_weight wk;           /* [kv_dim, dim] */
     sp_weight wv;           /* [kv_dim, dim] */
     sp_weight wo;           /* [dim, n_heads*head_dim] */
-    sp_weight w1;           /* gate [ffn, dim] */
-    sp_weight w2;           /* down [dim, ffn] */
-    sp_weight w3;           /* up   [ffn, dim] */
+    sp_weight w1;           /* gate [ffn, dim] (with experts: the shared expert's [sh_ffn, dim]) */
+    sp_weight w2;           /* down [dim, ffn] (shared expert: [dim, sh_ffn]) */
+    sp_weight w3;           /* up   [ffn, dim] (shared expert: [sh_ffn, dim]) */
     const float *q_norm, *k_norm; /* per-head RMSNorm weights [head_dim] (qwen3, gemma3) or NULL */
     const float *post_attn_norm, *post_ffn_norm; /* [dim] norms of the block outputs (gemma) or NULL */
     const float *sinks;     /* per-head attention sink logits [n_heads] (gpt-oss) or NULL */
@@ -51,6 +51,9 @@ typedef struct sp_layer {
                                               * [dim, ffn] (rows of the 3-D file tensor) */
     const float *exp_gate_b, *exp_up_b, *exp_down_b; /* [n_expert][ffn], .., [n_expert][dim] or NULL */
     const float *exp_gate_s, *exp_up_s, *exp_down_s; /* per-expert output scales [n_expert] or NULL */
+    /* the shared expert beside the routed ones (qwen35moe, qwen3next; w2.data
+     * NULL: none): w1/w2/w3 above, its output times sigmoid(sh_gate x) */
+    sp_weight sh_gate;      /* ffn_gate_inp_shexp [1, dim] */
 } sp_layer;
 
 /* The Gated DeltaNet layers' shape (qwen35, deltanet.h); zero without them. */
@@ -60,6 +63,8 @@ typedef struct sp_dn_shape {
     int32_t hk, hv;       /* key and value head sizes (ssm.state_size; equal) */
     int32_t n_k, n_v;     /* key heads (ssm.group_count), value heads (ssm.time_step_rank) */
     int32_t conv_dim;     /* 2 n_k hk + n_v hv */
+    bool grouped;         /* value head h reads key head h / (n_v / n_k) (qwen3next);
+                           * else h % n_k (qwen35) */
 } sp_dn_shape;
 
 struct sp_model {
@@ -98,6 +103,7 @@ struct sp_model {
     int32_t rope_sections[4]; /* IMRoPE sections (qwen35; all 0: plain RoPE) */
     sp_dn_shape dn;
     sp_moe_cfg moe;       /* n_expert 0: dense FFNs */
+    int32_t sh_ffn;       /* the shared expert's FFN width (0: none) */
     bool rope_yarn;       /* YaRN RoPE scaling (factor 1 / cfg.rope_scale, from n_ctx_orig) */
     float rope_attn_factor; /* rope.scaling.attn_factor (YaRN) */
     void **owned;         /* buffers made at load time (converted norms, requantised weights) */

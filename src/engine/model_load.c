@@ -253,22 +253,30 @@ typedef struct arch_info {
     bool oai;            /* gpt-oss: attention sinks, output bias, router and expert biases,
                           * softmax over the selected experts, clamped SwiGLU, post-attention
                           * norm as the FFN norm, sliding layers by pattern (default 2) */
-    bool hybrid;         /* qwen35: Gated DeltaNet layers (deltanet.h) beside gated attention
-                          * (q projection [query | gate] per head), IMRoPE sections, the FFN
-                          * norm named post_attention_norm */
+    int hybrid;          /* Gated DeltaNet layers (deltanet.h) beside gated attention (q
+                          * projection [query | gate] per head), the FFN norm named
+                          * post_attention_norm; 1 (qwen35, qwen35moe): IMRoPE sections,
+                          * ssm_beta and ssm_alpha, every matrix's scale applied; 2
+                          * (qwen3next): plain NeoX RoPE, one ssm_ba [beta | alpha per key
+                          * head], value heads grouped per key head, no scale on
+                          * attn_qkv, attn_gate, ssm_out (its graph applies none) */
+    bool shexp;          /* a shared expert beside the routed ones (ffn_*_shexp, gated by
+                          * sigmoid(ffn_gate_inp_shexp x)) */
 } arch_info;
 
 static const arch_info ARCHS[] = {
-    /*               neox   qk_nrm fused  q_pre  freqs  lng/sh wo_b   ffn_b  ffn_s  out_b  swa gemma moe oai   hybrid */
-    {"llama",  false, false, false, false, true,  false, true,  true,  true,  false, 0, 0, 1, false, false},
-    {"qwen2",  true,  false, false, false, false, false, false, false, false, true,  0, 0, 0, false, false},
-    {"qwen3",  true,  true,  false, false, false, false, false, false, true,  false, 0, 0, 0, false, false},
-    {"phi3",   true,  false, true,  true,  false, true,  false, false, false, true,  1, 0, 0, false, false},
-    {"gemma2", true,  false, false, true,  false, false, false, false, false, false, 2, 2, 0, false, false},
-    {"gemma3", true,  true,  false, false, false, false, false, false, false, false, 3, 3, 0, false, false},
-    {"qwen3moe", true, true, false, false, false, false, false, false, false, false, 0, 0, 2, false, false},
-    {"gpt-oss", true,  false, false, false, false, false, true,  false, false, false, 0, 0, 2, true, false},
-    {"qwen35", true,  true,  false, false, false, false, false, false, true,  false, 0, 0, 0, false, true},
+    /*               neox   qk_nrm fused  q_pre  freqs  lng/sh wo_b   ffn_b  ffn_s  out_b  swa gemma moe oai hybrid shexp */
+    {"llama",  false, false, false, false, true,  false, true,  true,  true,  false, 0, 0, 1, false, 0, false},
+    {"qwen2",  true,  false, false, false, false, false, false, false, false, true,  0, 0, 0, false, 0, false},
+    {"qwen3",  true,  true,  false, false, false, false, false, false, true,  false, 0, 0, 0, false, 0, false},
+    {"phi3",   true,  false, true,  true,  false, true,  false, false, false, true,  1, 0, 0, false, 0, false},
+    {"gemma2", true,  false, false, true,  false, false, false, false, false, false, 2, 2, 0, false, 0, false},
+    {"gemma3", true,  true,  false, false, false, false, false, false, false, false, 3, 3, 0, false, 0, false},
+    {"qwen3moe", true, true, false, false, false, false, false, false, false, false, 0, 0, 2, false, 0, false},
+    {"gpt-oss", true,  false, false, false, false, false, true,  false, false, false, 0, 0, 2, true, 0, false},
+    {"qwen35", true,  true,  false, false, false, false, false, false, true,  false, 0, 0, 0, false, 1, false},
+    {"qwen35moe", true, true, false, false, false, false, false, false, false, false, 0, 0, 2, false, 1, true},
+    {"qwen3next", true, true, false, false, false, false, false, false, false, false, 0, 0, 2, false, 2, true},
 };
 /* gemma3: llama.cpp of 2026-09 scales its queries, that of 2025-05 (which
  * made ../shared/reference/arch) its scores; the scores' order gives both
@@ -457,9 +465,9 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
         if (c->n_heads > 0 && ((ai->gemma == 2 && c->n_layers == 46) || (ai->gemma == 3 && c->n_layers == 62)))
             m->kq_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     }
-    if (ai->hybrid) {
+    if (ai->hybrid) m->attn_gated = true;
+    if (ai->hybrid == 1) {
         /* text positions in IMRoPE's first three sections, 0 in the fourth */
-        m->attn_gated = true;
         const sp_gguf_kv *ks = sp_gguf_find(g, KEY("rope.dimension_sections"));
         if (ks && ks->type == SP_GGUF_ARRAY && ks->arr_type <= SP_GGUF_INT32) {
             for (uint64_t i = 0; i < 4 && i < ks->arr_n; i++) {
@@ -508,6 +516,14 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
         mc->swiglu_oai = ai->oai;
         c->n_expert = mc->n_expert;
         c->n_expert_used = mc->n_used;
+        /* the shared expert's width: expert_shared_feed_forward_length (0 or
+         * absent: feed_forward_length) */
+        if (ai->shexp) {
+            if ((st = get_u32_or(g, KEY("expert_shared_feed_forward_length"), 0, &m->sh_ffn, err))) return st;
+            if (m->sh_ffn == 0) m->sh_ffn = c->ffn_dim;
+            if (m->sh_ffn <= 0 || m->sh_ffn > 1 << 20)
+                return sp_fail(err, SP_ERR_FORMAT, "%s: bad shared expert FFN length %d", path, m->sh_ffn);
+        }
     }
 #undef KEY
     return SP_OK;
@@ -571,9 +587,21 @@ static sp_status bind_moe(sp_model *m, const char *path, const arch_info *ai, in
     sp_status st;
 #define T(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
     if ((st = bind_matrix(m, path, T("ffn_gate_inp.weight"), dim, E, false, &L->gate_inp, err)) ||
-        (st = bind_experts(m, path, T("ffn_gate_exps.weight"), dim, fe, &L->exp_gate, err)) ||
-        (st = bind_experts(m, path, T("ffn_up_exps.weight"), dim, fe, &L->exp_up, err)) ||
         (st = bind_experts(m, path, T("ffn_down_exps.weight"), fe, dim, &L->exp_down, err)))
+        return st;
+    if (!ai->oai && sp_gguf_find_tensor(m->gguf, T("ffn_gate_up_exps.weight"))) {
+        /* gate and up of each expert stacked in one matrix (rows [0, fe)
+         * gate, [fe, 2 fe) up); llama.cpp reads no scale for them then */
+        sp_weight *gu;
+        if ((st = bind_experts(m, path, nm, dim, 2 * fe, &gu, err))) return st;
+        L->exp_gate = sp_model_alloc(m, (size_t)E * sizeof(sp_weight));
+        L->exp_up = sp_model_alloc(m, (size_t)E * sizeof(sp_weight));
+        if (!L->exp_gate || !L->exp_up) return sp_fail(err, SP_ERR_NOMEM, "out of memory binding '%s'", nm);
+        for (int64_t e = 0; e < E; e++) L->exp_gate[e] = weight_rows(&gu[e], 0, fe), L->exp_up[e] = weight_rows(&gu[e], fe, fe);
+        return bind_expert_vec(m, path, T("ffn_down_exps.scale"), 1, &L->exp_down_s, err);
+    }
+    if ((st = bind_experts(m, path, T("ffn_gate_exps.weight"), dim, fe, &L->exp_gate, err)) ||
+        (st = bind_experts(m, path, T("ffn_up_exps.weight"), dim, fe, &L->exp_up, err)))
         return st;
     if (!ai->oai)
         return (st = bind_expert_vec(m, path, T("ffn_gate_exps.scale"), 1, &L->exp_gate_s, err)) ||
@@ -589,6 +617,28 @@ static sp_status bind_moe(sp_model *m, const char *path, const arch_info *ai, in
         return st;
     if (!L->exp_gate_b || !L->exp_up_b || !L->exp_down_b)
         return sp_fail(err, SP_ERR_FORMAT, "%s: blk.%d: an expert bias tensor is missing", path, l);
+#undef T
+    return SP_OK;
+}
+
+static sp_status opt_vector(sp_model *m, const char *path, const char *name, int64_t n,
+                            const float **out, sp_error *err);
+
+/* Layer l's shared expert into the dense FFN's slots (model_internal.h):
+ * gate, up, down with their optional scales, and its gate vector. */
+static sp_status bind_shexp(sp_model *m, const char *path, int l, sp_layer *L, sp_error *err) {
+    const int64_t dim = m->cfg.dim, f = m->sh_ffn;
+    char nm[96];
+    sp_status st;
+#define T(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+    if ((st = bind_matrix(m, path, T("ffn_gate_shexp.weight"), dim, f, false, &L->w1, err)) ||
+        (st = bind_matrix(m, path, T("ffn_up_shexp.weight"), dim, f, false, &L->w3, err)) ||
+        (st = bind_matrix(m, path, T("ffn_down_shexp.weight"), f, dim, false, &L->w2, err)) ||
+        (st = opt_vector(m, path, T("ffn_gate_shexp.scale"), 1, &L->w1.scale, err)) ||
+        (st = opt_vector(m, path, T("ffn_up_shexp.scale"), 1, &L->w3.scale, err)) ||
+        (st = opt_vector(m, path, T("ffn_down_shexp.scale"), 1, &L->w2.scale, err)) ||
+        (st = bind_matrix(m, path, T("ffn_gate_inp_shexp.weight"), dim, 1, false, &L->sh_gate, err)))
+        return st;
 #undef T
     return SP_OK;
 }
@@ -691,7 +741,8 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
                       (st = opt_vector(m, path, T("attn_output.scale"), 1, &L->wo.scale, err)) ||
                       (ai->wo_bias && (st = opt_vector(m, path, T("attn_output.bias"), dim, &L->wo.bias, err))))) ||
             (moe && (st = bind_moe(m, path, ai, l, L, err))) ||
-            (!moe && (st = bind_matrix(m, path, T("ffn_down.weight"), ffn, dim, false, &L->w2, err))))
+            (!moe && (st = bind_matrix(m, path, T("ffn_down.weight"), ffn, dim, false, &L->w2, err))) ||
+            (ai->shexp && (st = bind_shexp(m, path, l, L, err))))
             break;
         if (ai->oai && !L->wo.bias) {
             st = sp_fail(err, SP_ERR_FORMAT, "%s: tensor 'blk.%d.attn_output.bias' is missing", path, l);
@@ -726,7 +777,8 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
          * layer has, applied or not (its generic pass in load_tensors) */
         static const char *MATS[] = {"attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv",
                                      "ffn_gate", "ffn_down", "ffn_up", "ffn_gate_exps", "ffn_down_exps",
-                                     "ffn_up_exps", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_out"};
+                                     "ffn_up_exps", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_out",
+                                     "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp", "ssm_in"};
         for (size_t i = 0; i < sizeof MATS / sizeof MATS[0]; i++) {
             snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, MATS[i]);
             if (!sp_gguf_find_tensor(m->gguf, nm)) continue;
