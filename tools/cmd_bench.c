@@ -38,7 +38,7 @@ static void bench_usage(FILE *f) {
             "  field per line; default %s) and reports acceptance rate, block\n"
             "  efficiency, mean accepted length, tokens/s and speedup over plain decoding.\n"
             "  CFG: plain | key=value,... with the speculation settings drafter (or draft:\n"
-            "    model|ngram|layerskip|lowbit|eagle3|suffix|ngram-cache, or model+suffix etc.:\n"
+            "    model|ngram|layerskip|lowbit|eagle3|mtp|suffix|ngram-cache, or model+suffix etc.:\n"
             "    arbitrated per step),\n"
             "    verifier (or verify), gamma (or n_max), n_min,\n"
             "    p_min, tree, adaptive, ngram_min, ngram_max, skip_layers (or skip), lowbit,\n"
