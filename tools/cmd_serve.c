@@ -910,7 +910,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void serve_usage(FILE *f) {
     fprintf(f,
-            "usage: specula serve -m MODEL [-md DRAFT | --draft eagle3 -md HEAD.gguf] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
+            "usage: specula serve -m MODEL [-md DRAFT | --draft eagle3 -md HEAD.gguf | --draft mtp] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
             "         [--queue N] [-c CTX] [-t THREADS] [--api-key KEY] [--chat-template NAME]\n"
             "         [--alias NAME] [--batching auto|on|off] [--no-batching] [--no-spec-batching]\n"
             "         [--spec-cost share|wall]\n"
@@ -1122,6 +1122,12 @@ int cmd_serve(int argc, char **argv) {
     S.defaults = cfg.params;
     S.defaults.draft.draft_model = S.dm;
     S.defaults.draft.eagle3 = S.head;
+    if (S.defaults.draft.kind == SP_DRAFT_MTP && sp_drafter_params_check(&S.defaults.draft, S.m, &e)) {
+        fprintf(stderr, "specula: %s\n", e.msg); /* a file without MTP layers */
+        for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(S.dms[d]);
+        sp_model_free(S.m);
+        return 2;
+    }
     if (sp_suffix_corpus_init(0, &S.suffix_corpus, &e)) {
         fprintf(stderr, "specula: %s\n", e.msg);
         for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(S.dms[d]);
