@@ -91,6 +91,14 @@ const char *sp_model_desc(const sp_model *m); /* e.g. "llama 5L d64 f32" */
  * sampler of the model gives probability 0, in plain and speculative
  * decoding alike. n_vocab when there is no padding or no tokenizer. */
 int32_t sp_model_n_valid_vocab(const sp_model *m);
+/* Multi-token-prediction (nextn) blocks the file carries after its trunk
+ * (qwen35's `nextn_predict_layers`; 0: none). They draft for the model
+ * itself (sp_forward_mtp, the mtp drafter); plain forwards never run them. */
+int32_t sp_model_n_mtp(const sp_model *m);
+/* out[t] = the output norm of x[t] for n rows of dim floats: the target's
+ * normed final state (taps of layer n_layers, normed), the h an MTP block
+ * takes. */
+void sp_model_final_norm(const sp_model *m, const float *x, int32_t n, float *out);
 
 /* ---- contexts ---- */
 typedef struct sp_ctx sp_ctx;
@@ -104,6 +112,10 @@ typedef struct sp_ctx_params {
      * llama.cpp's) or SP_GGML_Q8_0 (needs a head size multiple of 32).
      * The cache grows in chunks as tokens arrive, up to n_ctx. */
     sp_ggml_type type_k, type_v;
+    /* A context of the model's first MTP block (sp_model_n_mtp > 0): its
+     * cache holds that block's layer only, sp_forward_mtp evaluates it and
+     * sp_forward refuses it. */
+    bool mtp;
 } sp_ctx_params;
 
 sp_ctx_params sp_ctx_default_params(void);
@@ -200,6 +212,15 @@ sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err)
 #define SP_FORWARD_MAX_SEQS 256
 sp_status sp_forward_multi(sp_ctx *const *ctxs, const sp_batch *batches, int32_t n_seq,
                            float *logits, sp_error *err);
+/* An MTP context's forward over n pairs (b->tokens[t], h[t]) appended at
+ * b's positions (under b's mask as sp_forward's): h rows of dim floats, the normed final
+ * state of the target at the position before each token
+ * (sp_model_final_norm; zeros before the first) or, drafting further, the
+ * previous pair's h_out. logits as sp_forward's (rows: all when
+ * b->logits_all, else the last); h_out (or NULL): the same rows' normed
+ * outputs, dim floats each (the next draft step's h). */
+sp_status sp_forward_mtp(sp_ctx *c, const sp_batch *b, const float *h, float *logits, float *h_out,
+                         sp_error *err);
 
 /* ---- EAGLE-3 draft heads, as llama.cpp defines them (architecture
  * `eagle3` in GGUF, written by its converter from EAGLE-3 checkpoints).

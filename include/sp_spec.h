@@ -113,6 +113,12 @@ sp_suffix_stats sp_suffix_corpus_stats(sp_suffix_corpus *c); /* corpus fields on
  *   eagle3     an EAGLE-3 head (sp_model.h) reading the target's hidden
  *              states (taps of three layers, set on the target context by
  *              the drafter); chains and trees of a fixed shape
+ *   mtp        the target's own multi-token-prediction block (qwen35 files
+ *              with nextn layers, sp_model_n_mtp): the pair (last token,
+ *              the target's normed final state before it) through the
+ *              block, then each drafted token with the block's own output
+ *              state, as llama.cpp's draft-mtp; its own KV cache; chains
+ *              and trees of a fixed shape
  *   suffix     suffix tries over the request's text and a shared corpus of
  *              earlier outputs (suffix.h); proposes the most frequent
  *              continuation, its length chosen per step (chains: q one-hot),
@@ -146,7 +152,8 @@ typedef enum sp_drafter_kind {
     SP_DRAFT_NGRAM_CACHE,
     SP_DRAFT_NGRAM_MAP_K,
     SP_DRAFT_NGRAM_MAP_K4V,
-    SP_DRAFT_NGRAM_MOD
+    SP_DRAFT_NGRAM_MOD,
+    SP_DRAFT_MTP
 } sp_drafter_kind;
 
 const char *sp_drafter_name(sp_drafter_kind k);

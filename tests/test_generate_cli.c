@@ -186,6 +186,8 @@ static void test_bad_input(void **state) {
     expect_error(a, 1, "context");
     snprintf(a, sizeof a, "generate -m '%s' -md '%s' -p hi", m, small);
     expect_error(a, 1, "vocabulary");
+    snprintf(a, sizeof a, "generate -m '%s' --draft mtp -p hi", m); /* a file without MTP layers */
+    expect_error(a, 1, "MTP");
     /* speculation settings that do not fit together are usage errors, found
      * before any model loads */
     snprintf(a, sizeof a, "generate -m '%s' -md '%s' --tree 2x2 --verify block -p hi", m, m);

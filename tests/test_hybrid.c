@@ -615,6 +615,77 @@ static void greedy_on(const char *rel, bool few) {
     unlink(dp);
 }
 
+/* Greedy speculation with the MTP drafter (the target's own nextn block;
+ * tests/data/mtp, whose F32 block is right about half of the time) equals
+ * plain greedy decoding: chains under the block, token and greedy
+ * verifiers, the adaptive length (plain steps between drafts), arbitration
+ * with suffix drafting, trees
+ * (grown level by level in the block's cache); each case accepts some
+ * drafts and rejects others, so the block's cache and the target's
+ * recurrent state are rolled back many times. The file without MTP layers
+ * is refused in one line. */
+static void test_greedy_mtp(void **state) {
+    (void)state;
+    sp_model *tm = load("tests/data/mtp/qwen35-mtp-f32.gguf");
+    sp_ctx *t = mkctx(tm, 64);
+    int32_t prompt[12];
+    ids(prompt, 12, 7);
+    enum { N = 64 };
+    int32_t ref[N], out[N];
+    sp_spec_params plain = sp_spec_default_params();
+    assert_int_equal(run(t, &plain, prompt, 12, N, ref, NULL), N);
+    static const struct {
+        sp_verifier ver;
+        int32_t gamma;
+        const char *tree;
+        bool with_suffix;
+    } CFGS[] = {
+        {SP_VERIFIER_BLOCK, 4, NULL, false},  {SP_VERIFIER_TOKEN, 3, NULL, false},
+        {SP_VERIFIER_GREEDY, 6, NULL, false}, {SP_VERIFIER_BLOCK, 0, NULL, false},
+        {SP_VERIFIER_BLOCK, 4, NULL, true},   {SP_VERIFIER_GREEDY, 0, "2x2", false},
+        {SP_VERIFIER_MC_NOREP, 0, "3x2x2", false},
+    };
+    for (size_t i = 0; i < sizeof CFGS / sizeof CFGS[0]; i++) {
+        sp_spec_params sp = sp_spec_default_params();
+        sp.draft.kind = SP_DRAFT_MTP;
+        sp.draft.with_suffix = CFGS[i].with_suffix;
+        sp.verifier = CFGS[i].ver;
+        if (CFGS[i].gamma) sp.gamma = CFGS[i].gamma;
+        sp.adaptive = CFGS[i].gamma == 0 && !CFGS[i].tree;
+        if (CFGS[i].tree) {
+            sp_error err = {0};
+            if (sp_tree_shape_parse(CFGS[i].tree, &sp.tree, &err)) fail_msg("%s", err.msg);
+        }
+        sp_spec_stats st;
+        const int32_t no = run(t, &sp, prompt, 12, N, out, &st);
+        int32_t j = 0;
+        while (j < no && j < N && out[j] == ref[j]) j++;
+        printf("hybrid greedy mtp%s %-8s %-6s accepted %3lld of %3lld drafted, equal to plain for %d/%d tokens\n",
+               CFGS[i].with_suffix ? "+suffix" : "", sp_verifier_name(CFGS[i].ver),
+               CFGS[i].tree ? CFGS[i].tree : sp.adaptive ? "adapt" : "chain", (long long)st.accepted,
+               (long long)st.drafted, j, N);
+        if (no != N || j != N) fail_msg("config %zu differs from plain greedy at token %d", i, j);
+        /* the adaptive length drafts a few probes only (plain steps between:
+         * the block's cache restarts after such gaps) */
+        if (!sp.adaptive) assert_true(st.accepted > 0 && st.accepted < st.drafted);
+    }
+    sp_ctx_free(t);
+    sp_model_free(tm);
+    /* a target without MTP layers: refused in one line */
+    sp_model *nm = hybrid();
+    sp_ctx *c = mkctx(nm, 8);
+    sp_spec_params sp = sp_spec_default_params();
+    sp.draft.kind = SP_DRAFT_MTP;
+    sp.gamma = 4;
+    sp_error err = {0};
+    sp_spec *s = NULL;
+    assert_int_equal(sp_spec_init(c, &sp, &s, &err), SP_ERR_ARG);
+    assert_non_null(strstr(err.msg, "MTP"));
+    assert_null(strchr(err.msg, '\n'));
+    sp_ctx_free(c);
+    sp_model_free(nm);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_mkmodel_reference),
     cmocka_unit_test(test_cache_attention_layers_only),
@@ -627,6 +698,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_draft_rollback),
     cmocka_unit_test(test_greedy_speculation),
     cmocka_unit_test(test_greedy_speculation_moe),
+    cmocka_unit_test(test_greedy_mtp),
 };
 
 SP_TEST_MAIN(tests)

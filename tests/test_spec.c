@@ -649,8 +649,10 @@ static void test_distribution(void **state) {
 /* The same on a hybrid recurrent target (qwen35 from mkmodel: three Gated
  * DeltaNet layers and one gated attention layer), whose state is rolled
  * back by replaying its logged recurrence after each verification: a
- * separate draft (chain and tree), and the hybrid's own low-bit and
- * layer-skip drafts, whose trees grow over several forwards. */
+ * separate draft (chain and tree), the hybrid's own low-bit and
+ * layer-skip drafts, whose trees grow over several forwards, and its MTP
+ * block (a chain under the block verifier; a tree under mc-norep with
+ * temperature and top-k). */
 static void test_distribution_hybrid(void **state) {
     (void)state;
     char tp[512];
@@ -659,6 +661,7 @@ static void test_distribution_hybrid(void **state) {
     mp.arch = "qwen35";
     mp.dim = 32, mp.n_layers = 4, mp.n_heads = 2, mp.n_kv_heads = 1, mp.ffn_dim = 64;
     mp.n_vocab = 8, mp.seed = 31, mp.logit_scale = 2.0f;
+    mp.n_mtp = 1; /* written after the trunk: the trunk's weights are those without it */
     sp_error err = {0};
     if (sp_mkmodel(&mp, tp, &err)) fail_msg("mkmodel: %s", err.msg);
     const char *dp = tiny_model(3, 8, 22, 2.0f);
@@ -669,6 +672,11 @@ static void test_distribution_hybrid(void **state) {
     distribution_case(tm, dm, SP_DRAFT_LOWBIT, SP_VERIFIER_TOKEN, NULL, &plain, N);
     distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, "2x2", &plain, N);
     distribution_case(tm, dm, SP_DRAFT_LAYERSKIP, SP_VERIFIER_MC, "3x1", &plain, N);
+    sp_sampler_params filt = plain;
+    filt.temperature = 0.8f;
+    filt.top_k = 6;
+    distribution_case(tm, dm, SP_DRAFT_MTP, SP_VERIFIER_BLOCK, NULL, &plain, N);
+    distribution_case(tm, dm, SP_DRAFT_MTP, SP_VERIFIER_MC_NOREP, "2x2", &filt, N);
     sp_model_free(tm);
     sp_model_free(dm);
     unlink(tp);

@@ -39,7 +39,7 @@ static void bench_usage(FILE *f) {
             "  field per line; default %s) and reports acceptance rate, block\n"
             "  efficiency, mean accepted length, tokens/s and speedup over plain decoding.\n"
             "  CFG: plain | key=value,... with the speculation settings drafter (or draft:\n"
-            "    model|ngram|layerskip|lowbit|eagle3|suffix|ngram-cache|ngram-map-k|ngram-map-k4v|\n"
+            "    model|ngram|layerskip|lowbit|eagle3|mtp|suffix|ngram-cache|ngram-map-k|ngram-map-k4v|\n"
             "    ngram-mod, or model+suffix etc.:\n"
             "    arbitrated per step),\n"
             "    verifier (or verify), gamma (or n_max), n_min,\n"

@@ -17,7 +17,7 @@ static void gen_usage(FILE *f) {
             "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
             "         [-c N_CTX] [-ctk f16|f32|q8_0] [-ctv f16|f32|q8_0] [--json]\n"
             "       speculation: [-md DRAFT [-zd TOKENIZER]]\n"
-            "         [--draft model|ngram|layerskip|lowbit|eagle3|suffix|ngram-cache|\n"
+            "         [--draft model|ngram|layerskip|lowbit|eagle3|mtp|suffix|ngram-cache|\n"
             "                 ngram-map-k|ngram-map-k4v|ngram-mod|none]\n"
             "         [--verify block|token|greedy|lenient|mc|mc-norep|naive|gbv|traversal]\n"
             "         [--lenience L]\n"
@@ -29,6 +29,8 @@ static void gen_usage(FILE *f) {
             "  --prompt-ids: the prompt as token ids, used as given (no BOS added); a model\n"
             "  without a usable tokenizer (llama.cpp's test vocabulary) then prints the\n"
             "  generated ids instead of text.\n"
+            "  --draft mtp: the model's own multi-token-prediction block (qwen35 files with\n"
+            "  nextn layers, e.g. mkmodel --mtp 1); refused for a file without one.\n"
             "  Defaults: plain decoding; with -md, the draft model and block verification;\n"
             "  with --tree, mc-norep verification. --draft-max 0 turns speculation off.\n"
             SP_CLI_ONLINE_USAGE

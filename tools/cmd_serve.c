@@ -41,7 +41,7 @@
 
 static void serve_usage(FILE *f) {
     fprintf(f,
-            "usage: specula serve -m MODEL [-md DRAFT | --draft eagle3 -md HEAD.gguf] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
+            "usage: specula serve -m MODEL [-md DRAFT | --draft eagle3 -md HEAD.gguf | --draft mtp] [--host 127.0.0.1] [--port 8080] [--parallel N]\n"
             "         [--queue N] [-c CTX] [-t THREADS] [--api-key KEY] [--chat-template NAME]\n"
             "         [--alias NAME] [--batching auto|on|off] [--no-batching] [--no-spec-batching]\n"
             "         [--spec-cost share|wall] [--cache-budget-mb MB] [--lowbit-types LIST]\n"
@@ -310,6 +310,12 @@ int cmd_serve(int argc, char **argv) {
     S->defaults = cfg.params;
     S->defaults.draft.draft_model = S->dm;
     S->defaults.draft.eagle3 = S->head;
+    if (S->defaults.draft.kind == SP_DRAFT_MTP && sp_model_n_mtp(S->m) == 0) {
+        fprintf(stderr, "specula: drafter: 'mtp' needs a model with MTP (nextn) layers, and this one has none\n");
+        for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(S->dms[d]);
+        sp_model_free(S->m);
+        return 2;
+    }
     if (sp_suffix_corpus_init(0, &S->suffix_corpus, &e)) {
         fprintf(stderr, "specula: %s\n", e.msg);
         for (int d = 0; d < SP_CLI_MAX_DRAFTS; d++) sp_model_free(S->dms[d]);

@@ -314,6 +314,8 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     if (!p->vocab_from && (p->n_vocab < 4 || p->n_vocab > 4096))
         return sp_fail(err, SP_ERR_ARG, "made-up vocabulary size must be in [4, 4096], got %d",
                        p->n_vocab);
+    if (p->n_mtp < 0 || p->n_mtp > 8 || (p->n_mtp > 0 && strcmp(arch, "qwen35")))
+        return sp_fail(err, SP_ERR_ARG, "MTP blocks (0 to 8, got %d) are written for qwen35 only", p->n_mtp);
     if (p->arch && (!strcmp(p->arch, "qwen35") || hyb_moe)) {
         const int32_t hd0 = p->dim / p->n_heads, S = hd0 < 128 ? hd0 : 128;
         if (p->dim % S || p->n_layers < 1)
@@ -344,7 +346,8 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     sp_gguf_writer_set_str(w, "general.name", "specula-random");
     sp_gguf_writer_set_u32(w, K("context_length"), (uint32_t)p->n_ctx);
     sp_gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)p->dim);
-    sp_gguf_writer_set_u32(w, K("block_count"), (uint32_t)p->n_layers);
+    sp_gguf_writer_set_u32(w, K("block_count"), (uint32_t)(p->n_layers + p->n_mtp));
+    if (p->n_mtp > 0) sp_gguf_writer_set_u32(w, K("nextn_predict_layers"), (uint32_t)p->n_mtp);
     sp_gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)p->ffn_dim);
     sp_gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)p->n_heads);
     sp_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)p->n_kv_heads);
@@ -447,6 +450,16 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
             break;
 #undef N
 #undef NB
+    }
+    for (int32_t i = 0; i < p->n_mtp && !st; i++) { /* MTP blocks: blk.(n_layers + i) */
+        const int32_t l = p->n_layers + i;
+#define N(s) (snprintf(nm, sizeof nm, "blk.%d.nextn." s ".weight", l), nm)
+        if ((st = add_qwen35_layer(w, p, l, false, dn_s, dn_k, dn_v, dn_conv, tmat, &rng, err)) ||
+            (st = add_random(w, N("eh_proj"), tmat, 2 * p->dim, p->dim, 1.0f / sqrtf(2.0f * (float)p->dim), &rng, err)) ||
+            (st = add_ones(w, N("enorm"), p->dim, err)) || (st = add_ones(w, N("hnorm"), p->dim, err)) ||
+            (st = add_ones(w, N("shared_head_norm"), p->dim, err)))
+            break;
+#undef N
     }
     if (!st) st = sp_gguf_writer_write(w, out_path, err);
     sp_gguf_writer_free(w);

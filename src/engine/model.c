@@ -56,6 +56,8 @@ struct sp_ctx {
     int32_t *tap_layer;   /* [n_taps] */
     float *taps;          /* [n_taps][B][dim] rows of the last forward */
     int32_t tap_rows;     /* rows the last forward recorded */
+    bool mtp;             /* a context of the first MTP block (sp_forward_mtp) */
+    float *cat;           /* [B][2 dim] its [normed embedding; normed h] rows, or NULL */
 };
 
 sp_ctx_params sp_ctx_default_params(void) {
@@ -142,6 +144,7 @@ void sp_ctx_free(sp_ctx *c) {
     free(c->rope_cs);
     free(c->rope_cs_local);
     free(c->gate);
+    free(c->cat);
     free(c->kv_layer);
     sp_rstate_free(c->rs);
     sp_moe_scratch_free(c->moe);
@@ -195,9 +198,13 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
         c->owns_pool = true;
     }
     int32_t n_att = 0;
-    c->kv_layer = malloc((size_t)cfg->n_layers * sizeof *c->kv_layer);
+    c->mtp = p->mtp;
+    if (!st && p->mtp && m->n_mtp < 1) st = sp_fail(err, SP_ERR_ARG, "the model has no MTP layers");
+    c->kv_layer = malloc((size_t)(cfg->n_layers + m->n_mtp) * sizeof *c->kv_layer);
     if (!st && !c->kv_layer) st = sp_fail(err, SP_ERR_NOMEM, "out of memory");
-    for (int32_t l = 0; !st && l < cfg->n_layers; l++) c->kv_layer[l] = m->layers[l].dn ? -1 : n_att++;
+    /* an MTP context caches its block's layer only (as llama.cpp's MTP context) */
+    for (int32_t l = 0; !st && l < cfg->n_layers + m->n_mtp; l++)
+        c->kv_layer[l] = (l >= cfg->n_layers) != p->mtp || m->layers[l].dn ? -1 : n_att++;
     if (!st) /* at least one layer's rows, unused if every layer is recurrent */
         st = sp_kv_init(&c->kv, n_att > 0 ? n_att : 1, cfg->n_kv_heads * cfg->head_dim, cfg->head_dim, n_ctx,
                         p->type_k, p->type_v, err);
@@ -212,6 +219,7 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     int64_t maxk = wide > cfg->ffn_dim ? wide : cfg->ffn_dim;
     if ((int64_t)m->dn.n_v * m->dn.hv > maxk) maxk = (int64_t)m->dn.n_v * m->dn.hv;
     if (m->sh_ffn > maxk) maxk = m->sh_ffn;
+    if (p->mtp && 2 * (int64_t)cfg->dim > maxk) maxk = 2 * (int64_t)cfg->dim; /* eh_proj's input */
     /* act rows must fit the widest input of any matrix type present */
     c->act_stride = 0;
     for (int t = 0; t < SP_GGML_TYPE_COUNT; t++)
@@ -222,7 +230,8 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
     c->xb = alloc64(B * (size_t)wide * 4);
     c->q = alloc64(B * (size_t)q_dim * 4 * (m->attn_gated ? 2 : 1));
     if (m->attn_gated) c->gate = alloc64(B * (size_t)q_dim * 4);
-    if (m->dn.n_layers > 0 &&
+    if (p->mtp) c->cat = alloc64(B * 2 * (size_t)cfg->dim * 4);
+    if (m->dn.n_layers > 0 && !p->mtp &&
         (st = sp_rstate_init(m, p->max_batch, sp_pool_n_threads(c->pool), &c->rs, err))) {
         sp_ctx_free(c);
         return st;
@@ -261,7 +270,8 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
         }
     }
     if (!c->x || !c->xb || !c->q || !c->kb || !c->vb || !c->hb || !c->hb2 || !c->x2 || !c->act ||
-        !c->att_scratch || !c->pos || !c->rope_cs || (m->attn_gated && !c->gate) || (m->sh_ffn > 0 && !c->sh_g)) {
+        !c->att_scratch || !c->pos || !c->rope_cs || (m->attn_gated && !c->gate) || (m->sh_ffn > 0 && !c->sh_g) ||
+        (p->mtp && !c->cat)) {
         sp_ctx_free(c);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
     }
@@ -813,6 +823,7 @@ static sp_status forward_seqs(sp_ctx *c, seq_rows *sq, int n_seq, int32_t n, con
 }
 
 sp_status sp_forward(sp_ctx *c, const sp_batch *b, float *logits, sp_error *err) {
+    if (c->mtp) return sp_fail(err, SP_ERR_ARG, "an MTP context evaluates pairs (sp_forward_mtp), not tokens");
     seq_rows q = {.c = c, .b = b};
     sp_status st = check_seq(c, &q, err);
     if (st) return st;
@@ -836,6 +847,7 @@ sp_status sp_forward_multi(sp_ctx *const *ctxs, const sp_batch *batches, int32_t
         for (int32_t k = 0; k < i; k++)
             if (ctxs[k] == c) return sp_fail(err, SP_ERR_ARG, "sequence %d: the same context twice", i);
         if (c->skip) return sp_fail(err, SP_ERR_ARG, "sequence %d: layer skipping is set", i);
+        if (c->mtp) return sp_fail(err, SP_ERR_ARG, "sequence %d: an MTP context", i);
         if (c->kv.type_k != lead->kv.type_k || c->kv.type_v != lead->kv.type_v)
             return sp_fail(err, SP_ERR_ARG, "sequence %d: its KV cache types differ from the first's", i);
         if (sp_pool_n_threads(c->pool) < nth)
@@ -852,4 +864,56 @@ sp_status sp_forward_multi(sp_ctx *const *ctxs, const sp_batch *batches, int32_t
         n += batches[i].n;
     }
     return forward_seqs(lead, sq, n_seq, n, NULL, logits, err);
+}
+
+void sp_model_final_norm(const sp_model *m, const float *x, int32_t n, float *out) {
+    const int64_t dim = m->cfg.dim;
+    for (int32_t t = 0; t < n; t++) sp_rmsnorm(out + t * dim, x + t * dim, m->out_norm, dim, m->cfg.norm_eps);
+}
+
+/* The first MTP block over n pairs (token, h), as llama.cpp's qwen35
+ * graph_mtp: x = eh_proj([RMSNorm(embed(token), enorm); RMSNorm(h, hnorm)]),
+ * then the block's gated-attention layer (its own cache) and FFN, then the
+ * head norm (shared_head_norm, else the output norm) and the head
+ * (shared_head_head, else the output matrix). */
+sp_status sp_forward_mtp(sp_ctx *c, const sp_batch *b, const float *h, float *logits, float *h_out,
+                         sp_error *err) {
+    if (!c->mtp) return sp_fail(err, SP_ERR_ARG, "sp_forward_mtp needs an MTP context (sp_ctx_params.mtp)");
+    seq_rows q = {.c = c, .b = b};
+    sp_status st = check_seq(c, &q, err);
+    if (st) return st;
+    const sp_model *m = c->m;
+    const sp_model_config *cfg = &m->cfg;
+    const struct sp_mtp_block *blk = &m->mtp[0];
+    const int32_t n = b->n, l = cfg->n_layers;
+    const int64_t dim = cfg->dim, q_dim = (int64_t)cfg->n_heads * cfg->head_dim;
+    const int64_t wide = q_dim > dim ? q_dim : dim;
+    const sp_weight *emb = blk->embed.data ? &blk->embed : &m->tok_embd;
+    for (int32_t t = 0; t < n; t++) {
+        sp_rope_cs(c->rope_cs + (int64_t)t * cfg->rot_dim, c->pos[t], &c->rope, cfg->rot_dim);
+        sp_imrope_text(c->rope_cs + (int64_t)t * cfg->rot_dim, m->rope_sections, cfg->rot_dim);
+        float *cat = c->cat + t * 2 * dim;
+        sp_dequantize_row(emb->type, emb->data + (size_t)b->tokens[t] * emb->row_bytes, c->x + t * dim, dim);
+        sp_rmsnorm(cat, c->x + t * dim, blk->enorm, dim, cfg->norm_eps);
+        sp_rmsnorm(cat + dim, h + t * dim, blk->hnorm, dim, cfg->norm_eps);
+    }
+    mm_job je = {0};
+    job_add(c, &je, &blk->eh_proj, c->cat, 2 * dim, n, c->x, dim);
+    job_exec(c, &je);
+    attention_block(c, &q, 1, l, n);
+    ffn_block(c, l, n);
+    const int32_t first = b->logits_all ? 0 : n - 1, rows = n - first;
+    const float *hn = blk->head_norm ? blk->head_norm : m->out_norm;
+    for (int32_t r = 0; r < rows; r++) sp_rmsnorm(c->xb + r * wide, c->x + (first + r) * dim, hn, dim, cfg->norm_eps);
+    if (h_out)
+        for (int32_t r = 0; r < rows; r++) memcpy(h_out + r * dim, c->xb + r * wide, (size_t)dim * sizeof(float));
+    mm_job jl = {0};
+    job_add(c, &jl, blk->head.data ? &blk->head : &m->output, c->xb, wide, rows, logits, cfg->n_vocab);
+    job_exec(c, &jl);
+    c->kv.n = q.n_past + n;
+    for (int64_t i = 0; i < (int64_t)rows * cfg->n_vocab; i++)
+        if (!isfinite(logits[i]))
+            return sp_fail(err, SP_ERR_NUMERIC, "the MTP block produced a non-finite logit at row %lld",
+                           (long long)(i / cfg->n_vocab));
+    return SP_OK;
 }

@@ -86,7 +86,19 @@ struct sp_model {
      * picks them by its context size; rope_factors, when set, wins */
     const float *rope_long, *rope_short;
     int32_t n_ctx_orig;
-    sp_layer *layers;
+    sp_layer *layers;     /* [n_layers + n_mtp]: the trunk, then the MTP blocks */
+    /* MTP (nextn) blocks after the trunk (qwen35: `nextn_predict_layers`;
+     * block_count counts them, cfg.n_layers does not). Each is a full
+     * gated-attention layer (layers[n_layers + i]) entered through eh_proj
+     * over [RMSNorm(embedding, enorm); RMSNorm(h, hnorm)]. */
+    int32_t n_mtp;
+    struct sp_mtp_block {
+        sp_weight eh_proj;    /* [dim, 2 dim] */
+        const float *enorm, *hnorm; /* [dim] */
+        const float *head_norm; /* [dim] shared_head_norm, or NULL: out_norm */
+        sp_weight embed;      /* [n_vocab, dim] embed_tokens, or zeroed: tok_embd */
+        sp_weight head;       /* [n_vocab, dim] shared_head_head, or zeroed: output */
+    } *mtp;               /* [n_mtp] */
     float embed_scale;    /* > 0: embeddings multiplied by it (gemma: sqrt(dim)) */
     bool geglu;           /* FFN gate through GELU (gemma) instead of SiLU */
     float attn_softcap;   /* > 0: attention scores -> cap * tanh(score / cap) (gemma2) */

@@ -38,6 +38,7 @@ void sp_model_free(sp_model *m) {
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->layers);
+    free(m->mtp);
     if (m->owns_tok) sp_tokenizer_free(m->tok);
     if (m->gguf) sp_gguf_close(m->gguf);
     sp_file_map fm = {m->map, m->map_len};
@@ -48,6 +49,8 @@ void sp_model_free(sp_model *m) {
 const sp_model_config *sp_model_cfg(const sp_model *m) { return &m->cfg; }
 const sp_tokenizer *sp_model_tokenizer(const sp_model *m) { return m->tok; }
 const char *sp_model_desc(const sp_model *m) { return m->desc; }
+int32_t sp_model_n_mtp(const sp_model *m) { return m->n_mtp; }
+
 int32_t sp_model_n_valid_vocab(const sp_model *m) {
     return m->tok ? sp_tokenizer_n_unpadded(m->tok) : m->cfg.n_vocab;
 }
@@ -396,6 +399,13 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     c->dim = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
     if ((st = sp_gguf_get_u32(g, KEY("block_count"), &u, err))) return st;
     c->n_layers = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
+    if (!strcmp(a, "qwen35")) { /* MTP blocks: counted in block_count, after the trunk */
+        if ((st = get_u32_or(g, KEY("nextn_predict_layers"), 0, &m->n_mtp, err))) return st;
+        if (m->n_mtp < 0 || m->n_mtp >= c->n_layers)
+            return sp_fail(err, SP_ERR_FORMAT, "%s: %s = %d leaves no trunk of the %d blocks", path, key, m->n_mtp,
+                           c->n_layers);
+        c->n_layers -= m->n_mtp;
+    }
     if ((st = sp_gguf_get_u32(g, KEY("attention.head_count"), &u, err))) return st;
     c->n_heads = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
     if ((st = get_u32_or(g, KEY("attention.head_count_kv"), u, &c->n_kv_heads, err))) return st;
@@ -707,6 +717,74 @@ static sp_status bind_qkv(sp_model *m, const char *path, int l, sp_layer *L, sp_
     return SP_OK;
 }
 
+/* llama.cpp loads NAME.scale and NAME.input_scale of every matrix a layer
+ * has, applied or not (its generic pass in load_tensors). */
+static void claim_scales(sp_model *m, int l) {
+    static const char *MATS[] = {"attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv",
+                                 "ffn_gate", "ffn_down", "ffn_up", "ffn_gate_exps", "ffn_down_exps",
+                                 "ffn_up_exps", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_out",
+                                 "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp", "ssm_in",
+                                 "nextn.eh_proj", "nextn.shared_head_head"};
+    char nm[96];
+    for (size_t i = 0; i < sizeof MATS / sizeof MATS[0]; i++) {
+        snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, MATS[i]);
+        if (!sp_gguf_find_tensor(m->gguf, nm)) continue;
+        snprintf(nm, sizeof nm, "blk.%d.%s.scale", l, MATS[i]);
+        claim(m, nm);
+        snprintf(nm, sizeof nm, "blk.%d.%s.input_scale", l, MATS[i]);
+        claim(m, nm);
+    }
+}
+
+/* The MTP blocks of a qwen35 file (blk.N.*, N from the trunk's n_layers on),
+ * as llama.cpp's qwen35 loader reads them: a full gated-attention decoder
+ * layer (attn_norm, attn_q/k/v or attn_qkv, q/k norms, attn_output,
+ * post_attention_norm, ffn_gate/up/down) and the nextn tensors (eh_proj
+ * [2 dim -> dim], enorm, hnorm; optional embed_tokens, shared_head_head,
+ * shared_head_norm). The eh_proj and shared_head_head scales llama.cpp
+ * reads but the qwen35 MTP graph applies the eh_proj one (build_lora_mm). */
+static sp_status bind_mtp(sp_model *m, const char *path, sp_error *err) {
+    if (m->n_mtp == 0) return SP_OK;
+    const sp_model_config *c = &m->cfg;
+    const int64_t dim = c->dim, ffn = c->ffn_dim, q_dim = (int64_t)c->n_heads * c->head_dim, V = c->n_vocab;
+    m->mtp = calloc((size_t)m->n_mtp, sizeof *m->mtp);
+    if (!m->mtp) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    sp_status st = SP_OK;
+    for (int32_t i = 0; !st && i < m->n_mtp; i++) {
+        const int l = c->n_layers + i;
+        sp_layer *L = &m->layers[l];
+        struct sp_mtp_block *b = &m->mtp[i];
+        char nm[96];
+#define T(s) (snprintf(nm, sizeof nm, "blk.%d." s, l), nm)
+        if ((st = bind_vector(m, path, T("attn_norm.weight"), dim, &L->attn_norm, err)) ||
+            (st = bind_vector(m, path, T("post_attention_norm.weight"), dim, &L->ffn_norm, err)) ||
+            (st = bind_qkv(m, path, l, L, err)) ||
+            (st = bind_matrix(m, path, T("attn_output.weight"), q_dim, dim, false, &L->wo, err)) ||
+            (st = opt_vector(m, path, T("attn_output.scale"), 1, &L->wo.scale, err)) ||
+            (st = bind_vector(m, path, T("attn_q_norm.weight"), c->head_dim, &L->q_norm, err)) ||
+            (st = bind_vector(m, path, T("attn_k_norm.weight"), c->head_dim, &L->k_norm, err)) ||
+            (st = bind_matrix(m, path, T("ffn_gate.weight"), dim, ffn, false, &L->w1, err)) ||
+            (st = bind_matrix(m, path, T("ffn_up.weight"), dim, ffn, false, &L->w3, err)) ||
+            (st = bind_matrix(m, path, T("ffn_down.weight"), ffn, dim, false, &L->w2, err)) ||
+            (st = opt_vector(m, path, T("ffn_gate.scale"), 1, &L->w1.scale, err)) ||
+            (st = opt_vector(m, path, T("ffn_up.scale"), 1, &L->w3.scale, err)) ||
+            (st = opt_vector(m, path, T("ffn_down.scale"), 1, &L->w2.scale, err)) ||
+            (st = bind_matrix(m, path, T("nextn.eh_proj.weight"), 2 * dim, dim, false, &b->eh_proj, err)) ||
+            (st = opt_vector(m, path, T("nextn.eh_proj.scale"), 1, &b->eh_proj.scale, err)) ||
+            (st = bind_vector(m, path, T("nextn.enorm.weight"), dim, &b->enorm, err)) ||
+            (st = bind_vector(m, path, T("nextn.hnorm.weight"), dim, &b->hnorm, err)) ||
+            (st = opt_vector(m, path, T("nextn.shared_head_norm.weight"), dim, &b->head_norm, err)) ||
+            (st = bind_matrix(m, path, T("nextn.embed_tokens.weight"), dim, V, true, &b->embed, err)) ||
+            (st = bind_matrix(m, path, T("nextn.shared_head_head.weight"), dim, V, true, &b->head, err)) ||
+            (b->head.data && (st = opt_vector(m, path, T("nextn.shared_head_head.scale"), 1, &b->head.scale, err))))
+            break;
+#undef T
+        L->w1.bias_first = L->w2.bias_first = L->w3.bias_first = true;
+        claim_scales(m, l);
+    }
+    return st;
+}
+
 /* Each layer's tensors (names and shapes per the architecture). */
 static sp_status bind_layers(sp_model *m, const char *path, const char *a, const arch_info *ai,
                              sp_error *err) {
@@ -714,7 +792,7 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
     const int64_t dim = c->dim, ffn = c->ffn_dim;
     const int64_t q_dim = (int64_t)c->n_heads * c->head_dim;
     sp_status st;
-    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    m->layers = calloc((size_t)(c->n_layers + m->n_mtp), sizeof *m->layers);
     bool *sliding = calloc((size_t)c->n_layers, sizeof *sliding);
     if (!m->layers || !sliding) {
         free(sliding);
@@ -773,20 +851,7 @@ static sp_status bind_layers(sp_model *m, const char *path, const char *a, const
             ((st = bind_vector(m, path, T("attn_q_norm.weight"), c->head_dim, &L->q_norm, err)) ||
              (st = bind_vector(m, path, T("attn_k_norm.weight"), c->head_dim, &L->k_norm, err))))
             break;
-        /* llama.cpp loads NAME.scale and NAME.input_scale of every matrix the
-         * layer has, applied or not (its generic pass in load_tensors) */
-        static const char *MATS[] = {"attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv",
-                                     "ffn_gate", "ffn_down", "ffn_up", "ffn_gate_exps", "ffn_down_exps",
-                                     "ffn_up_exps", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_out",
-                                     "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp", "ssm_in"};
-        for (size_t i = 0; i < sizeof MATS / sizeof MATS[0]; i++) {
-            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, MATS[i]);
-            if (!sp_gguf_find_tensor(m->gguf, nm)) continue;
-            snprintf(nm, sizeof nm, "blk.%d.%s.scale", l, MATS[i]);
-            claim(m, nm);
-            snprintf(nm, sizeof nm, "blk.%d.%s.input_scale", l, MATS[i]);
-            claim(m, nm);
-        }
+        claim_scales(m, l);
         if (ai->oai) {
             L->window = sliding[l] ? c->sliding_window : 0;
             L->rope_local = sliding[l] && m->rope_theta_local > 0;
@@ -889,7 +954,7 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
          ((st = opt_rope_factors(m, path, "rope_factors_long.weight", &m->rope_long, err)) ||
           (st = opt_rope_factors(m, path, "rope_factors_short.weight", &m->rope_short, err)))))
         return st;
-    if ((st = bind_layers(m, path, a, ai, err))) return st;
+    if ((st = bind_layers(m, path, a, ai, err)) || (st = bind_mtp(m, path, err))) return st;
     /* read by llama.cpp for these, unused by their causal graphs */
     if (!strcmp(a, "qwen3")) claim(m, "cls.output.weight"); /* a reranker's head */
     if (ai->gemma == 3) claim(m, "dense_2.weight"), claim(m, "dense_3.weight"); /* embedding heads */
@@ -1023,7 +1088,11 @@ static sp_status pack_weight(sp_model *m, sp_weight *w, const sp_file_map *fm, s
 
 sp_status sp_model_pack_weights(sp_model *m, const sp_file_map *fm, sp_error *err) {
     sp_status st = pack_weight(m, &m->output, fm, err);
-    for (int l = 0; !st && l < m->cfg.n_layers; l++) {
+    for (int32_t i = 0; !st && i < m->n_mtp; i++) {
+        st = pack_weight(m, &m->mtp[i].eh_proj, fm, err);
+        if (!st) st = pack_weight(m, &m->mtp[i].head, fm, err);
+    }
+    for (int l = 0; !st && l < m->cfg.n_layers + m->n_mtp; l++) {
         sp_layer *L = &m->layers[l];
         sp_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3, &L->gate_inp};
         for (size_t i = 0; !st && i < sizeof ws / sizeof ws[0]; i++) st = pack_weight(m, ws[i], fm, err);

@@ -51,6 +51,8 @@ sp_status sp_model_requantize(const sp_model *src, sp_ggml_type type, sp_model *
     m->owns_tok = false;
     m->owned = NULL;
     m->n_owned = m->cap_owned = 0;
+    m->n_mtp = 0; /* the copy drafts for nothing: no MTP blocks */
+    m->mtp = NULL;
     m->layers = calloc((size_t)src->cfg.n_layers, sizeof *m->layers);
     int64_t maxc = src->cfg.dim > src->cfg.ffn_dim ? src->cfg.dim : src->cfg.ffn_dim;
     if (src->moe.ffn > maxc) maxc = src->moe.ffn;

@@ -59,6 +59,14 @@ struct sp_drafter {
     float *pre;              /* [edim] pre-norm output of the last decoded pair */
     float *tpre;             /* [SP_TREE_MAX_NODES][edim] each draft tree node's pre-norm output */
     int32_t *tpos;           /* [max_batch] positions of a tree level */
+    /* mtp: the target's MTP block (an MTP context, sp_model.h); slot i holds
+     * history position moff + i (RoPE position i): the pair (hist[P],
+     * h_{P-1}), h the target's normed final state (rows in g, positions
+     * [g0, g0 + gn)), zeros before position 0; pre holds the last
+     * evaluated slot's h_out */
+    sp_ctx *mctx;
+    int32_t moff;
+    float *hzero;            /* [edim] */
 };
 
 /* When the draft cache lags the history by more than DRAFT_RESYNC_GAP
@@ -75,7 +83,7 @@ struct sp_drafter {
 
 static const char *const KIND_NAMES[] = {"none",        "model",       "ngram",        "layerskip",
                                          "lowbit",      "eagle3",      "suffix",       "ngram-cache",
-                                         "ngram-map-k", "ngram-map-k4v", "ngram-mod"};
+                                         "ngram-map-k", "ngram-map-k4v", "ngram-mod",   "mtp"};
 
 const char *sp_drafter_name(sp_drafter_kind k) {
     return (unsigned)k < sizeof KIND_NAMES / sizeof KIND_NAMES[0] ? KIND_NAMES[k] : "unknown";
@@ -87,7 +95,7 @@ sp_status sp_drafter_parse(const char *name, sp_drafter_kind *out, sp_error *err
             *out = (sp_drafter_kind)i;
             return SP_OK;
         }
-    return sp_fail(err, SP_ERR_ARG, "unknown drafter '%s' (model, ngram, layerskip, lowbit, eagle3, suffix, "
+    return sp_fail(err, SP_ERR_ARG, "unknown drafter '%s' (model, ngram, layerskip, lowbit, eagle3, mtp, suffix, "
                    "ngram-cache, ngram-map-k, ngram-map-k4v, ngram-mod, none)",
                    name ? name : "");
 }
@@ -162,6 +170,8 @@ sp_drafter_params sp_drafter_default_params(void) {
 void sp_drafter_free(sp_drafter *d) {
     if (!d) return;
     sp_eagle3_ctx_free(d->ectx);
+    sp_ctx_free(d->mctx);
+    free(d->hzero);
     free(d->g);
     free(d->pre);
     free(d->tpre);
@@ -199,6 +209,8 @@ sp_status sp_drafter_reset_keep(sp_drafter *d, int32_t n_keep, sp_error *err) {
         if (st) return st;
     }
     d->g0 = d->gn = 0;
+    d->moff = 0;
+    if (d->mctx) return sp_ctx_truncate(d->mctx, 0, err);
     if (d->ectx) return sp_eagle3_ctx_truncate(d->ectx, 0, err);
     if (!d->ctx) return SP_OK;
     if (n_keep > 0 && !sp_ctx_truncate(d->ctx, n_keep, NULL)) return SP_OK;
@@ -283,6 +295,11 @@ sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *ta
             return sp_fail(err, SP_ERR_ARG, "drafter: the EAGLE-3 head was loaded for another target");
         return SP_OK;
     }
+    case SP_DRAFT_MTP:
+        if (sp_model_n_mtp(target) < 1)
+            return sp_fail(err, SP_ERR_ARG, "drafter: 'mtp' needs a model with MTP (nextn) layers, and this one "
+                           "has none");
+        return SP_OK;
     case SP_DRAFT_NGRAM_MAP_K:
     case SP_DRAFT_NGRAM_MAP_K4V:
         if (p->map_n < 1 || p->map_n > 1024 || p->map_m < 1 || p->map_m > 1024 ||
@@ -394,6 +411,30 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
             d->tpre = malloc((size_t)SP_TREE_MAX_NODES * (size_t)d->edim * sizeof(float));
             d->tpos = malloc((size_t)d->max_batch * sizeof *d->tpos);
             if (!d->g || !d->pre || !d->tpre || !d->tpos) st = sp_fail(err, SP_ERR_NOMEM, "out of memory for the head's rows");
+        }
+    }
+    if (!st && p->kind == SP_DRAFT_MTP) {
+        /* the block reads the target's normed final state of every target
+         * row (taps of layer n_layers); its batch takes a whole target forward */
+        const int32_t tb = sp_ctx_max_batch(target), L = sp_model_cfg(tm)->n_layers;
+        sp_ctx_params cp = sp_ctx_default_params();
+        cp.n_ctx = sp_ctx_n_ctx(target);
+        cp.max_batch = tb > d->max_batch ? tb : d->max_batch;
+        cp.pool = sp_ctx_pool(target);
+        cp.type_k = sp_ctx_type_k(target);
+        cp.type_v = sp_ctx_type_v(target);
+        cp.mtp = true;
+        d->edim = sp_model_cfg(tm)->dim;
+        d->g_cap = tb + 2;
+        st = sp_ctx_set_taps(target, &L, 1, err);
+        if (!st) st = sp_ctx_init(tm, &cp, &d->mctx, err);
+        if (!st) {
+            d->g = malloc((size_t)d->g_cap * (size_t)d->edim * sizeof(float));
+            d->pre = malloc((size_t)d->edim * sizeof(float));
+            d->hzero = calloc((size_t)d->edim, sizeof(float));
+            d->tpre = malloc((size_t)SP_TREE_MAX_NODES * (size_t)d->edim * sizeof(float));
+            d->tpos = malloc((size_t)d->max_batch * sizeof *d->tpos);
+            if (!d->g || !d->pre || !d->hzero || !d->tpre || !d->tpos) st = sp_fail(err, SP_ERR_NOMEM, "out of memory for the MTP rows");
         }
     }
     if (!st) {
@@ -524,8 +565,12 @@ static sp_status e3_pairs(sp_drafter *d, const int32_t *hist, int32_t last, sp_e
     return st;
 }
 
+static sp_status mtp_target_rows(sp_drafter *d, sp_ctx *target, const int32_t *hist, int32_t n_known,
+                                 int32_t p0, int32_t B, sp_error *err);
+
 sp_status sp_drafter_target_rows(sp_drafter *d, sp_ctx *target, const int32_t *hist, int32_t n_known,
                                  int32_t p0, int32_t B, sp_error *err) {
+    if (d->mctx) return mtp_target_rows(d, target, hist, n_known, p0, B, err);
     if (!d->ectx) return SP_OK;
     /* rows at p0 and later are replaced (a rejected draft's), and so are
      * the pairs that used them */
@@ -593,6 +638,121 @@ static sp_status e3_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t
         }
     }
     return sp_eagle3_ctx_truncate(d->ectx, n - 1, err);
+}
+
+/* ------------------------------------------------------------------- mtp */
+
+/* History position of the MTP cache's next slot. */
+static int32_t mtp_next(const sp_drafter *d) { return d->moff + sp_ctx_n_past(d->mctx); }
+
+static sp_status mtp_truncate(sp_drafter *d, int32_t pos, sp_error *err) {
+    if (mtp_next(d) <= pos) return SP_OK;
+    return sp_ctx_truncate(d->mctx, pos > d->moff ? pos - d->moff : 0, err);
+}
+
+/* Drop the target rows the MTP cache no longer needs: those of the slots
+ * it holds, but the last one's (a draft re-evaluates its last slot). */
+static void mtp_drop_consumed(sp_drafter *d) {
+    const int32_t drop = mtp_next(d) - 2 - d->g0;
+    if (drop <= 0) return;
+    if (drop >= d->gn) {
+        d->g0 += d->gn;
+        d->gn = 0;
+        return;
+    }
+    memmove(d->g, d->g + (size_t)drop * (size_t)d->edim, (size_t)(d->gn - drop) * (size_t)d->edim * sizeof(float));
+    d->g0 += drop;
+    d->gn -= drop;
+}
+
+/* One MTP forward of m slots from the next one (tokens, h rows). The last
+ * row's logits go to d->logits, its h_out to d->pre. */
+static sp_status mtp_forward(sp_drafter *d, const int32_t *tokens, const float *h, int32_t m, sp_error *err) {
+    const double t0 = sp_now();
+    sp_batch b = {.tokens = tokens, .n = m};
+    sp_status st = sp_forward_mtp(d->mctx, &b, h, d->logits, d->pre, err);
+    d->cnt.seconds += sp_now() - t0;
+    d->cnt.forwards++;
+    return st;
+}
+
+/* Evaluate the slots of positions mtp_next(d) .. last (inclusive): the
+ * pairs (hist[P], h_{P-1}). The target rows must be there. */
+static sp_status mtp_slots(sp_drafter *d, const int32_t *hist, int32_t last, sp_error *err) {
+    int32_t P = mtp_next(d);
+    sp_status st = SP_OK;
+    if (P == 0 && last >= 0) { /* the first token pairs with zeros, as llama.cpp's */
+        if ((st = mtp_forward(d, hist, d->hzero, 1, err))) return st;
+        P = 1;
+    }
+    if (P > last) return SP_OK;
+    if (P - 1 < d->g0 || last - 1 >= d->g0 + d->gn)
+        return sp_fail(err, SP_ERR_STATE, "mtp: the target's hidden states of positions %d..%d are missing (have %d..%d)",
+                       P - 1, last - 1, d->g0, d->g0 + d->gn - 1);
+    const int32_t mb = sp_ctx_max_batch(d->mctx);
+    while (!st && P <= last) {
+        const int32_t m = last - P + 1 < mb ? last - P + 1 : mb;
+        st = mtp_forward(d, hist + P, d->g + (size_t)(P - 1 - d->g0) * (size_t)d->edim, m, err);
+        P += m;
+    }
+    return st;
+}
+
+static sp_status mtp_target_rows(sp_drafter *d, sp_ctx *target, const int32_t *hist, int32_t n_known,
+                                 int32_t p0, int32_t B, sp_error *err) {
+    /* rows at p0 and later are replaced (a rejected draft's), and so are
+     * the slots that used them (positions after p0) */
+    if (d->g0 + d->gn > p0) d->gn = p0 > d->g0 ? p0 - d->g0 : 0;
+    if (d->gn == 0) d->g0 = p0;
+    sp_status st = mtp_truncate(d, p0 + 1, err);
+    /* the slots whose token is known and not the last one (a draft starts
+     * from that) and whose row is here */
+    const int32_t last = n_known - 2 < p0 ? n_known - 2 : p0;
+    if (!st && (mtp_next(d) == 0 || mtp_next(d) - 1 >= d->g0)) st = mtp_slots(d, hist, last, err);
+    if (st) return st;
+    mtp_drop_consumed(d);
+    if (mtp_next(d) > 0 && mtp_next(d) - 1 < d->g0) {
+        /* a gap (rows the drafter did not see: plain steps): the cache
+         * restarts at the first slot the new rows serve */
+        if ((st = sp_ctx_truncate(d->mctx, 0, err))) return st;
+        d->moff = p0 + 1;
+        d->g0 = p0;
+        d->gn = 0;
+    }
+    if (d->gn + B > d->g_cap)
+        return sp_fail(err, SP_ERR_STATE, "mtp: %d target rows pending, room for %d", d->gn + B, d->g_cap);
+    int32_t rows;
+    const float *x = sp_ctx_taps(target, 0, &rows);
+    if (!x || rows != B || sp_ctx_n_taps(target) != 1)
+        return sp_fail(err, SP_ERR_STATE, "mtp: the target's forward recorded no final states for its %d rows", B);
+    sp_model_final_norm(sp_ctx_model(target), x, B, d->g + (size_t)d->gn * (size_t)d->edim);
+    d->gn += B;
+    return SP_OK;
+}
+
+/* A chain from the MTP block: the slots up to position n-1 (its token
+ * hist[n-1], the last committed one, paired with h_{n-2}), then one slot
+ * per drafted token at the next position, paired with its predecessor's
+ * h_out (llama.cpp's draft-mtp). The drafted slots are dropped after: the
+ * target's rows replace them. */
+static sp_status mtp_chain(sp_drafter *d, const int32_t *hist, int32_t n, int32_t gamma, int32_t n_min,
+                           float p_min, sp_sampler *smp, sp_rng *rng, int32_t *draft, float *q, int32_t *n_draft,
+                           sp_error *err) {
+    const int32_t V = d->V;
+    if (n < 2 || n - 1 < d->moff) return SP_OK; /* no target row yet: nothing to draft from */
+    sp_status st = mtp_truncate(d, n - 1, err);
+    if (!st) st = mtp_slots(d, hist, n - 1, err);
+    if (st) return st;
+    mtp_drop_consumed(d);
+    for (int32_t i = 0; i < gamma; i++) {
+        float *qi = q + (int64_t)i * V;
+        sp_sampler_probs(smp, d->logits, qi);
+        if (i >= n_min && p_min > 0 && row_max(qi, V) < p_min) break;
+        draft[i] = sp_sample_from_probs(qi, V, sp_rng_uniform(rng));
+        *n_draft = i + 1;
+        if (i + 1 < gamma && (st = mtp_forward(d, &draft[i], d->pre, 1, err))) return st;
+    }
+    return mtp_truncate(d, n, err);
 }
 
 sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_error *err) {
@@ -723,6 +883,7 @@ static sp_status draft_chain(sp_drafter *d, const int32_t *hist, int32_t n, int3
         return SP_OK;
     }
     if (d->ectx) return e3_chain(d, hist, n, gamma, n_min, p_min, smp, rng, draft, q, n_draft, err);
+    if (d->mctx) return mtp_chain(d, hist, n, gamma, n_min, p_min, smp, rng, draft, q, n_draft, err);
     sp_status st = catch_up(d, hist, n, err);
     if (st) return st;
     for (int32_t i = 0; i < gamma; i++) {
@@ -748,7 +909,7 @@ sp_status sp_drafter_accept_chain(sp_drafter *d, int32_t n, int32_t tau, sp_erro
         d->arb_tried = 0.97 * d->arb_tried + (tau < d->used_len ? tau + 1 : tau);
     }
     d->used = 0;
-    if (d->ectx) { /* the rows past the accepted ones were a rejected draft's */
+    if (d->ectx || d->mctx) { /* the rows past the accepted ones were a rejected draft's */
         if (d->g0 + d->gn > n + tau) d->gn = n + tau > d->g0 ? n + tau - d->g0 : 0;
         return SP_OK;
     }
@@ -861,11 +1022,82 @@ static sp_status e3_tree(sp_drafter *d, const int32_t *hist, int32_t n, const sp
     return sp_eagle3_ctx_truncate(d->ectx, base, err);
 }
 
+/* A tree from the MTP block: the root is the slot of the last committed
+ * token (as a chain's start); each level's nodes are evaluated in one call
+ * under an ancestor mask over the tree's slots, a node pairing its token
+ * with its parent's h_out, at position n - 1 + depth. */
+static sp_status mtp_tree(sp_drafter *d, const int32_t *hist, int32_t n, const sp_tree_shape *shape,
+                          int32_t max_depth, bool greedy, sp_mc_mode mode, sp_sampler *smp, sp_rng *rng,
+                          sp_draft_tree *t, sp_error *err) {
+    const int32_t V = d->V, E = d->edim;
+    t->n_nodes = 1;
+    t->parent[0] = -1;
+    t->token[0] = hist[n - 1];
+    t->depth[0] = 0;
+    if (n < 2 || n - 1 < d->moff) { /* no target row yet: a root without children */
+        memset(t->q, 0, (size_t)V * sizeof(float));
+        t->q[hist[n - 1]] = 1;
+        return SP_OK;
+    }
+    sp_status st = mtp_truncate(d, n - 1, err);
+    if (!st) st = mtp_slots(d, hist, n - 1, err);
+    if (st) return st;
+    mtp_drop_consumed(d);
+    const int32_t base = sp_ctx_n_past(d->mctx); /* the first tree slot */
+    memcpy(d->tpre, d->pre, (size_t)E * sizeof(float));
+    sp_sampler_probs(smp, d->logits, t->q);
+    int32_t f0 = 0, f1 = 1;
+    const int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
+    for (int32_t lev = 1; lev <= depth; lev++) {
+        const int32_t first_new = t->n_nodes;
+        for (int32_t f = f0; f < f1; f++) {
+            int32_t kids[SP_TREE_MAX_NODES];
+            int32_t k = shape->branch[lev - 1];
+            if (t->n_nodes + k > SP_TREE_MAX_NODES) k = SP_TREE_MAX_NODES - t->n_nodes;
+            k = pick_children(d, d->logits + (int64_t)(f - f0) * V, t->q + (int64_t)f * V, k, greedy, mode, rng, kids);
+            for (int32_t j = 0; j < k; j++) {
+                const int32_t c = t->n_nodes++;
+                t->parent[c] = f;
+                t->token[c] = kids[j];
+                t->depth[c] = lev;
+            }
+        }
+        f0 = first_new;
+        f1 = t->n_nodes;
+        if (lev == depth || f1 == f0) break;
+        const int32_t m = f1 - f0;
+        if (m > d->max_batch)
+            return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the draft batch %d", m, d->max_batch);
+        /* nodes 1..f0-1 sit at slots base.. (node a at base + a - 1); this level follows */
+        const int32_t w = sp_ctx_n_past(d->mctx) + m - base;
+        float *h = d->g + (size_t)d->gn * (size_t)E; /* scratch past the kept rows */
+        if (d->gn + m > d->g_cap)
+            return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the MTP rows", m);
+        sp_tree_ancestor_mask(t->parent, f0, m, 0, w, d->mask);
+        for (int32_t i = 0; i < m; i++) {
+            d->tok[i] = t->token[f0 + i];
+            d->tpos[i] = n - 1 + lev - d->moff;
+            memcpy(h + (size_t)i * E, d->tpre + (size_t)t->parent[f0 + i] * E, (size_t)E * sizeof(float));
+        }
+        sp_batch b = {.tokens = d->tok, .pos = d->tpos, .n = m, .mask = d->mask, .mask_from_past = true,
+                      .mask_base = base, .logits_all = true};
+        const double t0 = sp_now();
+        st = sp_forward_mtp(d->mctx, &b, h, d->logits, d->tpre + (size_t)f0 * E, err);
+        d->cnt.seconds += sp_now() - t0;
+        d->cnt.forwards++;
+        if (st) return st;
+        for (int32_t i = 0; i < m; i++)
+            sp_sampler_probs(smp, d->logits + (int64_t)i * V, t->q + (int64_t)(f0 + i) * V);
+    }
+    return sp_ctx_truncate(d->mctx, base, err);
+}
+
 sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
                           const sp_tree_shape *shape, int32_t max_depth, bool greedy,
                           sp_mc_mode mode, sp_sampler *smp, sp_rng *rng, sp_draft_tree *t,
                           sp_error *err) {
     if (d->ectx) return e3_tree(d, hist, n, shape, max_depth, greedy, mode, smp, rng, t, err);
+    if (d->mctx) return mtp_tree(d, hist, n, shape, max_depth, greedy, mode, smp, rng, t, err);
     if (d->kind == SP_DRAFT_SUFFIX) {
         sp_suffix_tree st = {.parent = t->parent, .token = t->token, .depth = t->depth, .q = t->q};
         int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
@@ -936,7 +1168,7 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
 sp_status sp_drafter_accept_tree(sp_drafter *d, int32_t n, const sp_draft_tree *t,
                                  const int32_t *path, int32_t n_path, sp_error *err) {
     (void)t;
-    if (d->ectx) { /* keep the encoded rows of the tail and of the accepted path's nodes */
+    if (d->ectx || d->mctx) { /* keep the target rows of the tail and of the accepted path's nodes */
         const int32_t keep = n - d->g0; /* rows of positions g0..n-1 */
         if (keep < 0 || keep > d->gn) return SP_OK; /* nothing of this pass was seen */
         int32_t m = keep;

@@ -115,12 +115,12 @@ static sp_status apply(sp_spec_config *c, const spelling *sp, const char *key, c
         }
         if (sp_drafter_parse(plus ? base : v->str, &p->draft.kind, err))
             return sp_fail(err, SP_ERR_ARG, "%s: unknown drafter '%s' (none, model, ngram, "
-                           "layerskip, lowbit, suffix, ngram-cache, ngram-map-k, ngram-map-k4v, ngram-mod; "
+                           "layerskip, lowbit, eagle3, mtp, suffix, ngram-cache, ngram-map-k, ngram-map-k4v, ngram-mod; "
                            "model+suffix etc. "
                            "to arbitrate)", key,
                            v->str);
         if (plus && (p->draft.kind == SP_DRAFT_NONE || p->draft.kind == SP_DRAFT_SUFFIX ||
-                     p->draft.kind >= SP_DRAFT_NGRAM_CACHE))
+                     (p->draft.kind >= SP_DRAFT_NGRAM_CACHE && p->draft.kind != SP_DRAFT_MTP)))
             return sp_fail(err, SP_ERR_ARG, "%s: '%s' arbitrates nothing (model, ngram, layerskip "
                            "or lowbit +suffix)", key, v->str);
         p->draft.with_suffix = plus;
@@ -450,7 +450,8 @@ static bool tree_verifier(sp_verifier v) {
 }
 
 static bool model_based(sp_drafter_kind k) {
-    return k == SP_DRAFT_MODEL || k == SP_DRAFT_LAYERSKIP || k == SP_DRAFT_LOWBIT || k == SP_DRAFT_EAGLE3;
+    return k == SP_DRAFT_MODEL || k == SP_DRAFT_LAYERSKIP || k == SP_DRAFT_LOWBIT || k == SP_DRAFT_EAGLE3 ||
+           k == SP_DRAFT_MTP;
 }
 
 sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_error *err) {
@@ -504,7 +505,7 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
         {S_P_MIN, plain && !c->off_by_n_max, "plain decoding drafts nothing"},
         {S_N_MIN, plain && !c->off_by_n_max, "plain decoding drafts nothing"},
         {S_TREE, !model_based(kind) && kind != SP_DRAFT_SUFFIX,
-         "trees need a model-based drafter (model, layerskip, lowbit, eagle3) or suffix"},
+         "trees need a model-based drafter (model, layerskip, lowbit, eagle3, mtp) or suffix"},
         {S_TREE, p->draft.with_suffix, "arbitration with suffix drafts chains, not trees"},
         {S_NGRAM_MIN, kind != SP_DRAFT_NGRAM && kind != SP_DRAFT_NGRAM_CACHE,
          "only the ngram and ngram-cache drafters use it"},
@@ -537,7 +538,7 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
 
 sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
     const sp_drafter_kind kind = p->draft.kind;
-    if ((unsigned)kind > SP_DRAFT_NGRAM_MOD)
+    if ((unsigned)kind > SP_DRAFT_MTP)
         return sp_fail(err, SP_ERR_ARG, "drafter: unknown kind %d", (int)kind);
     if (kind == SP_DRAFT_NONE) return SP_OK; /* nothing else is used */
     if ((unsigned)p->verifier > SP_VERIFIER_TRAVERSAL)
@@ -586,7 +587,7 @@ sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
             return sp_fail(err, SP_ERR_ARG, "tree: arbitration with suffix drafts chains, not trees");
         if (!model_based(kind) && kind != SP_DRAFT_SUFFIX)
             return sp_fail(err, SP_ERR_ARG,
-                           "tree: trees need a model-based drafter (model, layerskip, lowbit, eagle3) or "
+                           "tree: trees need a model-based drafter (model, layerskip, lowbit, eagle3, mtp) or "
                            "suffix, not %s",
                            sp_drafter_name(kind));
         if (!tree_verifier(p->verifier) && p->verifier != SP_VERIFIER_GREEDY)

@@ -1,0 +1,151 @@
+/* MTP drafts against llama.cpp's: for the random qwen35 models with an MTP
+ * block in tests/data/mtp (scripts/mtp_ref.sh made them and ran llama.cpp's
+ * llama-speculative-simple --spec-type draft-mtp on them at T = 0), a loop
+ * written as llama.cpp's example runs (prefill all but the last prompt
+ * token, then draft, verify [last, drafts] in one target forward, accept
+ * greedily) must draft the same tokens in every iteration, accept as many
+ * and get the same next token; the totals must equal llama.cpp's n_drafted
+ * and n_accept. $SP_MTP_LOG=1 prints Specula's record in the reference's
+ * format. */
+#include "testutil.h"
+
+#include "draft.h"
+
+typedef struct ref_iter {
+    int32_t draft[8], nd, accepted, next;
+} ref_iter;
+
+typedef struct ref_run {
+    ref_iter it[256];
+    int n_it;
+    int32_t prompt[64];
+    int n_prompt;
+    int n_drafted, n_accept;
+} ref_run;
+
+static void read_ref(const char *path, ref_run *r) {
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("cannot open %s", path);
+    char line[512];
+    r->n_it = r->n_prompt = 0;
+    r->n_drafted = r->n_accept = -1;
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "# prompt", 8)) {
+            char *p = line + 8, *end;
+            for (long v; r->n_prompt < 64 && (v = strtol(p, &end, 10), end != p); p = end) r->prompt[r->n_prompt++] = (int32_t)v;
+            continue;
+        }
+        if (sscanf(line, "# n_drafted = %d", &r->n_drafted) == 1 || sscanf(line, "# n_accept = %d", &r->n_accept) == 1 ||
+            line[0] == '#')
+            continue;
+        if (r->n_it == 256) fail_msg("%s: more than 256 iterations", path);
+        ref_iter *it = &r->it[r->n_it];
+        char *p = strstr(line, "draft "), *a = strstr(line, " accepted ");
+        if (!p || !a) fail_msg("%s: bad line '%s'", path, line);
+        p += 6;
+        it->nd = 0;
+        while (p < a) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p) break;
+            if (it->nd == 8) fail_msg("%s: draft longer than 8", path);
+            it->draft[it->nd++] = (int32_t)v;
+            p = end;
+        }
+        if (sscanf(a, " accepted %d next %d", &it->accepted, &it->next) != 2) fail_msg("%s: bad line '%s'", path, line);
+        r->n_it++;
+    }
+    fclose(f);
+    if (r->n_prompt < 2 || r->n_drafted < 0 || r->n_accept < 0) fail_msg("%s: no prompt or totals", path);
+}
+
+static void compare(const char *model, const char *ref, int min_iters) {
+    static ref_run R;
+    read_ref(ref, &R);
+    const bool log = getenv("SP_MTP_LOG") != NULL;
+    sp_error err = {0};
+    sp_model *tm = NULL;
+    if (sp_model_load(model, NULL, &tm, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(sp_model_n_mtp(tm), 1);
+    sp_ctx_params cp = sp_ctx_default_params();
+    cp.n_ctx = 256; /* F16 caches, as the llama.cpp runs */
+    sp_ctx *t = NULL;
+    assert_int_equal(sp_ctx_init(tm, &cp, &t, &err), SP_OK);
+    sp_drafter_params dp = sp_drafter_default_params();
+    dp.kind = SP_DRAFT_MTP;
+    sp_drafter *d = NULL;
+    if (sp_drafter_init(&dp, t, &d, &err)) fail_msg("drafter: %s", err.msg);
+    const int32_t V = sp_model_cfg(tm)->n_vocab;
+    sp_sampler_params spp = sp_sampler_default_params();
+    spp.temperature = 0;
+    sp_sampler *smp = NULL;
+    assert_int_equal(sp_sampler_init(&spp, V, &smp, &err), SP_OK);
+    sp_rng rng;
+    sp_rng_seed(&rng, 1);
+    int32_t hist[512], n = R.n_prompt;
+    memcpy(hist, R.prompt, (size_t)n * sizeof *hist);
+    float *logits = malloc((size_t)16 * V * sizeof(float)), *q = malloc((size_t)8 * V * sizeof(float));
+    sp_batch b = {.tokens = hist, .n = n - 1};
+    assert_int_equal(sp_forward(t, &b, logits, &err), SP_OK);
+    assert_int_equal(sp_drafter_target_rows(d, t, hist, n, 0, n - 1, &err), SP_OK);
+    int accepted = 0, drafted = 0;
+    for (int i = 0; i < R.n_it; i++) {
+        const ref_iter *it = &R.it[i];
+        int32_t draft[8], nd = 0, batch[9], pos[9];
+        if (sp_drafter_chain(d, hist, n, it->nd, 0, 0, smp, &rng, draft, q, &nd, &err)) fail_msg("chain: %s", err.msg);
+        batch[0] = hist[n - 1];
+        for (int32_t j = 0; j <= nd; j++) pos[j] = n - 1 + j;
+        memcpy(batch + 1, draft, (size_t)nd * sizeof *draft);
+        sp_batch vb = {.tokens = batch, .pos = pos, .n = nd + 1, .logits_all = true};
+        assert_int_equal(sp_forward(t, &vb, logits, &err), SP_OK);
+        assert_int_equal(sp_drafter_target_rows(d, t, hist, n, n - 1, nd + 1, &err), SP_OK);
+        int32_t tau = 0;
+        while (tau < nd && sp_argmax(logits + (int64_t)tau * V, V) == draft[tau]) tau++;
+        const int32_t y = sp_argmax(logits + (int64_t)tau * V, V);
+        if (log) {
+            printf("iter %d draft", i);
+            for (int32_t j = 0; j < nd; j++) printf(" %d", draft[j]);
+            printf(" accepted %d next %d\n", tau, y);
+        }
+        if (nd != it->nd || memcmp(draft, it->draft, (size_t)nd * sizeof *draft))
+            fail_msg("%s, iteration %d: Specula drafted %d tokens (%d %d %d ...), llama.cpp %d (%d %d %d ...)", model, i,
+                     nd, draft[0], nd > 1 ? draft[1] : -1, nd > 2 ? draft[2] : -1, it->nd, it->draft[0],
+                     it->nd > 1 ? it->draft[1] : -1, it->nd > 2 ? it->draft[2] : -1);
+        if (tau != it->accepted || y != it->next)
+            fail_msg("%s, iteration %d: accepted %d then %d, llama.cpp %d then %d", model, i, tau, y, it->accepted,
+                     it->next);
+        assert_int_equal(sp_ctx_truncate(t, n + tau, &err), SP_OK);
+        assert_int_equal(sp_drafter_accept_chain(d, n, tau, &err), SP_OK);
+        memcpy(hist + n, draft, (size_t)tau * sizeof *draft);
+        n += tau;
+        hist[n++] = y;
+        accepted += tau;
+        drafted += nd;
+    }
+    if (log) printf("# %s: %d iterations, drafted %d, accepted %d\n", model, R.n_it, drafted, accepted);
+    assert_true(R.n_it >= min_iters);
+    assert_int_equal(drafted, R.n_drafted);
+    assert_int_equal(accepted, R.n_accept);
+    free(logits);
+    free(q);
+    sp_sampler_free(smp);
+    sp_drafter_free(d);
+    sp_ctx_free(t);
+    sp_model_free(tm);
+}
+
+static void test_f32_shared_head(void **state) {
+    (void)state;
+    compare("tests/data/mtp/qwen35-mtp-f32.gguf", "tests/data/mtp/qwen35-mtp-f32.llamacpp.txt", 40);
+}
+
+static void test_f16_own_head(void **state) {
+    (void)state;
+    compare("tests/data/mtp/qwen35-mtp-f16.gguf", "tests/data/mtp/qwen35-mtp-f16.llamacpp.txt", 100);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_f32_shared_head),
+    cmocka_unit_test(test_f16_own_head),
+};
+SP_TEST_MAIN(tests)
