@@ -37,6 +37,9 @@ typedef struct sp_mkmodel_params {
     int32_t n_expert_used;    /* experts per token (1..n_expert) */
     int32_t sliding_window;   /* gpt-oss, gemma2, gemma3: the sliding layers' window (0: 128 for
                                  gpt-oss as its files have, 4096 for gemma) */
+    int32_t head_dim;         /* > 0: the attention head size (key_length = value_length), so that
+                                 heads * head_dim may differ from dim (Qwen3-30B-A3B: 32 x 128 over
+                                 2048); 0: dim / heads. Not for qwen35 or phi3. */
     float yarn_factor;        /* > 1: YaRN RoPE scaling by this factor from an original context of
                                  n_ctx / factor (gpt-oss's files: 32 from 4096); 0: none */
 } sp_mkmodel_params;
