@@ -16,6 +16,10 @@
  *   phi3                             "<|assistant|>" and "<|end|>"
  *   llama2                           "[INST]" and "<<SYS>>"
  *   mistral                          "[INST]" without "<<SYS>>"
+ *   gpt-oss (harmony)                "<|start|>" and "<|channel|>"; rendered as
+ *                                    llama.cpp's built-in gpt-oss template (no
+ *                                    Jinja system preamble); the model answers
+ *                                    "<|channel|>final<|message|>...<|return|>"
  * Roles: system, user, assistant. Families without a system role (gemma,
  * mistral) put the system text before the first user message, as their
  * own templates do. */
@@ -33,7 +37,8 @@ typedef enum sp_chat_tmpl {
     SP_CHAT_GEMMA,
     SP_CHAT_PHI3,
     SP_CHAT_LLAMA2,
-    SP_CHAT_MISTRAL
+    SP_CHAT_MISTRAL,
+    SP_CHAT_HARMONY
 } sp_chat_tmpl;
 
 typedef struct sp_chat_msg {
@@ -47,7 +52,7 @@ sp_chat_tmpl sp_chat_detect(const char *text);
 /* A family by name (the names above); SP_CHAT_NONE for an unknown name. */
 sp_chat_tmpl sp_chat_by_name(const char *name);
 const char *sp_chat_name(sp_chat_tmpl t);
-/* The list of names, for messages: "chatml, llama3, gemma, phi3, llama2, mistral". */
+/* The list of names, for messages: "chatml, llama3, gemma, phi3, llama2, mistral, gpt-oss". */
 const char *sp_chat_names(void);
 
 /* Renders n messages (n >= 1) followed by the assistant's opening, into a
