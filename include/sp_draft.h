@@ -19,6 +19,15 @@
  *   ngram-cache  llama.cpp's n-gram cache lookup (context cache over the
  *              request, dynamic cache over earlier requests, its thresholds;
  *              sp_suffix_propose_lookup), for comparison; q one-hot
+ *   ngram-map-k, ngram-map-k4v  llama.cpp's n-gram map drafters (a key of
+ *              map_n tokens, continuations of map_m; k4v drafts the most
+ *              frequent of four continuations once the key was seen
+ *              map_min_hits times), token for token as llama.cpp drafts them
+ *              (capped at gamma); for comparison; q one-hot
+ *   ngram-mod  llama.cpp's ngram-mod drafter (its default): a hashed table of
+ *              mod_n_match-grams to the next token, followed for up to
+ *              mod_n_max tokens, nothing if fewer than mod_n_min (capped at
+ *              gamma); for comparison; q one-hot
  * A drafter keeps its own KV cache (model-based kinds) in step with the
  * committed text: before drafting it evaluates the committed tokens it has
  * not seen, and after verification the caller tells it what was accepted.
@@ -46,7 +55,10 @@ typedef enum sp_drafter_kind {
     SP_DRAFT_LOWBIT,
     SP_DRAFT_EAGLE3,
     SP_DRAFT_SUFFIX,
-    SP_DRAFT_NGRAM_CACHE
+    SP_DRAFT_NGRAM_CACHE,
+    SP_DRAFT_NGRAM_MAP_K,
+    SP_DRAFT_NGRAM_MAP_K4V,
+    SP_DRAFT_NGRAM_MOD
 } sp_drafter_kind;
 
 const char *sp_drafter_name(sp_drafter_kind k);
@@ -86,6 +98,12 @@ typedef struct sp_drafter_params {
     sp_drafter_kind kind;
     const sp_model *draft_model; /* SP_DRAFT_MODEL (not owned) */
     int32_t ngram_min, ngram_max; /* SP_DRAFT_NGRAM (and NGRAM_CACHE: max <= 4), default 1 and 4 */
+    int32_t map_n, map_m, map_min_hits; /* SP_DRAFT_NGRAM_MAP_*: key and value sizes
+                                         * (1..1024), hits before k4v drafts (1..1024);
+                                         * default 12, 48, 1 (llama.cpp's) */
+    int32_t mod_n_match, mod_n_min, mod_n_max; /* SP_DRAFT_NGRAM_MOD: 1 <= n_match <= 1024,
+                                                * 0 <= n_min <= n_max <= 1024; default
+                                                * 24, 48, 64 (llama.cpp's) */
     char skip_layers[SP_DRAFT_SKIP_LEN]; /* SP_DRAFT_LAYERSKIP, see sp_parse_skip_layers; "" = default */
     sp_ggml_type lowbit_type;    /* SP_DRAFT_LOWBIT, default Q4_0 */
     const sp_eagle3 *eagle3;     /* SP_DRAFT_EAGLE3: the head, loaded for the target (not owned) */

@@ -95,6 +95,9 @@ static const cfg GREEDY_CFGS[] = {
     {SP_DRAFT_MODEL, SP_VERIFIER_TOKEN, 6, NULL, true, 0, false, 0, true},
     {SP_DRAFT_NGRAM, SP_VERIFIER_BLOCK, 8, NULL, false, 0, false, 0, true},
     {SP_DRAFT_NGRAM_CACHE, SP_VERIFIER_BLOCK, 8, NULL, false, 0, false, 0, false},
+    {SP_DRAFT_NGRAM_MAP_K, SP_VERIFIER_BLOCK, 8, NULL, false, 0, false, 0, false},
+    {SP_DRAFT_NGRAM_MAP_K4V, SP_VERIFIER_TOKEN, 6, NULL, false, 0, false, 0, false},
+    {SP_DRAFT_NGRAM_MOD, SP_VERIFIER_BLOCK, 8, NULL, false, 0, false, 0, false},
 };
 
 /* Temperature 0: every configuration emits plain greedy decoding's tokens. */
@@ -114,6 +117,11 @@ static void greedy_equal(const char *target_path, const char *draft_path, const 
         const cfg *c = &GREEDY_CFGS[i];
         sp_spec_params sp = sp_spec_default_params();
         sp.draft.kind = c->kind;
+        sp.draft.map_n = 2; /* short keys, so the map drafts within these texts */
+        sp.draft.map_m = 8;
+        sp.draft.mod_n_match = 3; /* and ngram-mod */
+        sp.draft.mod_n_min = 1;
+        sp.draft.mod_n_max = 8;
         sp.draft.draft_model = dm;
         sp.draft.lowbit_type = SP_GGML_Q4_0;
         sp.verifier = c->ver;
@@ -465,6 +473,11 @@ static void distribution_case_p(sp_model *tm, sp_model *dm, sp_drafter_kind kind
     sp_ctx *t = mkctx(tm, 64);
     sp_spec_params sp = sp_spec_default_params();
     sp.draft.kind = kind;
+    sp.draft.map_n = 1; /* the n-gram maps draft from this 6-token prompt */
+    sp.draft.map_m = 2;
+    sp.draft.mod_n_match = 1;
+    sp.draft.mod_n_min = 0;
+    sp.draft.mod_n_max = 4;
     sp.draft.draft_model = dm;
     sp.draft.ngram_min = 1;
     sp.draft.with_suffix = g_with_suffix;
@@ -560,6 +573,9 @@ static void test_distribution(void **state) {
     }
     distribution_case(tm, dm, SP_DRAFT_SUFFIX, SP_VERIFIER_GBV, "3x1", &plain, N);
     distribution_case(tm, dm, SP_DRAFT_NGRAM_CACHE, SP_VERIFIER_BLOCK, NULL, &filt, N);
+    distribution_case(tm, dm, SP_DRAFT_NGRAM_MAP_K, SP_VERIFIER_BLOCK, NULL, &filt, N);
+    distribution_case(tm, dm, SP_DRAFT_NGRAM_MAP_K4V, SP_VERIFIER_BLOCK, NULL, &plain, N);
+    distribution_case(tm, dm, SP_DRAFT_NGRAM_MOD, SP_VERIFIER_BLOCK, NULL, &filt, N);
     g_with_suffix = true; /* per-step arbitration: suffix or the draft model */
     for (int f = 0; f < 2; f++) distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, NULL, sps[f], N);
     g_with_suffix = false;

@@ -40,6 +40,17 @@ static void test_text_settings(void **state) {
     /* the suffix drafter, alone (chains and trees) and arbitrated */
     p = parse_ok("draft=ngram-cache,ngram_min=2,ngram_max=4", false);
     assert_int_equal(p.draft.kind, SP_DRAFT_NGRAM_CACHE);
+    /* llama.cpp's n-gram maps: their sizes, llama.cpp's defaults otherwise */
+    p = parse_ok("draft=ngram-map-k4v,map_n=8,map_m=24,map_min_hits=2", false);
+    assert_int_equal(p.draft.kind, SP_DRAFT_NGRAM_MAP_K4V);
+    assert_true(p.draft.map_n == 8 && p.draft.map_m == 24 && p.draft.map_min_hits == 2);
+    p = parse_ok("draft=ngram-map-k", false);
+    assert_true(p.draft.map_n == 12 && p.draft.map_m == 48 && p.draft.map_min_hits == 1);
+    p = parse_ok("draft=ngram-mod", false);
+    assert_true(p.draft.mod_n_match == 24 && p.draft.mod_n_min == 48 && p.draft.mod_n_max == 64);
+    p = parse_ok("draft=ngram-mod,mod_n_match=16,mod_n_min=0,mod_n_max=8", false);
+    assert_int_equal(p.draft.kind, SP_DRAFT_NGRAM_MOD);
+    assert_true(p.draft.mod_n_match == 16 && p.draft.mod_n_min == 0 && p.draft.mod_n_max == 8);
     p = parse_ok("draft=suffix,gamma=12", false);
     assert_int_equal(p.draft.kind, SP_DRAFT_SUFFIX);
     assert_false(p.draft.with_suffix);
@@ -126,6 +137,14 @@ static void test_text_errors(void **state) {
     parse_bad("   ", false, "empty configuration");
     parse_bad("draft=bogus", false, "draft: unknown drafter 'bogus'");
     parse_bad("draft=suffix+suffix", false, "arbitrates nothing");
+    parse_bad("draft=ngram-map-k+suffix", false, "arbitrates nothing");
+    parse_bad("draft=ngram,map_n=3", false, "map_n: only the ngram-map-k and ngram-map-k4v");
+    parse_bad("draft=ngram-map-k,map_min_hits=2", false, "map_min_hits: only the ngram-map-k4v");
+    parse_bad("draft=ngram-map-k4v,map_m=0", false, "map_m: must be an integer in [1, 1024]");
+    parse_bad("draft=ngram-map-k4v,map_n=1025", false, "map_n: must be an integer in [1, 1024]");
+    parse_bad("draft=ngram-map-k,mod_n_min=2", false, "mod_n_min: only the ngram-mod drafter");
+    parse_bad("draft=ngram-mod,mod_n_min=9,mod_n_max=8", false, "mod_n_min: need");
+    parse_bad("draft=ngram-mod,mod_n_match=0", false, "mod_n_match: must be an integer in [1, 1024]");
     parse_bad("draft=bogus+suffix", false, "unknown drafter 'bogus+suffix'");
     parse_bad("draft=model+suffix,tree=2x2", true, "arbitration with suffix drafts chains");
     parse_bad("draft=suffix,ngram_min=2", false, "only the ngram and ngram-cache drafters use it");

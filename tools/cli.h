@@ -111,7 +111,13 @@ int cli_run_opt(int opt, const char *flag, const char *arg, cli_run_opts *r);
         {"ngram-min", required_argument, NULL, SP_OPT_SPEC + 9},                             \
         {"ngram-max", required_argument, NULL, SP_OPT_SPEC + 10},                            \
         {"skip-layers", required_argument, NULL, SP_OPT_SPEC + 11},                          \
-        {"lowbit", required_argument, NULL, SP_OPT_SPEC + 12}
+        {"lowbit", required_argument, NULL, SP_OPT_SPEC + 12},                               \
+        {"map-n", required_argument, NULL, SP_OPT_SPEC + 13},                                \
+        {"map-m", required_argument, NULL, SP_OPT_SPEC + 14},                                \
+        {"map-min-hits", required_argument, NULL, SP_OPT_SPEC + 15},                         \
+        {"mod-n-match", required_argument, NULL, SP_OPT_SPEC + 16},                          \
+        {"mod-n-min", required_argument, NULL, SP_OPT_SPEC + 17},                            \
+        {"mod-n-max", required_argument, NULL, SP_OPT_SPEC + 18}
 
 /* Applies a speculation flag to the configuration layer c. Returns 1 if
  * opt was one, 0 if not, -1 after printing the setting's message. */

@@ -163,7 +163,8 @@ int cli_run_opt(int opt, const char *flag, const char *arg, cli_run_opts *r) {
 static const char *const SPEC_KEYS[] = {"drafter",   "verifier",  "lenience",    "gamma",
                                         "n_max",     "n_min",     "p_min",       "adaptive",
                                         "tree",      "ngram_min", "ngram_max",   "skip_layers",
-                                        "lowbit"};
+                                        "lowbit",    "map_n",     "map_m",       "map_min_hits",
+                                        "mod_n_match", "mod_n_min", "mod_n_max"};
 
 int cli_spec_opt(int opt, const char *arg, sp_spec_config *c) {
     int k = opt - SP_OPT_SPEC;

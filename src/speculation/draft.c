@@ -2,6 +2,8 @@
  * EAGLE-3 head, suffix tries in suffix.c), chain and tree drafting, and keeping
  * the draft cache in step with the committed text. See sp_draft.h. */
 #include "draft.h"
+#include "ngram_map.h"
+#include "ngram_mod.h"
 #include "eagle3.h"
 
 #include <math.h>
@@ -18,6 +20,9 @@ struct sp_drafter {
     sp_model *owned_model;   /* lowbit copy */
     sp_ctx *ctx;             /* NULL for ngram and suffix */
     sp_suffix *sfx;          /* suffix, and with_suffix (arbitration) */
+    sp_ngram_map *map;       /* ngram-map-k, ngram-map-k4v */
+    sp_ngram_mod *mod;       /* ngram-mod */
+    int64_t map_len;         /* history length the map (or mod) last saw */
     /* arbitration (with_suffix): which drafted the last chain (0 none, 1
      * suffix, 2 the other), its length, the other drafter's measured
      * per-token acceptance, seconds per drafted token, the rest of an
@@ -59,8 +64,9 @@ struct sp_drafter {
 #define DRAFT_RESYNC_GAP 64
 #define DRAFT_RESYNC_KEEP 32
 
-static const char *const KIND_NAMES[] = {"none",   "model",  "ngram",  "layerskip",
-                                         "lowbit", "eagle3", "suffix", "ngram-cache"};
+static const char *const KIND_NAMES[] = {"none",        "model",       "ngram",        "layerskip",
+                                         "lowbit",      "eagle3",      "suffix",       "ngram-cache",
+                                         "ngram-map-k", "ngram-map-k4v", "ngram-mod"};
 
 const char *sp_drafter_name(sp_drafter_kind k) {
     return (unsigned)k < sizeof KIND_NAMES / sizeof KIND_NAMES[0] ? KIND_NAMES[k] : "unknown";
@@ -73,7 +79,7 @@ sp_status sp_drafter_parse(const char *name, sp_drafter_kind *out, sp_error *err
             return SP_OK;
         }
     return sp_fail(err, SP_ERR_ARG, "unknown drafter '%s' (model, ngram, layerskip, lowbit, eagle3, suffix, "
-                   "ngram-cache, none)",
+                   "ngram-cache, ngram-map-k, ngram-map-k4v, ngram-mod, none)",
                    name ? name : "");
 }
 
@@ -138,6 +144,8 @@ range:
 
 sp_drafter_params sp_drafter_default_params(void) {
     sp_drafter_params p = {.kind = SP_DRAFT_NONE, .ngram_min = 1, .ngram_max = 4,
+                           .map_n = 12, .map_m = 48, .map_min_hits = 1,
+                           .mod_n_match = 24, .mod_n_min = 48, .mod_n_max = 64,
                            .lowbit_type = SP_GGML_Q4_0, .max_batch = SP_CTX_DEFAULT_BATCH};
     return p;
 }
@@ -151,6 +159,8 @@ void sp_drafter_free(sp_drafter *d) {
     free(d->tpos);
     sp_ctx_free(d->ctx);
     sp_suffix_free(d->sfx);
+    sp_ngram_map_free(d->map);
+    sp_ngram_mod_free(d->mod);
     sp_model_free(d->owned_model);
     free(d->logits);
     free(d->dlogits);
@@ -244,6 +254,22 @@ sp_status sp_drafter_params_check(const sp_drafter_params *p, const sp_model *ta
             return sp_fail(err, SP_ERR_ARG, "drafter: the EAGLE-3 head was loaded for another target");
         return SP_OK;
     }
+    case SP_DRAFT_NGRAM_MAP_K:
+    case SP_DRAFT_NGRAM_MAP_K4V:
+        if (p->map_n < 1 || p->map_n > 1024 || p->map_m < 1 || p->map_m > 1024 ||
+            p->map_min_hits < 1 || p->map_min_hits > 1024)
+            return sp_fail(err, SP_ERR_ARG,
+                           "map_n, map_m, map_min_hits: ngram-map needs each in [1, 1024] (got %d, %d, %d)",
+                           p->map_n, p->map_m, p->map_min_hits);
+        return SP_OK;
+    case SP_DRAFT_NGRAM_MOD:
+        if (p->mod_n_match < 1 || p->mod_n_match > 1024 || p->mod_n_min < 0 || p->mod_n_max < 1 ||
+            p->mod_n_min > p->mod_n_max || p->mod_n_max > 1024)
+            return sp_fail(err, SP_ERR_ARG,
+                           "mod_n_match, mod_n_min, mod_n_max: ngram-mod needs 1 <= mod_n_match <= 1024 "
+                           "and 0 <= mod_n_min <= mod_n_max <= 1024 (got %d, %d, %d)",
+                           p->mod_n_match, p->mod_n_min, p->mod_n_max);
+        return SP_OK;
     case SP_DRAFT_NGRAM_CACHE:
         if (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > 4)
             return sp_fail(err, SP_ERR_ARG,
@@ -297,6 +323,11 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
                             &d->sfx, err);
         if (!st) sp_suffix_set_whole_text(d->sfx, p->kind == SP_DRAFT_NGRAM_CACHE);
     }
+    if (!st && (p->kind == SP_DRAFT_NGRAM_MAP_K || p->kind == SP_DRAFT_NGRAM_MAP_K4V))
+        st = sp_ngram_map_new(p->map_n, p->map_m, p->kind == SP_DRAFT_NGRAM_MAP_K, p->map_min_hits,
+                              &d->map, err);
+    if (!st && p->kind == SP_DRAFT_NGRAM_MOD)
+        st = sp_ngram_mod_new(p->mod_n_match, p->mod_n_min, p->mod_n_max, &d->mod, err);
     if (!st && dm) {
         sp_ctx_params cp = sp_ctx_default_params();
         cp.n_ctx = sp_ctx_n_ctx(target);
@@ -534,6 +565,12 @@ sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_e
      * (catch_up; a long gap restarts it from the last DRAFT_RESYNC_KEEP
      * tokens), so a request the suffix drafter serves alone never pays the
      * draft model's prefill */
+    if (d->map || d->mod) { /* a request begins: hist[0..n) is its prompt but the last token */
+        if (d->map) sp_ngram_map_begin(d->map, hist, n);
+        if (d->mod) sp_ngram_mod_begin(d->mod, hist, n);
+        d->map_len = n;
+        return SP_OK;
+    }
     if (!d->ctx || n <= 0 || d->sfx) return SP_OK;
     d->off = 0;
     double t0 = sp_now();
@@ -611,10 +648,22 @@ static sp_status draft_chain(sp_drafter *d, const int32_t *hist, int32_t n, int3
                              int32_t *draft, float *q, int32_t *n_draft, sp_error *err) {
     const int32_t V = d->V;
     *n_draft = 0;
-    if (d->kind == SP_DRAFT_NGRAM || d->kind == SP_DRAFT_SUFFIX || d->kind == SP_DRAFT_NGRAM_CACHE) {
+    if (d->kind == SP_DRAFT_NGRAM || d->kind == SP_DRAFT_SUFFIX || d->kind == SP_DRAFT_NGRAM_CACHE ||
+        d->map || d->mod) {
         int32_t k = 0;
         if (d->kind == SP_DRAFT_NGRAM) {
             k = sp_ngram_propose(hist, n, d->p.ngram_min, d->p.ngram_max, gamma, draft);
+        } else if (d->map || d->mod) {
+            /* llama.cpp's call: the history before the pending token, and it;
+             * a history shorter than the last one is a new request */
+            if (n - 1 < d->map_len) {
+                if (d->map) sp_ngram_map_begin(d->map, hist, n - 1);
+                if (d->mod) sp_ngram_mod_begin(d->mod, hist, n - 1);
+            }
+            d->map_len = n - 1;
+            if (n > 0)
+                k = d->map ? sp_ngram_map_draft(d->map, hist, n - 1, hist[n - 1], draft, gamma)
+                           : sp_ngram_mod_draft(d->mod, hist, n - 1, hist[n - 1], draft, gamma);
         } else if (d->kind == SP_DRAFT_NGRAM_CACHE) {
             sp_status st = sp_suffix_propose_lookup(d->sfx, hist, n, gamma, d->p.ngram_min,
                                                     d->p.ngram_max, draft, &k, err);
@@ -650,6 +699,8 @@ static sp_status draft_chain(sp_drafter *d, const int32_t *hist, int32_t n, int3
 
 sp_status sp_drafter_accept_chain(sp_drafter *d, int32_t n, int32_t tau, sp_error *err) {
     if (d->sfx && (d->kind == SP_DRAFT_SUFFIX || d->used == 1)) sp_suffix_feedback(d->sfx, tau);
+    if (d->map) sp_ngram_map_accept(d->map, tau);
+    if (d->mod) sp_ngram_mod_accept(d->mod, tau);
     if (d->used == 2 && d->used_len > 0) { /* the other drafter's per-token acceptance */
         d->arb_acc = 0.97 * d->arb_acc + tau;
         d->arb_tried = 0.97 * d->arb_tried + (tau < d->used_len ? tau + 1 : tau);

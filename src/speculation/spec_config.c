@@ -17,7 +17,8 @@
 
 typedef enum setting_id {
     S_DRAFTER, S_VERIFIER, S_GAMMA, S_N_MIN, S_P_MIN, S_TREE, S_ADAPTIVE, S_NGRAM_MIN,
-    S_NGRAM_MAX, S_SKIP, S_LOWBIT, S_LENIENCE, S_COUNT
+    S_NGRAM_MAX, S_SKIP, S_LOWBIT, S_LENIENCE, S_MAP_N, S_MAP_M, S_MAP_HITS,
+    S_MOD_MATCH, S_MOD_MIN, S_MOD_MAX, S_COUNT
 } setting_id;
 
 typedef enum value_kind { V_NAME, V_INT, V_NUMBER, V_BOOL } value_kind;
@@ -39,12 +40,15 @@ static const spelling SPELLINGS[] = {
     {"ngram_min", S_NGRAM_MIN, V_INT},  {"ngram_max", S_NGRAM_MAX, V_INT},
     {"skip_layers", S_SKIP, V_NAME},    {"skip", S_SKIP, V_NAME},
     {"lowbit", S_LOWBIT, V_NAME},       {"lenience", S_LENIENCE, V_NUMBER},
+    {"map_n", S_MAP_N, V_INT},          {"map_m", S_MAP_M, V_INT},
+    {"map_min_hits", S_MAP_HITS, V_INT},    {"mod_n_match", S_MOD_MATCH, V_INT},
+    {"mod_n_min", S_MOD_MIN, V_INT},        {"mod_n_max", S_MOD_MAX, V_INT},
 };
 #define N_SPELLINGS (sizeof SPELLINGS / sizeof SPELLINGS[0])
 
 static const char *const KEY_LIST =
     "drafter, verifier, gamma, n_max, n_min, p_min, tree, adaptive, ngram_min, ngram_max, "
-    "skip_layers, lowbit, lenience";
+    "skip_layers, lowbit, lenience, map_n, map_m, map_min_hits, mod_n_match, mod_n_min, mod_n_max";
 
 static const spelling *find_spelling(const char *key) {
     for (size_t i = 0; key && i < N_SPELLINGS; i++)
@@ -107,10 +111,12 @@ static sp_status apply(sp_spec_config *c, const spelling *sp, const char *key, c
         }
         if (sp_drafter_parse(plus ? base : v->str, &p->draft.kind, err))
             return sp_fail(err, SP_ERR_ARG, "%s: unknown drafter '%s' (none, model, ngram, "
-                           "layerskip, lowbit, suffix, ngram-cache; model+suffix etc. to arbitrate)", key,
+                           "layerskip, lowbit, suffix, ngram-cache, ngram-map-k, ngram-map-k4v, ngram-mod; "
+                           "model+suffix etc. "
+                           "to arbitrate)", key,
                            v->str);
         if (plus && (p->draft.kind == SP_DRAFT_NONE || p->draft.kind == SP_DRAFT_SUFFIX ||
-                     p->draft.kind == SP_DRAFT_NGRAM_CACHE))
+                     p->draft.kind >= SP_DRAFT_NGRAM_CACHE))
             return sp_fail(err, SP_ERR_ARG, "%s: '%s' arbitrates nothing (model, ngram, layerskip "
                            "or lowbit +suffix)", key, v->str);
         p->draft.with_suffix = plus;
@@ -164,6 +170,25 @@ static sp_status apply(sp_spec_config *c, const spelling *sp, const char *key, c
             return sp_fail(err, SP_ERR_ARG, "%s: must be an integer in [1, %d], got %lld", key,
                            SP_NGRAM_MAX, v->i);
         *(sp->id == S_NGRAM_MIN ? &p->draft.ngram_min : &p->draft.ngram_max) = (int32_t)v->i;
+        break;
+    case S_MAP_N:
+    case S_MAP_M:
+    case S_MAP_HITS:
+        if (v->i < 1 || v->i > 1024)
+            return sp_fail(err, SP_ERR_ARG, "%s: must be an integer in [1, 1024], got %lld", key, v->i);
+        *(sp->id == S_MAP_N   ? &p->draft.map_n
+          : sp->id == S_MAP_M ? &p->draft.map_m
+                              : &p->draft.map_min_hits) = (int32_t)v->i;
+        break;
+    case S_MOD_MATCH:
+    case S_MOD_MIN:
+    case S_MOD_MAX:
+        if (v->i < (sp->id == S_MOD_MIN ? 0 : 1) || v->i > 1024)
+            return sp_fail(err, SP_ERR_ARG, "%s: must be an integer in [%d, 1024], got %lld", key,
+                           sp->id == S_MOD_MIN ? 0 : 1, v->i);
+        *(sp->id == S_MOD_MATCH ? &p->draft.mod_n_match
+          : sp->id == S_MOD_MIN ? &p->draft.mod_n_min
+                                : &p->draft.mod_n_max) = (int32_t)v->i;
         break;
     case S_SKIP: {
         if (strlen(v->str) >= sizeof p->draft.skip_layers)
@@ -459,6 +484,7 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
         p->gamma = SP_SPEC_ADAPTIVE_GAMMA;
     }
     /* settings the chosen drafter or verifier would ignore */
+    const bool is_map = kind == SP_DRAFT_NGRAM_MAP_K || kind == SP_DRAFT_NGRAM_MAP_K4V;
     const struct {
         setting_id id;
         bool unused;
@@ -476,6 +502,12 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
          "only the ngram and ngram-cache drafters use it"},
         {S_NGRAM_MAX, kind != SP_DRAFT_NGRAM && kind != SP_DRAFT_NGRAM_CACHE,
          "only the ngram and ngram-cache drafters use it"},
+        {S_MAP_N, !is_map, "only the ngram-map-k and ngram-map-k4v drafters use it"},
+        {S_MAP_M, !is_map, "only the ngram-map-k and ngram-map-k4v drafters use it"},
+        {S_MAP_HITS, kind != SP_DRAFT_NGRAM_MAP_K4V, "only the ngram-map-k4v drafter uses it"},
+        {S_MOD_MATCH, kind != SP_DRAFT_NGRAM_MOD, "only the ngram-mod drafter uses it"},
+        {S_MOD_MIN, kind != SP_DRAFT_NGRAM_MOD, "only the ngram-mod drafter uses it"},
+        {S_MOD_MAX, kind != SP_DRAFT_NGRAM_MOD, "only the ngram-mod drafter uses it"},
         {S_SKIP, kind != SP_DRAFT_LAYERSKIP, "only the layerskip drafter uses it"},
         {S_LOWBIT, kind != SP_DRAFT_LOWBIT, "only the lowbit drafter uses it"},
         {S_LENIENCE, p->verifier != SP_VERIFIER_LENIENT, "only the lenient verifier uses it"},
@@ -497,7 +529,7 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
 
 sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
     const sp_drafter_kind kind = p->draft.kind;
-    if ((unsigned)kind > SP_DRAFT_NGRAM_CACHE)
+    if ((unsigned)kind > SP_DRAFT_NGRAM_MOD)
         return sp_fail(err, SP_ERR_ARG, "drafter: unknown kind %d", (int)kind);
     if (kind == SP_DRAFT_NONE) return SP_OK; /* nothing else is used */
     if ((unsigned)p->verifier > SP_VERIFIER_TRAVERSAL)
@@ -522,6 +554,18 @@ sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
         return sp_fail(err, SP_ERR_ARG,
                        "ngram_max: ngram-cache needs 1 <= ngram_min (%d) <= ngram_max (%d) <= 4",
                        p->draft.ngram_min, p->draft.ngram_max);
+    if ((kind == SP_DRAFT_NGRAM_MAP_K || kind == SP_DRAFT_NGRAM_MAP_K4V) &&
+        (p->draft.map_n < 1 || p->draft.map_n > 1024 || p->draft.map_m < 1 || p->draft.map_m > 1024 ||
+         p->draft.map_min_hits < 1 || p->draft.map_min_hits > 1024))
+        return sp_fail(err, SP_ERR_ARG, "map_n, map_m, map_min_hits: each must be in [1, 1024] (got %d, %d, %d)",
+                       p->draft.map_n, p->draft.map_m, p->draft.map_min_hits);
+    if (kind == SP_DRAFT_NGRAM_MOD &&
+        (p->draft.mod_n_match < 1 || p->draft.mod_n_match > 1024 || p->draft.mod_n_min < 0 ||
+         p->draft.mod_n_max < 1 || p->draft.mod_n_min > p->draft.mod_n_max || p->draft.mod_n_max > 1024))
+        return sp_fail(err, SP_ERR_ARG,
+                       "mod_n_min: need 1 <= mod_n_match (%d) <= 1024 and 0 <= mod_n_min (%d) <= "
+                       "mod_n_max (%d) <= 1024",
+                       p->draft.mod_n_match, p->draft.mod_n_min, p->draft.mod_n_max);
     if (memchr(p->draft.skip_layers, 0, sizeof p->draft.skip_layers) == NULL)
         return sp_fail(err, SP_ERR_ARG, "skip_layers: not terminated");
     if (p->tree.depth > 0) {
