@@ -112,7 +112,7 @@ static void test_mkmodel_moe(void **state) {
     snprintf(path, sizeof path, "%s/sp_test_cli_moe_%d.gguf", sp_tmpdir(), (int)getpid());
     snprintf(args, sizeof args,
              "mkmodel --out '%s' --arch gpt-oss --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 64 --vocab 40 "
-             "--experts 4 --experts-used 2 --sliding-window 4 --yarn 4 --ctx 256 --type mxfp4 --seed 7", path);
+             "--experts 4 --experts-used 2 --sliding-window 4 --yarn 4 --ctx 256 --type mxfp4 --head-dim 32 --seed 7", path);
     int rc = run_cli(args, out, sizeof out);
     if (rc != 0) fail_msg("mkmodel exited %d: %s", rc, out);
     sp_error err = {0};
@@ -122,6 +122,7 @@ static void test_mkmodel_moe(void **state) {
     assert_int_equal(cfg->n_expert, 4);
     assert_int_equal(cfg->n_expert_used, 2);
     assert_int_equal(cfg->wtype, SP_GGML_Q8_0);
+    assert_int_equal(cfg->head_dim, 32); /* 4 heads of 32 over dim 64, as gpt-oss's 64 x 64 over 2880 */
     assert_true(sp_model_expert_bytes(m) > 0 && sp_model_expert_bytes(m) < sp_model_weight_bytes(m));
     sp_model_free(m);
     snprintf(args, sizeof args, "bench-forward -m '%s' -t 1 --reps 2 --depth 8 --decode 4 --bound-mb 16 --json", path);
@@ -218,6 +219,12 @@ static void test_mkmodel_bad_flags(void **state) {
          "mxfp4 is written for the experts"},
         {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed 1 --vocab 32 "
          "--yarn 0.5", "--yarn must be"},
+        {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed 1 --vocab 32 "
+         "--head-dim 7", "bad model shape"},
+        {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed 1 --vocab 32 "
+         "--head-dim 2000", "--head-dim must be"},
+        {"mkmodel --out x.gguf --arch phi3 --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed 1 "
+         "--vocab 32 --head-dim 32", "not written for phi3"},
         {"bench-forward", "needs a model"},
         {"bench-forward -m x.gguf --reps 0", "--reps must be"},
         {"bench-forward -m x.gguf --bound-mb 0", "--bound-mb must be"},
