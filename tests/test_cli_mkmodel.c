@@ -184,6 +184,32 @@ static void test_mkmodel_mixes(void **state) {
         if (sp_model_load(path, NULL, &m, &err)) fail_msg("load %s: %s", types[ti], err.msg);
         sp_model_free(m);
     }
+    /* experts: ffn_down_exps follows ffn_down's rule (llama-quantize's
+     * FFN_DOWN category), gate and up stay Q4_K */
+    snprintf(args, sizeof args,
+             "mkmodel --out '%s' --dim 256 --layers 8 --heads 4 --kv-heads 2 --ffn 256 --vocab 40 --experts 2 "
+             "--experts-used 1 --type q4_K_M --seed 3", path);
+    int rc = run_cli(args, out, sizeof out);
+    if (rc != 0) {
+        remove(path);
+        fail_msg("mkmodel MoE q4_K_M exited %d: %s", rc, out);
+    }
+    sp_error err = {0};
+    sp_gguf *g = NULL;
+    assert_int_equal(sp_gguf_open(path, &g, &err), SP_OK);
+    for (int l = 0; l < 8; l++) {
+        const bool more = l == 0 || l == 3 || l == 6 || l == 7;
+        char nm[64];
+        snprintf(nm, sizeof nm, "blk.%d.ffn_down_exps.weight", l);
+        const sp_gguf_tensor *t = sp_gguf_find_tensor(g, nm);
+        assert_non_null(t);
+        assert_int_equal(t->type, more ? SP_GGML_Q6_K : SP_GGML_Q4_K);
+        snprintf(nm, sizeof nm, "blk.%d.ffn_gate_exps.weight", l);
+        t = sp_gguf_find_tensor(g, nm);
+        assert_non_null(t);
+        assert_int_equal(t->type, SP_GGML_Q4_K);
+    }
+    sp_gguf_close(g);
     remove(path);
 }
 

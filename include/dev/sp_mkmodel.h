@@ -27,7 +27,8 @@ typedef struct sp_mkmodel_params {
                                  converters do for Qwen (0: none) */
     sp_ggml_type type;        /* matrices: any type sp_mkmodel_type_ok accepts */
     bool mix_k_m;             /* type Q4_K or Q5_K: llama-quantize's Q4_K_M / Q5_K_M mix, i.e. Q6_K
-                                 for output.weight and for attn_v and ffn_down on the layers it gives
+                                 for output.weight and for attn_v and ffn_down (ffn_down_exps too) on the
+                                 layers it gives
                                  more bits (the first and last eighth, every third in between) */
     uint64_t seed;
     float logit_scale;        /* std of the output logits (default 1) */

@@ -406,7 +406,8 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
         if (moe && ((st = add_random(w, N("ffn_gate_inp"), SP_GGML_F32, p->dim, p->n_expert, sd, &rng, err)) ||
                     (st = add_experts(w, N("ffn_gate_exps"), tx, p->dim, p->ffn_dim, p->n_expert, sd, &rng, err)) ||
                     (st = add_experts(w, N("ffn_up_exps"), tx, p->dim, p->ffn_dim, p->n_expert, sd, &rng, err)) ||
-                    (st = add_experts(w, N("ffn_down_exps"), tx, p->ffn_dim, p->dim, p->n_expert, sf, &rng, err))))
+                    (st = add_experts(w, N("ffn_down_exps"), p->mix_k_m ? tm : tx, p->ffn_dim, p->dim, p->n_expert, sf,
+                                      &rng, err))))
             break;
         if ((qwen2 || gptoss) && ((st = add_random(w, NB("attn_q"), SP_GGML_F32, q_dim, 1, 0.1f, &rng, err)) ||
                                   (st = add_random(w, NB("attn_k"), SP_GGML_F32, kv_dim, 1, 0.1f, &rng, err)) ||
