@@ -20,6 +20,19 @@
 #   GEN (64 tokens generated per speculation row), CTK / CTV (f16),
 #   DRAFTS ("ngram lowbit"; "ngram" alone skips the low-bit copy).
 # Smoke test (seconds): PROMPT=32 GEN=8 DECODE=4 REPS=1 DEPTH=16 on a tiny file.
+# The issue's two models (random weights; made one at a time, mkmodel holds
+# the file in memory while writing it):
+#   Qwen3-30B-A3B shape, 24 of its 48 layers (48 would be about 18.6 GB with
+#   llama-quantize's Q4_K_M mix; 24 fit the 24 GB machine beside llama.cpp):
+#   specula mkmodel --out qwen3moe-30b-a3b-shape-24l-q4_K_M.gguf --arch qwen3moe --dim 2048 --layers 24 \
+#     --heads 32 --kv-heads 4 --head-dim 128 --ffn 768 --experts 128 --experts-used 8 --type q4_K_M \
+#     --vocab-from ../shared/reference/tokenizers/qwen3-vocab.gguf --ctx 40960 --seed 30
+#   gpt-oss-20b shape (llama.cpp's openai-moe hparams: 24 layers, 64/8 heads of 64, 32 experts of
+#   2880, 4 used, SWA 128 on alternate layers, YaRN 32 from 4096), o200k vocabulary:
+#   specula mkmodel --out gpt-oss-20b-shape-mxfp4.gguf --arch gpt-oss --dim 2880 --layers 24 \
+#     --heads 64 --kv-heads 8 --head-dim 64 --ffn 2880 --experts 32 --experts-used 4 \
+#     --sliding-window 128 --yarn 32 --ctx 131072 --type mxfp4 \
+#     --vocab-from ../shared/reference/tokenizers/gptoss-vocab.gguf --seed 20
 set -eu
 L=${LLAMA_BENCH:-/work/ref/llama.cpp/build/bin/llama-bench}
 S="$(dirname "$0")/../build/specula"
