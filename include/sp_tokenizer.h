@@ -93,6 +93,10 @@ size_t sp_tokenizer_decode(const sp_tokenizer *t, const int32_t *ids, int32_t n,
  *   phi3                             "<|assistant|>" and "<|end|>"
  *   llama2                           "[INST]" and "<<SYS>>"
  *   mistral                          "[INST]" without "<<SYS>>"
+ *   gpt-oss (harmony)                "<|start|>" and "<|channel|>"; rendered as
+ *                                    llama.cpp's built-in gpt-oss template (no
+ *                                    Jinja system preamble); the model answers
+ *                                    "<|channel|>final<|message|>...<|return|>"
  * Roles: system, user, assistant. Families without a system role (gemma,
  * mistral) put the system text before the first user message, as their
  * own templates do. */
@@ -103,7 +107,8 @@ typedef enum sp_chat_tmpl {
     SP_CHAT_GEMMA,
     SP_CHAT_PHI3,
     SP_CHAT_LLAMA2,
-    SP_CHAT_MISTRAL
+    SP_CHAT_MISTRAL,
+    SP_CHAT_HARMONY
 } sp_chat_tmpl;
 
 typedef struct sp_chat_msg {

@@ -41,6 +41,13 @@ static void test_render(void **state) {
            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello.</s><s>[INST] Tell a story. [/INST]");
     expect(SP_CHAT_MISTRAL, CONV, 4, "[INST] Be brief.\n\nHi [/INST] Hello.</s><s>[INST] Tell a story. [/INST]");
     expect(SP_CHAT_MISTRAL, CONV + 1, 1, "[INST] Hi [/INST]");
+    /* gpt-oss: the text llama.cpp de3ff81's llama_chat_apply_template("gpt-oss", ...) returns */
+    expect(SP_CHAT_HARMONY, CONV, 4,
+           "<|start|>system<|message|>Be brief.<|end|><|start|>user<|message|>Hi<|end|>"
+           "<|start|>assistant<|message|>Hello.<|return|><|start|>user<|message|>Tell a story.<|end|>"
+           "<|start|>assistant");
+    expect(SP_CHAT_HARMONY, CONV + 1, 1, "<|start|>user<|message|>Hi<|end|><|start|>assistant");
+    assert_string_equal(sp_chat_end_of_turn(SP_CHAT_HARMONY), "<|return|>");
     expect(SP_CHAT_GEMMA, CONV, 1, "<start_of_turn>user\nBe brief.<end_of_turn>\n<start_of_turn>model\n");
     assert_string_equal(sp_chat_end_of_turn(SP_CHAT_CHATML), "<|im_end|>");
     assert_string_equal(sp_chat_end_of_turn(SP_CHAT_LLAMA3), "<|eot_id|>");
@@ -59,6 +66,8 @@ static void test_detect_and_errors(void **state) {
     assert_int_equal(sp_chat_detect("{{ bos_token + '[INST] ' + '<<SYS>>\\n' + system + '\\n<</SYS>>' }}"),
                      SP_CHAT_LLAMA2);
     assert_int_equal(sp_chat_detect("{{ '[INST] ' + message['content'] + ' [/INST]' }}"), SP_CHAT_MISTRAL);
+    assert_int_equal(sp_chat_detect("{{- \"<|start|>assistant<|channel|>analysis<|message|>\" }}"), SP_CHAT_HARMONY);
+    assert_int_equal(sp_chat_by_name("gpt-oss"), SP_CHAT_HARMONY);
     assert_int_equal(sp_chat_detect("{{ message.content }}"), SP_CHAT_NONE);
     assert_int_equal(sp_chat_detect(NULL), SP_CHAT_NONE);
     assert_int_equal(sp_chat_by_name("llama3"), SP_CHAT_LLAMA3);

@@ -121,7 +121,7 @@ static void test_mkmodel_moe(void **state) {
     snprintf(path, sizeof path, "%s/sp_test_cli_moe_%d.gguf", sp_tmpdir(), (int)getpid());
     snprintf(args, sizeof args,
              "mkmodel --out '%s' --arch gpt-oss --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 64 --vocab 40 "
-             "--experts 4 --experts-used 2 --sliding-window 4 --yarn 4 --ctx 256 --type mxfp4 --seed 7", path);
+             "--experts 4 --experts-used 2 --sliding-window 4 --yarn 4 --ctx 256 --type mxfp4 --head-dim 32 --seed 7", path);
     int rc = run_cli(args, out, sizeof out);
     if (rc != 0) fail_msg("mkmodel exited %d: %s", rc, out);
     sp_error err = {0};
@@ -131,6 +131,7 @@ static void test_mkmodel_moe(void **state) {
     assert_int_equal(cfg->n_expert, 4);
     assert_int_equal(cfg->n_expert_used, 2);
     assert_int_equal(cfg->wtype, SP_GGML_Q8_0);
+    assert_int_equal(cfg->head_dim, 32); /* 4 heads of 32 over dim 64, as gpt-oss's 64 x 64 over 2880 */
     assert_true(sp_model_expert_bytes(m) > 0 && sp_model_expert_bytes(m) < sp_model_weight_bytes(m));
     sp_model_free(m);
     snprintf(args, sizeof args, "bench-forward -m '%s' -t 1 --reps 2 --depth 8 --decode 4 --bound-mb 16 --json", path);
@@ -192,6 +193,32 @@ static void test_mkmodel_mixes(void **state) {
         if (sp_model_load(path, NULL, &m, &err)) fail_msg("load %s: %s", types[ti], err.msg);
         sp_model_free(m);
     }
+    /* experts: ffn_down_exps follows ffn_down's rule (llama-quantize's
+     * FFN_DOWN category), gate and up stay Q4_K */
+    snprintf(args, sizeof args,
+             "mkmodel --out '%s' --dim 256 --layers 8 --heads 4 --kv-heads 2 --ffn 256 --vocab 40 --experts 2 "
+             "--experts-used 1 --type q4_K_M --seed 3", path);
+    int rc = run_cli(args, out, sizeof out);
+    if (rc != 0) {
+        remove(path);
+        fail_msg("mkmodel MoE q4_K_M exited %d: %s", rc, out);
+    }
+    sp_error err = {0};
+    sp_gguf *g = NULL;
+    assert_int_equal(sp_gguf_open(path, &g, &err), SP_OK);
+    for (int l = 0; l < 8; l++) {
+        const bool more = l == 0 || l == 3 || l == 6 || l == 7;
+        char nm[64];
+        snprintf(nm, sizeof nm, "blk.%d.ffn_down_exps.weight", l);
+        const sp_gguf_tensor *t = sp_gguf_find_tensor(g, nm);
+        assert_non_null(t);
+        assert_int_equal(t->type, more ? SP_GGML_Q6_K : SP_GGML_Q4_K);
+        snprintf(nm, sizeof nm, "blk.%d.ffn_gate_exps.weight", l);
+        t = sp_gguf_find_tensor(g, nm);
+        assert_non_null(t);
+        assert_int_equal(t->type, SP_GGML_Q4_K);
+    }
+    sp_gguf_close(g);
     remove(path);
 }
 
@@ -227,6 +254,12 @@ static void test_mkmodel_bad_flags(void **state) {
          "mxfp4 is written for the experts"},
         {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed 1 --vocab 32 "
          "--yarn 0.5", "--yarn must be"},
+        {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed 1 --vocab 32 "
+         "--head-dim 7", "bad model shape"},
+        {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed 1 --vocab 32 "
+         "--head-dim 2000", "--head-dim must be"},
+        {"mkmodel --out x.gguf --arch phi3 --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed 1 "
+         "--vocab 32 --head-dim 32", "not written for phi3"},
         {"bench-forward", "needs a model"},
         {"bench-forward -m x.gguf --reps 0", "--reps must be"},
         {"bench-forward -m x.gguf --bound-mb 0", "--bound-mb must be"},

@@ -166,6 +166,47 @@ static void test_float_isa_bit_identical(void **state) {
         }
 }
 
+/* The expert matmul's F16 kernel (ggml's vec_dot_f16 order, ops.h:
+ * sp_ops_mm_f16_vecdot): every tier bit for bit equal to the scalar twin,
+ * over row lengths with and without a 64-element tail; the scalar twin
+ * within 1e-5 of sum |w x| of the double-precision product. */
+static void test_f16_vecdot_isa_bit_identical(void **state) {
+    (void)state;
+    const int64_t ks[] = {1, 17, 64, 100, 768, 2880};
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        fixture f;
+        fx_make(&f, SP_GGML_F16, 21, ks[ki], 3, 9100 + ki);
+        for (int64_t i = 0; i < f.n * f.k; i++) f.x[i] = sp_fp16_to_fp32(sp_fp32_to_fp16(f.x[i]));
+        const size_t bytes = (size_t)(f.n * f.rows) * sizeof(float);
+        float *yr = malloc(bytes), *ys = malloc(bytes);
+        sp_mm m = {.wtype = SP_GGML_F16, .w = f.w, .w_stride = f.w_stride, .k = f.k, .x = f.x,
+                   .x_stride = (size_t)f.k * sizeof(float), .n = f.n, .y = yr, .ld_y = f.rows};
+        sp_ops_mm_f16_vecdot_isa(SP_ISA_SCALAR)(&m, 0, f.rows);
+        for (int64_t r = 0; r < f.rows; r++)
+            for (int32_t t = 0; t < f.n; t++) {
+                const uint16_t *w = (const uint16_t *)(f.w + r * f.w_stride);
+                double d = 0, b = 0;
+                for (int64_t i = 0; i < f.k; i++) {
+                    d += (double)sp_fp16_to_fp32(w[i]) * f.x[t * f.k + i];
+                    b += fabs((double)sp_fp16_to_fp32(w[i]) * f.x[t * f.k + i]);
+                }
+                assert_true(fabs(yr[t * f.rows + r] - d) <= 1e-5 * b + 1e-6);
+            }
+        for (int isa = SP_ISA_SCALAR + 1; isa <= (int)sp_ops_best_isa(); isa++) {
+            memset(ys, 0xFF, bytes);
+            m.y = ys;
+            sp_ops_mm_f16_vecdot_isa((sp_isa)isa)(&m, 0, f.rows);
+            for (int64_t i = 0; i < f.n * f.rows; i++)
+                if (memcmp(&ys[i], &yr[i], sizeof ys[i]))
+                    fail_msg("%s f16 vecdot k=%lld: y[%lld] = %.9g, scalar %.9g", sp_ops_isa_name((sp_isa)isa),
+                             (long long)f.k, (long long)i, ys[i], yr[i]);
+        }
+        free(yr);
+        free(ys);
+        fx_free(&f);
+    }
+}
+
 /* The reference itself against a double-precision product of the
  * dequantised weights (quantised activations add their own error for q8). */
 static void test_reference_accuracy(void **state) {
@@ -978,7 +1019,7 @@ static void test_isa_selection(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_simd_matches_reference),
-    cmocka_unit_test(test_float_isa_bit_identical),
+    cmocka_unit_test(test_float_isa_bit_identical), cmocka_unit_test(test_f16_vecdot_isa_bit_identical),
     cmocka_unit_test(test_read_sum_isa_identical),
     cmocka_unit_test(test_reference_accuracy),
     cmocka_unit_test(test_batch_and_split_invariance),

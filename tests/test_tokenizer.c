@@ -715,13 +715,41 @@ static void test_eog_sets(void **state) {
     const int32_t want_q3[] = {151643, 151645};
     assert_int_equal(eog_ids(sp_shared("reference/tokenizers/qwen3-vocab.gguf"), NULL, 0, ids, 8), 2);
     assert_memory_equal(ids, want_q3, sizeof want_q3);
+    /* gpt-oss (o200k_harmony), as llama.cpp de3ff81's llama_vocab_is_eog
+     * gives it: <|endoftext|> 199999, <|return|> 200002, <|call|> 200012;
+     * <|end|> 200007 ends a harmony message, not the run */
+    const char *go = sp_shared("reference/tokenizers/gptoss-vocab.gguf");
+    const int32_t want_go[] = {199999, 200002, 200012};
+    assert_int_equal(eog_ids(go, NULL, 0, ids, 8), 3);
+    assert_memory_equal(ids, want_go, sizeof want_go);
+}
+
+/* llama.cpp's harmony rule: <|start|>, <|message|>, <|channel|>,
+ * <|constrain|> and <|end|> are matched in plain text (user-defined), other
+ * control tokens (<|return|>) only when specials are parsed. */
+static void test_harmony_user_defined(void **state) {
+    (void)state;
+    sp_gguf *g = NULL;
+    sp_tokenizer *t = NULL;
+    sp_error err = {0};
+    assert_int_equal(sp_gguf_open(sp_shared("reference/tokenizers/gptoss-vocab.gguf"), &g, &err), SP_OK);
+    assert_int_equal(sp_tokenizer_load_gguf(g, &t, &err), SP_OK);
+    const char *s = "<|start|>user<|message|>hi<|end|><|return|>";
+    int32_t ids[64], n = 0;
+    assert_int_equal(sp_tokenizer_encode(t, s, strlen(s), false, ids, 64, &n, &err), SP_OK);
+    /* llama_tokenize(parse_special false): 200006 1428 200008 3686 200007 27 91 1034 91 29 */
+    const int32_t want[] = {200006, 1428, 200008, 3686, 200007, 27, 91, 1034, 91, 29};
+    assert_int_equal(n, 10);
+    assert_memory_equal(ids, want, sizeof want);
+    sp_tokenizer_free(t);
+    sp_gguf_close(g);
 }
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_l2c_prompt_ids),      cmocka_unit_test(test_l2c_reference_decode),
     cmocka_unit_test(test_l2c_roundtrip_sample), cmocka_unit_test(test_l2c_byte_fallback),
     cmocka_unit_test(test_l2c_cap_and_errors),  cmocka_unit_test(test_gguf_spm_reference),
-    cmocka_unit_test(test_gguf_agrees_with_l2c),
+    cmocka_unit_test(test_gguf_agrees_with_l2c), cmocka_unit_test(test_harmony_user_defined),
     cmocka_unit_test(test_spm_invalid_lead_before_space),
     cmocka_unit_test(test_unicode_classes), cmocka_unit_test(test_bpe_byte_map),
     cmocka_unit_test(test_bpe_merges_by_rank),  cmocka_unit_test(test_bpe_pretokenize),

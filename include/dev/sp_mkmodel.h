@@ -26,7 +26,8 @@ typedef struct sp_mkmodel_params {
                                  converters do for Qwen (0: none) */
     sp_ggml_type type;        /* matrices: any type sp_mkmodel_type_ok accepts */
     bool mix_k_m;             /* type Q4_K or Q5_K: llama-quantize's Q4_K_M / Q5_K_M mix, i.e. Q6_K
-                                 for output.weight and for attn_v and ffn_down on the layers it gives
+                                 for output.weight and for attn_v and ffn_down (ffn_down_exps too) on the
+                                 layers it gives
                                  more bits (the first and last eighth, every third in between) */
     uint64_t seed;
     float logit_scale;        /* std of the output logits (default 1) */
@@ -36,6 +37,9 @@ typedef struct sp_mkmodel_params {
     int32_t n_expert_used;    /* experts per token (1..n_expert) */
     int32_t sliding_window;   /* gpt-oss, gemma2, gemma3: the sliding layers' window (0: 128 for
                                  gpt-oss as its files have, 4096 for gemma) */
+    int32_t head_dim;         /* > 0: the attention head size (key_length = value_length), so that
+                                 heads * head_dim may differ from dim (Qwen3-30B-A3B: 32 x 128 over
+                                 2048); 0: dim / heads. Not for qwen35 or phi3. */
     float yarn_factor;        /* > 1: YaRN RoPE scaling by this factor from an original context of
                                  n_ctx / factor (gpt-oss's files: 32 from 4096); 0: none */
     int32_t n_mtp;            /* qwen35: multi-token-prediction (nextn) blocks after the n_layers of

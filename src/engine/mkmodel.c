@@ -265,12 +265,13 @@ static bool more_bits(int32_t l, int32_t n) { return l < n / 8 || l >= 7 * n / 8
 
 sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error *err) {
     if (p->dim < 2 || p->dim > 16384 || p->n_layers < 1 || p->n_layers > 256 || p->n_heads < 1 ||
-        p->n_kv_heads < 1 || p->dim % p->n_heads || p->n_heads % p->n_kv_heads ||
-        (p->dim / p->n_heads) % 2 || p->ffn_dim < 1 || p->ffn_dim > 65536 || p->n_ctx < 1)
+        p->n_kv_heads < 1 || (!p->head_dim && p->dim % p->n_heads) || p->n_heads % p->n_kv_heads ||
+        (p->head_dim ? p->head_dim : p->dim / p->n_heads) % 2 || p->head_dim < 0 || p->head_dim > 1024 ||
+        p->ffn_dim < 1 || p->ffn_dim > 65536 || p->n_ctx < 1)
         return sp_fail(err, SP_ERR_ARG,
-                       "bad model shape: dim %d, layers %d, heads %d, kv heads %d, ffn %d (need "
-                       "heads | dim, kv heads | heads, even head size)",
-                       p->dim, p->n_layers, p->n_heads, p->n_kv_heads, p->ffn_dim);
+                       "bad model shape: dim %d, layers %d, heads %d, kv heads %d, ffn %d, head size %d (need "
+                       "heads | dim without a head size, kv heads | heads, even head size <= 1024)",
+                       p->dim, p->n_layers, p->n_heads, p->n_kv_heads, p->ffn_dim, p->head_dim);
     /* every architecture the loader reads (its table, sp_model_arch_name) */
     bool arch_ok = !p->arch || !*p->arch;
     for (int32_t i = 0; sp_model_arch_name(i) && !arch_ok; i++) arch_ok = !strcmp(p->arch, sp_model_arch_name(i));
@@ -316,6 +317,8 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
                        p->n_vocab);
     if (p->n_mtp < 0 || p->n_mtp > 8 || (p->n_mtp > 0 && strcmp(arch, "qwen35")))
         return sp_fail(err, SP_ERR_ARG, "MTP blocks (0 to 8, got %d) are written for qwen35 only", p->n_mtp);
+    if (p->head_dim && p->arch && (!strcmp(p->arch, "qwen35") || hyb_moe || !strcmp(p->arch, "phi3")))
+        return sp_fail(err, SP_ERR_ARG, "a head size is not written for %s (its heads are dim / heads)", p->arch);
     if (p->arch && (!strcmp(p->arch, "qwen35") || hyb_moe)) {
         const int32_t hd0 = p->dim / p->n_heads, S = hd0 < 128 ? hd0 : 128;
         if (p->dim % S || p->n_layers < 1)
@@ -330,7 +333,8 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     else
         st = synth_vocab(w, n_vocab, p->pad_vocab, err);
     if (!p->vocab_from && p->pad_vocab > n_vocab) n_vocab = p->pad_vocab;
-    const int32_t hd = p->dim / p->n_heads, kv_dim = p->n_kv_heads * hd;
+    const int32_t hd = p->head_dim ? p->head_dim : p->dim / p->n_heads, q_dim = p->n_heads * hd,
+                  kv_dim = p->n_kv_heads * hd;
     const bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3") || qwen3moe, phi3 = !strcmp(arch, "phi3");
     const bool gemma2 = !strcmp(arch, "gemma2"), gemma3 = !strcmp(arch, "gemma3");
     /* qwen35: three of every four layers Gated DeltaNet (value heads of S =
@@ -382,8 +386,9 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
         if (qwen3moe || gptoss || hyb_moe) sp_gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)p->ffn_dim);
         if (hyb_moe) sp_gguf_writer_set_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)p->ffn_dim);
     }
-    if (gptoss) { /* sliding layers alternate with full ones, the first sliding (llama.cpp's default) */
+    if (gptoss) /* sliding layers alternate with full ones, the first sliding (llama.cpp's default) */
         sp_gguf_writer_set_u32(w, K("attention.sliding_window"), p->sliding_window > 0 ? (uint32_t)p->sliding_window : 128);
+    if (gptoss || p->head_dim) {
         sp_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)hd);
         sp_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)hd);
     }
@@ -411,7 +416,7 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
             continue;
         }
         if ((st = add_ones(w, N("attn_norm"), p->dim, err)) ||
-            (st = add_random(w, N("attn_output"), tmat, p->dim, p->dim, sd, &rng, err)) ||
+            (st = add_random(w, N("attn_output"), tmat, q_dim, p->dim, 1.0f / sqrtf((float)q_dim), &rng, err)) ||
             (st = add_ones(w, gptoss ? N("post_attention_norm") : N("ffn_norm"), p->dim, err)) ||
             (!moe && (st = add_random(w, N("ffn_down"), tm, p->ffn_dim, p->dim, sf, &rng, err))))
             break;
@@ -419,7 +424,7 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
             if ((st = add_random(w, N("attn_qkv"), tmat, p->dim, p->dim + 2 * kv_dim, sd, &rng, err)) ||
                 (st = add_random(w, N("ffn_up"), tmat, p->dim, 2 * p->ffn_dim, sd, &rng, err)))
                 break;
-        } else if ((st = add_random(w, N("attn_q"), tmat, p->dim, p->dim, sd, &rng, err)) ||
+        } else if ((st = add_random(w, N("attn_q"), tmat, p->dim, q_dim, sd, &rng, err)) ||
                    (st = add_random(w, N("attn_k"), tmat, p->dim, kv_dim, sd, &rng, err)) ||
                    (st = add_random(w, N("attn_v"), tm, p->dim, kv_dim, sd, &rng, err)) ||
                    (!moe && (st = add_random(w, N("ffn_gate"), tmat, p->dim, p->ffn_dim, sd, &rng, err))) ||
@@ -429,9 +434,10 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
         if (moe && ((st = add_random(w, N("ffn_gate_inp"), SP_GGML_F32, p->dim, p->n_expert, sd, &rng, err)) ||
                     (st = add_experts(w, N("ffn_gate_exps"), tx, p->dim, p->ffn_dim, p->n_expert, sd, &rng, err)) ||
                     (st = add_experts(w, N("ffn_up_exps"), tx, p->dim, p->ffn_dim, p->n_expert, sd, &rng, err)) ||
-                    (st = add_experts(w, N("ffn_down_exps"), tx, p->ffn_dim, p->dim, p->n_expert, sf, &rng, err))))
+                    (st = add_experts(w, N("ffn_down_exps"), p->mix_k_m ? tm : tx, p->ffn_dim, p->dim, p->n_expert, sf,
+                                      &rng, err))))
             break;
-        if ((qwen2 || gptoss) && ((st = add_random(w, NB("attn_q"), SP_GGML_F32, p->dim, 1, 0.1f, &rng, err)) ||
+        if ((qwen2 || gptoss) && ((st = add_random(w, NB("attn_q"), SP_GGML_F32, q_dim, 1, 0.1f, &rng, err)) ||
                                   (st = add_random(w, NB("attn_k"), SP_GGML_F32, kv_dim, 1, 0.1f, &rng, err)) ||
                                   (st = add_random(w, NB("attn_v"), SP_GGML_F32, kv_dim, 1, 0.1f, &rng, err))))
             break;

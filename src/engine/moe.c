@@ -1,6 +1,7 @@
 /* moe: the mixture-of-experts FFN block (contract in moe.h): routing,
  * grouping of a batch's rows by expert, and the expert matmuls run as one
- * parallel job per phase (gate and up of every selected expert, then down). */
+ * parallel job per phase (gate and up of every selected expert fused with
+ * the activation, then down). */
 #include "moe.h"
 
 #include <math.h>
@@ -20,13 +21,23 @@
 
 /* One phase's matmuls: task i applies weight w[i] to n[i] prepared rows
  * (x[i], x_stride apart) into y[i] (ld floats apart). Rows are cut into
- * chunks of 16 (a packed group) or more that threads claim in turn. */
+ * chunks of 16 (a packed group) or more that threads claim in turn.
+ * A fused task (fn2 set: an expert's gate in mm, its up in mm2) computes
+ * both matrices' rows [r0, r1) for the expert's tokens back to back, while
+ * their activation rows are in cache, then that slice's scale, bias and
+ * activation (g <- act(g, u)), so no separate pass over g and u follows.
+ * Chunk starts are multiples of 16, so the activation kernel splits each
+ * row into vector body and tail where a whole-row call would: the same
+ * bits. */
 #define MOE_MAX_TASKS 1024
 typedef struct moe_job {
     int n_tasks;
-    sp_mm mm[MOE_MAX_TASKS];
-    sp_mm_kernel fn[MOE_MAX_TASKS];
+    sp_mm mm[MOE_MAX_TASKS], mm2[MOE_MAX_TASKS];
+    sp_mm_kernel fn[MOE_MAX_TASKS], fn2[MOE_MAX_TASKS];
+    int32_t expert[MOE_MAX_TASKS];
     int64_t rows[MOE_MAX_TASKS], chunk_rows[MOE_MAX_TASKS], chunk_end[MOE_MAX_TASKS];
+    const struct sp_layer *L; /* fused tasks: the layer's expert scales and biases */
+    bool oai;                 /* fused tasks: gpt-oss's clamped SwiGLU */
     _Atomic int64_t next;
 } moe_job;
 
@@ -115,11 +126,45 @@ void sp_moe_stats_reset(sp_moe_scratch *s) {
     if (s) s->experts_read = s->steps = 0;
 }
 
+static void swiglu_oai(float *out, const float *g, const float *u, int64_t n);
+
+/* Columns [c0, c1) of n rows of y (ld floats apart): y * s[e], then +
+ * b[e * cols + i] (cols: the full row length). */
+static void scale_bias_cols(float *y, int64_t ld, int32_t n, int64_t cols, int64_t c0, int64_t c1, const float *s,
+                            const float *b, int32_t e) {
+    if (!s && !b) return;
+    for (int32_t r = 0; r < n; r++) {
+        float *row = y + (int64_t)r * ld;
+        if (s)
+            for (int64_t i = c0; i < c1; i++) row[i] *= s[e];
+        if (b)
+            for (int64_t i = c0; i < c1; i++) row[i] += b[(int64_t)e * cols + i];
+    }
+}
+
+/* Rows [r0, r1) of task i (moe_job). */
+static void run_range(const moe_job *j, int i, int64_t r0, int64_t r1) {
+    j->fn[i](&j->mm[i], r0, r1);
+    if (!j->fn2[i]) return;
+    j->fn2[i](&j->mm2[i], r0, r1);
+    const sp_mm *g = &j->mm[i], *u = &j->mm2[i];
+    const int32_t e = j->expert[i];
+    const int64_t cols = j->rows[i];
+    scale_bias_cols(g->y, g->ld_y, g->n, cols, r0, r1, j->L->exp_gate_s, j->L->exp_gate_b, e);
+    scale_bias_cols(u->y, u->ld_y, u->n, cols, r0, r1, j->L->exp_up_s, j->L->exp_up_b, e);
+    for (int32_t t = 0; t < g->n; t++) {
+        float *gy = g->y + t * g->ld_y + r0;
+        const float *uy = u->y + t * u->ld_y + r0;
+        if (j->oai) swiglu_oai(gy, gy, uy, r1 - r0);
+        else sp_ops_swiglu()(gy, gy, uy, r1 - r0);
+    }
+}
+
 static void moe_job_run(void *arg, int ith, int nth) {
     moe_job *j = arg;
     (void)ith;
     if (nth == 1) {
-        for (int i = 0; i < j->n_tasks; i++) j->fn[i](&j->mm[i], 0, j->rows[i]);
+        for (int i = 0; i < j->n_tasks; i++) run_range(j, i, 0, j->rows[i]);
         return;
     }
     const int64_t total = j->n_tasks ? j->chunk_end[j->n_tasks - 1] : 0;
@@ -130,28 +175,50 @@ static void moe_job_run(void *arg, int ith, int nth) {
         while (c >= j->chunk_end[i]) i++; /* claims only increase */
         const int64_t r0 = (c - (i ? j->chunk_end[i - 1] : 0)) * j->chunk_rows[i];
         const int64_t r1 = r0 + j->chunk_rows[i];
-        j->fn[i](&j->mm[i], r0, r1 < j->rows[i] ? r1 : j->rows[i]);
+        run_range(j, i, r0, r1 < j->rows[i] ? r1 : j->rows[i]);
     }
+}
+
+/* The matmul of w over n prepared rows x into y (ld floats apart). */
+static sp_mm_kernel mm_of(const sp_weight *w, const void *x, size_t x_stride, int32_t n, float *y, int64_t ld,
+                          sp_mm *mm) {
+    /* F16 in ggml's vec_dot_f16 order, over the original rows (moe.h) */
+    const bool f16 = w->type == SP_GGML_F16;
+    sp_mm_kernel pk = w->packed && !f16 ? sp_ops_mm_packed(w->type) : NULL;
+    *mm = (sp_mm){.wtype = w->type, .w = pk ? w->packed : w->data,
+                  .w_stride = pk ? w->packed_stride : w->row_bytes, .k = w->cols,
+                  .x = x, .x_stride = x_stride, .n = n, .y = y, .ld_y = ld};
+    sp_mm_kernel fn = pk ? pk : f16 ? sp_ops_mm_f16_vecdot() : sp_ops_mm(w->type);
+    SP_ASSERT(fn != NULL);
+    return fn;
 }
 
 static void moe_job_add(moe_job *j, const sp_weight *w, const void *x, size_t x_stride, int32_t n, float *y,
                         int64_t ld) {
     SP_ASSERT(j->n_tasks < MOE_MAX_TASKS);
     const int i = j->n_tasks++;
-    /* F16 in ggml's vec_dot_f16 order, over the original rows (moe.h) */
-    const bool f16 = w->type == SP_GGML_F16;
-    sp_mm_kernel pk = w->packed && !f16 ? sp_ops_mm_packed(w->type) : NULL;
-    j->mm[i] = (sp_mm){.wtype = w->type, .w = pk ? w->packed : w->data,
-                       .w_stride = pk ? w->packed_stride : w->row_bytes, .k = w->cols,
-                       .x = x, .x_stride = x_stride, .n = n, .y = y, .ld_y = ld};
-    j->fn[i] = pk ? pk : f16 ? sp_ops_mm_f16_vecdot() : sp_ops_mm(w->type);
+    j->fn[i] = mm_of(w, x, x_stride, n, y, ld, &j->mm[i]);
+    j->fn2[i] = NULL;
     j->rows[i] = w->rows;
-    SP_ASSERT(j->fn[i] != NULL);
+}
+
+/* A fused task (moe_job): expert e's gate (xg rows) and up (xu rows) into
+ * g and u, then its scale, bias and activation. */
+static void moe_job_add_gate_up(moe_job *j, int32_t e, const void *xg, const void *xu, size_t xg_stride,
+                                size_t xu_stride, int32_t n, float *g, float *u, int64_t ld) {
+    const sp_weight *wg = &j->L->exp_gate[e], *wu = &j->L->exp_up[e];
+    SP_ASSERT(j->n_tasks < MOE_MAX_TASKS && wg->rows == wu->rows);
+    const int i = j->n_tasks++;
+    j->fn[i] = mm_of(wg, xg, xg_stride, n, g, ld, &j->mm[i]);
+    j->fn2[i] = mm_of(wu, xu, xu_stride, n, u, ld, &j->mm2[i]);
+    j->expert[i] = e;
+    j->rows[i] = wg->rows;
 }
 
 static void moe_job_exec(sp_pool *pool, moe_job *j) {
     uint64_t work = 0;
-    for (int i = 0; i < j->n_tasks; i++) work += (uint64_t)j->rows[i] * (uint64_t)j->mm[i].k * (uint64_t)j->mm[i].n;
+    for (int i = 0; i < j->n_tasks; i++)
+        work += (uint64_t)j->rows[i] * (uint64_t)j->mm[i].k * (uint64_t)j->mm[i].n * (j->fn2[i] ? 2 : 1);
     const int nth = sp_pool_n_threads(pool);
     if (work < MOE_PAR_MIN_WORK || nth == 1) {
         moe_job_run(j, 0, 1);
@@ -159,7 +226,7 @@ static void moe_job_exec(sp_pool *pool, moe_job *j) {
     }
     /* about 4 chunks per thread over the whole phase, in multiples of 16 rows */
     uint64_t rows = 0;
-    for (int i = 0; i < j->n_tasks; i++) rows += (uint64_t)j->rows[i];
+    for (int i = 0; i < j->n_tasks; i++) rows += (uint64_t)j->rows[i] * (j->fn2[i] ? 2 : 1);
     int64_t cr = (int64_t)(rows / (uint64_t)(4 * nth)) / 16 * 16;
     if (cr < 16) cr = 16;
     int64_t end = 0;
@@ -259,19 +326,6 @@ static void route(sp_moe_scratch *s, const sp_moe_cfg *mc, int32_t n) {
     }
 }
 
-/* Per-expert output scale and bias of rows [r0, r0 + n) of y (ld floats
- * apart, `cols` used): y * s[e], then + b[e]. */
-static void scale_bias(float *y, int64_t ld, int32_t n, int64_t cols, const float *s, const float *b, int32_t e) {
-    if (!s && !b) return;
-    for (int32_t r = 0; r < n; r++) {
-        float *row = y + (int64_t)r * ld;
-        if (s)
-            for (int64_t i = 0; i < cols; i++) row[i] *= s[e];
-        if (b)
-            for (int64_t i = 0; i < cols; i++) row[i] += b[(int64_t)e * cols + i];
-    }
-}
-
 /* gpt-oss's clamped SwiGLU (moe.h), ggml's scalar form. */
 static void swiglu_oai(float *out, const float *g, const float *u, int64_t n) {
     const float alpha = 1.702f, limit = 7.0f;
@@ -322,8 +376,11 @@ static void moe_chunk(sp_moe_scratch *s, sp_pool *pool, const sp_model *m, const
         }
     const int32_t R = n * K;
 
-    /* gate and up of every selected expert (one type per tensor) */
+    /* gate and up of every selected expert (one type per tensor), fused
+     * with their scale, bias and activation into g */
     job->n_tasks = 0;
+    job->L = L;
+    job->oai = mc->swiglu_oai;
     const sp_ggml_type tg = L->exp_gate[0].type, tu = L->exp_up[0].type;
     xa = prepare(s, 0, tg, s->xg, dim, R, &xs);
     size_t xbs = xs;
@@ -332,21 +389,10 @@ static void moe_chunk(sp_moe_scratch *s, sp_pool *pool, const sp_model *m, const
         const int32_t c = s->start[e + 1] - s->start[e];
         if (!c) continue;
         const size_t r0 = (size_t)s->start[e];
-        moe_job_add(job, &L->exp_gate[e], (const uint8_t *)xa + r0 * xs, xs, c, s->g + (int64_t)r0 * ffn, ffn);
-        moe_job_add(job, &L->exp_up[e], (const uint8_t *)xb + r0 * xbs, xbs, c, s->u + (int64_t)r0 * ffn, ffn);
+        moe_job_add_gate_up(job, e, (const uint8_t *)xa + r0 * xs, (const uint8_t *)xb + r0 * xbs, xs, xbs, c,
+                            s->g + (int64_t)r0 * ffn, s->u + (int64_t)r0 * ffn, ffn);
     }
     moe_job_exec(pool, job);
-    for (int32_t e = 0; e < E; e++) {
-        const int32_t c = s->start[e + 1] - s->start[e];
-        if (!c) continue;
-        scale_bias(s->g + (int64_t)s->start[e] * ffn, ffn, c, ffn, L->exp_gate_s, L->exp_gate_b, e);
-        scale_bias(s->u + (int64_t)s->start[e] * ffn, ffn, c, ffn, L->exp_up_s, L->exp_up_b, e);
-    }
-    for (int32_t r = 0; r < R; r++) {
-        float *g = s->g + (int64_t)r * ffn;
-        if (mc->swiglu_oai) swiglu_oai(g, g, s->u + (int64_t)r * ffn, ffn);
-        else sp_ops_swiglu()(g, g, s->u + (int64_t)r * ffn, ffn);
-    }
 
     /* down */
     job->n_tasks = 0;
@@ -360,7 +406,7 @@ static void moe_chunk(sp_moe_scratch *s, sp_pool *pool, const sp_model *m, const
     moe_job_exec(pool, job);
     for (int32_t e = 0; e < E; e++) {
         const int32_t c = s->start[e + 1] - s->start[e];
-        if (c) scale_bias(s->y + (int64_t)s->start[e] * dim, dim, c, dim, L->exp_down_s, L->exp_down_b, e);
+        if (c) scale_bias_cols(s->y + (int64_t)s->start[e] * dim, dim, c, dim, 0, dim, L->exp_down_s, L->exp_down_b, e);
     }
 
     /* weighted sum in slot order */

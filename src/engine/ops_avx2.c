@@ -810,7 +810,36 @@ static void swiglu(float *out, const float *g, const float *u, int64_t n) {
     if (nv < n) sp_swiglu(out + nv, g + nv, u + nv, n - nv);
 }
 
+/* ggml's vec_dot_f16 order of its AVX-512 build (ops.h: sp_ops_mm_f16_vecdot),
+ * so every tier gives the expert matmuls the same bits: 4 accumulators of 16
+ * lanes (two 8-lane halves each) over 64 elements per step, combined as
+ * (a0 + a2) + (a1 + a3), then sp_reduce16 into a double and the tail added
+ * in double; per lane the same fused multiply-adds as the scalar twin. */
+static void mm_f16_vecdot(const sp_mm *m, int64_t r0, int64_t r1) {
+    const int64_t np = m->k / 64 * 64;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *w = (const uint16_t *)(m->w + r * m->w_stride);
+        for (int32_t t = 0; t < m->n; t++) {
+            const float *x = (const float *)((const uint8_t *)m->x + t * m->x_stride);
+            __m256 a[8];
+            for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
+            for (int64_t i = 0; i < np; i += 64)
+                for (int j = 0; j < 8; j++)
+                    a[j] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8 * j))),
+                                           _mm256_loadu_ps(x + i + 8 * j), a[j]);
+            /* lanes 0-7 of accumulator q are a[2q], lanes 8-15 a[2q + 1] */
+            float v[16];
+            _mm256_storeu_ps(v, _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])));
+            _mm256_storeu_ps(v + 8, _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
+            double s = sp_reduce16(v);
+            for (int64_t i = np; i < m->k; i++) s += (double)(_cvtsh_ss(w[i]) * x[i]);
+            m->y[t * m->ld_y + r] = (float)s;
+        }
+    }
+}
+
 void sp_ops_fill_avx2(sp_ops_table *t) {
+    t->mm_f16_vecdot = mm_f16_vecdot;
     t->read_sum = read_sum;
     t->mm[SP_GGML_F32] = mm_f32;
     t->mm[SP_GGML_F16] = mm_f16;

@@ -17,6 +17,7 @@ static const struct {
     {SP_CHAT_CHATML, "chatml", "<|im_end|>"}, {SP_CHAT_LLAMA3, "llama3", "<|eot_id|>"},
     {SP_CHAT_GEMMA, "gemma", "<end_of_turn>"}, {SP_CHAT_PHI3, "phi3", "<|end|>"},
     {SP_CHAT_LLAMA2, "llama2", "</s>"},        {SP_CHAT_MISTRAL, "mistral", "</s>"},
+    {SP_CHAT_HARMONY, "gpt-oss", "<|return|>"},
 };
 #define N_FAMILIES (int)(sizeof FAMILIES / sizeof FAMILIES[0])
 
@@ -25,6 +26,7 @@ sp_chat_tmpl sp_chat_detect(const char *s) {
     if (strstr(s, "<|im_start|>")) return SP_CHAT_CHATML;
     if (strstr(s, "<|start_header_id|>")) return SP_CHAT_LLAMA3;
     if (strstr(s, "<start_of_turn>")) return SP_CHAT_GEMMA;
+    if (strstr(s, "<|start|>") && strstr(s, "<|channel|>")) return SP_CHAT_HARMONY;
     if (strstr(s, "<|assistant|>") && strstr(s, "<|end|>")) return SP_CHAT_PHI3;
     if (strstr(s, "[INST]")) return strstr(s, "<<SYS>>") ? SP_CHAT_LLAMA2 : SP_CHAT_MISTRAL;
     return SP_CHAT_NONE;
@@ -42,7 +44,7 @@ const char *sp_chat_name(sp_chat_tmpl t) {
     return "none";
 }
 
-const char *sp_chat_names(void) { return "chatml, llama3, gemma, phi3, llama2, mistral"; }
+const char *sp_chat_names(void) { return "chatml, llama3, gemma, phi3, llama2, mistral, gpt-oss"; }
 
 const char *sp_chat_end_of_turn(sp_chat_tmpl t) {
     for (int i = 0; i < N_FAMILIES; i++)
@@ -115,6 +117,15 @@ sp_status sp_chat_render(sp_chat_tmpl t, const sp_chat_msg *msgs, int n, char **
         for (int i = 0; i < n; i++)
             put(&b, "<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>", msgs[i].role, msgs[i].content);
         put(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+    case SP_CHAT_HARMONY:
+        /* harmony as llama.cpp's built-in gpt-oss template writes it: every
+         * message one <|start|>ROLE<|message|>TEXT, ended by <|return|> for
+         * the assistant and <|end|> otherwise */
+        for (int i = 0; i < n; i++)
+            put(&b, "<|start|>%s<|message|>%s%s", msgs[i].role, msgs[i].content,
+                role_of(msgs[i].role) == 2 ? "<|return|>" : "<|end|>");
+        put(&b, "<|start|>assistant");
         break;
     case SP_CHAT_PHI3:
         for (int i = 0; i < n; i++) put(&b, "<|%s|>\n%s<|end|>\n", msgs[i].role, msgs[i].content);

@@ -288,10 +288,53 @@ static sp_status build_bytes_and_merges(sp_tokenizer *t, const sp_tokenizer_spec
     return sp_tok_bpe_build_merges(t, spec->merges, spec->n_merges, err);
 }
 
-/* Step 4: printable pieces, user-defined tokens (longest first, for literal
- * matching) and the end-of-generation set. */
+/* llama.cpp's end-of-generation set: eos, eot, eom and its EOT-like token
+ * texts (llama-vocab.cpp), so that e.g. a Llama 3 Instruct file whose eos
+ * is <|eot_id|> still stops at <|end_of_text|>; only control tokens, so
+ * plain text never ends a run. Then its o200k_harmony rules: <|channel|>,
+ * <|message|>, <|start|> and <|constrain|> are user-defined (matched in
+ * plain text too), and with <|return|> and <|call|> in the set, <|end|>
+ * leaves it and is user-defined (a harmony message's end, not the run's). */
+static void eog_and_harmony(sp_tokenizer *t) {
+    add_eog(t, t->eos);
+    add_eog(t, t->eot);
+    add_eog(t, t->eom);
+    static const char *const eog_names[] = {
+        "<|eot_id|>",      "<|eom_id|>", "<|im_end|>", "<|end|>",           "<end_of_turn>",
+        "<|endoftext|>",   "<|end_of_text|>", "<EOT>", "_<EOT>", "<end_of_utterance>",
+        "<|return|>",      "<|call|>"};
+    _Static_assert(3 + sizeof eog_names / sizeof eog_names[0] <= sizeof t->eog / sizeof t->eog[0],
+                   "eog holds eos, eot, eom and every named one");
+    for (size_t i = 0; i < sizeof eog_names / sizeof eog_names[0]; i++) {
+        int32_t id = sp_tok_lookup(t, eog_names[i], strlen(eog_names[i]));
+        if (id >= 0 && t->types[id] == SP_TOKT_CONTROL) add_eog(t, id);
+    }
+    static const char *const harmony_ud[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
+    for (size_t i = 0; i < sizeof harmony_ud / sizeof harmony_ud[0]; i++) {
+        int32_t id = sp_tok_lookup(t, harmony_ud[i], strlen(harmony_ud[i]));
+        if (id >= 0) t->types[id] = SP_TOKT_USER_DEFINED;
+    }
+    int32_t ret = -1, call = -1, end = -1;
+    for (int32_t i = 0; i < t->n_eog; i++) {
+        const int32_t id = t->eog[i];
+        const size_t n = t->off[id + 1] - t->off[id];
+        const char *x = t->text + t->off[id];
+        if (n == 10 && !memcmp(x, "<|return|>", 10)) ret = i;
+        else if (n == 8 && !memcmp(x, "<|call|>", 8)) call = i;
+        else if (n == 7 && !memcmp(x, "<|end|>", 7)) end = i;
+    }
+    if (ret >= 0 && call >= 0 && end >= 0) {
+        t->types[t->eog[end]] = SP_TOKT_USER_DEFINED;
+        memmove(t->eog + end, t->eog + end + 1, (size_t)(t->n_eog - end - 1) * sizeof t->eog[0]);
+        t->n_eog--;
+    }
+}
+
+/* Step 4: the end-of-generation set, printable pieces, user-defined tokens
+ * (longest first, for literal matching). */
 static void build_pieces_and_specials(sp_tokenizer *t) {
     const int32_t nv = t->n_vocab;
+    eog_and_harmony(t);
     uint32_t po = 0;
     for (int32_t i = 0; i < nv; i++) {
         t->poff[i] = po;
@@ -312,21 +355,6 @@ static void build_pieces_and_specials(sp_tokenizer *t) {
             t->sp_first[c >> 3] |= (uint8_t)(1u << (c & 7));
         }
     qsort_r(t->sp, (size_t)t->n_sp, sizeof *t->sp, cmp_ud_len_desc, t);
-    add_eog(t, t->eos);
-    add_eog(t, t->eot);
-    add_eog(t, t->eom);
-    /* llama.cpp's end-of-generation token texts (llama-vocab.cpp), so that
-     * e.g. a Llama 3 Instruct file whose eos is <|eot_id|> still stops at
-     * <|end_of_text|>; only control tokens, so plain text never ends a run */
-    static const char *const eog_names[] = {
-        "<|eot_id|>",      "<|eom_id|>", "<|im_end|>", "<|end|>",           "<end_of_turn>",
-        "<|endoftext|>",   "<|end_of_text|>", "<EOT>", "_<EOT>", "<end_of_utterance>"};
-    _Static_assert(3 + sizeof eog_names / sizeof eog_names[0] <= sizeof t->eog / sizeof t->eog[0],
-                   "eog holds eos, eot, eom and every named one");
-    for (size_t i = 0; i < sizeof eog_names / sizeof eog_names[0]; i++) {
-        int32_t id = sp_tok_lookup(t, eog_names[i], strlen(eog_names[i]));
-        if (id >= 0 && t->types[id] == SP_TOKT_CONTROL) add_eog(t, id);
-    }
 }
 
 sp_status sp_tokenizer_init_spec(const sp_tokenizer_spec *spec, sp_tokenizer **out,

@@ -151,6 +151,77 @@ static size_t next_llama3(const char *s, size_t len, size_t pos, int max_digits)
     return whitespace_tail(s, len, pos);
 }
 
+/* o200k ("gpt-4o", gpt-oss) as llama.cpp runs it: std::regex over text in
+ * which every non-ASCII code point stands for its class (letters one
+ * placeholder, so [^a-z] and [^A-Z] both take any non-ASCII letter, and
+ * combining marks are "other"):
+ *   [^\r\n\p{L}\p{N}]?U*W+C?|[^\r\n\p{L}\p{N}]?U+W*C?|\p{N}{1,3}|
+ *    ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * with U = a letter but a-z, W = a letter but A-Z, C = a contraction
+ * ('s 't 're 've 'm 'll 'd, letters of either case), backtracking as
+ * ECMAScript does (the first alternative that matches, each quantifier as
+ * long as the rest still matches). */
+static inline bool o200k_u(const char *s, size_t len, size_t p, size_t *l) {
+    return class_at(s, len, p, l) == CL_LETTER && !(s[p] >= 'a' && s[p] <= 'z');
+}
+static inline bool o200k_w(const char *s, size_t len, size_t p, size_t *l) {
+    return class_at(s, len, p, l) == CL_LETTER && !(s[p] >= 'A' && s[p] <= 'Z');
+}
+
+/* U*W+ (want_w) or U+W* at q, then C?; 0 if no match. The U run ends at
+ * b; W+ starts at b when a-z is there (the only W that is not U), else at
+ * the run's last non-ASCII letter (then W+ is that one letter, as the next
+ * is A-Z or ends the run). */
+static size_t o200k_word(const char *s, size_t len, size_t q, bool want_w) {
+    size_t b = q, l, last_w = SIZE_MAX, last_wl = 0;
+    while (b < len && o200k_u(s, len, b, &l)) {
+        if (!(s[b] >= 'A' && s[b] <= 'Z')) last_w = b, last_wl = l;
+        b += l;
+    }
+    size_t end;
+    if (b < len && s[b] >= 'a' && s[b] <= 'z') {
+        end = b;
+        while (end < len && o200k_w(s, len, end, &l)) end += l;
+    } else if (want_w) {
+        if (last_w == SIZE_MAX) return 0;
+        end = last_w + last_wl;
+    } else {
+        if (b == q) return 0;
+        end = b; /* W* matches nothing here: b is not a-z and not U */
+    }
+    return end + (end < len ? contraction(s, len, end, true) : 0);
+}
+
+static size_t next_o200k(const char *s, size_t len, size_t pos) {
+    size_t l;
+    const int cl = class_at(s, len, pos, &l);
+    /* the optional leading character: anything but \r, \n, letters, numbers */
+    const size_t q = cl != CL_LETTER && cl != CL_NUMBER && s[pos] != '\r' && s[pos] != '\n' ? pos + l : pos;
+    if (q < len) {
+        size_t e = o200k_word(s, len, q, true);
+        if (!e) e = o200k_word(s, len, q, false);
+        if (e) return e;
+    }
+    if (cl == CL_NUMBER) {
+        size_t p = pos;
+        for (int k = 0; k < 3 && p < len && class_at(s, len, p, &l) == CL_NUMBER; k++) p += l;
+        return p;
+    }
+    size_t p = pos;
+    if (s[pos] == ' ' && pos + 1 < len && class_at(s, len, pos + 1, &l) == CL_OTHER) p = pos + 1;
+    if (class_at(s, len, p, &l) == CL_OTHER) {
+        p = run_of(s, len, p, CL_OTHER);
+        while (p < len && (s[p] == '\r' || s[p] == '\n' || s[p] == '/')) p++;
+        return p;
+    }
+    /* whitespace: \s*[\r\n]+ takes the run up to its last newline */
+    size_t end = run_of(s, len, pos, CL_SPACE), nl = 0;
+    for (size_t r = pos; r < end; r++)
+        if (s[r] == '\r' || s[r] == '\n') nl = r + 1;
+    if (nl) return nl;
+    return whitespace_tail(s, len, pos);
+}
+
 /* StarCoder / Refact: every \p{N} is a word of its own, and the GPT-2 regex
  * runs on the text between them (so " 12" is " ", "1", "2"). */
 static size_t next_digits(const char *s, size_t len, size_t pos, bool runs) {
@@ -330,6 +401,7 @@ static size_t pretok_next(sp_tok_pre pre, const char *text, size_t len, size_t p
     switch (pre) {
     case SP_PRE_LLAMA3: return next_llama3(text, len, pos, 3);
     case SP_PRE_QWEN2: return next_llama3(text, len, pos, 1);
+    case SP_PRE_O200K: return next_o200k(text, len, pos);
     case SP_PRE_DIGITS: return next_digits(text, len, pos, false);
     case SP_PRE_FALCON: return next_falcon(text, len, pos, false);
     case SP_PRE_DEFAULT: return next_falcon(text, len, pos, true);

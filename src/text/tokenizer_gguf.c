@@ -89,6 +89,8 @@ static const struct {
     {"command-r", SP_PRE_DIGITS},    {"smollm", SP_PRE_DIGITS},       {"codeshell", SP_PRE_DIGITS},
     {"exaone", SP_PRE_DIGITS},       {"minerva-7b", SP_PRE_DIGITS},   {"deepseek-coder", SP_PRE_DEEPSEEK_CODER},
     {"deepseek-llm", SP_PRE_DEEPSEEK_LLM}, {"falcon", SP_PRE_FALCON},
+    {"gpt-4o", SP_PRE_O200K},        {"llama4", SP_PRE_O200K},        {"kanana2", SP_PRE_O200K},
+    {"talkie", SP_PRE_O200K},
 };
 
 bool sp_tokenizer_pre_known(const char *name) {
