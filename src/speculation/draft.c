@@ -952,6 +952,29 @@ static int32_t pick_children(sp_drafter *d, const float *logits, const float *q,
     return m;
 }
 
+/* Grows the tree by one level: the children of frontier nodes [f0, f1)
+ * (their logits rows in front, one per node, and their q rows in t->q) at
+ * depth lev, as many as the shape's branch there while nodes are left.
+ * Returns the first new node (the new frontier is [it, t->n_nodes)). */
+static int32_t grow_level(sp_drafter *d, sp_draft_tree *t, const sp_tree_shape *shape, int32_t lev,
+                          int32_t f0, int32_t f1, const float *front, bool greedy, sp_mc_mode mode,
+                          sp_rng *rng) {
+    const int32_t V = d->V, first_new = t->n_nodes;
+    for (int32_t f = f0; f < f1; f++) {
+        int32_t kids[SP_TREE_MAX_NODES];
+        int32_t k = shape->branch[lev - 1];
+        if (t->n_nodes + k > SP_TREE_MAX_NODES) k = SP_TREE_MAX_NODES - t->n_nodes;
+        k = pick_children(d, front + (int64_t)(f - f0) * V, t->q + (int64_t)f * V, k, greedy, mode, rng, kids);
+        for (int32_t j = 0; j < k; j++) {
+            const int32_t c = t->n_nodes++;
+            t->parent[c] = f;
+            t->token[c] = kids[j];
+            t->depth[c] = lev;
+        }
+    }
+    return first_new;
+}
+
 /* A tree from the head: the root is the pair of the last committed token
  * (as a chain's start); each level's nodes are evaluated in one call under
  * an ancestor mask over the tree's slots, a node's pair taking its parent's
@@ -980,20 +1003,7 @@ static sp_status e3_tree(sp_drafter *d, const int32_t *hist, int32_t n, const sp
     int32_t f0 = 0, f1 = 1;
     const int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
     for (int32_t lev = 1; lev <= depth; lev++) {
-        const int32_t first_new = t->n_nodes;
-        for (int32_t f = f0; f < f1; f++) {
-            int32_t kids[SP_TREE_MAX_NODES];
-            int32_t k = shape->branch[lev - 1];
-            if (t->n_nodes + k > SP_TREE_MAX_NODES) k = SP_TREE_MAX_NODES - t->n_nodes;
-            k = pick_children(d, d->logits + (int64_t)(f - f0) * V, t->q + (int64_t)f * V, k, greedy, mode, rng, kids);
-            for (int32_t j = 0; j < k; j++) {
-                const int32_t c = t->n_nodes++;
-                t->parent[c] = f;
-                t->token[c] = kids[j];
-                t->depth[c] = lev;
-            }
-        }
-        f0 = first_new;
+        f0 = grow_level(d, t, shape, lev, f0, f1, d->logits, greedy, mode, rng);
         f1 = t->n_nodes;
         if (lev == depth || f1 == f0) break;
         const int32_t m = f1 - f0;
@@ -1049,20 +1059,7 @@ static sp_status mtp_tree(sp_drafter *d, const int32_t *hist, int32_t n, const s
     int32_t f0 = 0, f1 = 1;
     const int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
     for (int32_t lev = 1; lev <= depth; lev++) {
-        const int32_t first_new = t->n_nodes;
-        for (int32_t f = f0; f < f1; f++) {
-            int32_t kids[SP_TREE_MAX_NODES];
-            int32_t k = shape->branch[lev - 1];
-            if (t->n_nodes + k > SP_TREE_MAX_NODES) k = SP_TREE_MAX_NODES - t->n_nodes;
-            k = pick_children(d, d->logits + (int64_t)(f - f0) * V, t->q + (int64_t)f * V, k, greedy, mode, rng, kids);
-            for (int32_t j = 0; j < k; j++) {
-                const int32_t c = t->n_nodes++;
-                t->parent[c] = f;
-                t->token[c] = kids[j];
-                t->depth[c] = lev;
-            }
-        }
-        f0 = first_new;
+        f0 = grow_level(d, t, shape, lev, f0, f1, d->logits, greedy, mode, rng);
         f1 = t->n_nodes;
         if (lev == depth || f1 == f0) break;
         const int32_t m = f1 - f0;
@@ -1124,21 +1121,7 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
     d->tree_cached = 0;
     int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
     for (int32_t lev = 1; lev <= depth; lev++) {
-        int32_t first_new = t->n_nodes;
-        for (int32_t f = f0; f < f1; f++) {
-            int32_t kids[SP_TREE_MAX_NODES];
-            int32_t k = shape->branch[lev - 1];
-            if (t->n_nodes + k > SP_TREE_MAX_NODES) k = SP_TREE_MAX_NODES - t->n_nodes;
-            k = pick_children(d, front_logits + (int64_t)(f - f0) * V, t->q + (int64_t)f * V, k,
-                              greedy, mode, rng, kids);
-            for (int32_t j = 0; j < k; j++) {
-                int32_t c = t->n_nodes++;
-                t->parent[c] = f;
-                t->token[c] = kids[j];
-                t->depth[c] = lev;
-            }
-        }
-        f0 = first_new;
+        f0 = grow_level(d, t, shape, lev, f0, f1, front_logits, greedy, mode, rng);
         f1 = t->n_nodes;
         if (lev == depth || f1 == f0) break;
         /* evaluate this level in one draft forward under a tree mask */
