@@ -1,10 +1,11 @@
 #!/bin/sh
-# mtp_ref.sh: remake the MTP test vectors of tests/data/mtp: two small
-# random qwen35 models with one MTP block each (scripts/mkmtp.py), and
-# llama.cpp's MTP drafts on them (llama-speculative-simple --spec-type
-# draft-mtp, T = 0, 4 tokens a draft, 128 tokens after the prompt below),
-# one line per iteration (scripts/eagle3_ref.py reads the log; the format
-# is the same). The prompt's ids under llama.cpp's test tokenizer (5-byte
+# mtp_ref.sh: remake the MTP test vectors of tests/data/mtp: small random
+# qwen35, qwen35moe and qwen3next models with one MTP block each
+# (scripts/mkmtp.py), and llama.cpp's MTP drafts on them
+# (llama-speculative-simple --spec-type draft-mtp, T = 0, 4 tokens a draft,
+# 128 tokens after the prompt below), one line per iteration
+# (scripts/eagle3_ref.py reads the log; the format is the same, with
+# "restored" where the example took its checkpoint path). The prompt's ids under llama.cpp's test tokenizer (5-byte
 # chunks, hash * 31 + byte, modulo the vocabulary; no BOS) head each
 # record. Needs a llama.cpp tree with build/bin/llama-speculative-simple
 # and gguf-py, and numpy.
@@ -25,14 +26,30 @@ trap 'rm -rf "$TMP"' EXIT
 $PY scripts/mkmtp.py --out-gain 0.2 --route 4 --seed 1 --out "$OUT/qwen35-mtp-f32.gguf"
 # F16 matrices, the block's own embed_tokens and shared_head_head, 4 trunk layers
 $PY scripts/mkmtp.py --out-gain 0.2 --route 4 --seed 2 --layers 4 --own-head --f16 --out "$OUT/qwen35-mtp-f16.gguf"
+# qwen35moe, F32: 4 experts of width 16 (2 used) and a shared expert of 32
+# in every FFN, the MTP block's too (its FFN at full scale: it moves the
+# drafts)
+$PY scripts/mkmtp.py --arch qwen35moe --exp-ffn 16 --sh-ffn 32 --out-gain 0.2 --mtp-ffn-gain 1 --route 4 --seed 3 \
+    --out "$OUT/qwen35moe-mtp-f32.gguf"
+# qwen3next, F16: 4 experts of width 32 (2 used), a shared expert of 48,
+# 3 trunk layers (recurrent, attention, recurrent), NeoX RoPE over 16 of
+# the 32 head dimensions
+$PY scripts/mkmtp.py --arch qwen3next --f16 --layers 3 --rope-dim 16 --out-gain 0.2 --mtp-ffn-gain 1 --route 4 --seed 4 \
+    --out "$OUT/qwen3next-mtp-f16.gguf"
 
-for name in qwen35-mtp-f32 qwen35-mtp-f16; do
-    "$BIN" -m "$OUT/$name.gguf" --spec-type draft-mtp -p "$PROMPT" -n 128 --temp 0 -t 1 -c 256 \
-        --spec-draft-n-max 4 -fa off -v >"$TMP/$name.log" 2>&1
+for name in qwen35-mtp-f32 qwen35-mtp-f16 qwen35moe-mtp-f32 qwen3next-mtp-f16; do
+    # the example's log thread now and then loses the log's tail at exit:
+    # run again until the totals are there
+    for try in 1 2 3 4 5; do
+        "$BIN" -m "$OUT/$name.gguf" --spec-type draft-mtp -p "$PROMPT" -n 128 --temp 0 -t 1 -c 256 \
+            --spec-draft-n-max 4 -fa off -v >"$TMP/$name.log" 2>&1
+        grep -a -q "n_accept " "$TMP/$name.log" && break
+        [ "$try" = 5 ] && { echo "mtp_ref: $name: no totals in 5 runs" >&2; exit 1; }
+    done
     {
         echo "# llama.cpp $(git -C "$LCPP" rev-parse --short HEAD 2>/dev/null || echo '?') llama-speculative-simple"
         echo "# -m $name.gguf --spec-type draft-mtp -p \"$PROMPT\" -n 128 --temp 0 -t 1 -c 256 --spec-draft-n-max 4 -fa off"
-        grep -a -E "n_drafted|n_accept " "$TMP/$name.log" | sed 's/^.* I /# /'
+        grep -a -E "n_drafted|n_accept |will use checkpoints" "$TMP/$name.log" | sed 's/^.* I /# /'
         $PY -c 'import sys
 t = sys.argv[1].encode(); V = int(sys.argv[2]); ids = []
 for i in range(0, len(t), 5):

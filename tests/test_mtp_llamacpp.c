@@ -1,18 +1,29 @@
-/* MTP drafts against llama.cpp's: for the random qwen35 models with an MTP
- * block in tests/data/mtp (scripts/mtp_ref.sh made them and ran llama.cpp's
- * llama-speculative-simple --spec-type draft-mtp on them at T = 0), a loop
- * written as llama.cpp's example runs (prefill all but the last prompt
- * token, then draft, verify [last, drafts] in one target forward, accept
- * greedily) must draft the same tokens in every iteration, accept as many
- * and get the same next token; the totals must equal llama.cpp's n_drafted
- * and n_accept. $SP_MTP_LOG=1 prints Specula's record in the reference's
- * format. */
+/* MTP drafts against llama.cpp's: for the random qwen35, qwen35moe and
+ * qwen3next models with an MTP block in tests/data/mtp (scripts/mtp_ref.sh
+ * made them and ran llama.cpp's llama-speculative-simple --spec-type
+ * draft-mtp on them at T = 0), a loop written as llama.cpp's example runs
+ * (prefill all but the last prompt token, then draft, verify [last, drafts]
+ * in one target forward, accept greedily) must draft the same tokens in
+ * every iteration, accept as many and get the same next token; the totals
+ * must equal llama.cpp's n_drafted and n_accept. Where llama.cpp's target
+ * cannot drop a rejected draft's positions (qwen3next: the example's
+ * checkpoint path, "restored" in the record), a partly accepted draft is
+ * undone entirely (the target back to its state before the verification)
+ * and the accepted tokens with the target's correction are verified again
+ * in one forward; the example then counts that second draft, fully
+ * accepted, in its totals, and so does this loop. llama.cpp then pairs
+ * the MTP slot before the second verification with the last target row of
+ * the rejected one (a stale carried-over row); the loop does the same
+ * (sp_drafter_replace_row). With $SP_MTP_EXACT_PAIRS set it keeps the right
+ * row instead (tests/data/mtp/README.md: where that flips a draft).
+ * $SP_MTP_LOG=1 prints Specula's record in the reference's format. */
 #include "testutil.h"
 
 #include "draft.h"
 
 typedef struct ref_iter {
     int32_t draft[8], nd, accepted, next;
+    bool restored; /* llama.cpp's checkpoint path: verified again after a partial acceptance */
 } ref_iter;
 
 typedef struct ref_run {
@@ -52,14 +63,17 @@ static void read_ref(const char *path, ref_run *r) {
             it->draft[it->nd++] = (int32_t)v;
             p = end;
         }
-        if (sscanf(a, " accepted %d next %d", &it->accepted, &it->next) != 2) fail_msg("%s: bad line '%s'", path, line);
+        it->restored = strstr(a, " restored ") != NULL;
+        if (sscanf(a, it->restored ? " accepted %d restored next %d" : " accepted %d next %d", &it->accepted,
+                   &it->next) != 2)
+            fail_msg("%s: bad line '%s'", path, line);
         r->n_it++;
     }
     fclose(f);
     if (r->n_prompt < 2 || r->n_drafted < 0 || r->n_accept < 0) fail_msg("%s: no prompt or totals", path);
 }
 
-static void compare(const char *model, const char *ref, int min_iters) {
+static void compare(const char *model, const char *ref, int min_iters, bool restore) {
     static ref_run R;
     read_ref(ref, &R);
     const bool log = getenv("SP_MTP_LOG") != NULL;
@@ -84,7 +98,10 @@ static void compare(const char *model, const char *ref, int min_iters) {
     sp_rng_seed(&rng, 1);
     int32_t hist[512], n = R.n_prompt;
     memcpy(hist, R.prompt, (size_t)n * sizeof *hist);
+    const int32_t dim = sp_model_cfg(tm)->dim;
+    const bool exact_pairs = getenv("SP_MTP_EXACT_PAIRS") != NULL;
     float *logits = malloc((size_t)16 * V * sizeof(float)), *q = malloc((size_t)8 * V * sizeof(float));
+    float *stale = malloc((size_t)dim * sizeof(float));
     sp_batch b = {.tokens = hist, .n = n - 1};
     assert_int_equal(sp_forward(t, &b, logits, &err), SP_OK);
     assert_int_equal(sp_drafter_target_rows(d, t, hist, n, 0, n - 1, &err), SP_OK);
@@ -101,19 +118,45 @@ static void compare(const char *model, const char *ref, int min_iters) {
         assert_int_equal(sp_drafter_target_rows(d, t, hist, n, n - 1, nd + 1, &err), SP_OK);
         int32_t tau = 0;
         while (tau < nd && sp_argmax(logits + (int64_t)tau * V, V) == draft[tau]) tau++;
-        const int32_t y = sp_argmax(logits + (int64_t)tau * V, V);
-        if (log) {
-            printf("iter %d draft", i);
-            for (int32_t j = 0; j < nd; j++) printf(" %d", draft[j]);
-            printf(" accepted %d next %d\n", tau, y);
-        }
+        int32_t y = sp_argmax(logits + (int64_t)tau * V, V);
         if (nd != it->nd || memcmp(draft, it->draft, (size_t)nd * sizeof *draft))
             fail_msg("%s, iteration %d: Specula drafted %d tokens (%d %d %d ...), llama.cpp %d (%d %d %d ...)", model, i,
                      nd, draft[0], nd > 1 ? draft[1] : -1, nd > 2 ? draft[2] : -1, it->nd, it->draft[0],
                      it->nd > 1 ? it->draft[1] : -1, it->nd > 2 ? it->draft[2] : -1);
-        if (tau != it->accepted || y != it->next)
-            fail_msg("%s, iteration %d: accepted %d then %d, llama.cpp %d then %d", model, i, tau, y, it->accepted,
-                     it->next);
+        if (tau < nd && !it->restored != !restore)
+            fail_msg("%s, iteration %d: %d of %d accepted, llama.cpp %s", model, i, tau, nd,
+                     it->restored ? "restored its checkpoint" : "did not");
+        const bool redo = restore && tau < nd;
+        if (log) {
+            printf("iter %d draft", i);
+            for (int32_t j = 0; j < nd; j++) printf(" %d", draft[j]);
+            printf(" accepted %d%s", tau, redo ? " restored" : "");
+        }
+        if (redo) { /* back to the state before [last, draft]; [last, accepted, y] again */
+            int32_t rows;
+            const float *x = sp_ctx_taps(t, 0, &rows);
+            assert_int_equal(rows, nd + 1);
+            sp_model_final_norm(tm, x + (size_t)nd * dim, 1, stale);
+            assert_int_equal(sp_ctx_truncate(t, n - 1, &err), SP_OK);
+            draft[tau] = y;
+            nd = tau + 1;
+            memcpy(batch + 1, draft, (size_t)nd * sizeof *draft);
+            sp_batch rb = {.tokens = batch, .pos = pos, .n = nd + 1, .logits_all = true};
+            assert_int_equal(sp_forward(t, &rb, logits, &err), SP_OK);
+            assert_int_equal(sp_drafter_target_rows(d, t, hist, n, n - 1, nd + 1, &err), SP_OK);
+            for (tau = 0; tau < nd && sp_argmax(logits + (int64_t)tau * V, V) == draft[tau];) tau++;
+            if (tau != nd) fail_msg("%s, iteration %d: the second verification accepted %d of %d", model, i, tau, nd);
+            /* llama.cpp pairs the slot of position n-1 (the token before the
+             * draft) with the last row of the rejected verification (its
+             * carried-over row is not restored with the checkpoint), not with
+             * h_{n-2}; the block's next drafts read that slot's keys and values */
+            if (!exact_pairs && sp_drafter_replace_row(d, n - 2, stale, &err)) fail_msg("%s", err.msg);
+            y = sp_argmax(logits + (int64_t)nd * V, V);
+        }
+        if (log) printf(" next %d\n", y);
+        if ((redo ? it->accepted + 1 : tau) != tau || y != it->next)
+            fail_msg("%s, iteration %d: accepted %d then %d, llama.cpp %d then %d", model, i, redo ? tau - 1 : tau, y,
+                     it->accepted, it->next);
         assert_int_equal(sp_ctx_truncate(t, n + tau, &err), SP_OK);
         assert_int_equal(sp_drafter_accept_chain(d, n, tau, &err), SP_OK);
         memcpy(hist + n, draft, (size_t)tau * sizeof *draft);
@@ -128,6 +171,7 @@ static void compare(const char *model, const char *ref, int min_iters) {
     assert_int_equal(accepted, R.n_accept);
     free(logits);
     free(q);
+    free(stale);
     sp_sampler_free(smp);
     sp_drafter_free(d);
     sp_ctx_free(t);
@@ -136,16 +180,30 @@ static void compare(const char *model, const char *ref, int min_iters) {
 
 static void test_f32_shared_head(void **state) {
     (void)state;
-    compare("tests/data/mtp/qwen35-mtp-f32.gguf", "tests/data/mtp/qwen35-mtp-f32.llamacpp.txt", 40);
+    compare("tests/data/mtp/qwen35-mtp-f32.gguf", "tests/data/mtp/qwen35-mtp-f32.llamacpp.txt", 40, false);
 }
 
 static void test_f16_own_head(void **state) {
     (void)state;
-    compare("tests/data/mtp/qwen35-mtp-f16.gguf", "tests/data/mtp/qwen35-mtp-f16.llamacpp.txt", 100);
+    compare("tests/data/mtp/qwen35-mtp-f16.gguf", "tests/data/mtp/qwen35-mtp-f16.llamacpp.txt", 100, false);
+}
+
+/* the experts with the shared expert in every FFN, the MTP block's too */
+static void test_qwen35moe(void **state) {
+    (void)state;
+    compare("tests/data/mtp/qwen35moe-mtp-f32.gguf", "tests/data/mtp/qwen35moe-mtp-f32.llamacpp.txt", 40, false);
+}
+
+/* the same FFNs, NeoX RoPE over half of each head; llama.cpp's checkpoint path */
+static void test_qwen3next(void **state) {
+    (void)state;
+    compare("tests/data/mtp/qwen3next-mtp-f16.gguf", "tests/data/mtp/qwen3next-mtp-f16.llamacpp.txt", 30, true);
 }
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_f32_shared_head),
     cmocka_unit_test(test_f16_own_head),
+    cmocka_unit_test(test_qwen35moe),
+    cmocka_unit_test(test_qwen3next),
 };
 SP_TEST_MAIN(tests)
