@@ -194,6 +194,16 @@ static void compare(const char *model, const char *ref, int min_iters, bool rest
         drafted += nd;
     }
     if (log) printf("# %s: %d iterations, drafted %d, accepted %d\n", model, R.n_it, drafted, accepted);
+    /* a row the drafter no longer holds (the prompt's first) is refused in one line */
+    assert_int_equal(sp_drafter_replace_row(d, 0, stale, &err), SP_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "position 0"));
+    assert_null(strchr(err.msg, '\n'));
+    sp_drafter_params gp = sp_drafter_default_params(); /* other kinds take no rows */
+    gp.kind = SP_DRAFT_NGRAM;
+    sp_drafter *g = NULL;
+    assert_int_equal(sp_drafter_init(&gp, t, &g, &err), SP_OK);
+    assert_int_equal(sp_drafter_replace_row(g, 0, stale, &err), SP_ERR_ARG);
+    sp_drafter_free(g);
     assert_true(R.n_it >= min_iters);
     assert_int_equal(drafted, R.n_drafted);
     assert_int_equal(accepted, R.n_accept);
