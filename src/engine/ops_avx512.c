@@ -1481,6 +1481,57 @@ static void act_q8(const float *x, int64_t k, void *dst) {
     }
 }
 
+/* The q8_K layout (ops.h), bit-identical to act_q8k in ops.c (a block
+ * with an inf or NaN: zeros and d = NAN, as there): max is the first element of largest |x| in
+ * index order (the first lane of the first vector holding amax); iscale *
+ * (x * up) are the same scalar IEEE products per lane; clamping to
+ * [-128, 127] then rounding to nearest-even (cvtps2dq under the default
+ * MXCSR) is the scalar clamp-then-magic-number rounding for |v| < 2^22;
+ * each 16-sum is exact in int32. */
+static void act_q8k(const float *x, int64_t k, void *dst) {
+    int8_t *qs = (int8_t *)dst;
+    float *d = (float *)((uint8_t *)dst + k);
+    int32_t *bsum = (int32_t *)((uint8_t *)dst + k + 4 * (k / SP_QK_K));
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+    const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+    for (int64_t b = 0; b < k / SP_QK_K; b++) {
+        const float *xb = x + b * SP_QK_K;
+        __m512 v[16], m = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        UNROLL for (int j = 0; j < 16; j++) {
+            v[j] = _mm512_loadu_ps(xb + 16 * j);
+            bad |= _mm512_fpclass_ps_mask(v[j], 0x99); /* QNaN, +inf, -inf, SNaN */
+            m = _mm512_max_ps(m, _mm512_and_ps(v[j], absmask));
+        }
+        const float amax = _mm512_reduce_max_ps(m);
+        if (bad || amax == 0) {
+            memset(qs + b * SP_QK_K, 0, SP_QK_K);
+            memset(bsum + b * 16, 0, 16 * sizeof *bsum);
+            d[b] = bad ? NAN : 0.0f;
+            continue;
+        }
+        float max = 0;
+        for (int j = 0; j < 16; j++) {
+            const __mmask16 e = _mm512_cmp_ps_mask(_mm512_and_ps(v[j], absmask), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            if (e) {
+                max = xb[16 * j + __builtin_ctz(e)];
+                break;
+            }
+        }
+        const float up = amax < 0x1p-64f ? 0x1p64f : 1.0f; /* ACT_TINY, ACT_UP in ops.c */
+        const float iscale = -127.0f / (max * up);
+        const __m512 vs = _mm512_set1_ps(iscale), vu = _mm512_set1_ps(up);
+        UNROLL for (int j = 0; j < 16; j++) {
+            __m512 t = _mm512_mul_ps(vs, _mm512_mul_ps(v[j], vu));
+            t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
+            const __m512i q = _mm512_cvtps_epi32(t);
+            _mm_storeu_si128((__m128i *)(qs + b * SP_QK_K + 16 * j), _mm512_cvtepi32_epi8(q));
+            bsum[b * 16 + j] = _mm512_reduce_add_epi32(q);
+        }
+        d[b] = 1.0f / iscale / up;
+    }
+}
+
 /* sp_exp_ggml on 16 lanes: the same operations (scalef is j 2^n rounded
  * once, as the scalar reference's two-step product). */
 AI __m512 exp_ggml(__m512 x) {
@@ -1936,6 +1987,7 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm_f16_vecdot = mm_f16_vecdot;
     t->read_sum = read_sum;
     t->act_q8 = act_q8;
+    t->act_q8k = act_q8k;
     t->att_scores = att_scores;
     t->att_scores_kv[0] = att_scores_f16;
     t->att_mix_acc[0] = att_mix_acc_f32;
