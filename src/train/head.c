@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eagle3.h"
 #include "gguf_write.h"
+#include "model_internal.h"
+#include "quant.h"
 #include "train.h"
 #include "clock.h"
 #include "sp_train.h"
@@ -206,6 +209,17 @@ static int64_t key_row(int32_t T, int32_t s, int32_t j) {
 sp_status sp_thead_run(sp_thead *h, const int32_t *tokens, const float *feat, const float *p, int32_t T,
                        int32_t K, const sp_loss *loss, bool backward, float grad_scale, double *mean,
                        sp_error *err) {
+    sp_loss_target *rows = calloc((size_t)(T > 0 ? T : 1), sizeof *rows);
+    if (!rows) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    for (int32_t t = 0; t < T; t++) rows[t].p = p + (int64_t)t * h->s.n_vocab;
+    sp_status st = sp_thead_run_rows(h, tokens, feat, rows, T, K, loss, backward, grad_scale, mean, err);
+    free(rows);
+    return st;
+}
+
+sp_status sp_thead_run_rows(sp_thead *h, const int32_t *tokens, const float *feat, const sp_loss_target *rows,
+                            int32_t T, int32_t K, const sp_loss *loss, bool backward, float grad_scale,
+                            double *mean, sp_error *err) {
     if (K < 1 || K > MAX_K || T < K + 2)
         return sp_fail(err, SP_ERR_ARG, "train-head: window of %d tokens, %d unrolled steps (1..%d)", T, K, MAX_K);
     sp_status st = ensure(h, T, K, err);
@@ -279,8 +293,9 @@ sp_status sp_thead_run(sp_thead *h, const int32_t *tokens, const float *feat, co
             h->a_rs4[r] = rmsnorm(on, o, P(h, P_ONORM), d, s->eps);
             float *lg = h->a_logit + r * V, *dl = h->a_dlogit + r * V;
             mv(lg, P(h, P_OUT), on, V, d);
-            const sp_loss_target tg = {.token = tokens[sl + k + 1 < T ? sl + k + 1 : T - 1],
-                                       .p = loss->kind == SP_LOSS_CE ? NULL : p + (int64_t)(sl + k) * V};
+            sp_loss_target tg = rows[sl + k];
+            if (loss->kind == SP_LOSS_CE)
+                tg = (sp_loss_target){.token = tokens[sl + k + 1 < T ? sl + k + 1 : T - 1]};
             if (loss->kind == SP_LOSS_CE && sl + k + 1 >= T) { /* no next token in the window */
                 memset(dl, 0, (size_t)V * sizeof(float));
                 continue;
@@ -419,6 +434,24 @@ float sp_thead_step(sp_thead *h, const sp_adamw_params *p) {
     return norm;
 }
 
+sp_status sp_thead_train_step(sp_thead *h, const sp_thead_window *w, int32_t n, int32_t K, const sp_loss *loss,
+                              const sp_adamw_params *ap, double *mean, float *gnorm, sp_error *err) {
+    if (n < 1) return sp_fail(err, SP_ERR_ARG, "train-head: a step needs at least one window");
+    sp_thead_zero_grad(h);
+    double total = 0;
+    for (int32_t b = 0; b < n; b++) {
+        double m;
+        sp_status st = sp_thead_run_rows(h, w[b].tokens, w[b].feat, w[b].rows, w[b].T, K, loss, true,
+                                         1.0f / (float)n, &m, err);
+        if (st) return st;
+        total += m / (double)n;
+    }
+    const float gn = sp_thead_step(h, ap);
+    if (mean) *mean = total;
+    if (gnorm) *gnorm = gn;
+    return SP_OK;
+}
+
 sp_status sp_thead_save(const sp_thead *h, const int32_t layers[3], const char *target_path,
                         const char *path, sp_error *err) {
     sp_gguf *tg = NULL;
@@ -467,15 +500,7 @@ sp_status sp_thead_save(const sp_thead *h, const int32_t layers[3], const char *
     return st;
 }
 
-/* ------------------------------------------------------ training on text */
-
-sp_head_params sp_head_default_params(int32_t n) {
-    sp_head_params p = {.layers = {2, n / 2, n - 3}, .steps = 200, .warmup = 10, .batch = 4, .seq_len = 64,
-                        .unroll = 3, .lr = 3e-3f, .lr_min = 3e-4f, .loss = {.kind = SP_LOSS_FKL}, .seed = 1,
-                        .threads = 1};
-    for (int i = 0; i < 3; i++) p.layers[i] = p.layers[i] < 0 ? 0 : p.layers[i] > n ? n : p.layers[i];
-    return p;
-}
+/* ------------------------------------------------ heads from the target */
 
 /* The target's embedding rows [V][D]: its layer-0 taps (the embedding as
  * the forward pass reads it), a window at a time. */
@@ -498,11 +523,94 @@ static sp_status read_embd(sp_ctx *ctx, int32_t V, int32_t D, int32_t T, float *
     return st;
 }
 
+sp_status sp_thead_target_embd(const sp_model *target, float **embd, sp_error *err) {
+    const sp_model_config *tc = sp_model_cfg(target);
+    const int32_t V = tc->n_vocab, D = tc->dim, T = 64;
+    *embd = malloc((size_t)V * D * sizeof(float));
+    float *logits = malloc((size_t)T * V * sizeof(float));
+    sp_ctx *ctx = NULL;
+    sp_ctx_params cp = sp_ctx_default_params();
+    cp.n_ctx = T;
+    cp.max_batch = T;
+    cp.type_k = cp.type_v = SP_GGML_F32;
+    sp_status st = !*embd || !logits ? sp_fail(err, SP_ERR_NOMEM, "out of memory") : SP_OK;
+    if (!st) st = sp_ctx_init(target, &cp, &ctx, err);
+    if (!st) st = read_embd(ctx, V, D, T, *embd, logits, err);
+    sp_ctx_free(ctx);
+    free(logits);
+    if (st) {
+        free(*embd);
+        *embd = NULL;
+    }
+    return st;
+}
+
+/* A tensor of the head file as F32 (any loadable type), of n elements. */
+static sp_status read_f32(const sp_gguf *g, const char *path, const char *name, int64_t cols, int64_t rows, float *out,
+                          sp_error *err) {
+    sp_weight w;
+    sp_status st = sp_weight_from_tensor(sp_gguf_find_tensor(g, name), path, name, cols, rows, false, &w, err);
+    if (st) return st;
+    for (int64_t r = 0; r < rows; r++) sp_dequantize_row(w.type, w.data + (size_t)r * w.row_bytes, out + r * cols, cols);
+    return SP_OK;
+}
+
+sp_status sp_thead_load(const char *path, const sp_model *target, const float *embd, int32_t layers[3],
+                        sp_thead **out, sp_error *err) {
+    *out = NULL;
+    sp_eagle3 *e = NULL;
+    sp_status st = sp_eagle3_load(path, target, &e, err); /* every check of the engine's loader */
+    if (st) return st;
+    sp_gguf *g = NULL;
+    const sp_model_config *tc = sp_model_cfg(target);
+    sp_thead_shape hs;
+    st = sp_eagle3_shape(e, &hs.dim, &hs.n_heads, &hs.n_kv_heads, &hs.ffn_dim, &hs.rope_theta, &hs.eps);
+    hs.tgt_dim = tc->dim;
+    hs.n_vocab = tc->n_vocab;
+    memcpy(layers, sp_eagle3_target_layers(e), 3 * sizeof(int32_t));
+    const char *why = sp_eagle3_trainable(e);
+    sp_eagle3_free(e);
+    if (why) return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: the head trainer cannot learn this head: %s", path, why);
+    if (!st) st = sp_thead_init(&hs, embd, 1, out, err);
+    if (!st) st = sp_gguf_open(path, &g, err);
+    for (int i = 0; !st && i < P_COUNT; i++) st = read_f32(g, path, pname[i], (*out)->cols[i], (*out)->rows[i], P(*out, i), err);
+    sp_gguf_close(g);
+    if (st) {
+        sp_thead_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+sp_status sp_thead_to_eagle3(const sp_thead *h, const sp_eagle3 *like, sp_eagle3 **out, sp_error *err) {
+    const sp_eagle3_f32 w = {.fc = P(h, P_FC), .attn_norm = P(h, P_ANORM), .hidden_norm = P(h, P_HNORM),
+                             .wq = P(h, P_WQ), .wk = P(h, P_WK), .wv = P(h, P_WV), .wo = P(h, P_WO),
+                             .ffn_norm = P(h, P_FNORM), .w1 = P(h, P_W1), .w3 = P(h, P_W3), .w2 = P(h, P_W2),
+                             .out_norm = P(h, P_ONORM), .output = P(h, P_OUT)};
+    int32_t dim, nh, nkv, ffn;
+    float theta, eps;
+    sp_status st = sp_eagle3_shape(like, &dim, &nh, &nkv, &ffn, &theta, &eps);
+    if (st || dim != h->s.dim || nh != h->s.n_heads || nkv != h->s.n_kv_heads || ffn != h->s.ffn_dim ||
+        sp_eagle3_trainable(like))
+        return sp_fail(err, SP_ERR_ARG, "online: the served head's shape differs from the learner's");
+    return sp_eagle3_with_weights(like, &w, out, err);
+}
+
+/* ------------------------------------------------------ training on text */
+
+sp_head_params sp_head_default_params(int32_t n) {
+    sp_head_params p = {.layers = {2, n / 2, n - 3}, .steps = 200, .warmup = 10, .batch = 4, .seq_len = 64,
+                        .unroll = 3, .lr = 3e-3f, .lr_min = 3e-4f, .loss = {.kind = SP_LOSS_FKL}, .seed = 1,
+                        .threads = 1};
+    for (int i = 0; i < 3; i++) p.layers[i] = p.layers[i] < 0 ? 0 : p.layers[i] > n ? n : p.layers[i];
+    return p;
+}
+
 sp_status sp_distill_head(const sp_model *target, const char *target_path, const int32_t *data, int64_t n,
                           const sp_head_params *p, const char *out_path, sp_distill_cb cb, void *ud,
                           double *first, double *last, sp_error *err) {
     const sp_model_config *tc = sp_model_cfg(target);
-    const int32_t D = tc->dim, V = tc->n_vocab, T = p->seq_len, K = p->unroll;
+    const int32_t D = tc->dim, V = tc->n_vocab, T = p->seq_len, K = p->unroll, B = p->batch;
     if (p->loss.kind == SP_LOSS_CE) return sp_fail(err, SP_ERR_ARG, "train-head: a head distils (fkl, rkl, jsd, tvd)");
     if (K < 1 || K > MAX_K || T < K + 2 || p->batch < 1 || p->steps < 1)
         return sp_fail(err, SP_ERR_ARG, "train-head: %d unrolled steps (1..%d) in windows of %d tokens", K, MAX_K, T);
@@ -518,11 +626,13 @@ sp_status sp_distill_head(const sp_model *target, const char *target_path, const
                          .rope_theta = tc->rope_theta, .eps = tc->norm_eps};
     sp_ctx *ctx = NULL;
     sp_thead *h = NULL;
-    float *embd = malloc((size_t)V * D * sizeof(float)), *logits = malloc((size_t)T * V * sizeof(float));
-    float *feat = malloc((size_t)T * 3 * D * sizeof(float));
-    int32_t *tok = malloc((size_t)T * sizeof(int32_t));
+    float *embd = malloc((size_t)V * D * sizeof(float)), *logits = malloc((size_t)B * T * V * sizeof(float));
+    float *feat = malloc((size_t)B * T * 3 * D * sizeof(float));
+    int32_t *tok = malloc((size_t)B * T * sizeof(int32_t));
+    sp_loss_target *rows = calloc((size_t)B * T, sizeof *rows);
+    sp_thead_window *win = calloc((size_t)B, sizeof *win);
     sp_status st = SP_OK;
-    if (!embd || !logits || !feat || !tok) st = sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    if (!embd || !logits || !feat || !tok || !rows || !win) st = sp_fail(err, SP_ERR_NOMEM, "out of memory");
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = T;
     cp.max_batch = T;
@@ -532,6 +642,11 @@ sp_status sp_distill_head(const sp_model *target, const char *target_path, const
     if (!st) st = read_embd(ctx, V, D, T, embd, logits, err);
     if (!st) st = sp_thead_init(&hs, embd, p->seed, &h, err);
     if (!st) st = sp_ctx_set_taps(ctx, p->layers, 3, err);
+    for (int32_t b = 0; !st && b < B; b++) {
+        win[b] = (sp_thead_window){.tokens = tok + (int64_t)b * T, .feat = feat + (int64_t)b * T * 3 * D,
+                                   .rows = rows + (int64_t)b * T, .T = T};
+        for (int32_t t = 0; t < T; t++) rows[(int64_t)b * T + t].p = logits + ((int64_t)b * T + t) * V;
+    }
     sp_rng rng;
     sp_rng_seed(&rng, p->seed ^ 0x9e3779b97f4a7c15ULL);
     sp_adamw_params ap = sp_adamw_default_params();
@@ -540,32 +655,31 @@ sp_status sp_distill_head(const sp_model *target, const char *target_path, const
     double f = 0, l = 0;
     for (int64_t s = 0; !st && s < p->steps; s++) {
         ap.lr = sp_train_lr(s, p->steps, p->warmup, p->lr, p->lr_min);
-        sp_thead_zero_grad(h);
-        double step_loss = 0;
-        for (int32_t b = 0; !st && b < p->batch; b++) {
+        for (int32_t b = 0; !st && b < B; b++) {
             const int64_t start = (int64_t)sp_rng_below(&rng, (uint64_t)(n - T));
-            memcpy(tok, data + start, (size_t)T * sizeof(int32_t));
-            sp_batch bt = {.tokens = tok, .n = T, .logits_all = true};
-            if ((st = sp_ctx_truncate(ctx, 0, err)) || (st = sp_forward(ctx, &bt, logits, err))) break;
+            int32_t *wt = tok + (int64_t)b * T;
+            float *wf = feat + (int64_t)b * T * 3 * D, *wl = logits + (int64_t)b * T * V;
+            memcpy(wt, data + start, (size_t)T * sizeof(int32_t));
+            sp_batch bt = {.tokens = wt, .n = T, .logits_all = true};
+            if ((st = sp_ctx_truncate(ctx, 0, err)) || (st = sp_forward(ctx, &bt, wl, err))) break;
             for (int i = 0; i < 3; i++) {
                 int32_t nr;
                 const float *tp = sp_ctx_taps(ctx, i, &nr);
                 SP_ASSERT(tp && nr == T);
                 for (int32_t t = 0; t < T; t++)
-                    memcpy(feat + ((int64_t)t * 3 + i) * D, tp + (int64_t)t * D, (size_t)D * sizeof(float));
+                    memcpy(wf + ((int64_t)t * 3 + i) * D, tp + (int64_t)t * D, (size_t)D * sizeof(float));
             }
             for (int32_t t = 0; t < T; t++) { /* the target's distributions at temperature 1 */
-                float *row = logits + (int64_t)t * V, mx = -INFINITY, sum = 0;
+                float *row = wl + (int64_t)t * V, mx = -INFINITY, sum = 0;
                 for (int32_t v = 0; v < V; v++) mx = row[v] > mx ? row[v] : mx;
                 for (int32_t v = 0; v < V; v++) sum += row[v] = expf(row[v] - mx);
                 for (int32_t v = 0; v < V; v++) row[v] /= sum;
             }
-            double m;
-            st = sp_thead_run(h, tok, feat, logits, T, K, &p->loss, true, 1.0f / (float)p->batch, &m, err);
-            step_loss += m / (double)p->batch;
         }
+        double step_loss = 0;
+        float gn = 0;
+        if (!st) st = sp_thead_train_step(h, win, B, K, &p->loss, &ap, &step_loss, &gn, err);
         if (st) break;
-        const float gn = sp_thead_step(h, &ap);
         if (s < avg) f += step_loss / (double)avg;
         if (s >= p->steps - avg) l += step_loss / (double)avg;
         const double el = sp_now() - t0;
@@ -578,6 +692,6 @@ sp_status sp_distill_head(const sp_model *target, const char *target_path, const
     if (!st && last) *last = l;
     sp_thead_free(h);
     sp_ctx_free(ctx);
-    free(embd), free(logits), free(feat), free(tok);
+    free(embd), free(logits), free(feat), free(tok), free(rows), free(win);
     return st;
 }

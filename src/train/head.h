@@ -44,6 +44,42 @@ const char *sp_thead_tensor(sp_thead *h, int32_t i, int64_t *n, float **value, f
 sp_status sp_thead_run(sp_thead *h, const int32_t *tokens, const float *feat, const float *p, int32_t T,
                        int32_t K, const sp_loss *loss, bool backward, float grad_scale, double *mean,
                        sp_error *err);
+/* The same with each row's target as a loss target (dense .p, or sparse
+ * top-k ids and probabilities plus the rest): rows[t] is the distribution
+ * of token t + 1. With loss ce the window's next tokens are the targets. */
+sp_status sp_thead_run_rows(sp_thead *h, const int32_t *tokens, const float *feat, const sp_loss_target *rows,
+                            int32_t T, int32_t K, const sp_loss *loss, bool backward, float grad_scale,
+                            double *mean, sp_error *err);
+
+/* One window of training data: T tokens, feat [T][3 tgt_dim], rows[T]. */
+typedef struct sp_thead_window {
+    const int32_t *tokens;
+    const float *feat;
+    const sp_loss_target *rows;
+    int32_t T;
+} sp_thead_window;
+
+/* One AdamW step at ap->lr over n windows, each window's mean loss weighted
+ * 1/n: the step of train-head and of the online learner. *mean (may be
+ * NULL): the mean loss; *gnorm (may be NULL): the gradient norm. */
+sp_status sp_thead_train_step(sp_thead *h, const sp_thead_window *w, int32_t n, int32_t K, const sp_loss *loss,
+                              const sp_adamw_params *ap, double *mean, float *gnorm, sp_error *err);
+
+/* The target's token embeddings as its forward pass reads them, [V][dim]
+ * (malloc'd): the frozen embeddings of a head. */
+sp_status sp_thead_target_embd(const sp_model *target, float **embd, sp_error *err);
+
+/* The weights of an eagle3 file (any loadable type, as F32) for training
+ * further, with embd from sp_thead_target_embd; layers gets its target
+ * layers. SP_ERR_UNSUPPORTED for heads outside what the trainer models
+ * (sp_eagle3_trainable). */
+sp_status sp_thead_load(const char *path, const sp_model *target, const float *embd, int32_t layers[3],
+                        sp_thead **out, sp_error *err);
+
+/* A head for drafting with the current weights: `like` (a head of the same
+ * shape loaded for the target) with the trainer's weights, packed anew. */
+sp_status sp_thead_to_eagle3(const sp_thead *h, const sp_eagle3 *like, sp_eagle3 **out, sp_error *err);
+
 /* Logits of the last run: step k (1-based), chain s, n_vocab floats. */
 const float *sp_thead_logits(const sp_thead *h, int32_t T, int32_t k, int32_t s);
 void sp_thead_zero_grad(sp_thead *h);
