@@ -466,7 +466,7 @@ static int bench_start_learners(const bench_opts *o, bench_state *b) {
             cli_online_opts oo = o->online;
             oo.p.seed = (uint64_t)o->run.seed + (uint64_t)j;
             if (cli_online_start(&oo, o->run.draft_models[cs->draft[j]], cs->spec[j],
-                                    b->dmodels[cs->draft[j]], &cs->on[j]))
+                                    b->dmodels[cs->draft[j]], NULL, &cs->on[j]))
                 return 2;
         }
     }
