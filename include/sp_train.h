@@ -187,6 +187,10 @@ typedef struct sp_head_params {
     sp_loss loss;           /* not ce */
     uint64_t seed;
     int32_t threads;        /* the target's forward passes */
+    bool norm_before_fc;    /* an RMSNorm over the three taps before fc (eagle3.norm_before_fc) */
+    int32_t draft_vocab;    /* > 0: the output covers the draft_vocab most frequent tokens of data (ties:
+                             * lower id), written as d2t; the target's rows are restricted to them and
+                             * renormalised. 0 (or >= the vocabulary): the full vocabulary */
 } sp_head_params;
 
 /* EAGLE-3's default layers 2, n/2, n-3 (clamped to [0, n]); 200 steps of

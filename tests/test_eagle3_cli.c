@@ -112,7 +112,7 @@ static void test_online(void **state) {
              sp_tmpdir());
     if (cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out)) fail_msg("the exported head does not draft: %s", args);
     snprintf(args, sizeof args, "generate -m '%s' -p Once -n 4 --draft eagle3 -md '%s' --online", m, HEAD);
-    expect_error(args, 1, "the head trainer cannot learn this head (a reduced draft vocabulary (d2t))");
+    expect_error(args, 1, "this head cannot learn online (a reduced draft vocabulary (d2t))");
     snprintf(args, sizeof args, "generate -m '%s' -p Once -n 4 --draft eagle3 -md '%s' --online --tree 2x2", m, trained);
     expect_error(args, 2, "and a chain (no --tree)");
     snprintf(args, sizeof args, "online -m '%s' -md '%s' --out '%s/x.gguf'", m, trained, sp_tmpdir());

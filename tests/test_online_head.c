@@ -27,11 +27,11 @@ typedef struct fixture {
     sp_spec *s;
 } fixture;
 
-static void fx_init(fixture *f, int32_t gamma) {
+static void fx_init(fixture *f, const char *head, int32_t gamma) {
     sp_error e = {0};
     memset(f, 0, sizeof *f);
     if (sp_model_load(sp_shared("models/stories260K.gguf"), NULL, &f->tm, &e)) fail_msg("%s", e.msg);
-    if (sp_eagle3_load(HEAD, f->tm, &f->head, &e)) fail_msg("%s", e.msg);
+    if (sp_eagle3_load(head, f->tm, &f->head, &e)) fail_msg("%s", e.msg);
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = 256;
     cp.type_k = cp.type_v = SP_GGML_F32;
@@ -62,11 +62,10 @@ static sp_gen_params gen_params(int32_t n, float temp, uint64_t seed) {
 
 /* One learner update on the buffer of one generation equals one train-head
  * step on the same positions taken from an independent forward. */
-static void test_update_is_a_train_step(void **state) {
-    (void)state;
+static void update_is_a_train_step(const char *head_path) {
     sp_error e = {0};
     fixture f;
-    fx_init(&f, 4);
+    fx_init(&f, head_path, 4);
     enum { N = 40, T = 24, K = 3 };
     sp_online_params op = sp_online_default_params();
     op.buffer = T; /* the last T positions of the generation: one window */
@@ -76,7 +75,7 @@ static void test_update_is_a_train_step(void **state) {
     op.lr = 1e-3f;
     op.warmup = 1;
     sp_online *on = NULL;
-    if (sp_online_init_head(HEAD, f.head, &op, &on, &e)) fail_msg("%s", e.msg);
+    if (sp_online_init_head(head_path, f.head, &op, &on, &e)) fail_msg("%s", e.msg);
     sp_online_listen(on, f.s);
     int32_t hist[5 + N];
     memcpy(hist, PROMPT, sizeof PROMPT);
@@ -124,7 +123,7 @@ static void test_update_is_a_train_step(void **state) {
     sp_thead *ref = NULL, *got = NULL;
     int32_t layers[3];
     assert_int_equal(sp_thead_target_embd(f.tm, &embd, &e), SP_OK);
-    if (sp_thead_load(HEAD, f.tm, embd, layers, &ref, &e)) fail_msg("%s", e.msg);
+    if (sp_thead_load(head_path, f.tm, embd, layers, &ref, &e)) fail_msg("%s", e.msg);
     if (sp_thead_load(path, f.tm, embd, layers, &got, &e)) fail_msg("%s", e.msg);
     const sp_thead_window w = {.tokens = hist + p0, .feat = feat, .rows = rows, .T = T};
     sp_adamw_params ap = sp_adamw_default_params();
@@ -152,7 +151,7 @@ static void test_update_is_a_train_step(void **state) {
     mean /= (double)total;
     /* and the step did move the weights (the export is not the input) */
     sp_thead *orig = NULL;
-    if (sp_thead_load(HEAD, f.tm, embd, layers, &orig, &e)) fail_msg("%s", e.msg);
+    if (sp_thead_load(head_path, f.tm, embd, layers, &orig, &e)) fail_msg("%s", e.msg);
     for (int32_t i = 0; i < sp_thead_n_tensors(orig); i++) {
         int64_t n;
         float *a, *g, *bb, *gg;
@@ -174,13 +173,19 @@ static void test_update_is_a_train_step(void **state) {
     fx_free(&f);
 }
 
+static void test_update_is_a_train_step(void **state) {
+    (void)state;
+    update_is_a_train_step(HEAD);
+    update_is_a_train_step("tests/data/eagle3/stories260K-nbf-head.gguf"); /* norm_before_fc */
+}
+
 /* A stream of greedy generations: with the learner serving (inline, so the
  * run is reproducible) acceptance beats the same stream without updates,
  * and every generation's tokens are plain decoding's. */
 static double stream(bool learn, int32_t (*outs)[48], int gens) {
     sp_error e = {0};
     fixture f;
-    fx_init(&f, 4);
+    fx_init(&f, HEAD, 4);
     sp_online *on = NULL;
     sp_online_params op = sp_online_default_params();
     op.batch = 4;

@@ -312,13 +312,14 @@ sp_status sp_eagle3_shape(const sp_eagle3 *h, int32_t *dim, int32_t *n_heads, in
     return SP_OK;
 }
 
+bool sp_eagle3_norm_before_fc(const sp_eagle3 *h) { return h->norm_before_fc; }
+
 const char *sp_eagle3_trainable(const sp_eagle3 *h) {
     const sp_model_config *tc = sp_model_cfg(h->target);
     if (h->dim != tc->dim) return "its width differs from the target's";
     if (h->head_dim * h->n_heads != h->dim || h->rot_dim != h->head_dim || h->rope_factors)
         return "its attention shape (key length, partial RoPE or RoPE factors)";
     if (h->norm_before_residual) return "norm_before_residual";
-    if (h->norm_before_fc) return "norm_before_fc";
     if (h->tok_embd.data != h->target->tok_embd.data) return "its own token embeddings";
     if (h->output.data == h->target->output.data) return "it has no output matrix of its own";
     if (h->n_draft_vocab != h->V) return "a reduced draft vocabulary (d2t)";
@@ -369,6 +370,10 @@ sp_status sp_eagle3_with_weights(const sp_eagle3 *like, const sp_eagle3_f32 *w, 
         {&h->fc, w->fc}, {&h->wq, w->wq}, {&h->wk, w->wk}, {&h->wv, w->wv}, {&h->wo, w->wo},
         {&h->w1, w->w1}, {&h->w2, w->w2}, {&h->w3, w->w3}, {&h->output, w->output}};
     for (size_t i = 0; !st && i < sizeof m / sizeof m[0]; i++) st = own_f32(h, m[i].dst, m[i].src, err);
+    if (!st && like->norm_before_fc) {
+        if (!w->enc_norm) st = sp_fail(err, SP_ERR_ARG, "eagle3: norm_before_fc needs the taps' norm weights");
+        else st = own_vec(&h->enc_norm, w->enc_norm, 3 * (int64_t)h->tgt_dim, err);
+    }
     if (!st) st = own_vec(&h->attn_norm, w->attn_norm, d, err);
     if (!st) st = own_vec(&h->hidden_norm, w->hidden_norm, d, err);
     if (!st) st = own_vec(&h->ffn_norm, w->ffn_norm, d, err);

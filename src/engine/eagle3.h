@@ -56,14 +56,17 @@ sp_status sp_eagle3_decode_tree(sp_eagle3_ctx *c, const int32_t *tokens, const f
  * epsilon. */
 sp_status sp_eagle3_shape(const sp_eagle3 *h, int32_t *dim, int32_t *n_heads, int32_t *n_kv_heads, int32_t *ffn_dim,
                           float *rope_theta, float *eps);
-/* NULL when the head trainer (src/train/head.h) models this head: the
- * target's width, full-width RoPE, the target's embeddings, its own output
- * over the full vocabulary, no norm_before_*; else what it does not model. */
+/* Whether the taps are RMS-normed before fc (eagle3.norm_before_fc). */
+bool sp_eagle3_norm_before_fc(const sp_eagle3 *h);
+/* NULL when the head trainer (src/train/head.h) and the online learner
+ * model this head: the target's width, full-width RoPE, the target's
+ * embeddings, its own output over the full vocabulary, no
+ * norm_before_residual; else what they do not model. */
 const char *sp_eagle3_trainable(const sp_eagle3 *h);
 
 /* A trainable head's weights as F32 arrays in the file's shapes. */
 typedef struct sp_eagle3_f32 {
-    const float *fc, *attn_norm, *hidden_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w1, *w3, *w2, *out_norm, *output;
+    const float *fc, *enc_norm /* norm_before_fc */, *attn_norm, *hidden_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w1, *w3, *w2, *out_norm, *output;
 } sp_eagle3_f32;
 /* A copy of `like` (trainable) with the weights w (copied, packed): a
  * snapshot of a head learning online. Needs no file; `like`'s target must

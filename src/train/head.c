@@ -17,12 +17,13 @@
 #include "sp_model.h"
 #include "rng.h"
 
-enum { P_FC, P_ANORM, P_HNORM, P_WQ, P_WK, P_WV, P_WO, P_FNORM, P_W1, P_W3, P_W2, P_ONORM, P_OUT, P_COUNT };
+/* P_ENORM (norm_before_fc only) is last: without it the head has P_COUNT - 1 tensors */
+enum { P_FC, P_ANORM, P_HNORM, P_WQ, P_WK, P_WV, P_WO, P_FNORM, P_W1, P_W3, P_W2, P_ONORM, P_OUT, P_ENORM, P_COUNT };
 static const char *const pname[P_COUNT] = {
     "fc.weight", "blk.0.attn_norm.weight", "blk.0.attn_norm_2.weight", "blk.0.attn_q.weight",
     "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight", "blk.0.ffn_norm.weight",
     "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight", "output_norm.weight",
-    "output.weight"};
+    "output.weight", "enc.output_norm.weight"};
 
 enum { MAX_K = 8 };
 
@@ -33,6 +34,10 @@ struct sp_thead {
     float *w, *g, *m1, *m2; /* values, gradients, Adam moments */
     int64_t t_step;
     float *embd;            /* [V][dim], frozen */
+    int32_t Vd;             /* the draft vocabulary: output rows */
+    int32_t *d2t;           /* [Vd] target ids (ascending) */
+    float *pd;              /* [Vd] scratch: a target row restricted to the draft vocabulary */
+    float *a_fe, *a_rs0;    /* norm_before_fc: the normed taps [T][3 tgt_dim] and their rms */
     /* activations, per step k: [T][...] */
     int32_t cap_T;
     float *a_g, *a_cat, *a_rs1, *a_rs2, *a_q, *a_k, *a_v, *a_att, *a_ao, *a_h, *a_fn, *a_rs3, *a_h1, *a_h3,
@@ -50,6 +55,10 @@ void sp_thead_free(sp_thead *h) {
     free(h->m1);
     free(h->m2);
     free(h->embd);
+    free(h->d2t);
+    free(h->pd);
+    free(h->a_fe);
+    free(h->a_rs0);
     float **acts[] = {&h->a_g, &h->a_cat, &h->a_rs1, &h->a_rs2, &h->a_q, &h->a_k, &h->a_v, &h->a_att,
                       &h->a_ao, &h->a_h, &h->a_fn, &h->a_rs3, &h->a_h1, &h->a_h3, &h->a_sw, &h->a_o,
                       &h->a_on, &h->a_rs4, &h->a_p, &h->a_logit, &h->a_dlogit};
@@ -57,26 +66,28 @@ void sp_thead_free(sp_thead *h) {
     free(h);
 }
 
-int32_t sp_thead_n_tensors(const sp_thead *h) {
-    (void)h;
-    return P_COUNT;
-}
+int32_t sp_thead_n_tensors(const sp_thead *h) { return h->s.norm_before_fc ? P_COUNT : P_COUNT - 1; }
 
 const char *sp_thead_tensor(sp_thead *h, int32_t i, int64_t *n, float **value, float **grad) {
-    SP_ASSERT(i >= 0 && i < P_COUNT);
+    SP_ASSERT(i >= 0 && i < sp_thead_n_tensors(h));
     *n = h->rows[i] * h->cols[i];
     *value = P(h, i);
     *grad = G(h, i);
     return pname[i];
 }
 
-sp_status sp_thead_init(const sp_thead_shape *s, const float *embd, uint64_t seed, sp_thead **out,
-                        sp_error *err) {
+sp_status sp_thead_init(const sp_thead_shape *s, const float *embd, const int32_t *d2t, uint64_t seed,
+                        sp_thead **out, sp_error *err) {
     *out = NULL;
+    const int32_t Vd = s->n_draft > 0 ? s->n_draft : s->n_vocab;
     if (s->dim < 2 || s->n_heads < 1 || s->n_kv_heads < 1 || s->n_heads % s->n_kv_heads ||
-        s->dim % s->n_heads || (s->dim / s->n_heads) % 2 || s->ffn_dim < 1 || s->tgt_dim < 1 || s->n_vocab < 2)
-        return sp_fail(err, SP_ERR_ARG, "train-head: bad head shape (dim %d, heads %d/%d, ffn %d)", s->dim,
-                       s->n_heads, s->n_kv_heads, s->ffn_dim);
+        s->dim % s->n_heads || (s->dim / s->n_heads) % 2 || s->ffn_dim < 1 || s->tgt_dim < 1 || s->n_vocab < 2 ||
+        Vd < 2 || Vd > s->n_vocab || (Vd < s->n_vocab && !d2t))
+        return sp_fail(err, SP_ERR_ARG, "train-head: bad head shape (dim %d, heads %d/%d, ffn %d, vocabulary %d of %d)",
+                       s->dim, s->n_heads, s->n_kv_heads, s->ffn_dim, Vd, s->n_vocab);
+    for (int32_t i = 0; d2t && i < Vd; i++)
+        if (d2t[i] < 0 || d2t[i] >= s->n_vocab || (i > 0 && d2t[i] <= d2t[i - 1]))
+            return sp_fail(err, SP_ERR_ARG, "train-head: the draft vocabulary must be ascending target ids");
     sp_thead *h = calloc(1, sizeof *h);
     if (!h) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     h->s = *s;
@@ -85,7 +96,8 @@ sp_status sp_thead_init(const sp_thead_shape *s, const float *embd, uint64_t see
     h->kvd = s->n_kv_heads * h->hd;
     const int64_t d = s->dim, r[P_COUNT][2] = {
         {d, 3 * (int64_t)s->tgt_dim}, {1, d}, {1, d}, {h->qd, 2 * d}, {h->kvd, 2 * d}, {h->kvd, 2 * d},
-        {d, h->qd}, {1, d}, {s->ffn_dim, d}, {s->ffn_dim, d}, {d, s->ffn_dim}, {1, d}, {s->n_vocab, d}};
+        {d, h->qd}, {1, d}, {s->ffn_dim, d}, {s->ffn_dim, d}, {d, s->ffn_dim}, {1, d}, {Vd, d},
+        {1, s->norm_before_fc ? 3 * (int64_t)s->tgt_dim : 0}};
     for (int i = 0; i < P_COUNT; i++) {
         h->rows[i] = r[i][0];
         h->cols[i] = r[i][1];
@@ -97,17 +109,21 @@ sp_status sp_thead_init(const sp_thead_shape *s, const float *embd, uint64_t see
     h->m1 = calloc((size_t)h->n_params, sizeof(float));
     h->m2 = calloc((size_t)h->n_params, sizeof(float));
     h->embd = malloc((size_t)s->n_vocab * (size_t)d * sizeof(float));
-    if (!h->w || !h->g || !h->m1 || !h->m2 || !h->embd) {
+    h->Vd = Vd;
+    h->d2t = malloc((size_t)Vd * sizeof *h->d2t);
+    h->pd = malloc((size_t)Vd * sizeof *h->pd);
+    if (!h->w || !h->g || !h->m1 || !h->m2 || !h->embd || !h->d2t || !h->pd) {
         sp_thead_free(h);
         return sp_fail(err, SP_ERR_NOMEM, "out of memory for the head");
     }
     memcpy(h->embd, embd, (size_t)s->n_vocab * (size_t)d * sizeof(float));
+    for (int32_t i = 0; i < Vd; i++) h->d2t[i] = d2t ? d2t[i] : i;
     sp_rng rng;
     sp_rng_seed(&rng, seed);
     for (int i = 0; i < P_COUNT; i++) {
         float *w = P(h, i);
         const int64_t n = h->rows[i] * h->cols[i];
-        if (h->rows[i] == 1) {
+        if (h->rows[i] == 1 || n == 0) {
             for (int64_t j = 0; j < n; j++) w[j] = 1.0f;
             continue;
         }
@@ -119,7 +135,7 @@ sp_status sp_thead_init(const sp_thead_shape *s, const float *embd, uint64_t see
 }
 
 const float *sp_thead_logits(const sp_thead *h, int32_t T, int32_t k, int32_t s) {
-    return h->a_logit + ((int64_t)(k - 1) * T + s) * h->s.n_vocab;
+    return h->a_logit + ((int64_t)(k - 1) * T + s) * h->Vd;
 }
 
 void sp_thead_zero_grad(sp_thead *h) { memset(h->g, 0, (size_t)h->n_params * sizeof(float)); }
@@ -127,7 +143,7 @@ void sp_thead_zero_grad(sp_thead *h) { memset(h->g, 0, (size_t)h->n_params * siz
 static sp_status ensure(sp_thead *h, int32_t T, int32_t K, sp_error *err) {
     if (T <= h->cap_T) return SP_OK;
     const size_t n = (size_t)MAX_K * (size_t)T, d = (size_t)h->s.dim, f = (size_t)h->s.ffn_dim;
-    const size_t V = (size_t)h->s.n_vocab, H = (size_t)h->s.n_heads;
+    const size_t V = (size_t)h->Vd, H = (size_t)h->s.n_heads;
     struct { float **p; size_t w; } a[] = {
         {&h->a_g, d}, {&h->a_cat, 2 * d}, {&h->a_rs1, 1}, {&h->a_rs2, 1}, {&h->a_q, (size_t)h->qd},
         {&h->a_k, (size_t)h->kvd}, {&h->a_v, (size_t)h->kvd}, {&h->a_att, (size_t)h->qd}, {&h->a_ao, d},
@@ -139,6 +155,13 @@ static sp_status ensure(sp_thead *h, int32_t T, int32_t K, sp_error *err) {
         free(*a[i].p);
         *a[i].p = calloc(n * a[i].w, sizeof(float));
         if (!*a[i].p) return sp_fail(err, SP_ERR_NOMEM, "out of memory for the head's activations");
+    }
+    if (h->s.norm_before_fc) {
+        free(h->a_fe);
+        free(h->a_rs0);
+        h->a_fe = malloc((size_t)T * 3 * (size_t)h->s.tgt_dim * sizeof(float));
+        h->a_rs0 = malloc((size_t)T * sizeof(float));
+        if (!h->a_fe || !h->a_rs0) return sp_fail(err, SP_ERR_NOMEM, "out of memory for the head's activations");
     }
     h->cap_T = T;
     return SP_OK;
@@ -225,24 +248,34 @@ sp_status sp_thead_run_rows(sp_thead *h, const int32_t *tokens, const float *fea
     sp_status st = ensure(h, T, K, err);
     if (st) return st;
     const sp_thead_shape *s = &h->s;
-    const int64_t d = s->dim, f = s->ffn_dim, V = s->n_vocab, td3 = 3 * (int64_t)s->tgt_dim;
+    const int64_t d = s->dim, f = s->ffn_dim, V = h->Vd, td3 = 3 * (int64_t)s->tgt_dim;
     const int32_t H = s->n_heads, hd = h->hd, grp = s->n_heads / s->n_kv_heads, KW = T + MAX_K;
     const int64_t qd = h->qd, kvd = h->kvd;
     const float scale = 1.0f / sqrtf((float)hd);
     for (int32_t t = 0; t < T; t++)
-        if (tokens[t] < 0 || tokens[t] >= V) return sp_fail(err, SP_ERR_ARG, "train-head: token %d out of range", tokens[t]);
+        if (tokens[t] < 0 || tokens[t] >= s->n_vocab)
+            return sp_fail(err, SP_ERR_ARG, "train-head: token %d out of range", tokens[t]);
+    if (V < s->n_vocab)
+        for (int32_t t = 0; t < T; t++)
+            if (!rows[t].p && loss->kind != SP_LOSS_CE)
+                return sp_fail(err, SP_ERR_ARG, "train-head: a draft vocabulary needs dense target rows");
     double *scratch = malloc((size_t)(2 * V) * sizeof(double));
     if (!scratch) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     int64_t n_used = 0;
     for (int32_t k = 1; k <= K; k++) n_used += T - k > 0 ? T - k : 0;
     double total = 0;
+    int64_t n_skip = 0; /* ce: next tokens outside the draft vocabulary */
     /* ---- forward, step by step (step k reads keys of steps <= k) */
     for (int32_t k = 1; k <= K; k++) {
         const int32_t n = T - k;
         for (int32_t sl = 0; sl < n; sl++) {
             const int64_t r = (int64_t)(k - 1) * T + sl;
             float *g = h->a_g + r * d, *cat = h->a_cat + r * 2 * d;
-            if (k == 1) mv(g, P(h, P_FC), feat + (int64_t)sl * td3, d, td3);
+            if (k == 1 && s->norm_before_fc) {
+                float *fe = h->a_fe + (int64_t)sl * td3;
+                h->a_rs0[sl] = rmsnorm(fe, feat + (int64_t)sl * td3, P(h, P_ENORM), td3, s->eps);
+                mv(g, P(h, P_FC), fe, d, td3);
+            } else if (k == 1) mv(g, P(h, P_FC), feat + (int64_t)sl * td3, d, td3);
             else memcpy(g, h->a_o + ((int64_t)(k - 2) * T + sl) * d, (size_t)d * sizeof(float));
             h->a_rs1[r] = rmsnorm(cat, h->embd + (int64_t)tokens[sl + k] * d, P(h, P_ANORM), d, s->eps);
             h->a_rs2[r] = rmsnorm(cat + d, g, P(h, P_HNORM), d, s->eps);
@@ -293,18 +326,40 @@ sp_status sp_thead_run_rows(sp_thead *h, const int32_t *tokens, const float *fea
             h->a_rs4[r] = rmsnorm(on, o, P(h, P_ONORM), d, s->eps);
             float *lg = h->a_logit + r * V, *dl = h->a_dlogit + r * V;
             mv(lg, P(h, P_OUT), on, V, d);
-            sp_loss_target tg = rows[sl + k];
-            if (loss->kind == SP_LOSS_CE)
-                tg = (sp_loss_target){.token = tokens[sl + k + 1 < T ? sl + k + 1 : T - 1]};
             if (loss->kind == SP_LOSS_CE && sl + k + 1 >= T) { /* no next token in the window */
                 memset(dl, 0, (size_t)V * sizeof(float));
                 continue;
+            }
+            sp_loss_target tg = rows[sl + k];
+            if (loss->kind == SP_LOSS_CE)
+                tg = (sp_loss_target){.token = tokens[sl + k + 1 < T ? sl + k + 1 : T - 1]};
+            if (V < s->n_vocab) { /* the target's row restricted to the draft vocabulary, renormalised */
+                if (loss->kind == SP_LOSS_CE) {
+                    int32_t lo = 0, hi = (int32_t)V; /* the draft id of the token, or skip it */
+                    while (lo < hi) {
+                        const int32_t mid = (lo + hi) / 2;
+                        if (h->d2t[mid] < tg.token) lo = mid + 1;
+                        else hi = mid;
+                    }
+                    if (lo == V || h->d2t[lo] != tg.token) {
+                        memset(dl, 0, (size_t)V * sizeof(float));
+                        n_skip++;
+                        continue;
+                    }
+                    tg.token = lo;
+                } else {
+                    double z = 0;
+                    for (int64_t i = 0; i < V; i++) z += h->pd[i] = tg.p[h->d2t[i]];
+                    for (int64_t i = 0; i < V; i++) h->pd[i] = z > 0 ? (float)(h->pd[i] / z) : 1.0f / (float)V;
+                    tg.p = h->pd;
+                }
             }
             total += sp_loss_row(loss, &tg, lg, (int32_t)V, scratch, backward ? dl : NULL);
         }
     }
     free(scratch);
     if (loss->kind == SP_LOSS_CE) n_used -= K; /* the last chain of each step has no next token */
+    n_used -= n_skip;
     if (n_used < 1) return sp_fail(err, SP_ERR_ARG, "train-head: window of %d tokens scores nothing", T);
     *mean = total / (double)n_used;
     if (!backward) return SP_OK;
@@ -403,7 +458,17 @@ sp_status sp_thead_run_rows(sp_thead *h, const int32_t *tokens, const float *fea
             rmsnorm_back(NULL, G(h, P_ANORM), dcat, h->embd + (int64_t)tokens[sl + k] * d, P(h, P_ANORM),
                          h->a_rs1[r], d);
             rmsnorm_back(dg, G(h, P_HNORM), dcat + d, h->a_g + r * d, P(h, P_HNORM), h->a_rs2[r], d);
-            if (k == 1) mv_back(NULL, G(h, P_FC), dg, P(h, P_FC), feat + (int64_t)sl * td3, d, td3);
+            if (k == 1 && s->norm_before_fc) {
+                float *dfe = malloc((size_t)td3 * sizeof(float));
+                if (!dfe) {
+                    free(dq), free(dk), free(dv), free(dgo), free(tmp);
+                    return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+                }
+                memset(dfe, 0, (size_t)td3 * sizeof(float));
+                mv_back(dfe, G(h, P_FC), dg, P(h, P_FC), h->a_fe + (int64_t)sl * td3, d, td3);
+                rmsnorm_back(NULL, G(h, P_ENORM), dfe, feat + (int64_t)sl * td3, P(h, P_ENORM), h->a_rs0[sl], td3);
+                free(dfe);
+            } else if (k == 1) mv_back(NULL, G(h, P_FC), dg, P(h, P_FC), feat + (int64_t)sl * td3, d, td3);
             else {
                 float *prev = dgo + ((int64_t)(k - 2) * T + sl) * d;
                 for (int64_t i = 0; i < d; i++) prev[i] += dg[i];
@@ -458,7 +523,7 @@ sp_status sp_thead_save(const sp_thead *h, const int32_t layers[3], const char *
     sp_status st = sp_gguf_open(target_path, &tg, err);
     if (st) return st;
     sp_gguf_writer *w = sp_gguf_writer_init();
-    int64_t *d2t = malloc((size_t)h->s.n_vocab * sizeof *d2t);
+    int64_t *d2t = malloc((size_t)h->Vd * sizeof *d2t);
     if (!w || !d2t) {
         sp_gguf_close(tg);
         sp_gguf_writer_free(w);
@@ -482,17 +547,18 @@ sp_status sp_thead_save(const sp_thead *h, const int32_t layers[3], const char *
     sp_gguf_writer_set_arr_i32(w, "eagle3.target_layers", layers, 3);
     sp_gguf_writer_set_u32(w, "eagle3.target_hidden_size", (uint32_t)s->tgt_dim);
     sp_gguf_writer_set_bool(w, "eagle3.norm_before_residual", false);
-    sp_gguf_writer_set_bool(w, "eagle3.norm_before_fc", false);
+    sp_gguf_writer_set_bool(w, "eagle3.norm_before_fc", s->norm_before_fc);
     sp_gguf_writer_copy_kv(w, tg, "tokenizer.");
     sp_gguf_close(tg);
-    const int order[P_COUNT] = {P_FC, P_ONORM, P_OUT, P_ANORM, P_HNORM, P_WQ, P_WK, P_WV, P_WO, P_FNORM, P_W1, P_W3, P_W2};
+    const int order[P_COUNT] = {P_FC, P_ENORM, P_ONORM, P_OUT, P_ANORM, P_HNORM, P_WQ, P_WK, P_WV, P_WO, P_FNORM, P_W1, P_W3, P_W2};
     for (int i = 0; i < P_COUNT && !st; i++) {
+        if (order[i] == P_ENORM && !s->norm_before_fc) continue;
         const int t = order[i];
         const int64_t ne[2] = {h->cols[t], h->rows[t]};
         st = sp_gguf_writer_add_tensor(w, pname[t], SP_GGML_F32, h->rows[t] > 1 ? 2 : 1, ne, P(h, t), true, err);
     }
-    for (int32_t i = 0; i < s->n_vocab; i++) d2t[i] = i; /* the identity: the full vocabulary */
-    const int64_t ne1 = s->n_vocab;
+    for (int32_t i = 0; i < h->Vd; i++) d2t[i] = h->d2t[i]; /* absolute target ids, as the converter writes them */
+    const int64_t ne1 = h->Vd;
     if (!st) st = sp_gguf_writer_add_tensor(w, "d2t", SP_GGML_I64, 1, &ne1, d2t, true, err);
     if (!st) st = sp_gguf_writer_write(w, path, err);
     sp_gguf_writer_free(w);
@@ -569,11 +635,14 @@ sp_status sp_thead_load(const char *path, const sp_model *target, const float *e
     hs.n_vocab = tc->n_vocab;
     memcpy(layers, sp_eagle3_target_layers(e), 3 * sizeof(int32_t));
     const char *why = sp_eagle3_trainable(e);
+    const bool nbf = sp_eagle3_norm_before_fc(e);
     sp_eagle3_free(e);
     if (why) return sp_fail(err, SP_ERR_UNSUPPORTED, "%s: the head trainer cannot learn this head: %s", path, why);
-    if (!st) st = sp_thead_init(&hs, embd, 1, out, err);
+    hs.norm_before_fc = nbf;
+    hs.n_draft = 0;
+    if (!st) st = sp_thead_init(&hs, embd, NULL, 1, out, err);
     if (!st) st = sp_gguf_open(path, &g, err);
-    for (int i = 0; !st && i < P_COUNT; i++) st = read_f32(g, path, pname[i], (*out)->cols[i], (*out)->rows[i], P(*out, i), err);
+    for (int i = 0; !st && i < sp_thead_n_tensors(*out); i++) st = read_f32(g, path, pname[i], (*out)->cols[i], (*out)->rows[i], P(*out, i), err);
     sp_gguf_close(g);
     if (st) {
         sp_thead_free(*out);
@@ -583,7 +652,7 @@ sp_status sp_thead_load(const char *path, const sp_model *target, const float *e
 }
 
 sp_status sp_thead_to_eagle3(const sp_thead *h, const sp_eagle3 *like, sp_eagle3 **out, sp_error *err) {
-    const sp_eagle3_f32 w = {.fc = P(h, P_FC), .attn_norm = P(h, P_ANORM), .hidden_norm = P(h, P_HNORM),
+    const sp_eagle3_f32 w = {.fc = P(h, P_FC), .enc_norm = h->s.norm_before_fc ? P(h, P_ENORM) : NULL, .attn_norm = P(h, P_ANORM), .hidden_norm = P(h, P_HNORM),
                              .wq = P(h, P_WQ), .wk = P(h, P_WK), .wv = P(h, P_WV), .wo = P(h, P_WO),
                              .ffn_norm = P(h, P_FNORM), .w1 = P(h, P_W1), .w3 = P(h, P_W3), .w2 = P(h, P_W2),
                              .out_norm = P(h, P_ONORM), .output = P(h, P_OUT)};
@@ -591,7 +660,7 @@ sp_status sp_thead_to_eagle3(const sp_thead *h, const sp_eagle3 *like, sp_eagle3
     float theta, eps;
     sp_status st = sp_eagle3_shape(like, &dim, &nh, &nkv, &ffn, &theta, &eps);
     if (st || dim != h->s.dim || nh != h->s.n_heads || nkv != h->s.n_kv_heads || ffn != h->s.ffn_dim ||
-        sp_eagle3_trainable(like))
+        sp_eagle3_trainable(like) || sp_eagle3_norm_before_fc(like) != h->s.norm_before_fc || h->Vd != h->s.n_vocab)
         return sp_fail(err, SP_ERR_ARG, "online: the served head's shape differs from the learner's");
     return sp_eagle3_with_weights(like, &w, out, err);
 }
@@ -604,6 +673,38 @@ sp_head_params sp_head_default_params(int32_t n) {
                         .threads = 1};
     for (int i = 0; i < 3; i++) p.layers[i] = p.layers[i] < 0 ? 0 : p.layers[i] > n ? n : p.layers[i];
     return p;
+}
+
+typedef struct id_count {
+    int64_t count;
+    int32_t id;
+} id_count;
+
+static int by_count(const void *a, const void *b) {
+    const id_count *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* The n most frequent ids of data[0..len) (ties: the lower id), ascending
+ * (EAGLE-3's draft vocabulary, d2t); malloc'd, NULL when out of memory. */
+static int32_t *draft_vocab(const int32_t *data, int64_t len, int32_t V, int32_t n) {
+    id_count *c = malloc((size_t)V * sizeof *c);
+    uint8_t *pick = calloc((size_t)V, 1);
+    int32_t *out = malloc((size_t)n * sizeof *out);
+    if (!c || !pick || !out) {
+        free(c), free(pick), free(out);
+        return NULL;
+    }
+    for (int32_t v = 0; v < V; v++) c[v] = (id_count){0, v};
+    for (int64_t i = 0; i < len; i++)
+        if (data[i] >= 0 && data[i] < V) c[data[i]].count++;
+    qsort(c, (size_t)V, sizeof *c, by_count);
+    for (int32_t i = 0; i < n; i++) pick[c[i].id] = 1;
+    for (int32_t v = 0, k = 0; v < V; v++)
+        if (pick[v]) out[k++] = v;
+    free(c), free(pick);
+    return out;
 }
 
 sp_status sp_distill_head(const sp_model *target, const char *target_path, const int32_t *data, int64_t n,
@@ -620,10 +721,16 @@ sp_status sp_distill_head(const sp_model *target, const char *target_path, const
                            tc->n_layers);
     if (n < T + 1)
         return sp_fail(err, SP_ERR_ARG, "train-head: %lld text tokens, fewer than a window of %d", (long long)n, T + 1);
+    if (p->draft_vocab < 0 || p->draft_vocab == 1)
+        return sp_fail(err, SP_ERR_ARG, "train-head: a draft vocabulary of %d tokens (2 or more; 0: the target's)",
+                       p->draft_vocab);
     sp_thead_shape hs = {.dim = D, .n_heads = p->n_heads ? p->n_heads : tc->n_heads,
                          .n_kv_heads = p->n_kv_heads ? p->n_kv_heads : tc->n_kv_heads,
                          .ffn_dim = p->ffn_dim ? p->ffn_dim : tc->ffn_dim, .tgt_dim = D, .n_vocab = V,
-                         .rope_theta = tc->rope_theta, .eps = tc->norm_eps};
+                         .n_draft = p->draft_vocab > 0 && p->draft_vocab < V ? p->draft_vocab : 0,
+                         .norm_before_fc = p->norm_before_fc, .rope_theta = tc->rope_theta, .eps = tc->norm_eps};
+    int32_t *d2t = hs.n_draft ? draft_vocab(data, n, V, hs.n_draft) : NULL;
+    if (hs.n_draft && !d2t) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     sp_ctx *ctx = NULL;
     sp_thead *h = NULL;
     float *embd = malloc((size_t)V * D * sizeof(float)), *logits = malloc((size_t)B * T * V * sizeof(float));
@@ -640,7 +747,7 @@ sp_status sp_distill_head(const sp_model *target, const char *target_path, const
     cp.type_k = cp.type_v = SP_GGML_F32;
     if (!st) st = sp_ctx_init(target, &cp, &ctx, err);
     if (!st) st = read_embd(ctx, V, D, T, embd, logits, err);
-    if (!st) st = sp_thead_init(&hs, embd, p->seed, &h, err);
+    if (!st) st = sp_thead_init(&hs, embd, d2t, p->seed, &h, err);
     if (!st) st = sp_ctx_set_taps(ctx, p->layers, 3, err);
     for (int32_t b = 0; !st && b < B; b++) {
         win[b] = (sp_thead_window){.tokens = tok + (int64_t)b * T, .feat = feat + (int64_t)b * T * 3 * D,
@@ -692,6 +799,6 @@ sp_status sp_distill_head(const sp_model *target, const char *target_path, const
     if (!st && last) *last = l;
     sp_thead_free(h);
     sp_ctx_free(ctx);
-    free(embd), free(logits), free(feat), free(tok), free(rows), free(win);
+    free(embd), free(logits), free(feat), free(tok), free(rows), free(win), free(d2t);
     return st;
 }

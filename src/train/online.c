@@ -136,7 +136,7 @@ sp_status sp_online_init_head(const char *head_path, const sp_eagle3 *head, cons
         return sp_fail(err, SP_ERR_ARG, "online: a head's windows of %d positions are too short for %d unrolled steps",
                        p->window, p->unroll);
     const char *why = sp_eagle3_trainable(head);
-    if (why) return sp_fail(err, SP_ERR_UNSUPPORTED, "online: the head trainer cannot learn this head (%s)", why);
+    if (why) return sp_fail(err, SP_ERR_UNSUPPORTED, "online: this head cannot learn online (%s)", why);
     const sp_model *target = sp_eagle3_target(head);
     sp_online *o = calloc(1, sizeof *o);
     if (!o) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
