@@ -9,7 +9,6 @@
 
 #include "eagle3.h"
 #include "gguf_write.h"
-#include "model_internal.h"
 #include "quant.h"
 #include "train.h"
 #include "clock.h"
@@ -611,13 +610,17 @@ sp_status sp_thead_target_embd(const sp_model *target, float **embd, sp_error *e
     return st;
 }
 
-/* A tensor of the head file as F32 (any loadable type), of n elements. */
+/* A tensor of the head file as F32 (any loadable type: sp_eagle3_load has
+ * checked its shape and type), rows x cols. */
 static sp_status read_f32(const sp_gguf *g, const char *path, const char *name, int64_t cols, int64_t rows, float *out,
                           sp_error *err) {
-    sp_weight w;
-    sp_status st = sp_weight_from_tensor(sp_gguf_find_tensor(g, name), path, name, cols, rows, false, &w, err);
-    if (st) return st;
-    for (int64_t r = 0; r < rows; r++) sp_dequantize_row(w.type, w.data + (size_t)r * w.row_bytes, out + r * cols, cols);
+    const sp_gguf_tensor *t = sp_gguf_find_tensor(g, name);
+    if (!t || t->ne[0] != cols || t->ne[1] * t->ne[2] * t->ne[3] != rows)
+        return sp_fail(err, SP_ERR_FORMAT, "%s: tensor '%s' is missing or not [%lld, %lld]", path, name,
+                       (long long)cols, (long long)rows);
+    const uint64_t rb = sp_ggml_row_size(t->type, cols);
+    for (int64_t r = 0; r < rows; r++)
+        sp_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)r * rb, out + r * cols, cols);
     return SP_OK;
 }
 
