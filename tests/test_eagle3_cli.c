@@ -111,6 +111,18 @@ static void test_online(void **state) {
     snprintf(args, sizeof args, "generate -m '%s' -p Once -n 8 --temp 0 --draft eagle3 -md '%s/h2.gguf'", m,
              sp_tmpdir());
     if (cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out)) fail_msg("the exported head does not draft: %s", args);
+    /* bench: a draft=eagle3 configuration with online=1 */
+    char prompts[512];
+    snprintf(prompts, sizeof prompts, "%s/p.jsonl", sp_tmpdir());
+    FILE *pf = fopen(prompts, "w");
+    assert_non_null(pf);
+    fputs("{\"prompt\": \"Once upon a time\"}\n{\"prompt\": \"Once upon a time\"}\n", pf);
+    fclose(pf);
+    snprintf(args, sizeof args,
+             "bench -m '%s' -md '%s' --prompts '%s' --configs 'draft=eagle3,gamma=3,online=1' -n 16 --temp 0 "
+             "--online-sync --online-every 8 --online-steps 1 --json --out '%s/b'",
+             m, trained, prompts, sp_tmpdir());
+    json_decref(run_json(args));
     snprintf(args, sizeof args, "generate -m '%s' -p Once -n 4 --draft eagle3 -md '%s' --online", m, HEAD);
     expect_error(args, 1, "this head cannot learn online (a reduced draft vocabulary (d2t))");
     snprintf(args, sizeof args, "generate -m '%s' -p Once -n 4 --draft eagle3 -md '%s' --online --tree 2x2", m, trained);
