@@ -114,6 +114,13 @@ static void test_qwen35_llamacpp(void **state) {
     assert_int_equal(checked, 14);
     assert_int_equal(thinking, 7);
     json_decref(all);
+    /* an answer after the last user message keeps its reasoning in a think
+     * block (llama-server renders a trailing assistant message so when it
+     * continues it: "<|im_start|>assistant\n<think>\n\n</think>\n\nans") */
+    const sp_chat_msg tail[] = {{"user", "q"}, {"assistant", " <think>\nplan\n</think>\n\nans "}};
+    expect(SP_CHAT_QWEN35, tail, 2,
+           "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nplan\n</think>\n\nans<|im_end|>\n"
+           "<|im_start|>assistant\n<think>\n");
     /* the template itself is needed: a system message alone is refused */
     char *out = NULL;
     sp_error e = {0};
