@@ -63,8 +63,6 @@ static int cp_class_m(uint32_t cp, bool marks) {
     }
 }
 
-static inline int cp_class(uint32_t cp) { return cp_class_m(cp, false); }
-
 /* Class and byte length of the character at pos (< len); with marks,
  * combining marks (M*) count as letters (Qwen3.5's [\p{L}\p{M}]). */
 static inline int class_at_m(const char *s, size_t len, size_t pos, size_t *clen, bool marks) {
