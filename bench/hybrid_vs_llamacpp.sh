@@ -28,8 +28,10 @@
 # Environment: LLAMA_BIN (/work/ref/llama.cpp/build/bin: llama-bench and
 #   llama-speculative-simple), THREADS (2), REPS (3), DEPTH (128), DECODE (32),
 #   PROMPT (512), UBATCH (512), GEN (64), DRAFT (4), CTK / CTV (f16).
-# Runtime with REPS=2 on the two 2B-shaped files below, 2 threads: about
-# 6 minutes. Smoke test: PROMPT=32 GEN=8 DECODE=4 REPS=1 DEPTH=16 on a tiny
+# Runtime with REPS=2 on the two 2B-shaped files below, 2 threads: estimated
+# at about 6 minutes on a quiet machine (llama-speculative-simple's 64 tokens
+# dominate when its drafts are all rejected); under a load of 15 on 2 cores
+# the Q4_K_M file alone took 48 minutes. Smoke test: PROMPT=32 GEN=8 DECODE=4 REPS=1 DEPTH=16 on a tiny
 # `mkmodel --arch qwen35 --mtp 1` file with a real vocabulary.
 # The issue's model: Qwen3.5-2B's shape (hidden 2048, 24 layers, every fourth
 # gated attention with 8 query / 2 KV heads of 256, Gated DeltaNet with 16
@@ -52,7 +54,7 @@ G=${GEN:-64}; K4=${DRAFT:-4}; K=${CTK:-f16}; V=${CTV:-f16}
 [ -x "$S" ] || { echo "$S not built (make build/specula)" >&2; exit 2; }
 [ -x "$L" ] || { echo "llama-bench not found at $L (set LLAMA_BIN)" >&2; exit 2; }
 [ -x "$LS" ] || { echo "llama-speculative-simple not found at $LS (set LLAMA_BIN)" >&2; exit 2; }
-W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT; trap 'exit 130' INT TERM
 TEXT="The history of the printing press begins in the fifteenth century, when Johannes Gutenberg \
 combined movable metal type, oil-based ink and a wooden press adapted from those used for wine. \
 Within fifty years presses were running in more than two hundred cities across Europe, and"
