@@ -97,6 +97,16 @@ size_t sp_tokenizer_decode(const sp_tokenizer *t, const int32_t *ids, int32_t n,
  *                                    llama.cpp's built-in gpt-oss template (no
  *                                    Jinja system preamble); the model answers
  *                                    "<|channel|>final<|message|>...<|return|>"
+ *   qwen3.5 (Qwen3.5/3.6)            "<|im_start|>", "<think>" and "<function=";
+ *                                    rendered as llama.cpp renders its Jinja
+ *                                    template (no tools): contents trimmed of
+ *                                    ASCII white space, earlier answers' reasoning
+ *                                    dropped, a user message required, and the
+ *                                    answer opened with "<think>\n" (thinking on,
+ *                                    llama.cpp's default)
+ *   qwen3.5-nothink                  by name only: qwen3.5 with thinking off
+ *                                    (enable_thinking=false: an empty
+ *                                    "<think>\n\n</think>\n\n" opens the answer)
  * Roles: system, user, assistant. Families without a system role (gemma,
  * mistral) put the system text before the first user message, as their
  * own templates do. */
@@ -108,7 +118,9 @@ typedef enum sp_chat_tmpl {
     SP_CHAT_PHI3,
     SP_CHAT_LLAMA2,
     SP_CHAT_MISTRAL,
-    SP_CHAT_HARMONY
+    SP_CHAT_HARMONY,
+    SP_CHAT_QWEN35,
+    SP_CHAT_QWEN35_NOTHINK
 } sp_chat_tmpl;
 
 typedef struct sp_chat_msg {

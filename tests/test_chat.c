@@ -1,9 +1,14 @@
 /* Chat templates: recognition from template texts of each family (excerpts
  * of the Jinja templates the models ship) and the rendered prompt of a
  * system + user + assistant + user conversation, written out by hand from
- * each family's documented format. */
+ * each family's documented format. Qwen3.5 is held to llama.cpp's own
+ * rendering: tests/data/qwen35/chat.json, seven conversations (trimming,
+ * reasoning in earlier answers, no system message, several turns) each with
+ * thinking on and off, as llama.cpp de3ff81's llama-server /apply-template
+ * returned them for the Qwen3.5 Jinja template (scripts/ref_chat.py). */
 #include "testutil.h"
 
+#include <jansson.h>
 #include <stdlib.h>
 
 #include "sp_tokenizer.h"
@@ -84,8 +89,59 @@ static void test_detect_and_errors(void **state) {
     assert_null(out);
 }
 
+static void test_qwen35_llamacpp(void **state) {
+    (void)state;
+    json_error_t je;
+    json_t *all = json_load_file("tests/data/qwen35/chat.json", 0, &je);
+    if (!all) fail_msg("tests/data/qwen35/chat.json: %s", je.text);
+    size_t i, checked = 0, thinking = 0;
+    json_t *v;
+    json_array_foreach(all, i, v) {
+        json_t *ms = json_object_get(v, "messages");
+        sp_chat_msg m[16];
+        assert_true(json_array_size(ms) <= 16);
+        for (size_t k = 0; k < json_array_size(ms); k++) {
+            json_t *e = json_array_get(ms, k);
+            m[k].role = json_string_value(json_object_get(e, "role"));
+            m[k].content = json_string_value(json_object_get(e, "content"));
+        }
+        const bool think = json_is_true(json_object_get(v, "thinking"));
+        expect(think ? SP_CHAT_QWEN35 : SP_CHAT_QWEN35_NOTHINK, m, (int)json_array_size(ms),
+               json_string_value(json_object_get(v, "prompt")));
+        checked++;
+        thinking += think;
+    }
+    assert_int_equal(checked, 14);
+    assert_int_equal(thinking, 7);
+    json_decref(all);
+    /* an answer after the last user message keeps its reasoning in a think
+     * block (llama-server renders a trailing assistant message so when it
+     * continues it: "<|im_start|>assistant\n<think>\n\n</think>\n\nans") */
+    const sp_chat_msg tail[] = {{"user", "q"}, {"assistant", " <think>\nplan\n</think>\n\nans "}};
+    expect(SP_CHAT_QWEN35, tail, 2,
+           "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nplan\n</think>\n\nans<|im_end|>\n"
+           "<|im_start|>assistant\n<think>\n");
+    /* the template itself is needed: a system message alone is refused */
+    char *out = NULL;
+    sp_error e = {0};
+    assert_int_equal(sp_chat_render(SP_CHAT_QWEN35, CONV, 1, &out, &e), SP_ERR_ARG);
+    assert_non_null(strstr(e.msg, "user message"));
+    assert_null(out);
+    /* recognised by its reasoning and XML tool calls; Qwen3's (no <function=) stays chatml */
+    assert_int_equal(sp_chat_detect("{{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content + "
+                                    "'\\n</think>\\n\\n' + content }}{{- '<tool_call>\\n<function=' + "
+                                    "tool_call.name + '>\\n' }}"),
+                     SP_CHAT_QWEN35);
+    assert_int_equal(sp_chat_detect("{{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content + "
+                                    "'\\n</think>\\n\\n' + content }}{{- '<tool_call>\\n{\"name\": \"' }}"),
+                     SP_CHAT_CHATML);
+    assert_int_equal(sp_chat_by_name("qwen3.5-nothink"), SP_CHAT_QWEN35_NOTHINK);
+    assert_string_equal(sp_chat_end_of_turn(SP_CHAT_QWEN35), "<|im_end|>");
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_render),
     cmocka_unit_test(test_detect_and_errors),
+    cmocka_unit_test(test_qwen35_llamacpp),
 };
 SP_TEST_MAIN(tests)

@@ -104,6 +104,19 @@ static void test_mkmodel_makes_loadable_model(void **state) {
         assert_true(ms > 0 && fabs(tps - 40 / (ms / 1e3)) < 1e-6 * tps);
         json_decref(j);
     }
+    /* the rollback after a k = 4 forward, and its share of that forward */
+    {
+        json_error_t je;
+        json_t *j = json_loads(strchr(out, '{'), JSON_DISABLE_EOF_CHECK, &je);
+        assert_non_null(j);
+        json_t *rb = json_object_get(j, "rollback"), *fw = json_array_get(json_object_get(j, "forward"), 2);
+        assert_non_null(rb);
+        assert_int_equal(json_integer_value(json_object_get(rb, "kept")), 3);
+        assert_int_equal(json_integer_value(json_object_get(fw, "k")), 4);
+        const double ms = json_real_value(json_object_get(rb, "ms")), k4 = json_real_value(json_object_get(fw, "ms"));
+        assert_true(ms >= 0 && fabs(json_real_value(json_object_get(rb, "of_forward")) - ms / k4) < 1e-6);
+        json_decref(j);
+    }
     assert_non_null(strstr(out, "\"k\":16"));
     /* one row per depth, and the cache types asked for */
     assert_non_null(strstr(out, "\"depth\":300"));
@@ -260,6 +273,10 @@ static void test_mkmodel_bad_flags(void **state) {
          "--head-dim 2000", "--head-dim must be"},
         {"mkmodel --out x.gguf --arch phi3 --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed 1 "
          "--vocab 32 --head-dim 32", "not written for phi3"},
+        {"mkmodel --out x.gguf --arch qwen35 --dim 256 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --type f32 --seed 1 "
+         "--vocab 32 --ssm-groups 3", "3 recurrent key heads do not divide the 2 value heads"},
+        {"mkmodel --out x.gguf --dim 64 --layers 1 --heads 4 --kv-heads 4 --ffn 64 --type f32 --seed 1 --vocab 32 "
+         "--ssm-groups 2", "recurrent key heads are written for qwen35"},
         {"bench-forward", "needs a model"},
         {"bench-forward -m x.gguf --reps 0", "--reps must be"},
         {"bench-forward -m x.gguf --bound-mb 0", "--bound-mb must be"},

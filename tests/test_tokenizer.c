@@ -507,6 +507,12 @@ static void test_bpe_pretokenize(void **state) {
     const char *dl2[] = {"\xce\xa9", "mega", "\xe3\x80\x80\xc2\xab", "ok", "\xc2\xbb  \xd9\x85\xd8\xb1 ",
                          "\xd9\xa3\xd9\xa4\x35", "  "}; /* \x35: "5" */
     expect_split(SP_PRE_DEEPSEEK_LLM, om, dl2, 7);
+    /* qwen35: letter runs take combining marks (U+0301 here), qwen2's do not */
+    const char *mk = "ne\xcc\x81\x65 1\xcc\x81 \xcc\x81\xcc\x81\x61"; /* \x65 e, \x61 a */
+    const char *q35[] = {"ne\xcc\x81\x65", " ", "1", "\xcc\x81", " \xcc\x81\xcc\x81\x61"};
+    expect_split(SP_PRE_QWEN35, mk, q35, 5);
+    const char *q2[] = {"ne", "\xcc\x81\x65", " ", "1", "\xcc\x81", " \xcc\x81\xcc\x81", "a"};
+    expect_split(SP_PRE_QWEN2, mk, q2, 7);
 }
 
 static void test_bpe_byte_roundtrip(void **state) {

@@ -10,7 +10,12 @@
  * tests/data/o200k/vectors.*: its shared strings plus 15 on case runs,
  * contractions, marks, scripts, numbers and white space, with the ids
  * llama.cpp de3ff81's llama_tokenize gives (vocab-only load, no BOS, no
- * special parsing); the shared .out lost the \r of "\r\n" in one line. */
+ * special parsing); the shared .out lost the \r of "\r\n" in one line.
+ * The Qwen3.5 vocabulary (pre "qwen35", letter runs take combining marks) is
+ * held to tests/data/qwen35/vectors: its shared strings plus 22 on marks in
+ * many scripts (Indic, Thai, Arabic, Hebrew, decomposed Latin, Zalgo, marks
+ * after spaces, digits and newlines), emoji sequences, code, numbers and
+ * white space, with llama.cpp de3ff81's ids (scripts/ref_tokenize.sh). */
 #include "testutil.h"
 
 #include "specula.h"
@@ -84,6 +89,7 @@ static void test_vocab_vectors(void **state) {
         {"llama3-vocab.gguf", true, NULL},         {"qwen3-vocab.gguf", true, NULL},
         {"ggml-vocab-deepseek-coder.gguf", true, NULL}, {"ggml-vocab-deepseek-llm.gguf", true, NULL},
         {"ggml-vocab-falcon.gguf", true, NULL},    {"gptoss-vocab.gguf", true, "tests/data/o200k/vectors"},
+        {"qwen35-vocab.gguf", true, "tests/data/qwen35/vectors"},
     };
     bool all = true;
     for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++) {

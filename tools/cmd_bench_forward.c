@@ -51,7 +51,10 @@ static void bench_usage(FILE *f) {
             "  one table. -ctk / -ctv: KV cache types (default f16). --prefill: also\n"
             "  the median time to process a P-token prompt from an empty cache in\n"
             "  forwards of up to U tokens (default 64, at most 512), the last token's\n"
-            "  logits only (llama-bench -p P).\n");
+            "  logits only (llama-bench -p P). Rollback: after a k = 4 forward at the\n"
+            "  first depth, the median time to truncate the cache to depth + 3 (keeping\n"
+            "  three of the four tokens: a rejected last draft; a hybrid model replays\n"
+            "  its recurrence over the kept tokens), also as a share of that forward.\n");
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -161,7 +164,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
  * experts read per layer by that forward at the first depth (mixtures). */
 static void report(const bench_opts *po, const sp_model *m, const sp_ctx *c, double bound, double load_ms,
                    double warm_ms, double t_decode, double (*t_k)[N_KS], double decode_experts,
-                   const double *k_experts, double t_prefill) {
+                   const double *k_experts, double t_prefill, double t_rollback) {
     const bench_opts o = *po;
     /* a mixture of experts reads only the selected experts: the weights a
      * decode step streams are the rest plus that share of the experts */
@@ -194,6 +197,8 @@ static void report(const bench_opts *po, const sp_model *m, const sp_ctx *c, dou
                               "decode_tok_s", 1.0 / t_decode, "weight_bytes", wbytes, "gb_s", gbs,
                               "bound_gb_s", bound, "pct_of_bound", pct, "load_ms", load_ms,
                               "warm_ms", warm_ms, "forward", ks, "depths", ds, "kv_cache", cli_kv_json(c));
+        json_object_set_new(j, "rollback", json_pack("{s:i,s:i,s:f,s:f}", "k", 4, "kept", 3, "ms", 1e3 * t_rollback,
+                                                     "of_forward", t_rollback / t_k[0][2]));
         if (o.prefill)
             json_object_set_new(j, "prefill", json_pack("{s:i,s:i,s:f,s:f}", "tokens", (int)o.prefill, "ubatch",
                                                         (int)o.ubatch, "ms", 1e3 * t_prefill, "tok_s",
@@ -219,6 +224,8 @@ static void report(const bench_opts *po, const sp_model *m, const sp_ctx *c, dou
         if (o.prefill)
             printf("prefill %.2f tok/s (%lld tokens in forwards of %lld: %.1f ms, median of %lld)\n",
                    (double)o.prefill / t_prefill, o.prefill, o.ubatch, 1e3 * t_prefill, o.reps);
+        printf("rollback %.3f ms to keep 3 of a k=4 forward's tokens at depth %lld (%.1f%% of that forward)\n",
+               1e3 * t_rollback, o.depths[0], 100.0 * t_rollback / t_k[0][2]);
         if (o.n_depths == 1) {
             printf("forward at depth %lld (median of %lld):\n", o.depths[0], o.reps);
             /* mixtures: the union of the experts the k tokens select, read once per layer */
@@ -315,7 +322,7 @@ int cmd_bench_forward(int argc, char **argv) {
 
     /* k-token forwards at each depth, the cache filled on from the last */
     if (sp_ctx_truncate(c, 0, &err)) goto fail;
-    double k_experts[N_KS] = {0};
+    double k_experts[N_KS] = {0}, t_rollback = 0;
     int64_t done = 0;
     for (int d = 0; d < o.n_depths; d++) {
         const int64_t depth = o.depths[d];
@@ -336,9 +343,19 @@ int cmd_bench_forward(int argc, char **argv) {
             sp_ctx_expert_reads(c, &reads, &steps);
             if (d == 0) k_experts[ki] = steps ? (double)reads / (double)steps : 0;
         }
+        if (d == 0) { /* rollback of the last of 4 tokens (KS[2] == 4) */
+            for (long long r = 0; r < o.reps; r++) {
+                if (fwd(c, KS[2], depth, true, logits, &err)) goto fail;
+                double t0 = sp_now();
+                if (sp_ctx_truncate(c, (int32_t)depth + KS[2] - 1, &err)) goto fail;
+                times[r] = sp_now() - t0;
+                if (sp_ctx_truncate(c, (int32_t)depth, &err)) goto fail;
+            }
+            t_rollback = median(times, (int)o.reps);
+        }
     }
 
-    report(&o, m, c, bound, load_ms, warm_ms, t_decode, t_k, decode_experts, k_experts, t_prefill);
+    report(&o, m, c, bound, load_ms, warm_ms, t_decode, t_k, decode_experts, k_experts, t_prefill, t_rollback);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "specula: bench-forward: %s\n", err.msg);

@@ -20,7 +20,7 @@ static void mk_usage(FILE *f) {
             "         --ffn F [--vocab-from MODEL.gguf | --vocab N] [--pad-vocab N] [--ctx N]\n"
             "         --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|iq4_xs|q4_K|q5_K|q6_K|q4_K_M|q5_K_M|mxfp4\n"
             "         [--experts E --experts-used K] [--sliding-window W] [--yarn F] [--mtp N]\n"
-            "         [--head-dim H] --seed S\n"
+            "         [--head-dim H] [--ssm-groups G] --seed S\n"
             "  q4_K_M, q5_K_M: llama-quantize's mixes (Q6_K output, and attn_v and ffn_down\n"
             "  on some layers).\n"
             "  --experts E: mixture-of-experts FFNs of E experts of --ffn each, K per token\n"
@@ -34,6 +34,8 @@ static void mk_usage(FILE *f) {
             "  like the rest: their drafts are rarely accepted).\n"
             "  --head-dim H: attention heads of H (heads x H may differ from --dim, as in\n"
             "  Qwen3-30B-A3B and gpt-oss); default dim / heads.\n"
+            "  --ssm-groups G: qwen35/qwen35moe/qwen3next Gated DeltaNet key heads (dividing\n"
+            "  the dim / min(dim / heads, 128) value heads; Qwen3.5-2B: 16); default half.\n"
             "  Without --vocab-from or --vocab, the vocabulary of\n"
             "  $SPECULA_SHARED/models/stories260K.gguf (default ../shared) is copied.\n"
             "  --pad-vocab N appends \"[PAD<i>]\" entries up to N ids (Qwen-style padding).\n");
@@ -60,11 +62,11 @@ int cmd_mkmodel(int argc, char **argv) {
     const char *out = NULL;
     long long dim = -1, layers = -1, heads = -1, kv_heads = -1, ffn = -1, vocab = -1, seed = -1,
               n_ctx = -1, pad = -1, experts = 0, experts_used = -1, swa = 0, mtp = 0,
-              head_dim = 0;
+              head_dim = 0, ssm_groups = 0;
     int type = -1;
     enum { O_VOCAB_FROM = SP_OPT_CMD, O_ARCH, O_TYPE, O_DIM, O_LAYERS, O_HEADS, O_KV_HEADS, O_FFN,
            O_VOCAB, O_CTX, O_PAD_VOCAB, O_SEED, O_EXPERTS, O_EXPERTS_USED, O_SWA, O_YARN, O_MTP,
-           O_HEAD_DIM };
+           O_HEAD_DIM, O_SSM_GROUPS };
     static const struct option longopts[] = {
         {"out", required_argument, NULL, 'o'},        {"vocab-from", required_argument, NULL, O_VOCAB_FROM},
         {"arch", required_argument, NULL, O_ARCH},    {"type", required_argument, NULL, O_TYPE},
@@ -76,7 +78,7 @@ int cmd_mkmodel(int argc, char **argv) {
         {"experts", required_argument, NULL, O_EXPERTS}, {"experts-used", required_argument, NULL, O_EXPERTS_USED},
         {"sliding-window", required_argument, NULL, O_SWA}, {"yarn", required_argument, NULL, O_YARN},
         {"mtp", required_argument, NULL, O_MTP},      {"head-dim", required_argument, NULL, O_HEAD_DIM},
-        {NULL, 0, NULL, 0}};
+        {"ssm-groups", required_argument, NULL, O_SSM_GROUPS}, {NULL, 0, NULL, 0}};
     /* integer options: id, range, destination */
     const struct {
         int id;
@@ -86,7 +88,7 @@ int cmd_mkmodel(int argc, char **argv) {
                 {O_CTX, 1, 1 << 20, &n_ctx},    {O_PAD_VOCAB, 0, 1 << 20, &pad}, {O_SEED, 0, INT64_MAX, &seed},
                 {O_EXPERTS, 1, 256, &experts},  {O_EXPERTS_USED, 1, 256, &experts_used},
                 {O_SWA, 1, 1 << 20, &swa},      {O_MTP, 0, 8, &mtp},
-                {O_HEAD_DIM, 2, 1024, &head_dim}};
+                {O_HEAD_DIM, 2, 1024, &head_dim}, {O_SSM_GROUPS, 1, 1024, &ssm_groups}};
     const char *flag;
     int opt;
     optind = 0;
@@ -139,6 +141,7 @@ int cmd_mkmodel(int argc, char **argv) {
     p.sliding_window = (int32_t)swa;
     p.n_mtp = (int32_t)mtp;
     p.head_dim = (int32_t)head_dim;
+    p.ssm_groups = (int32_t)ssm_groups;
     p.n_expert_used = experts_used > 0 ? (int32_t)experts_used : 0;
     if (p.vocab_from && vocab >= 0) {
         fprintf(stderr, "specula: give either --vocab-from or --vocab, not both\n");

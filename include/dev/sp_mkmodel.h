@@ -47,6 +47,9 @@ typedef struct sp_mkmodel_params {
                                  them (gated attention and the trunk's FFN: dense, or the experts and
                                  the shared expert; nextn.eh_proj/enorm/hnorm/shared_head_norm; the
                                  model's embeddings and output); 0: none */
+    int32_t ssm_groups;       /* qwen35, qwen35moe, qwen3next: key heads of the Gated DeltaNet layers
+                                 (ssm.group_count; must divide the dim / S value heads, Qwen3.5-2B:
+                                 16 of 16); 0: half the value heads */
 } sp_mkmodel_params;
 
 sp_mkmodel_params sp_mkmodel_default_params(void);

@@ -324,6 +324,11 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
         const int32_t hd0 = p->dim / p->n_heads, S = hd0 < 128 ? hd0 : 128;
         if (p->dim % S || p->n_layers < 1)
             return sp_fail(err, SP_ERR_ARG, "%s: dim %d must be a multiple of the recurrent head size %d", arch, p->dim, S);
+        if (p->ssm_groups < 0 || (p->ssm_groups > 0 && (p->dim / S) % p->ssm_groups))
+            return sp_fail(err, SP_ERR_ARG, "%s: %d recurrent key heads do not divide the %d value heads", arch,
+                           p->ssm_groups, p->dim / S);
+    } else if (p->ssm_groups) {
+        return sp_fail(err, SP_ERR_ARG, "recurrent key heads are written for qwen35, qwen35moe and qwen3next only");
     }
     sp_gguf_writer *w = sp_gguf_writer_init();
     if (!w) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
@@ -343,7 +348,8 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
      * rest gated attention with a quarter of each head rotated (IMRoPE
      * sections 11:11:10 of its pairs, as Qwen3.5) */
     const bool q35 = !strcmp(arch, "qwen35") || hyb_moe, next = !strcmp(arch, "qwen3next");
-    const int32_t dn_s = hd < 128 ? hd : 128, dn_v = p->dim / dn_s, dn_k = dn_v % 2 ? dn_v : dn_v / 2;
+    const int32_t dn_s = hd < 128 ? hd : 128, dn_v = p->dim / dn_s,
+                  dn_k = p->ssm_groups ? p->ssm_groups : dn_v % 2 ? dn_v : dn_v / 2;
     const int32_t dn_conv = 2 * dn_k * dn_s + dn_v * dn_s, rot = q35 ? (hd / 4 + 1) / 2 * 2 : hd;
     char key[128];
 #define K(s) (snprintf(key, sizeof key, "%s." s, arch), key)

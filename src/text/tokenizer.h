@@ -32,7 +32,8 @@ typedef enum sp_tok_pre {
                          * runs of [\p{P}$+<=>^~|], GPT-2 between them, \p{N}+ split off, then
                          * 3-digit groups */
     SP_PRE_DEEPSEEK_CODER = 7, /* "deepseek-coder": llama.cpp's list of five regexes, in turn */
-    SP_PRE_O200K = 8 /* "gpt-4o" (gpt-oss's o200k): case-split letter runs, 3-digit numbers */
+    SP_PRE_O200K = 8, /* "gpt-4o" (gpt-oss's o200k): case-split letter runs, 3-digit numbers */
+    SP_PRE_QWEN35 = 9 /* "qwen35": the Qwen2 rules with letter runs [\p{L}\p{M}]+ (marks join) */
 } sp_tok_pre;
 
 /* Everything a tokenizer is built from. Arrays are copied; ids are -1 when

@@ -7,7 +7,8 @@
  *
  * Unicode classes come from the generated table (unicode.h: letters L*,
  * numbers N*, White_Space, the rest "other", marks included as in the
- * regexes); invalid UTF-8 bytes are single "other" characters. The text is
+ * regexes, except Qwen3.5's, whose letter runs take marks); invalid UTF-8
+ * bytes are single "other" characters. The text is
  * not normalised (no NFC), as llama.cpp does not: a decomposed accent stays
  * two code points (Qwen's own Python tokenizer normalises to NFC first and
  * can differ there). */
@@ -45,7 +46,7 @@ int sp_tok_cp_to_byte(uint32_t cp) {
 
 enum { CL_LETTER, CL_NUMBER, CL_SPACE, CL_OTHER };
 
-static int cp_class(uint32_t cp) {
+static int cp_class_m(uint32_t cp, bool marks) {
     if (cp < 0x80) {
         if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return CL_LETTER;
         if (cp >= '0' && cp <= '9') return CL_NUMBER;
@@ -57,22 +58,32 @@ static int cp_class(uint32_t cp) {
     case SP_UCL_LETTER: return CL_LETTER;
     case SP_UCL_NUMBER: return CL_NUMBER;
     case SP_UCL_SPACE: return CL_SPACE;
-    default: return CL_OTHER; /* punctuation, symbols, marks: "other" in the regexes */
+    case SP_UCL_MARK: return marks ? CL_LETTER : CL_OTHER;
+    default: return CL_OTHER; /* punctuation, symbols (and marks but for Qwen3.5): "other" */
     }
 }
 
-/* Class and byte length of the character at pos (< len). */
-static inline int class_at(const char *s, size_t len, size_t pos, size_t *clen) {
+/* Class and byte length of the character at pos (< len); with marks,
+ * combining marks (M*) count as letters (Qwen3.5's [\p{L}\p{M}]). */
+static inline int class_at_m(const char *s, size_t len, size_t pos, size_t *clen, bool marks) {
     uint32_t cp;
     *clen = sp_utf8_decode(s + pos, len - pos, &cp);
-    return cp_class(cp);
+    return cp_class_m(cp, marks);
+}
+
+static inline int class_at(const char *s, size_t len, size_t pos, size_t *clen) {
+    return class_at_m(s, len, pos, clen, false);
 }
 
 /* Consume characters of class cl from pos; returns the end. */
-static size_t run_of(const char *s, size_t len, size_t pos, int cl) {
+static size_t run_of_m(const char *s, size_t len, size_t pos, int cl, bool marks) {
     size_t l;
-    while (pos < len && class_at(s, len, pos, &l) == cl) pos += l;
+    while (pos < len && class_at_m(s, len, pos, &l, marks) == cl) pos += l;
     return pos;
+}
+
+static inline size_t run_of(const char *s, size_t len, size_t pos, int cl) {
+    return run_of_m(s, len, pos, cl, false);
 }
 
 static inline char lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c + 32) : c; }
@@ -120,16 +131,20 @@ static size_t next_gpt2(const char *s, size_t len, size_t pos) {
 
 /* Llama 3 (max_digits 3) and Qwen2 (max_digits 1):
  * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}|
- *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static size_t next_llama3(const char *s, size_t len, size_t pos, int max_digits) {
+ *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * With marks (Qwen3.5, max_digits 1), \p{L} above is [\p{L}\p{M}] except in
+ * the optional first character's class, which is still [^\r\n\p{L}\p{N}]
+ * (a mark there is taken by the letter run all the same). */
+static size_t next_llama3(const char *s, size_t len, size_t pos, int max_digits, bool marks) {
     size_t c = contraction(s, len, pos, true);
     if (c) return pos + c;
     size_t l;
-    int cl = class_at(s, len, pos, &l);
-    if (cl == CL_LETTER) return run_of(s, len, pos, CL_LETTER);
+    int cl = class_at_m(s, len, pos, &l, marks);
+    if (cl == CL_LETTER) return run_of_m(s, len, pos, CL_LETTER, marks);
     if (cl != CL_NUMBER && s[pos] != '\r' && s[pos] != '\n' && pos + l < len) {
         size_t l2;
-        if (class_at(s, len, pos + l, &l2) == CL_LETTER) return run_of(s, len, pos + l, CL_LETTER);
+        if (class_at_m(s, len, pos + l, &l2, marks) == CL_LETTER)
+            return run_of_m(s, len, pos + l, CL_LETTER, marks);
     }
     if (cl == CL_NUMBER) {
         size_t p = pos;
@@ -137,9 +152,9 @@ static size_t next_llama3(const char *s, size_t len, size_t pos, int max_digits)
         return p;
     }
     size_t p = pos;
-    if (s[pos] == ' ' && pos + 1 < len && class_at(s, len, pos + 1, &l) == CL_OTHER) p = pos + 1;
-    if (class_at(s, len, p, &l) == CL_OTHER) {
-        p = run_of(s, len, p, CL_OTHER);
+    if (s[pos] == ' ' && pos + 1 < len && class_at_m(s, len, pos + 1, &l, marks) == CL_OTHER) p = pos + 1;
+    if (class_at_m(s, len, p, &l, marks) == CL_OTHER) {
+        p = run_of_m(s, len, p, CL_OTHER, marks);
         while (p < len && (s[p] == '\r' || s[p] == '\n')) p++;
         return p;
     }
@@ -399,8 +414,9 @@ static void ds_split(const ds_regex *list, size_t n, const char *s, size_t len, 
 
 static size_t pretok_next(sp_tok_pre pre, const char *text, size_t len, size_t pos) {
     switch (pre) {
-    case SP_PRE_LLAMA3: return next_llama3(text, len, pos, 3);
-    case SP_PRE_QWEN2: return next_llama3(text, len, pos, 1);
+    case SP_PRE_LLAMA3: return next_llama3(text, len, pos, 3, false);
+    case SP_PRE_QWEN2: return next_llama3(text, len, pos, 1, false);
+    case SP_PRE_QWEN35: return next_llama3(text, len, pos, 1, true);
     case SP_PRE_O200K: return next_o200k(text, len, pos);
     case SP_PRE_DIGITS: return next_digits(text, len, pos, false);
     case SP_PRE_FALCON: return next_falcon(text, len, pos, false);

@@ -90,7 +90,7 @@ static const struct {
     {"exaone", SP_PRE_DIGITS},       {"minerva-7b", SP_PRE_DIGITS},   {"deepseek-coder", SP_PRE_DEEPSEEK_CODER},
     {"deepseek-llm", SP_PRE_DEEPSEEK_LLM}, {"falcon", SP_PRE_FALCON},
     {"gpt-4o", SP_PRE_O200K},        {"llama4", SP_PRE_O200K},        {"kanana2", SP_PRE_O200K},
-    {"talkie", SP_PRE_O200K},
+    {"talkie", SP_PRE_O200K},        {"qwen35", SP_PRE_QWEN35},
 };
 
 bool sp_tokenizer_pre_known(const char *name) {
@@ -120,7 +120,7 @@ static sp_status pick_pre(const sp_gguf *g, const char *override, sp_tok_pre *ou
         }
     return sp_fail(err, SP_ERR_UNSUPPORTED,
                    "gguf tokenizer: pre-tokenizer \"%.*s\" (%s) is not supported; set tokenizer_pre "
-                   "to a supported one with the same rules (gpt-2, llama-bpe, qwen2, starcoder, "
+                   "to a supported one with the same rules (gpt-2, llama-bpe, qwen2, qwen35, starcoder, "
                    "deepseek-llm, falcon, default, ...)",
                    (int)(name.len > 64 ? 64 : name.len), name.ptr, from);
 }
