@@ -379,6 +379,47 @@ static void test_packed_bit_identical(void **state) {
     assert_int_equal(checked, expected);
 }
 
+/* Large batches (prefill): the packed kernels block the tokens and the
+ * row groups for the caches (PK_FOR_TILES in ops_avx512.c) once the
+ * activation rows of a batch outgrow its budget; wide rows (k = 8192, a
+ * block of 16 tokens) and 5 groups of rows make several token blocks and
+ * row panels, cut in row ranges of whole and partial groups: still the
+ * scalar reference's bits. */
+static void test_packed_blocked_bit_identical(void **state) {
+    (void)state;
+    const sp_ggml_type types[] = {SP_GGML_Q8_0, SP_GGML_Q4_K, SP_GGML_Q6_K};
+    const int64_t k = 8192, rows = 70;
+    const int32_t n = 37;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const sp_ggml_type type = types[ti];
+        fixture f;
+        fx_make(&f, type, rows, k, n, 5100 + ti);
+        uint8_t *pk = aligned_alloc(64, sp_ops_pack_bytes(type, rows, k));
+        sp_ops_pack(type, f.w, f.w_stride, rows, k, pk);
+        const size_t bytes = (size_t)(n * rows) * sizeof(float);
+        float *yr = malloc(bytes), *ya = malloc(bytes);
+        sp_mm m = fx_mm(&f, 0, n, yr);
+        sp_ops_mm_isa(type, SP_ISA_SCALAR)(&m, 0, rows);
+        for (int isa = 1; isa <= (int)sp_ops_best_isa(); isa++) {
+            sp_mm_kernel kern = sp_ops_mm_packed_isa(type, (sp_isa)isa);
+            if (!kern) continue;
+            const int64_t cuts[] = {rows, 23};
+            for (int c = 0; c < 2; c++) {
+                memset(ya, 0xFF, bytes);
+                sp_mm p = fx_mm(&f, 0, n, ya);
+                p.w = pk;
+                p.w_stride = sp_ops_pack_stride(type, k);
+                for (int64_t r = 0; r < rows; r += cuts[c]) kern(&p, r, r + cuts[c] < rows ? r + cuts[c] : rows);
+                assert_memory_equal(ya, yr, bytes);
+            }
+        }
+        free(pk);
+        free(yr);
+        free(ya);
+        fx_free(&f);
+    }
+}
+
 /* Packed F32/F16/BF16 (ops.h): each ISA's packed kernel gives the bits of
  * that ISA's ordinary kernel on the original rows (the scalar twin: the
  * scalar reference's), for rows leaving a partial group, row ranges cut
@@ -543,6 +584,48 @@ static void test_act_prepare_isa_identical(void **state) {
     free(x);
     free(ref);
     free(got);
+}
+
+/* Every ISA's q8_K activation quantiser (with each K-quant type's
+ * extensions) is bit-identical to the scalar one: a block whose largest
+ * magnitude appears twice with both signs (the first one sets the sign),
+ * exact .5 ties, an all-zero block, a tiny block (scaled up), a block
+ * whose extreme is negative. */
+static void test_act_prepare_q8k_isa_identical(void **state) {
+    (void)state;
+    const int64_t k = 2048;
+    float *x = malloc((size_t)k * sizeof(float));
+    sp_rng r;
+    sp_rng_seed(&r, 78);
+    for (int64_t i = 0; i < k; i++) x[i] = (float)sp_rng_normal(&r) * (i % 5 == 0 ? 30.0f : 1.0f);
+    for (int i = 0; i < 256; i++) x[i] = (float)(i % 200 - 100) + 0.5f; /* block 0: ties */
+    x[40] = -127.0f, x[41] = 127.0f;                                  /* max -127 first */
+    for (int i = 256; i < 512; i++) x[i] = i % 2 ? -0.0f : 0.0f;      /* block 1: zero */
+    for (int i = 512; i < 768; i++) x[i] *= 0x1p-80f;                 /* block 2: tiny */
+    x[1000] = -500.0f;                                                /* block 3: negative extreme */
+    const sp_ggml_type types[] = {SP_GGML_Q4_K, SP_GGML_Q6_K, SP_GGML_Q2_K, SP_GGML_Q3_K};
+    sp_isa saved = sp_ops_isa();
+    sp_error err = {0};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const size_t bytes = sp_ops_act_bytes(types[ti], k);
+        uint8_t *ref = aligned_alloc(64, bytes), *got = aligned_alloc(64, bytes);
+        memset(ref, 0, bytes);
+        assert_int_equal(sp_ops_set_isa(SP_ISA_SCALAR, &err), SP_OK);
+        sp_ops_act_prepare(types[ti], x, k, ref);
+        assert_int_equal(sp_act_qs(ref)[40], -127); /* d < 0: max is x[40] */
+        assert_true(sp_actk_d(ref, k)[0] > 0);
+        assert_true(sp_actk_d(ref, k)[1] == 0);
+        for (int isa = 1; isa <= (int)sp_ops_best_isa(); isa++) {
+            memset(got, 0, bytes);
+            assert_int_equal(sp_ops_set_isa((sp_isa)isa, &err), SP_OK);
+            sp_ops_act_prepare(types[ti], x, k, got);
+            assert_memory_equal(ref, got, bytes);
+        }
+        free(ref);
+        free(got);
+    }
+    assert_int_equal(sp_ops_set_isa(saved, &err), SP_OK);
+    free(x);
 }
 
 static void test_row_kernels(void **state) {
@@ -1025,10 +1108,12 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_batch_and_split_invariance),
     cmocka_unit_test(test_batch_split_invariance_long_rows),
     cmocka_unit_test(test_packed_bit_identical),
+    cmocka_unit_test(test_packed_blocked_bit_identical),
     cmocka_unit_test(test_packed_float_bit_identical),
     cmocka_unit_test(test_act_prepare),
     cmocka_unit_test(test_act_prepare_g4),
     cmocka_unit_test(test_act_prepare_isa_identical),
+    cmocka_unit_test(test_act_prepare_q8k_isa_identical),
     cmocka_unit_test(test_row_kernels),
     cmocka_unit_test(test_attention_kernels),
     cmocka_unit_test(test_attention_kv_kernels),

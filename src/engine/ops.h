@@ -397,6 +397,9 @@ typedef struct sp_ops_table {
     /* q8 activation row (see sp_ops_act_prepare); must be bit-identical to
      * the scalar one. NULL: the scalar one. */
     void (*act_q8)(const float *x, int64_t k, void *dst);
+    /* the q8_K layout's base (qs, d, bsum; see the top) of a finite row;
+     * must be bit-identical to the scalar one. NULL: the scalar one. */
+    void (*act_q8k)(const float *x, int64_t k, void *dst);
     /* Streaming read of `bytes` (a multiple of 256, 64-byte aligned) with the
      * widest loads of the ISA, returning a checksum that keeps the loads
      * alive (the bandwidth probe of sp_sysinfo). NULL: the scalar one. */
