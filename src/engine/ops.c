@@ -1083,8 +1083,7 @@ void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst
         memcpy(dst, x, 4 * (size_t)k);
         return;
     case SP_ACT_Q8_K:
-        /* SIMD versions need not handle non-finite input */
-        if (row_finite(x, k))
+        if (g_tables[sp_ops_isa()].act_q8k)
             g_tables[sp_ops_isa()].act_q8k(x, k, dst);
         else
             act_q8k(x, k, dst);
