@@ -43,8 +43,11 @@ typedef struct sp_model_config {
 
 typedef struct sp_model sp_model;
 
-/* Default max batch of a context: prompt tokens evaluated per forward. */
-#define SP_CTX_DEFAULT_BATCH 64
+/* Default max batch of a context: prompt tokens evaluated per forward
+ * (llama.cpp's default ubatch). The context's scratch grows with it (about
+ * 200 KB a row for a 1B Llama, 100 MB at 512; sp_ctx_scratch_bytes), and
+ * pages of it are only touched by batches that long. */
+#define SP_CTX_DEFAULT_BATCH 512
 
 typedef struct sp_model_params {
     /* llama2.c checkpoints need their tokenizer.bin; NULL: no tokenizer.
@@ -128,6 +131,9 @@ int32_t sp_ctx_max_batch(const sp_ctx *c);
 /* Bytes the KV cache takes when full (n_ctx tokens), and now. */
 uint64_t sp_ctx_kv_bytes(const sp_ctx *c);
 uint64_t sp_ctx_kv_bytes_allocated(const sp_ctx *c);
+/* Bytes of the context's scratch (activations of max_batch rows, attention
+ * work space), allocated at sp_ctx_init; resident only as far as used. */
+uint64_t sp_ctx_scratch_bytes(const sp_ctx *c);
 sp_ggml_type sp_ctx_type_k(const sp_ctx *c);
 sp_ggml_type sp_ctx_type_v(const sp_ctx *c);
 /* Parses a KV cache type name ("f32", "f16", "q8_0"); false if unknown. */

@@ -27,6 +27,10 @@
  * slot after the root in a batch or a cache. */
 #define SP_TREE_MAX_DEPTH 64   /* levels below the root */
 #define SP_TREE_MAX_NODES 1024 /* including the root: budget <= 1023 drafted nodes */
+/* Default batch of a drafter's contexts (tree levels, its prompt chunks):
+ * draft models are small and many servers' slots each hold one, so they
+ * keep a smaller scratch than a target's SP_CTX_DEFAULT_BATCH. */
+#define SP_DRAFT_DEFAULT_BATCH 64
 
 typedef struct sp_tree_shape {
     int32_t depth;                     /* d in [1, SP_TREE_MAX_DEPTH] */
@@ -190,7 +194,7 @@ typedef struct sp_drafter_params {
                                    * lowbit_type (sp_model_requantize; not owned), shared
                                    * by many drafters; NULL: the drafter makes its own copy */
     const sp_eagle3 *eagle3;     /* SP_DRAFT_EAGLE3: the head, loaded for the target (not owned) */
-    int32_t max_batch;           /* largest draft batch (tree level); default SP_CTX_DEFAULT_BATCH */
+    int32_t max_batch;           /* largest draft batch (tree level); default SP_DRAFT_DEFAULT_BATCH */
     sp_suffix_corpus *suffix_corpus; /* SP_DRAFT_SUFFIX (and with_suffix): the shared corpus
                                       * of earlier outputs (not owned); NULL: the drafter
                                       * keeps its own */
@@ -435,8 +439,9 @@ sp_status sp_spec_config_finish(sp_spec_config *c, bool has_draft_model, sp_erro
 
 /* Checks against the target context: sp_spec_config_check_params, the
  * drafter's needs (draft model vocabulary equal to the target's, layer list
- * within the target's layers, low-bit type), the target batch
- * (sp_spec_config_batch <= the context's max batch, SP_ERR_RANGE) and room
+ * within the target's layers, low-bit type), the target batch (the draft
+ * budget plus 2 rows <= the context's max batch, SP_ERR_RANGE; the prefill
+ * floor of sp_spec_config_batch is not required) and room
  * for the draft budget in the context. Plain decoding needs nothing. */
 sp_status sp_spec_config_check(const sp_spec_params *p, const sp_ctx *target, sp_error *err);
 

@@ -379,6 +379,47 @@ static void test_packed_bit_identical(void **state) {
     assert_int_equal(checked, expected);
 }
 
+/* Large batches (prefill): the packed kernels block the tokens and the
+ * row groups for the caches (PK_FOR_TILES in ops_avx512.c) once the
+ * activation rows of a batch outgrow its budget; wide rows (k = 8192, a
+ * block of 16 tokens) and 5 groups of rows make several token blocks and
+ * row panels, cut in row ranges of whole and partial groups: still the
+ * scalar reference's bits. */
+static void test_packed_blocked_bit_identical(void **state) {
+    (void)state;
+    const sp_ggml_type types[] = {SP_GGML_Q8_0, SP_GGML_Q4_K, SP_GGML_Q6_K};
+    const int64_t k = 8192, rows = 70;
+    const int32_t n = 37;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const sp_ggml_type type = types[ti];
+        fixture f;
+        fx_make(&f, type, rows, k, n, 5100 + ti);
+        uint8_t *pk = aligned_alloc(64, sp_ops_pack_bytes(type, rows, k));
+        sp_ops_pack(type, f.w, f.w_stride, rows, k, pk);
+        const size_t bytes = (size_t)(n * rows) * sizeof(float);
+        float *yr = malloc(bytes), *ya = malloc(bytes);
+        sp_mm m = fx_mm(&f, 0, n, yr);
+        sp_ops_mm_isa(type, SP_ISA_SCALAR)(&m, 0, rows);
+        for (int isa = 1; isa <= (int)sp_ops_best_isa(); isa++) {
+            sp_mm_kernel kern = sp_ops_mm_packed_isa(type, (sp_isa)isa);
+            if (!kern) continue;
+            const int64_t cuts[] = {rows, 23};
+            for (int c = 0; c < 2; c++) {
+                memset(ya, 0xFF, bytes);
+                sp_mm p = fx_mm(&f, 0, n, ya);
+                p.w = pk;
+                p.w_stride = sp_ops_pack_stride(type, k);
+                for (int64_t r = 0; r < rows; r += cuts[c]) kern(&p, r, r + cuts[c] < rows ? r + cuts[c] : rows);
+                assert_memory_equal(ya, yr, bytes);
+            }
+        }
+        free(pk);
+        free(yr);
+        free(ya);
+        fx_free(&f);
+    }
+}
+
 /* Packed F32/F16/BF16 (ops.h): each ISA's packed kernel gives the bits of
  * that ISA's ordinary kernel on the original rows (the scalar twin: the
  * scalar reference's), for rows leaving a partial group, row ranges cut
@@ -1070,6 +1111,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_batch_and_split_invariance),
     cmocka_unit_test(test_batch_split_invariance_long_rows),
     cmocka_unit_test(test_packed_bit_identical),
+    cmocka_unit_test(test_packed_blocked_bit_identical),
     cmocka_unit_test(test_packed_float_bit_identical),
     cmocka_unit_test(test_act_prepare_q8k_isa_identical),
     cmocka_unit_test(test_act_prepare),

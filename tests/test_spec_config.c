@@ -364,8 +364,12 @@ static void test_batch_and_context(void **state) {
     assert_int_equal(sp_spec_config_extra_ctx(&p), 0);
     p = parse_ok("draft=layerskip,tree=8x8", false); /* 1 + 8 + 64 nodes */
     assert_int_equal(sp_spec_config_budget(&p), 72);
-    assert_int_equal(sp_spec_config_batch(&p), 74);
+    assert_int_equal(sp_spec_config_batch(&p), 74 > SP_CTX_DEFAULT_BATCH ? 74 : SP_CTX_DEFAULT_BATCH);
     assert_int_equal(sp_spec_config_extra_ctx(&p), 73);
+    p = parse_ok("draft=layerskip,tree=8x8x8", false); /* 1 + 8 + 64 + 512 nodes */
+    assert_int_equal(sp_spec_config_budget(&p), 584);
+    assert_int_equal(sp_spec_config_batch(&p), 586 > SP_CTX_DEFAULT_BATCH ? 586 : SP_CTX_DEFAULT_BATCH);
+    assert_true(sp_spec_config_batch(&p) >= 586);
     sp_sampler_params s = sp_sampler_default_params();
     sp_error e = {0};
     p = parse_ok("draft=ngram,verify=greedy", false);
@@ -383,6 +387,7 @@ static void test_check_against_model(void **state) {
     sp_ctx *ctx = NULL;
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = 64;
+    cp.max_batch = 64;
     sp_error e = {0};
     assert_int_equal(sp_ctx_init(m, &cp, &ctx, &e), SP_OK);
     sp_spec_params p = parse_ok("draft=layerskip,skip=1", false);

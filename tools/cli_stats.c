@@ -12,15 +12,18 @@ static json_t *hist_json(const int64_t *h, int n) {
 }
 
 json_t *cli_kv_json(const sp_ctx *c) {
-    return json_pack("{s:s, s:s, s:i, s:I, s:I}", "type_k", sp_ggml_type_name(sp_ctx_type_k(c)), "type_v",
+    return json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:I}", "type_k", sp_ggml_type_name(sp_ctx_type_k(c)), "type_v",
                      sp_ggml_type_name(sp_ctx_type_v(c)), "n_ctx", (int)sp_ctx_n_ctx(c), "bytes",
-                     (json_int_t)sp_ctx_kv_bytes(c), "bytes_allocated", (json_int_t)sp_ctx_kv_bytes_allocated(c));
+                     (json_int_t)sp_ctx_kv_bytes(c), "bytes_allocated", (json_int_t)sp_ctx_kv_bytes_allocated(c),
+                     "max_batch", (int)sp_ctx_max_batch(c), "scratch_bytes", (json_int_t)sp_ctx_scratch_bytes(c));
 }
 
 void cli_kv_print(const sp_ctx *c) {
     fprintf(stderr, "[kv] K %s, V %s: %.1f MiB for a full context of %d tokens (allocated as tokens arrive)\n",
             sp_ggml_type_name(sp_ctx_type_k(c)), sp_ggml_type_name(sp_ctx_type_v(c)),
             (double)sp_ctx_kv_bytes(c) / (1 << 20), sp_ctx_n_ctx(c));
+    fprintf(stderr, "[scratch] %.1f MiB for batches of up to %d tokens (touched as far as used)\n",
+            (double)sp_ctx_scratch_bytes(c) / (1 << 20), sp_ctx_max_batch(c));
 }
 
 void cli_ctx_types(const cli_run_opts *r, sp_ctx_params *cp) {

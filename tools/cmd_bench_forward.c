@@ -50,7 +50,7 @@ static void bench_usage(FILE *f) {
             "  to D after each; --depths: the same at each depth (up to 8, increasing),\n"
             "  one table. -ctk / -ctv: KV cache types (default f16). --prefill: also\n"
             "  the median time to process a P-token prompt from an empty cache in\n"
-            "  forwards of up to U tokens (default 64, at most 512), the last token's\n"
+            "  forwards of up to U tokens (default and at most 512), the last token's\n"
             "  logits only (llama-bench -p P). Rollback: after a k = 4 forward at the\n"
             "  first depth, the median time to truncate the cache to depth + 3 (keeping\n"
             "  three of the four tokens: a rejected last draft; a hybrid model replays\n"
@@ -212,6 +212,8 @@ static void report(const bench_opts *po, const sp_model *m, const sp_ctx *c, dou
         printf("cpu     %s, isa %s, %lld threads, %.1f MB of weights\n", cpu, isa, o.threads, wbytes / 1e6);
         printf("kv      K %s, V %s: %.1f MiB at the largest depth's context (%d tokens)\n", tk, tv,
                (double)sp_ctx_kv_bytes(c) / (1 << 20), sp_ctx_n_ctx(c));
+        printf("scratch %.1f MiB for forwards of up to %d tokens\n", (double)sp_ctx_scratch_bytes(c) / (1 << 20),
+               sp_ctx_max_batch(c));
         printf("bound   %.2f GB/s read bandwidth measured now (%lld MB buffer, %lld threads)\n", bound,
                o.bound_mb, o.threads);
         printf("load    %.1f ms, first forward (warm-up) %.1f ms\n", load_ms, warm_ms);

@@ -402,7 +402,7 @@ int cmd_serve(int argc, char **argv) {
         rc = 1;
     }
     for (int d = 0; !rc && S->batching && S->spec_batching && !S->online.on && d < S->n_dm; d++)
-        if (sp_batch_init(S->dms[d], SP_CTX_DEFAULT_BATCH, &S->dbat[d], &e)) {
+        if (sp_batch_init(S->dms[d], SP_DRAFT_DEFAULT_BATCH, &S->dbat[d], &e)) {
             fprintf(stderr, "specula: %s\n", e.msg);
             rc = 1;
         }

@@ -38,6 +38,7 @@ struct sp_ctx {
     uint8_t *act;         /* [3][B][act_stride] prepared activations, one slot per
                            * matmul of a job (a mixed file's wq/wk/wv may differ in type) */
     size_t act_stride;
+    uint64_t scratch_bytes; /* sp_ctx_scratch_bytes */
     int32_t att_rows;     /* query rows per attention task (attention.h) */
     uint8_t *att_scratch; /* [nth] sp_att_scratch_bytes(att_rows, n_ctx, head_dim) */
     int32_t *pos;         /* [B] */
@@ -74,6 +75,7 @@ uint64_t sp_ctx_kv_bytes(const sp_ctx *c) {
 }
 sp_ggml_type sp_ctx_type_k(const sp_ctx *c) { return c->kv.type_k; }
 sp_ggml_type sp_ctx_type_v(const sp_ctx *c) { return c->kv.type_v; }
+uint64_t sp_ctx_scratch_bytes(const sp_ctx *c) { return c->scratch_bytes; }
 uint64_t sp_ctx_kv_bytes_allocated(const sp_ctx *c) {
     return sp_kv_bytes(c->kv.type_k, c->kv.type_v, c->kv.n_layers, c->kv.kv_dim, c->kv.n_alloc);
 }
@@ -268,6 +270,13 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
             sp_ctx_free(c);
             return sp_fail(err, SP_ERR_NOMEM, "out of memory for context scratch");
         }
+    }
+    { /* what the rows above take (sp_ctx_scratch_bytes) */
+        const size_t rows = (size_t)cfg->dim * 2 + (size_t)wide + (size_t)q_dim * (m->attn_gated ? 3 : 1) +
+                            (p->mtp ? 2 * (size_t)cfg->dim : 0) + 2 * (size_t)hbw +
+                            2 * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim + 1 + (size_t)cfg->rot_dim;
+        c->scratch_bytes = (uint64_t)B * (rows * 4 + 3 * c->act_stride) +
+                           (uint64_t)nth * sp_att_scratch_bytes(c->att_rows, n_ctx, cfg->head_dim);
     }
     if (!c->x || !c->xb || !c->q || !c->kb || !c->vb || !c->hb || !c->hb2 || !c->x2 || !c->act ||
         !c->att_scratch || !c->pos || !c->rope_cs || (m->attn_gated && !c->gate) || (m->sh_ffn > 0 && !c->sh_g) ||

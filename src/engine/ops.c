@@ -752,6 +752,7 @@ static void att_mix_acc_f32_ref(const float *p, const int32_t *idx, const void *
 }
 
 static void act_q8_ref(const float *x, int64_t k, void *dst);
+static void act_q8k(const float *x, int64_t k, void *dst);
 /* ---- attention over F16 / Q8_0 caches (ops.h) ---- */
 
 static inline float h2f(uint16_t h) { return sp_fp16_to_fp32(h); }
@@ -905,6 +906,7 @@ void sp_ops_fill_scalar(sp_ops_table *t) {
     t->att_mix_acc_wide = att_mix_acc_wide_ref;
     t->swiglu = sp_swiglu;
     t->act_q8 = act_q8_ref;
+    t->act_q8k = act_q8k;
     t->read_sum = read_sum_ref;
 }
 
@@ -1059,10 +1061,20 @@ static void act_g4_fill(int64_t k, int32_t corr, void *dst) {
         }
 }
 
+/* No inf or NaN in x: no element with every exponent bit set (16 lanes of
+ * integer ORs, which compilers vectorise; a float sum in order would not). */
 static bool row_finite(const float *x, int64_t k) {
-    float z = 0;
-    for (int64_t i = 0; i < k; i++) z += x[i] * 0.0f; /* NaN iff some x is inf or NaN */
-    return z == 0;
+    uint32_t bad[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+        uint32_t u[16];
+        memcpy(u, x + i, sizeof u);
+        for (int l = 0; l < 16; l++) bad[l] |= (u[l] & 0x7F800000u) + 0x00800000u; /* bit 31 set: exponent all ones */
+    }
+    uint32_t any = 0;
+    for (int l = 0; l < 16; l++) any |= bad[l];
+    for (; i < k; i++) any |= isfinite(x[i]) ? 0u : 0x80000000u;
+    return !(any & 0x80000000u);
 }
 
 void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst) {
@@ -1094,7 +1106,12 @@ void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst
         if (wtype == SP_GGML_Q6_K || wtype == SP_GGML_Q3_K) { /* unsigned bytes for the packed kernels (ops.h) */
             const int8_t *qs = sp_act_qs(dst);
             uint8_t *u = sp_actk_u8(dst, k);
-            for (int64_t i = 0; i < k; i++) u[i] = (uint8_t)(qs[i] + 128);
+            for (int64_t i = 0; i < k; i += 8) { /* q + 128 is q with its sign bit flipped; k % 256 == 0 */
+                uint64_t v;
+                memcpy(&v, qs + i, 8);
+                v ^= 0x8080808080808080u;
+                memcpy(u + i, &v, 8);
+            }
         }
         return;
     case SP_ACT_Q8:
@@ -1326,6 +1343,7 @@ static void fill_missing(sp_ops_table *t) {
     if (!t->att_mix_acc_wide) t->att_mix_acc_wide = ref->att_mix_acc_wide;
     if (!t->swiglu) t->swiglu = ref->swiglu;
     if (!t->act_q8) t->act_q8 = ref->act_q8;
+    if (!t->act_q8k) t->act_q8k = ref->act_q8k;
     if (!t->read_sum) t->read_sum = ref->read_sum;
 }
 

@@ -625,30 +625,61 @@ AI void pk_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, const bool 
 /* The driver of every packed kernel: for each 16-row group g overlapping
  * rows [r0, r1) (`live` masks the group's rows in range), the tokens in
  * tiles of 16 (when nt16), 8, 4, 2 and 1, each through TILE(nt), a macro
- * that sees g, t (the tile's first token) and live. A macro rather than a
- * function taking the tile function, so that every tile width stays a
- * compile-time constant inside the (always-inlined) tile kernels. */
+ * that sees g, t (the tile's first token), t_first (true for the first
+ * tile of a token block: it prefetches the weights) and live. A macro
+ * rather than a function taking the tile function, so that every tile
+ * width stays a compile-time constant inside the (always-inlined) tile
+ * kernels.
+ *
+ * Large batches (prefill) are blocked for the caches: the groups go in
+ * panels of about PK_W_BUDGET bytes of weights and, within a panel, the
+ * tokens in blocks of about PK_X_BUDGET bytes of activations (a multiple
+ * of 16 tokens), so that a block's activation rows stay in L2 while the
+ * panel's groups read them, and the panel's weights stay in L2 while the
+ * blocks read them. Without it every 16-row group streamed all n
+ * activation rows from L3 (512 tokens of a 2048-wide Q4_K input: 1.3 MB
+ * per group). Up to one block of tokens the order is the unblocked one;
+ * each output is computed by the same tile code whatever the blocking, so
+ * the results are bit-identical to it. */
+#ifndef PK_W_BUDGET
+#define PK_W_BUDGET (256 * 1024)
+#endif
+#ifndef PK_X_BUDGET
+#define PK_X_BUDGET (256 * 1024)
+#endif
 #define PK_FOR_TILES(m, r0, r1, nt16, TILE)                                                     \
-    for (int64_t g = (r0) / SP_PACK_ROWS; g * SP_PACK_ROWS < (r1); g++) {                      \
-        const int64_t lo = (r0) > g * SP_PACK_ROWS ? (r0) - g * SP_PACK_ROWS : 0;              \
-        const int64_t hi = (r1) < (g + 1) * SP_PACK_ROWS ? (r1) - g * SP_PACK_ROWS : SP_PACK_ROWS; \
-        const __mmask16 live = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));             \
-        int32_t t = 0;                                                                          \
-        if (nt16)                                                                               \
-            for (; t + 16 <= (m)->n; t += 16) TILE(16);                                         \
-        for (; t + 8 <= (m)->n; t += 8) TILE(8);                                                \
-        for (; t + 4 <= (m)->n; t += 4) TILE(4);                                                \
-        for (; t + 2 <= (m)->n; t += 2) TILE(2);                                                \
-        for (; t < (m)->n; t++) TILE(1);                                                        \
+    {                                                                                           \
+        const int64_t g_lo = (r0) / SP_PACK_ROWS, g_hi = ((r1) + SP_PACK_ROWS - 1) / SP_PACK_ROWS; \
+        int64_t gp = (int64_t)(PK_W_BUDGET / (m)->w_stride);                                   \
+        gp = gp < 1 ? 1 : gp;                                                                   \
+        int32_t tbs = (int32_t)(PK_X_BUDGET / (m)->x_stride) / 16 * 16;                        \
+        tbs = tbs < 16 ? 16 : tbs;                                                              \
+        if ((m)->n <= tbs) gp = g_hi - g_lo; /* one token block: no panels */                   \
+        for (int64_t g0 = g_lo; g0 < g_hi; g0 += gp)                                            \
+            for (int32_t tb = 0; tb < (m)->n; tb += tbs) {                                      \
+                const int32_t te = (m)->n - tb > tbs ? tb + tbs : (m)->n;                       \
+                for (int64_t g = g0; g < g_hi && g < g0 + gp; g++) {                            \
+                    const int64_t lo = (r0) > g * SP_PACK_ROWS ? (r0) - g * SP_PACK_ROWS : 0;  \
+                    const int64_t hi = (r1) < (g + 1) * SP_PACK_ROWS ? (r1) - g * SP_PACK_ROWS : SP_PACK_ROWS; \
+                    const __mmask16 live = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1)); \
+                    int32_t t = tb;                                                             \
+                    if (nt16)                                                                   \
+                        for (; t + 16 <= te; t += 16) TILE(16);                                 \
+                    for (; t + 8 <= te; t += 8) TILE(8);                                        \
+                    for (; t + 4 <= te; t += 4) TILE(4);                                        \
+                    for (; t + 2 <= te; t += 2) TILE(2);                                        \
+                    for (; t < te; t++) TILE(1);                                                \
+                }                                                                               \
+            }                                                                                   \
     }
 
 static void mm_q8_0_pk(const sp_mm *m, int64_t r0, int64_t r1) {
-#define Q8_TILE(nt) pk_tile(m, g, t, nt, false, t == 0, live)
+#define Q8_TILE(nt) pk_tile(m, g, t, nt, false, t == tb, live)
     PK_FOR_TILES(m, r0, r1, true, Q8_TILE)
 #undef Q8_TILE
 }
 static void mm_q4_0_pk(const sp_mm *m, int64_t r0, int64_t r1) {
-#define Q4_TILE(nt) pk_tile(m, g, t, nt, true, t == 0, live)
+#define Q4_TILE(nt) pk_tile(m, g, t, nt, true, t == tb, live)
     PK_FOR_TILES(m, r0, r1, true, Q4_TILE)
 #undef Q4_TILE
 }
@@ -724,11 +755,11 @@ AI void pk32_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, const sp_
         _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, acc[t]);
 }
 
-#define PK32_TILE_Q41(nt) pk32_tile(m, g, t, nt, SP_GGML_Q4_1, t == 0, live)
-#define PK32_TILE_Q50(nt) pk32_tile(m, g, t, nt, SP_GGML_Q5_0, t == 0, live)
-#define PK32_TILE_Q51(nt) pk32_tile(m, g, t, nt, SP_GGML_Q5_1, t == 0, live)
-#define PK32_TILE_NL(nt) pk32_tile(m, g, t, nt, SP_GGML_IQ4_NL, t == 0, live)
-#define PK32_TILE_MX(nt) pk32_tile(m, g, t, nt, SP_GGML_MXFP4, t == 0, live)
+#define PK32_TILE_Q41(nt) pk32_tile(m, g, t, nt, SP_GGML_Q4_1, t == tb, live)
+#define PK32_TILE_Q50(nt) pk32_tile(m, g, t, nt, SP_GGML_Q5_0, t == tb, live)
+#define PK32_TILE_Q51(nt) pk32_tile(m, g, t, nt, SP_GGML_Q5_1, t == tb, live)
+#define PK32_TILE_NL(nt) pk32_tile(m, g, t, nt, SP_GGML_IQ4_NL, t == tb, live)
+#define PK32_TILE_MX(nt) pk32_tile(m, g, t, nt, SP_GGML_MXFP4, t == tb, live)
 static void mm_q4_1_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_Q41) }
 static void mm_q5_0_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_Q50) }
 static void mm_q5_1_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_Q51) }
@@ -896,7 +927,7 @@ AI void pkxs_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
 }
 
 static void mm_iq4_xs_pk(const sp_mm *m, int64_t r0, int64_t r1) {
-#define XS_TILE(nt) pkxs_tile(m, g, t, nt, t == 0, live)
+#define XS_TILE(nt) pkxs_tile(m, g, t, nt, t == tb, live)
     PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, XS_TILE)
 #undef XS_TILE
 }
@@ -1006,13 +1037,13 @@ AI void pk23k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf,
 }
 
 static void mm_q3_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
-#define Q3K_TILE(nt) pk23k_tile(m, g, t, nt, t == 0, live, true)
+#define Q3K_TILE(nt) pk23k_tile(m, g, t, nt, t == tb, live, true)
     PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, Q3K_TILE)
 #undef Q3K_TILE
 }
 
 static void mm_q2_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
-#define Q2K_TILE(nt) pk23k_tile(m, g, t, nt, t == 0, live, false)
+#define Q2K_TILE(nt) pk23k_tile(m, g, t, nt, t == tb, live, false)
     PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, Q2K_TILE)
 #undef Q2K_TILE
 }
@@ -1127,19 +1158,19 @@ AI void pk6k_tile1(const sp_mm *m, int64_t g, int32_t t0, bool pf, __mmask16 liv
 }
 
 static void mm_q6_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
-#define Q6K_TILE(nt) ((nt) == 1 ? pk6k_tile1(m, g, t, t == 0, live) : pk6k_tile(m, g, t, nt, t == 0, live))
+#define Q6K_TILE(nt) ((nt) == 1 ? pk6k_tile1(m, g, t, t == tb, live) : pk6k_tile(m, g, t, nt, t == tb, live))
     PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, Q6K_TILE)
 #undef Q6K_TILE
 }
 
 static void mm_q4_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
-#define Q4K_TILE(nt) pk45k_tile(m, g, t, nt, t == 0, live, false)
+#define Q4K_TILE(nt) pk45k_tile(m, g, t, nt, t == tb, live, false)
     PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, Q4K_TILE)
 #undef Q4K_TILE
 }
 
 static void mm_q5_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
-#define Q5K_TILE(nt) pk45k_tile(m, g, t, nt, t == 0, live, true)
+#define Q5K_TILE(nt) pk45k_tile(m, g, t, nt, t == tb, live, true)
     PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, Q5K_TILE)
 #undef Q5K_TILE
 }

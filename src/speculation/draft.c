@@ -163,7 +163,7 @@ sp_drafter_params sp_drafter_default_params(void) {
     sp_drafter_params p = {.kind = SP_DRAFT_NONE, .ngram_min = 1, .ngram_max = 4,
                            .map_n = 12, .map_m = 48, .map_min_hits = 1,
                            .mod_n_match = 24, .mod_n_min = 48, .mod_n_max = 64,
-                           .lowbit_type = SP_GGML_Q4_0, .max_batch = SP_CTX_DEFAULT_BATCH};
+                           .lowbit_type = SP_GGML_Q4_0, .max_batch = SP_DRAFT_DEFAULT_BATCH};
     return p;
 }
 
@@ -352,7 +352,7 @@ sp_status sp_drafter_init(const sp_drafter_params *p, sp_ctx *target, sp_drafter
     d->p = *p;
     d->kind = p->kind;
     d->V = sp_model_cfg(tm)->n_vocab;
-    d->max_batch = p->max_batch > 0 ? p->max_batch : SP_CTX_DEFAULT_BATCH;
+    d->max_batch = p->max_batch > 0 ? p->max_batch : SP_DRAFT_DEFAULT_BATCH;
     const sp_model *dm = NULL;
     bool skip_buf[SP_DRAFT_MAX_LAYERS];
     switch (p->kind) {

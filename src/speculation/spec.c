@@ -72,7 +72,7 @@ static sp_status drafter_for(const sp_spec *s, const sp_model *m, sp_drafter **o
     sp_drafter_params dp = s->prm.draft;
     dp.draft_model = m;
     int32_t level = s->is_tree ? sp_tree_shape_max_level(&s->shape) : 1;
-    dp.max_batch = level > SP_CTX_DEFAULT_BATCH ? level : SP_CTX_DEFAULT_BATCH;
+    dp.max_batch = level > SP_DRAFT_DEFAULT_BATCH ? level : SP_DRAFT_DEFAULT_BATCH;
     return sp_drafter_init(&dp, s->target, out, err);
 }
 

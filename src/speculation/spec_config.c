@@ -626,7 +626,10 @@ sp_status sp_spec_config_check(const sp_spec_params *p, const sp_ctx *target, sp
     sp_status st = sp_spec_config_check_params(p, err);
     if (st || p->draft.kind == SP_DRAFT_NONE) return st;
     if ((st = sp_drafter_params_check(&p->draft, sp_ctx_model(target), err))) return st;
-    const int32_t budget = sp_spec_config_budget(p), batch = sp_spec_config_batch(p);
+    /* the rows a verification needs (the uncommitted token, the root's
+     * logits row, the budget); sp_spec_config_batch's prefill floor is a
+     * preference, not a need (a server's slots keep smaller batches) */
+    const int32_t budget = sp_spec_config_budget(p), batch = budget + 2;
     const char *what = p->tree.depth > 0 ? "tree" : "gamma";
     if (batch > sp_ctx_max_batch(target))
         return sp_fail(err, SP_ERR_RANGE,
