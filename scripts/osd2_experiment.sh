@@ -60,7 +60,7 @@ $BIN bench -m "$OUT/target.gguf" -md "$OUT/draft_stories.gguf" -md "$OUT/draft_c
     --configs "gamma=4,route=0;gamma=4,route=0,online=1;gamma=4,route=auto;gamma=4,route=auto,online=1;gamma=4,route=1" \
     $ONLINE --online-sync --block 8 --out "$OUT/stream_t$TEMP" | tee "$OUT/stream_t$TEMP.txt"
 python3 scripts/osd2_table.py "$OUT/stream_t$TEMP/stream.csv" 8 "$OUT/osd2_stream_t$TEMP.png" \
-    "Two-domain target, stream stories 40 / code 40 / stories 40, T=$TEMP, gamma 4 (2 vCPU AMD EPYC Zen 4, under load)" |
+    "Two-domain target: stories 40, code 40, stories 40; T=$TEMP, gamma 4 (2 vCPU AMD EPYC Zen 4, loaded)" |
     tee "$OUT/table_t$TEMP.md"
 # 4. held-out cross-entropy per domain, the target's and stories260K's (one step
 # at the smallest rate changes nothing measurable)
