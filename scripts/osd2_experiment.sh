@@ -62,6 +62,13 @@ $BIN bench -m "$OUT/target.gguf" -md "$OUT/draft_stories.gguf" -md "$OUT/draft_c
 python3 scripts/osd2_table.py "$OUT/stream_t$TEMP/stream.csv" 8 "$OUT/osd2_stream_t$TEMP.png" \
     "Two-domain target: stories 40, code 40, stories 40; T=$TEMP, gamma 4 (2 vCPU AMD EPYC Zen 4, loaded)" |
     tee "$OUT/table_t$TEMP.md"
+# 3b. the learner with a smaller ring (1024 rows, 16 requests) and a 3x
+#     higher rate, on the first 80 requests (stories 40 -> code 40)
+head -80 "$OUT/stream.jsonl" >"$OUT/stream80.jsonl"
+$BIN bench -m "$OUT/target.gguf" -md "$OUT/draft_stories.gguf" --prompts "$OUT/stream80.jsonl" -n 64 \
+    --temp "$TEMP" --seed 7 -t 2 --configs "gamma=4,route=0,online=1" --online-every 128 --online-steps 32 \
+    --online-buffer 1024 --online-lr 1e-3 --online-sync --block 8 --out "$OUT/tuned_t$TEMP" |
+    tee "$OUT/tuned_t$TEMP.txt"
 # 4. held-out cross-entropy per domain, the target's and stories260K's (one step
 # at the smallest rate changes nothing measurable)
 [ -s "$OUT/heldout_loss.txt" ] && [ "${OSD2_RETRAIN:-0}" != 1 ] || for M in target:"$OUT/target.gguf" stories260K:"$S260"; do
