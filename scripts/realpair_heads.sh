@@ -14,8 +14,9 @@
 #   DIR (default /tmp/specula-target) holds target15m.gguf, train.txt and
 #   stories.jsonl (scripts/train_target.sh DIR SHARED makes them when
 #   missing: ~20-30 min on 2 cores). The head is kept as DIR/head-eagle3.gguf;
-#   when it exists, training is skipped (the benchmark part alone takes a few
-#   minutes). Environment overrides (for a quick trial, e.g. with stories260K
+#   when it exists, training is skipped (the benchmark part alone took 15 min
+#   at load average ~15, plain decoding at ~10 tok/s; a few minutes on a
+#   quiet machine). Environment overrides (for a quick trial, e.g. with stories260K
 #   as a stand-in target): TARGET, DRAFT, HEAD, HEAD_STEPS, HEAD_FFN,
 #   HEAD_UNROLL, N (tokens per prompt), PROMPTS (how many), TREE, L1B ("" skips
 #   the l1b timing), TEMPS.
@@ -26,7 +27,8 @@
 # default for 8 layers), FFN 512 instead of the target's 1024 (half the
 # layer's cost), 3 unrolled steps (the training-time test: steps 2 and 3 read
 # the head's own features, as chains of 4 do), 200 steps of 4 windows x 64
-# tokens at lr 3e-3 -> 3e-4: ~10-15 min on a loaded 2-vCPU machine.
+# tokens at lr 3e-3 -> 3e-4: 4.7 min of CPU (29 min wall at load average
+# ~15 on 2 vCPUs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-/tmp/specula-target}
