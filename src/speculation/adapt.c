@@ -344,8 +344,15 @@ void sp_adapt_observe_step(sp_adapt *a, const sp_adapt_step *st) {
          * gamma the drafter could not fill costs what plain decoding costs);
          * the forward counts at what it was charged, as in the model */
         const int arm = nd > 0;
-        a->c.real_cost[arm] = ADAPT_REAL_DECAY * a->c.real_cost[arm] +
-                            in_t_one(a, st->draft_seconds + a->last_cost + st->over_seconds);
+        /* a preempted iteration counts as at most ADAPT_SPIKE times the
+         * arm's average (one spike must not make drafting look lost, which
+         * a new text would carry) */
+        double cost = in_t_one(a, st->draft_seconds + a->last_cost + st->over_seconds);
+        if (a->c.real_it[arm] >= 1) {
+            const double avg = a->c.real_cost[arm] / a->c.real_it[arm];
+            if (cost > ADAPT_SPIKE * avg) cost = ADAPT_SPIKE * avg;
+        }
+        a->c.real_cost[arm] = ADAPT_REAL_DECAY * a->c.real_cost[arm] + cost;
         a->c.real_tok[arm] = ADAPT_REAL_DECAY * a->c.real_tok[arm] + st->emitted;
         a->c.real_it[arm] = ADAPT_REAL_DECAY * a->c.real_it[arm] + 1;
     }
