@@ -692,6 +692,8 @@ static void test_distribution_hybrid(void **state) {
     filt.top_k = 6;
     distribution_case(tm, dm, SP_DRAFT_MTP, SP_VERIFIER_BLOCK, NULL, &plain, N);
     distribution_case(tm, dm, SP_DRAFT_MTP, SP_VERIFIER_MC_NOREP, "2x2", &filt, N);
+    distribution_case(tm, dm, SP_DRAFT_MTP, SP_VERIFIER_MC_NOREP, "dyn:3:2:4", &filt, N);
+    distribution_case(tm, dm, SP_DRAFT_LOWBIT, SP_VERIFIER_MC, "dyn:2:3:4", &plain, N);
     sp_model_free(tm);
     sp_model_free(dm);
     unlink(tp);
