@@ -32,27 +32,36 @@
                                   * realised may overrule the model or space the probes out */
 #define ADAPT_EXPLORE 0.03       /* ... and far enough apart that probes which lose cost at most
                                   * this share of the time spent decoding plainly */
+#define ADAPT_CARRY 0.5          /* weight a new text gives the acceptance counts of texts
+                                  * on which drafting lost */
 #define ADAPT_PROBE_HOPELESS 2048 /* ... or this when no draft length could pay even if every
                                    * draft token were accepted (measured costs) */
 
 /* Forget what the text decided: acceptance, realised rates, probe schedule. */
 static void adapt_forget_text(sp_adapt *a) {
     a->first_a = a->first_b = a->next_a = a->next_b = 0;
-    memset(a->real_cost, 0, sizeof a->real_cost);
-    memset(a->real_tok, 0, sizeof a->real_tok);
-    memset(a->real_it, 0, sizeof a->real_it);
+    for (int32_t b = 0; b <= SP_ADAPT_DEPTHS; b++) {
+        sp_adapt_costs *c = b < SP_ADAPT_DEPTHS ? &a->depth_costs[b] : &a->c;
+        memset(c->real_cost, 0, sizeof c->real_cost);
+        memset(c->real_tok, 0, sizeof c->real_tok);
+        memset(c->real_it, 0, sizeof c->real_it);
+    }
     a->plain_run = a->probe_every = 0;
+    a->probe_short = false;
+    a->look = 0;
 }
 
 void sp_adapt_init(sp_adapt *a) {
-    adapt_forget_text(a);
     memset(&a->c, 0, sizeof a->c);
+    memset(a->depth_costs, 0, sizeof a->depth_costs);
+    adapt_forget_text(a);
     memset(a->depth_seen, 0, sizeof a->depth_seen);
     a->bucket = 0;
     a->depth_seen[0] = true;
     a->measure_one = false;
     a->iters = 0;
-    a->probe_first = false;
+    a->text_start = a->probe_first = a->probe_short = false;
+    a->look = 0;
 }
 
 static int32_t depth_bucket(int64_t n_past) {
@@ -78,16 +87,28 @@ void sp_adapt_set_depth(sp_adapt *a, int64_t n_past) {
      * next (plain) iteration, each ratio when its forward next runs */
     a->c.n_one = 0;
     a->c.since_one = 0;
+    memset(a->c.real_cost, 0, sizeof a->c.real_cost); /* nothing realised here yet */
+    memset(a->c.real_tok, 0, sizeof a->c.real_tok);
+    memset(a->c.real_it, 0, sizeof a->c.real_it);
     for (int32_t k = 2; k <= SP_SPEC_MAX_GAMMA + 1; k++) a->c.seeded[k] = a->c.r_target[k] > 0;
     a->measure_one = true;
+}
+
+/* Whether the drafting iterations so far (ADAPT_EVIDENCE of them,
+ * discounted) realised fewer tokens per second than the plain ones, every
+ * cost included. */
+static bool drafting_lost(const sp_adapt *a) {
+    return a->c.real_tok[0] > 0 && a->c.real_it[1] >= ADAPT_EVIDENCE &&
+           a->c.real_tok[1] * a->c.real_cost[0] < a->c.real_tok[0] * a->c.real_cost[1];
 }
 
 /* A new prompt on the same object: the costs, kept as ratios to the
  * one-token forward, hold for any text, so they carry over and the warm-up
  * and plain measuring iterations are not repeated; what the text decides
- * (acceptance, the realised rates, the probe schedule) starts afresh. The
- * verdict is not carried (one prompt's "plain" would hold for the rest),
- * and the prior alone is not enough (at the prior no length may pay): the
+ * (acceptance, the realised rates, the probe schedule) starts afresh
+ * unless drafting has lost at its depth (adapt_text_verdict below): a
+ * "plain" reached within one prompt alone would hold for the rest, and the
+ * prior alone is not enough (at the prior no length may pay): the
  * prompt's first iteration drafts ADAPT_FIRST_GAMMA tokens to measure its
  * acceptance while the draft's cache is level with the prompt (the
  * cheapest probe there is; skipped when no length could pay). t_one
@@ -100,9 +121,28 @@ void sp_adapt_new_text(sp_adapt *a) {
         sp_adapt_init(a);
         return;
     }
-    adapt_forget_text(a); /* the costs stay */
     a->c.since_one = ADAPT_FRESH;
     a->iters = ADAPT_PLAIN_FIRST + 2; /* past the first iterations' schedule */
+    a->text_start = true;             /* the verdict waits for the text's depth */
+}
+
+/* A new text's first proposal, its depth known: when drafting has lost
+ * there (with evidence), the text goes on with the last one's acceptance
+ * (at ADAPT_CARRY weight), realised rates and probe schedule, as one
+ * stream, so that a draft that loses on every request is not re-tried in
+ * full at every request's start (that cost synth-1b's Q4_K_M draft for its
+ * Q8_0 target 6-8% over 64-token requests); its first iteration drafts one
+ * token instead (the look: sp_adapt_observe_step follows a right one up).
+ * Otherwise the text starts afresh and measures itself first. */
+static void adapt_text_verdict(sp_adapt *a) {
+    a->text_start = false;
+    if (drafting_lost(a)) {
+        a->first_a *= ADAPT_CARRY, a->first_b *= ADAPT_CARRY;
+        a->next_a *= ADAPT_CARRY, a->next_b *= ADAPT_CARRY;
+        a->probe_short = true;
+        return;
+    }
+    adapt_forget_text(a);
     a->probe_first = true;
 }
 
@@ -161,6 +201,7 @@ int32_t sp_adapt_propose(sp_adapt *a, int32_t gmax) {
     if (it == 0) return gmax < ADAPT_WARMUP_GAMMA ? gmax : ADAPT_WARMUP_GAMMA;
     if (it <= ADAPT_PLAIN_FIRST) return 0;
     if (it == ADAPT_PLAIN_FIRST + 1) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
+    if (a->text_start) adapt_text_verdict(a);
     if (a->measure_one) { /* a new depth bucket: t_one there first */
         a->measure_one = false;
         return 0;
@@ -187,9 +228,7 @@ int32_t sp_adapt_propose(sp_adapt *a, int32_t gmax) {
      * the drafting iterations so far gave fewer tokens per second (every cost
      * included: draft catch-up, verification, bookkeeping) than the plain
      * ones, decode plainly and leave drafting to the probes below */
-    if (best > 0 && a->real_tok[0] > 0 && a->real_it[1] >= ADAPT_EVIDENCE &&
-        a->real_tok[1] * a->real_cost[0] < a->real_tok[0] * a->real_cost[1])
-        best = 0;
+    if (best > 0 && drafting_lost(a)) best = 0;
     if (best > 0) {
         a->plain_run = 0;
         a->probe_every = ADAPT_PROBE_MIN;
@@ -220,18 +259,25 @@ int32_t sp_adapt_propose(sp_adapt *a, int32_t gmax) {
      * so that this stays within ADAPT_EXPLORE of the plain time. */
     const double c0 = iter_cost(a, 0);
     double loss = iter_cost(a, probe) * (1 - rate[probe] / rate[0]);
-    if (a->real_it[1] > 0 && a->real_tok[0] > 0) {
+    if (a->c.real_it[1] > 0 && a->c.real_tok[0] > 0) {
         const double real_loss =
-            (a->real_cost[1] - a->real_tok[1] * a->real_cost[0] / a->real_tok[0]) / a->real_it[1];
+            (a->c.real_cost[1] - a->c.real_tok[1] * a->c.real_cost[0] / a->c.real_tok[0]) / a->c.real_it[1];
         loss = real_loss > loss ? real_loss : loss;
     }
-    if (c0 > 0 && loss > 0 && a->real_it[1] >= ADAPT_EVIDENCE) {
+    if (c0 > 0 && loss > 0 && a->c.real_it[1] >= ADAPT_EVIDENCE) {
         const double spaced = loss / (ADAPT_EXPLORE * c0);
         if (spaced > every) every = spaced < ADAPT_PROBE_HOPELESS ? (int32_t)spaced : ADAPT_PROBE_HOPELESS;
     }
     if (a->probe_first) { /* a new prompt: the first steps measure its acceptance */
         a->probe_first = false;
         if (every != ADAPT_PROBE_HOPELESS) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
+    }
+    if (a->probe_short) { /* a new prompt after losing ones: one token's look */
+        a->probe_short = false;
+        if (every != ADAPT_PROBE_HOPELESS && gmax > 0) {
+            a->look = 1;
+            return 1;
+        }
     }
     if (++a->plain_run < every) return 0;
     a->plain_run = 0;
@@ -275,6 +321,22 @@ void sp_adapt_observe_target(sp_adapt *a, int32_t k, double cost) {
 
 void sp_adapt_observe_step(sp_adapt *a, const sp_adapt_step *st) {
     const int32_t nd = st->drafted;
+    if (a->look) {
+        /* a new text after losing ones: when its one-token look came out
+         * right, a full first draft follows (drafted by the probe_first
+         * path); when that is right too (a run a draft right 35% of the
+         * time makes 1.5% of the time), the text differs from the old
+         * ones: it starts afresh from this step */
+        const int8_t look = a->look;
+        a->look = 0;
+        if (nd > 0 && st->accepted == nd) {
+            if (look == 1) {
+                a->probe_first = true;
+                a->look = 2;
+            } else
+                adapt_forget_text(a);
+        }
+    }
     SP_ASSERT(nd >= 0 && nd <= SP_SPEC_MAX_GAMMA);
     if (a->iters > 1) { /* past the warm-up iteration */
         ema(&a->c.r_over[nd], in_t_one(a, st->over_seconds));
@@ -282,10 +344,10 @@ void sp_adapt_observe_step(sp_adapt *a, const sp_adapt_step *st) {
          * gamma the drafter could not fill costs what plain decoding costs);
          * the forward counts at what it was charged, as in the model */
         const int arm = nd > 0;
-        a->real_cost[arm] = ADAPT_REAL_DECAY * a->real_cost[arm] +
+        a->c.real_cost[arm] = ADAPT_REAL_DECAY * a->c.real_cost[arm] +
                             in_t_one(a, st->draft_seconds + a->last_cost + st->over_seconds);
-        a->real_tok[arm] = ADAPT_REAL_DECAY * a->real_tok[arm] + st->emitted;
-        a->real_it[arm] = ADAPT_REAL_DECAY * a->real_it[arm] + 1;
+        a->c.real_tok[arm] = ADAPT_REAL_DECAY * a->c.real_tok[arm] + st->emitted;
+        a->c.real_it[arm] = ADAPT_REAL_DECAY * a->c.real_it[arm] + 1;
     }
     if (nd > 0) {
         const int32_t tau = st->accepted;

@@ -34,6 +34,9 @@ typedef struct sp_adapt_costs {
     /* a bucket entered with another's costs as its seed: k-token ratios
      * not yet measured here (the first measurement replaces the seed) */
     bool seeded[SP_SPEC_MAX_GAMMA + 2];
+    double real_cost[2], real_tok[2], real_it[2]; /* realised at this depth: discounted cost
+                                       * (in t_one), tokens and count of the iterations
+                                       * that decoded plainly [0] / drafted [1] */
 } sp_adapt_costs;
 
 typedef struct sp_adapt {
@@ -49,12 +52,14 @@ typedef struct sp_adapt {
     bool measure_one;        /* a bucket entered unmeasured: its next iteration decodes
                               * plainly, measuring t_one there */
     double last_cost;        /* what the last target forward was charged (seconds) */
-    double real_cost[2], real_tok[2], real_it[2]; /* realised: discounted cost (in t_one),
-                                       * tokens and count of the iterations that decoded
-                                       * plainly [0] / drafted [1] */
     int32_t plain_run;       /* iterations decoded plainly since speculation last ran */
+    bool text_start;         /* a new prompt whose first proposal has not been made */
     bool probe_first;        /* a new prompt with carried costs: its first iteration drafts
                               * a few tokens (unless drafting is hopeless) */
+    bool probe_short;        /* a new prompt after prompts on which drafting lost: its first
+                              * iteration drafts one token (unless drafting is hopeless) */
+    int8_t look;             /* the last proposal was that one token (1), or the full
+                              * first draft after a right one (2) */
     int32_t probe_every;     /* ... after which speculation is probed again */
     int64_t iters;           /* proposals since the last reset */
 } sp_adapt;
@@ -74,8 +79,9 @@ typedef struct sp_adapt_step {
 void sp_adapt_init(sp_adapt *a);
 
 /* A new text on the same target and draft: measured costs carry over (the
- * warm-up and measuring iterations are not repeated), what the text decided
- * (acceptance, realised rates, probe schedule) starts afresh. */
+ * warm-up and measuring iterations are not repeated); what the text decided
+ * (acceptance, realised rates, probe schedule) starts afresh, unless
+ * drafting has lost at the new text's depth (adapt.c). */
 void sp_adapt_new_text(sp_adapt *a);
 
 /* The context now holds n_past tokens: from here on the costs of that
