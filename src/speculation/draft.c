@@ -986,6 +986,37 @@ static int32_t grow_level(sp_drafter *d, sp_draft_tree *t, const sp_tree_shape *
     return first_new;
 }
 
+/* The drafter's state for a tree rooted at hist[n-1]: the cache level with
+ * the history, the root's logits in d->logits (eagle3, mtp: its pre-norm
+ * output or h_out in tpre[0]), *base the first tree slot. *ready false:
+ * no target row yet (eagle3, mtp), so a root without children. */
+static sp_status tree_begin(sp_drafter *d, const int32_t *hist, int32_t n, int32_t *base, bool *ready,
+                           sp_error *err) {
+    sp_status st = SP_OK;
+    *ready = true;
+    if (d->ectx) {
+        if (n < 2) return *ready = false, SP_OK;
+        if (sp_eagle3_ctx_n_past(d->ectx) > n - 2) st = sp_eagle3_ctx_truncate(d->ectx, n - 2, err);
+        if (!st) st = e3_pairs(d, hist, n - 2, err);
+        if (st) return st;
+        e3_drop_consumed(d);
+        *base = sp_eagle3_ctx_n_past(d->ectx);
+        memcpy(d->tpre, d->pre, (size_t)d->edim * sizeof(float));
+    } else if (d->mctx) {
+        if (n < 2 || n - 1 < d->moff) return *ready = false, SP_OK;
+        st = mtp_truncate(d, n - 1, err);
+        if (!st) st = mtp_slots(d, hist, n - 1, err);
+        if (st) return st;
+        mtp_drop_consumed(d);
+        *base = sp_ctx_n_past(d->mctx);
+        memcpy(d->tpre, d->pre, (size_t)d->edim * sizeof(float));
+    } else {
+        if ((st = catch_up(d, hist, n, err))) return st;
+        *base = sp_ctx_n_past(d->ctx);
+    }
+    return SP_OK;
+}
+
 /* A tree from the head: the root is the pair of the last committed token
  * (as a chain's start); each level's nodes are evaluated in one call under
  * an ancestor mask over the tree's slots, a node's pair taking its parent's
@@ -998,18 +1029,15 @@ static sp_status e3_tree(sp_drafter *d, const int32_t *hist, int32_t n, const sp
     t->parent[0] = -1;
     t->token[0] = hist[n - 1];
     t->depth[0] = 0;
-    sp_status st = SP_OK;
-    if (n < 2) { /* no target row yet: a root without children */
+    int32_t base = 0; /* n - 1: the first tree slot */
+    bool ready;
+    sp_status st = tree_begin(d, hist, n, &base, &ready, err);
+    if (st) return st;
+    if (!ready) { /* no target row yet: a root without children */
         memset(t->q, 0, (size_t)V * sizeof(float));
         t->q[hist[n - 1]] = 1;
         return SP_OK;
     }
-    if (sp_eagle3_ctx_n_past(d->ectx) > n - 2) st = sp_eagle3_ctx_truncate(d->ectx, n - 2, err);
-    if (!st) st = e3_pairs(d, hist, n - 2, err);
-    if (st) return st;
-    e3_drop_consumed(d);
-    const int32_t base = sp_eagle3_ctx_n_past(d->ectx); /* n - 1: the first tree slot */
-    memcpy(d->tpre, d->pre, (size_t)E * sizeof(float));
     sp_sampler_probs(smp, d->logits, t->q);
     int32_t f0 = 0, f1 = 1;
     const int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
@@ -1055,17 +1083,15 @@ static sp_status mtp_tree(sp_drafter *d, const int32_t *hist, int32_t n, const s
     t->parent[0] = -1;
     t->token[0] = hist[n - 1];
     t->depth[0] = 0;
-    if (n < 2 || n - 1 < d->moff) { /* no target row yet: a root without children */
+    int32_t base = 0; /* the first tree slot */
+    bool ready;
+    sp_status st = tree_begin(d, hist, n, &base, &ready, err);
+    if (st) return st;
+    if (!ready) { /* no target row yet: a root without children */
         memset(t->q, 0, (size_t)V * sizeof(float));
         t->q[hist[n - 1]] = 1;
         return SP_OK;
     }
-    sp_status st = mtp_truncate(d, n - 1, err);
-    if (!st) st = mtp_slots(d, hist, n - 1, err);
-    if (st) return st;
-    mtp_drop_consumed(d);
-    const int32_t base = sp_ctx_n_past(d->mctx); /* the first tree slot */
-    memcpy(d->tpre, d->pre, (size_t)E * sizeof(float));
     sp_sampler_probs(smp, d->logits, t->q);
     int32_t f0 = 0, f1 = 1;
     const int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
@@ -1183,37 +1209,6 @@ static void dyn_mask(const dyn_ws *w, const int32_t *ids, int32_t m, int32_t wid
     }
 }
 
-/* The drafter's state for a tree rooted at hist[n-1]: the cache level with
- * the history, the root's logits in d->logits (eagle3, mtp: its pre-norm
- * output or h_out in tpre[0]), *base the first tree slot. *ready false:
- * no target row yet (eagle3, mtp), so a root without children. */
-static sp_status dyn_begin(sp_drafter *d, const int32_t *hist, int32_t n, int32_t *base, bool *ready,
-                           sp_error *err) {
-    sp_status st = SP_OK;
-    *ready = true;
-    if (d->ectx) {
-        if (n < 2) return *ready = false, SP_OK;
-        if (sp_eagle3_ctx_n_past(d->ectx) > n - 2) st = sp_eagle3_ctx_truncate(d->ectx, n - 2, err);
-        if (!st) st = e3_pairs(d, hist, n - 2, err);
-        if (st) return st;
-        e3_drop_consumed(d);
-        *base = sp_eagle3_ctx_n_past(d->ectx);
-        memcpy(d->tpre, d->pre, (size_t)d->edim * sizeof(float));
-    } else if (d->mctx) {
-        if (n < 2 || n - 1 < d->moff) return *ready = false, SP_OK;
-        st = mtp_truncate(d, n - 1, err);
-        if (!st) st = mtp_slots(d, hist, n - 1, err);
-        if (st) return st;
-        mtp_drop_consumed(d);
-        *base = sp_ctx_n_past(d->mctx);
-        memcpy(d->tpre, d->pre, (size_t)d->edim * sizeof(float));
-    } else {
-        if ((st = catch_up(d, hist, n, err))) return st;
-        *base = sp_ctx_n_past(d->ctx);
-    }
-    return SP_OK;
-}
-
 /* Evaluate nodes ids[0..m) at depth lev (slots set, following the n_eval
  * slots already used) in one forward: logits rows to d->logits, eagle3 and
  * mtp states to tpre[id] (from their parents' tpre). */
@@ -1313,7 +1308,7 @@ static sp_status dyn_tree(sp_drafter *d, const int32_t *hist, int32_t n, const s
     d->tslot[0] = -1;
     int32_t base = 0;
     bool ready;
-    if ((st = dyn_begin(d, hist, n, &base, &ready, err))) return st;
+    if ((st = tree_begin(d, hist, n, &base, &ready, err))) return st;
     if (!ready) {
         memset(t->q, 0, (size_t)V * sizeof(float));
         t->q[hist[n - 1]] = 1;
@@ -1450,9 +1445,10 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
     }
     if (!d->ctx) return sp_fail(err, SP_ERR_ARG, "trees need a model-based drafter (model, layerskip, lowbit, eagle3) or suffix");
     const int32_t V = d->V;
-    sp_status st = catch_up(d, hist, n, err);
+    int32_t base = 0; /* first tree slot in the draft cache */
+    bool ready;
+    sp_status st = tree_begin(d, hist, n, &base, &ready, err);
     if (st) return st;
-    const int32_t base = sp_ctx_n_past(d->ctx); /* first tree slot in the draft cache */
     t->n_nodes = 1;
     t->parent[0] = -1;
     t->token[0] = hist[n - 1];
