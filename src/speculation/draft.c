@@ -1349,6 +1349,9 @@ static sp_status dyn_tree(sp_drafter *d, const int32_t *hist, int32_t n, const s
          * its slots), drawing as the verifier's mode requires */
         int32_t n_new = 0, free_id = 1;
         for (int32_t e = 0; e < n_exp; e++) {
+            /* none of its slots stays: it may have been dropped, its id
+             * even reused by a new node this level */
+            if (w->slot_id[e * K] != 0) continue;
             const int32_t v = exp_ids[e];
             const float *qv = d->dq + (size_t)w->qrow[v] * V;
             if (!greedy && mode == SP_MC_NOREPLACE) memcpy(d->row, qv, (size_t)V * sizeof(float));
