@@ -333,6 +333,22 @@ void sp_spec_set_observer(sp_spec *s, sp_spec_observer fn, void *ud);
  * returns SP_OK. On failure the old draft stays. Output stays lossless:
  * verification always sees the q that produced each draft. */
 sp_status sp_spec_set_draft_model(sp_spec *s, const sp_model *m, sp_error *err);
+/* Inside the observer: the target's tapped hidden states (sp_ctx_set_taps)
+ * of the observed rows, tap i: row j (dim floats, rows dim apart) is the
+ * state at position first - 1 + j, the one whose distribution is the
+ * observer's row j. NULL outside the observer or without taps. */
+const float *sp_spec_observed_taps(const sp_spec *s, int32_t i);
+
+/* Draft with the EAGLE-3 head h from now on (an eagle3 drafter; h of the
+ * same shape and target layers as the head drafting, e.g. the online
+ * learner's snapshot, sp_train.h). Allowed between generations and from
+ * inside the observer. Mid-generation the head's cache keeps what the old
+ * weights computed for the text so far (the target's states of earlier
+ * positions are not kept); new positions use h. h must stay alive while
+ * served. Output stays lossless. */
+sp_status sp_spec_set_eagle3(sp_spec *s, const sp_eagle3 *h, sp_error *err);
+/* The head in use (NULL for other drafters). */
+const sp_eagle3 *sp_spec_eagle3(const sp_spec *s);
 /* The draft model in use (NULL for drafters without one). */
 const sp_model *sp_spec_draft_model(const sp_spec *s);
 /* The suffix drafter's statistics (src/speculation/suffix.h; also when arbitrated):

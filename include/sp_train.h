@@ -187,6 +187,10 @@ typedef struct sp_head_params {
     sp_loss loss;           /* not ce */
     uint64_t seed;
     int32_t threads;        /* the target's forward passes */
+    bool norm_before_fc;    /* an RMSNorm over the three taps before fc (eagle3.norm_before_fc) */
+    int32_t draft_vocab;    /* > 0: the output covers the draft_vocab most frequent tokens of data (ties:
+                             * lower id), written as d2t; the target's rows are restricted to them and
+                             * renormalised. 0 (or >= the vocabulary): the full vocabulary */
 } sp_head_params;
 
 /* EAGLE-3's default layers 2, n/2, n-3 (clamped to [0, n]); 200 steps of
@@ -224,6 +228,7 @@ typedef struct sp_online_params {
     int32_t batch;      /* examples per step, default 16 */
     float lr;           /* AdamW learning rate, default 3e-4 */
     int32_t warmup;     /* steps over which the rate ramps up from lr/warmup, default 64 */
+    int32_t unroll;     /* heads: unrolled steps of the training-time test, 1..8, default 3 */
     sp_loss loss;       /* default forward KL */
     uint64_t seed;
 } sp_online_params;
@@ -239,11 +244,33 @@ sp_status sp_online_init(const char *draft_path, const sp_online_params *p, sp_o
                          sp_error *err);
 void sp_online_free(sp_online *o);
 
+/* An EAGLE-3 head learning online (OSD for heads): its F32 master copy is
+ * head_path's weights, trained by the head trainer (train-head's loss and
+ * step, src/train/head.h). `head` is the same file loaded for its target
+ * (sp_eagle3_load), the head first served; snapshots are copies of it with
+ * the trained weights (sp_spec_set_eagle3 swaps them in). The buffer keeps
+ * each verified position's token, the target's three tapped hidden states
+ * there (sp_spec_observed_taps: the learner must know the spec, through
+ * sp_online_listen or sp_online_serve) and the top-k row of the next token;
+ * an update step trains on `batch` windows of up to `window` consecutive
+ * positions of one text, `unroll` steps each, as train-head does.
+ * SP_ERR_UNSUPPORTED for heads the trainer does not model (e.g.
+ * norm_before_residual); exports are eagle3 GGUF files with head_path's
+ * tokenizer. */
+sp_status sp_online_init_head(const char *head_path, const sp_eagle3 *head, const sp_online_params *p,
+                              sp_online **out, sp_error *err);
+
 /* Observes `rows` target rows of vocabulary V: row j is the distribution of
  * the token at position first + j given hist[0 .. first + j). hist holds at
  * least first + rows tokens. Matches the sp_spec observer signature. */
 void sp_online_observe(void *online, const int32_t *hist, int32_t first, const float *p,
                        int32_t rows, int32_t V);
+
+/* Makes the learner s's observer (sp_online_observe) without serving:
+ * the rows of s's chain iterations go into the buffer (a head's also need
+ * s's taps). */
+typedef struct sp_spec sp_spec;
+void sp_online_listen(sp_online *o, sp_spec *s);
 
 /* Positions in the buffer, and positions observed in all. */
 int64_t sp_online_buffered(const sp_online *o);
@@ -270,7 +297,8 @@ sp_status sp_online_export(sp_online *o, const char *path, sp_error *err);
  * given the seeds. The output stays exactly the target's distribution.
  *
  * `like` is the draft model first served (same shape as the learner's
- * weights; snapshots borrow its tokenizer and settings). s may be NULL:
+ * weights; snapshots borrow its tokenizer and settings); a head learner
+ * serves the head given at init and takes `like` NULL. s may be NULL:
  * learn for specs attached later. Free the spec (or detach it) before the
  * learner: an attached spec drafts with the learner's snapshot. */
 typedef struct sp_online_schedule {
@@ -299,8 +327,12 @@ void sp_online_wait(sp_online *o);
 sp_status sp_online_attach(sp_online *o, sp_spec *s, sp_error *err);
 void sp_online_detach(sp_online *o);
 
-/* The draft the learner serves now: its newest snapshot, or `like`. */
+/* The draft the learner serves now: its newest snapshot, or `like` (NULL
+ * for a head). */
 const sp_model *sp_online_model(const sp_online *o);
+/* The head the learner serves now: its newest snapshot, or the head given
+ * at init (NULL for a draft model). */
+const sp_eagle3 *sp_online_head(const sp_online *o);
 
 typedef struct sp_online_stats {
     int64_t observed, buffered; /* positions seen, positions in the buffer */

@@ -38,7 +38,7 @@ speculation/spec_config.h tools       low-bit type names (the low-bit types a se
 engine/ops.h            train         the kernels the trainer shares with the forward pass
 engine/quant.h          train         row quantisers, for saving trained weights
 engine/model_plain.h    train         a plain Llama model as float tensors, both ways
-engine/eagle3.h         speculation   the EAGLE-3 head cache and forward (the eagle3 drafter)
+engine/eagle3.h         speculation train  the EAGLE-3 head cache and forward (the eagle3 drafter); heads built from trained weights (the online learner)
 engine/requant.h        speculation tools  re-quantised copies of a model (the lowbit drafter; shared copies in the server)
 '
 

@@ -38,9 +38,18 @@ make -j2 build/specula >/dev/null
 head -c 20000 "$SHARED/data/tinystories_val_sample.txt" >"$TMP/train.txt"
 build/specula train-head -m "$SHARED/models/stories260K.gguf" --head eagle3 --data "$TMP/train.txt" \
     --head-ffn 64 --steps 120 --batch 4 --seq 48 --seed 1 --quiet --out "$OUT/stories260K-trained-head.gguf"
+# and with the trainer's options: the taps RMS-normed before fc, and a draft
+# vocabulary of the text's 64 most frequent tokens (d2t)
+build/specula train-head -m "$SHARED/models/stories260K.gguf" --head eagle3 --data "$TMP/train.txt" \
+    --head-ffn 64 --steps 60 --batch 4 --seq 48 --seed 1 --quiet --norm-before-fc \
+    --out "$OUT/stories260K-nbf-head.gguf"
+build/specula train-head -m "$SHARED/models/stories260K.gguf" --head eagle3 --data "$TMP/train.txt" \
+    --head-ffn 64 --steps 60 --batch 4 --seq 48 --seed 1 --quiet --draft-vocab 64 \
+    --out "$OUT/stories260K-dvocab-head.gguf"
 
 for pair in stories260K:models/stories260K.gguf llama-gqa4:reference/arch/models/llama-gqa4-f32.gguf \
-    stories260K-trained:models/stories260K.gguf; do
+    stories260K-trained:models/stories260K.gguf stories260K-nbf:models/stories260K.gguf \
+    stories260K-dvocab:models/stories260K.gguf; do
     name=${pair%%:*}
     "$BIN" -m "$SHARED/${pair#*:}" -md "$OUT/$name-head.gguf" --spec-type draft-eagle3 \
         -p "Once upon a time" -n 96 --temp 0 -t 1 -c 256 --spec-draft-n-max 4 \

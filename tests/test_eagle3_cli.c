@@ -84,9 +84,57 @@ static void test_misuse(void **state) {
     expect_error(args, 1, "target layer 4 outside the target's [0, 2]");
 }
 
+/* Online learning of a head: `specula online --draft eagle3` writes a head
+ * that drafts again, and generate --online with the head keeps plain
+ * decoding's greedy tokens; a head the trainer cannot learn, a tree, and a
+ * head given as a draft model to learn are refused in one line. */
+static void test_online(void **state) {
+    (void)state;
+    const char *m = sp_shared("models/stories260K.gguf"), *trained = "tests/data/eagle3/stories260K-trained-head.gguf";
+    char args[4096], out[8192];
+    snprintf(args, sizeof args,
+             "online -m '%s' --draft eagle3 -md '%s' --out '%s/h.gguf' --rounds 2 --gens 1 -n 24 --steps 3 --temp 0",
+             m, trained, sp_tmpdir());
+    if (cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out)) fail_msg("specula %s failed", args);
+    assert_int_equal(sp_count_lines(out), 3); /* the header and two rounds */
+    snprintf(args, sizeof args, "generate -m '%s' -p 'Once upon a time' -n 40 --temp 0 --json", m);
+    json_t *plain = run_json(args);
+    snprintf(args, sizeof args,
+             "generate -m '%s' -p 'Once upon a time' -n 40 --temp 0 --json --draft eagle3 -md '%s/h.gguf' --online "
+             "--online-sync --online-every 8 --online-steps 2 --online-out '%s/h2.gguf'",
+             m, sp_tmpdir(), sp_tmpdir());
+    json_t *j = run_json(args);
+    assert_true(json_equal(json_object_get(plain, "tokens"), json_object_get(j, "tokens")));
+    assert_true(json_integer_value(json_object_get(json_object_get(j, "online"), "swaps")) >= 1);
+    json_decref(j);
+    json_decref(plain);
+    snprintf(args, sizeof args, "generate -m '%s' -p Once -n 8 --temp 0 --draft eagle3 -md '%s/h2.gguf'", m,
+             sp_tmpdir());
+    if (cli_run(args, SP_CAPTURE_STDOUT, out, sizeof out)) fail_msg("the exported head does not draft: %s", args);
+    /* bench: a draft=eagle3 configuration with online=1 */
+    char prompts[512];
+    snprintf(prompts, sizeof prompts, "%s/p.jsonl", sp_tmpdir());
+    FILE *pf = fopen(prompts, "w");
+    assert_non_null(pf);
+    fputs("{\"prompt\": \"Once upon a time\"}\n{\"prompt\": \"Once upon a time\"}\n", pf);
+    fclose(pf);
+    snprintf(args, sizeof args,
+             "bench -m '%s' -md '%s' --prompts '%s' --configs 'draft=eagle3,gamma=3,online=1' -n 16 --temp 0 "
+             "--online-sync --online-every 8 --online-steps 1 --json --out '%s/b'",
+             m, trained, prompts, sp_tmpdir());
+    json_decref(run_json(args));
+    snprintf(args, sizeof args, "generate -m '%s' -p Once -n 4 --draft eagle3 -md '%s' --online", m, HEAD);
+    expect_error(args, 1, "this head cannot learn online (a reduced draft vocabulary (d2t))");
+    snprintf(args, sizeof args, "generate -m '%s' -p Once -n 4 --draft eagle3 -md '%s' --online --tree 2x2", m, trained);
+    expect_error(args, 2, "and a chain (no --tree)");
+    snprintf(args, sizeof args, "online -m '%s' -md '%s' --out '%s/x.gguf'", m, trained, sp_tmpdir());
+    expect_error(args, 1, "is an EAGLE-3 head: learn it with --draft eagle3");
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_generate),
     cmocka_unit_test(test_bench),
     cmocka_unit_test(test_misuse),
+    cmocka_unit_test(test_online),
 };
 SP_TEST_MAIN(tests)

@@ -156,7 +156,21 @@ static void test_trained_head(void **state) {
             "tests/data/eagle3/stories260K-trained-head.llamacpp.txt", 45, 2);
 }
 
+/* Heads trained with the trainer's options (scripts/eagle3_ref.sh): the
+ * taps RMS-normed before fc (eagle3.norm_before_fc, enc.output_norm), and
+ * a draft vocabulary of the text's 64 most frequent tokens (d2t). */
+static void test_trained_options(void **state) {
+    (void)state;
+    compare("models/stories260K.gguf", "tests/data/eagle3/stories260K-nbf-head.gguf",
+            "tests/data/eagle3/stories260K-nbf-head.llamacpp.txt", -1, 0);
+    /* iteration 15, step 2: llama.cpp gives '.' and ' a' both p = 0.154 and
+     * picks '.'; Specula ' a' (the draft is rejected at step 0) */
+    compare("models/stories260K.gguf", "tests/data/eagle3/stories260K-dvocab-head.gguf",
+            "tests/data/eagle3/stories260K-dvocab-head.llamacpp.txt", 15, 2);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_trained_options),
     cmocka_unit_test(test_stories260K),
     cmocka_unit_test(test_trained_head),
     cmocka_unit_test(test_llama_gqa4),

@@ -545,6 +545,51 @@ static void test_act_prepare_isa_identical(void **state) {
     free(got);
 }
 
+/* The q8_K activation rows (with each K-quant's extension) are the same
+ * bytes in every ISA: ordinary blocks, an all-zero block, a tiny block
+ * (the 2^64 scale-up), a block whose largest |x| occurs as -a before +a
+ * (the first one gives the sign), exact .5 ties, and blocks with an inf and
+ * a NaN (zeros, d = NaN). */
+static void test_act_prepare_q8k_isa_identical(void **state) {
+    (void)state;
+    const int64_t k = 8 * 256;
+    float *x = malloc((size_t)k * sizeof(float));
+    sp_rng r;
+    sp_rng_seed(&r, 78);
+    for (int64_t i = 0; i < k; i++) x[i] = (float)sp_rng_normal(&r) * (i % 5 == 0 ? 30.0f : 1.0f);
+    for (int i = 256; i < 512; i++) x[i] = i % 2 ? -0.0f : 0.0f;             /* block 1: zero */
+    for (int i = 512; i < 768; i++) x[i] = (float)sp_rng_normal(&r) * 0x1p-70f; /* block 2: tiny */
+    for (int i = 768; i < 1024; i++) x[i] = (float)sp_rng_normal(&r);          /* block 3: -a first */
+    x[800] = -9.0f, x[900] = 9.0f;
+    for (int i = 1024; i < 1280; i++) x[i] = (float)(i % 64 - 32) + 0.5f;     /* block 4: ties */
+    x[1279] = -127.0f;
+    x[1300] = INFINITY;                                                       /* block 5: inf */
+    x[1600] = NAN;                                                            /* block 6: NaN */
+    const sp_ggml_type types[] = {SP_GGML_Q4_K, SP_GGML_Q6_K, SP_GGML_Q2_K, SP_GGML_Q3_K, SP_GGML_Q5_K};
+    sp_isa saved = sp_ops_isa();
+    sp_error err = {0};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const size_t bytes = sp_ops_act_bytes(types[ti], k);
+        uint8_t *ref = aligned_alloc(64, bytes), *got = aligned_alloc(64, bytes);
+        memset(ref, 0, bytes);
+        assert_int_equal(sp_ops_set_isa(SP_ISA_SCALAR, &err), SP_OK);
+        sp_ops_act_prepare(types[ti], x, k, ref);
+        assert_int_equal(sp_act_qs(ref)[800], -127); /* -9 is the max (it maps to -127), */
+        assert_int_equal(sp_act_qs(ref)[900], 127);  /* not +9 */
+        assert_true(isnan(sp_actk_d(ref, k)[5]) && isnan(sp_actk_d(ref, k)[6]));
+        for (int isa = 1; isa <= (int)sp_ops_best_isa(); isa++) {
+            memset(got, 0, bytes);
+            assert_int_equal(sp_ops_set_isa((sp_isa)isa, &err), SP_OK);
+            sp_ops_act_prepare(types[ti], x, k, got);
+            assert_memory_equal(ref, got, bytes);
+        }
+        free(ref);
+        free(got);
+    }
+    assert_int_equal(sp_ops_set_isa(saved, &err), SP_OK);
+    free(x);
+}
+
 static void test_row_kernels(void **state) {
     (void)state;
     float x[8] = {1, -2, 3, -4, 5, -6, 7, -8}, w[8] = {1, 1, 1, 1, 2, 2, 2, 2}, o[8];
@@ -1026,6 +1071,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_batch_split_invariance_long_rows),
     cmocka_unit_test(test_packed_bit_identical),
     cmocka_unit_test(test_packed_float_bit_identical),
+    cmocka_unit_test(test_act_prepare_q8k_isa_identical),
     cmocka_unit_test(test_act_prepare),
     cmocka_unit_test(test_act_prepare_g4),
     cmocka_unit_test(test_act_prepare_isa_identical),

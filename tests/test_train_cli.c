@@ -171,14 +171,16 @@ static void test_train_head(void **state) {
         {"train-head -m T --head eagle3 --data X --out Y --loss ce", "a head distils"},
         {"train-head -m T --head eagle3 --data X --out Y --unroll 9", "--unroll"},
         {"train-head -m T --head eagle3 --data X --out Y --seq 4 --unroll 3", "too short"},
+        {"train-head -m T --head eagle3 --data X --out Y --draft-vocab -3", "--draft-vocab"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int rc = cli_run(cases[i].args, SP_CAPTURE_STDERR, out, sizeof out);
         if (rc == 0 || !strstr(out, cases[i].msg) || sp_count_lines(out) != 1)
             fail_msg("'%s': exit %d, '%s'", cases[i].args, rc, out);
     }
-    const char *bad[][2] = {{"--layers 1,2", "three layers"}, {"--layers 1,2,9", "outside"}};
-    for (size_t i = 0; i < 2; i++) {
+    const char *bad[][2] = {{"--layers 1,2", "three layers"}, {"--layers 1,2,9", "outside"},
+                            {"--draft-vocab 1", "1 token is no vocabulary"}};
+    for (size_t i = 0; i < 3; i++) {
         snprintf(args, sizeof args, "train-head -m '%s' --head eagle3 --data '%s' %s --out '%s/x.gguf'", tgt(), train,
                  bad[i][0], sp_tmpdir());
         int rc = cli_run(args, SP_CAPTURE_STDERR, out, sizeof out);

@@ -25,10 +25,13 @@ static void rand_rows(sp_rng *r, float *p, int32_t T, int32_t V) {
     }
 }
 
-static void gradcheck(const char *loss_name) {
+/* nbf: norm_before_fc; n_draft > 0: a draft vocabulary of the ids 1, 3, 4, ... */
+static void gradcheck(const char *loss_name, bool nbf, int32_t n_draft) {
     sp_error err = {0};
     const sp_thead_shape s = {.dim = 8, .n_heads = 2, .n_kv_heads = 1, .ffn_dim = 12, .tgt_dim = 5, .n_vocab = 11,
-                              .rope_theta = 10000.0f, .eps = 1e-5f};
+                              .n_draft = n_draft, .norm_before_fc = nbf, .rope_theta = 10000.0f, .eps = 1e-5f};
+    const int32_t d2t[] = {1, 3, 4, 5, 7, 8, 10};
+    SP_ASSERT(n_draft <= 7);
     enum { T = 7, K = 3 };
     sp_rng r;
     sp_rng_seed(&r, 5);
@@ -39,7 +42,8 @@ static void gradcheck(const char *loss_name) {
     int32_t tok[T];
     for (int t = 0; t < T; t++) tok[t] = (int32_t)(sp_rng_below(&r, 11));
     sp_thead *h = NULL;
-    assert_int_equal(sp_thead_init(&s, embd, 3, &h, &err), SP_OK);
+    assert_int_equal(sp_thead_init(&s, embd, n_draft ? d2t : NULL, 3, &h, &err), SP_OK);
+    assert_int_equal(sp_thead_n_tensors(h), nbf ? 14 : 13);
     /* norms away from 1 so that their gradients are generic */
     for (int32_t i = 0; i < sp_thead_n_tensors(h); i++) {
         int64_t n;
@@ -76,24 +80,29 @@ static void gradcheck(const char *loss_name) {
         }
     }
     assert_true(checked > 100 && big > checked / 2); /* the check sees real gradients */
-    if (getenv("SP_TEST_VERBOSE")) printf("gradcheck %s: %d entries, worst relative %.3g\n", loss_name, checked, worst);
+    if (getenv("SP_TEST_VERBOSE"))
+        printf("gradcheck %s%s%s: %d entries, worst relative %.3g\n", loss_name, nbf ? " norm_before_fc" : "",
+               n_draft ? " draft vocabulary" : "", checked, worst);
     sp_thead_free(h);
 }
 
 static void test_gradcheck_fkl(void **state) {
     (void)state;
-    gradcheck("fkl");
+    gradcheck("fkl", false, 0);
+    gradcheck("fkl", true, 0);
+    gradcheck("rkl", true, 7);
 }
 
 static void test_gradcheck_jsd_ce(void **state) {
     (void)state;
-    gradcheck("jsd"); /* tvd has kinks: finite differences do not apply */
-    gradcheck("ce");
+    gradcheck("jsd", false, 0); /* tvd has kinks: finite differences do not apply */
+    gradcheck("ce", false, 0);
+    gradcheck("ce", false, 7); /* next tokens outside the draft vocabulary are skipped */
 }
 
-/* The engine's forward of a written head equals the trainer's. */
-static void test_engine_agrees(void **state) {
-    (void)state;
+/* The engine's forward of a written head equals the trainer's (nbf:
+ * norm_before_fc; n_draft: a draft vocabulary of every third id). */
+static void engine_agrees(bool nbf, int32_t n_draft) {
     sp_error err = {0};
     const char *tpath = sp_shared("models/stories260K.gguf");
     sp_model *tm = NULL;
@@ -105,12 +114,21 @@ static void test_engine_agrees(void **state) {
         sp_dequantize_row(tm->tok_embd.type, tm->tok_embd.data + (size_t)v * tm->tok_embd.row_bytes,
                           embd + (int64_t)v * D, D);
     const sp_thead_shape s = {.dim = D, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 96, .tgt_dim = D, .n_vocab = V,
-                              .rope_theta = 10000.0f, .eps = 1e-5f};
+                              .n_draft = n_draft, .norm_before_fc = nbf, .rope_theta = 10000.0f, .eps = 1e-5f};
     enum { T = 12, K = 2 };
     sp_rng r;
     sp_rng_seed(&r, 9);
     sp_thead *h = NULL;
-    assert_int_equal(sp_thead_init(&s, embd, 4, &h, &err), SP_OK);
+    int32_t *d2t = malloc((size_t)V * sizeof *d2t);
+    for (int32_t i = 0; i < V; i++) d2t[i] = n_draft ? 3 * i : i;
+    const int32_t Vd = n_draft ? n_draft : V;
+    assert_int_equal(sp_thead_init(&s, embd, d2t, 4, &h, &err), SP_OK);
+    if (nbf) { /* taps' norm weights away from 1 */
+        int64_t n;
+        float *v, *g;
+        assert_string_equal(sp_thead_tensor(h, 13, &n, &v, &g), "enc.output_norm.weight");
+        for (int64_t j = 0; j < n; j++) v[j] = 0.5f + (float)sp_rng_uniform(&r);
+    }
     float *feat = malloc((size_t)T * 3 * D * sizeof(float)), *p = malloc((size_t)T * V * sizeof(float));
     rand_fill(&r, feat, (int64_t)T * 3 * D, 1.0f);
     rand_rows(&r, p, T, V);
@@ -140,20 +158,30 @@ static void test_engine_agrees(void **state) {
         assert_int_equal(sp_eagle3_encode(c, tp, sl + 1, g, &err), SP_OK);
         assert_int_equal(sp_eagle3_decode(c, tok + 1, g, sl + 1, true, lg, pre, &err), SP_OK);
         const float *ref = sp_thead_logits(h, T, 1, sl);
-        for (int32_t v = 0; v < V; v++) worst = fmax(worst, fabs(lg[(int64_t)sl * V + v] - ref[v]));
+        for (int32_t v = 0; v < Vd; v++) worst = fmax(worst, fabs(lg[(int64_t)sl * V + d2t[v]] - ref[v]));
+        if (n_draft) assert_true(isinf(lg[(int64_t)sl * V + 1]) && lg[(int64_t)sl * V + 1] < 0);
         /* step 2: (token sl + 2, the pre-norm output of slot sl) at slot sl + 1 */
         assert_int_equal(sp_eagle3_decode(c, tok + sl + 2, pre + (int64_t)sl * D, 1, false, lg, NULL, &err), SP_OK);
         ref = sp_thead_logits(h, T, 2, sl);
-        for (int32_t v = 0; v < V; v++) worst = fmax(worst, fabs(lg[v] - ref[v]));
+        for (int32_t v = 0; v < Vd; v++) worst = fmax(worst, fabs(lg[d2t[v]] - ref[v]));
         sp_eagle3_ctx_free(c);
     }
-    if (getenv("SP_TEST_VERBOSE")) printf("engine vs trainer: max |logit diff| %.3g\n", worst);
+    if (getenv("SP_TEST_VERBOSE"))
+        printf("engine vs trainer%s%s: max |logit diff| %.3g\n", nbf ? " norm_before_fc" : "",
+               n_draft ? " draft vocabulary" : "", worst);
     assert_true(worst < 1e-3);
     for (int i = 0; i < 3; i++) free(tap[i]);
-    free(g), free(lg), free(pre), free(feat), free(p), free(embd);
+    free(g), free(lg), free(pre), free(feat), free(p), free(embd), free(d2t);
     sp_eagle3_free(e);
     sp_thead_free(h);
     sp_model_free(tm);
+}
+
+static void test_engine_agrees(void **state) {
+    (void)state;
+    engine_agrees(false, 0);
+    engine_agrees(true, 0);
+    engine_agrees(true, 100);
 }
 
 static const struct CMUnitTest tests[] = {

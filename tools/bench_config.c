@@ -99,9 +99,10 @@ int bench_config_parse(const char *text, bool has_draft_model, bench_config *out
         bad = failf(msg, msg_cap, "config '%s': %s", out->name, e.msg);
     free(spec_text);
     if (!bad && (out->online || route_given) &&
-        (c.params.draft.kind != SP_DRAFT_MODEL || c.params.tree.depth > 0))
-        bad = failf(msg, msg_cap, "config '%s': online and route need the model drafter with a chain (no tree)",
-                    out->name);
+        ((c.params.draft.kind != SP_DRAFT_MODEL && (route_given || c.params.draft.kind != SP_DRAFT_EAGLE3)) ||
+         c.params.tree.depth > 0))
+        bad = failf(msg, msg_cap, "config '%s': online needs the model or eagle3 drafter and route the model drafter, "
+                    "with a chain (no tree)", out->name);
     if (bad) {
         bench_config_free(out);
         return -1;

@@ -144,10 +144,11 @@ void cli_online_opts_default(cli_online_opts *o);
         {"online-buffer", required_argument, NULL, SP_OPT_ONLINE + 7}
 
 #define SP_CLI_ONLINE_USAGE                                                                     \
-    "  online learning (draft model only): --online [--online-every POSITIONS (256)]\n"         \
+    "  online learning (draft model or eagle3 head): --online [--online-every POSITIONS (256)]\n" \
     "    [--online-steps STEPS (32)] [--online-lr LR (0.0003)] [--online-topk K (16)]\n"         \
     "    [--online-buffer POSITIONS (4096)] [--online-sync] [--online-out DRAFT.gguf]\n"        \
-    "    the draft trains on the target's distributions of the text it verifies (on a\n"       \
+    "    the draft (a head: with the target's hidden states) trains on the target's\n"        \
+    "    distributions of the text it verifies (on a\n"                                      \
     "    background thread; --online-sync: inline, reproducible) and is swapped in as it\n"    \
     "    learns; the output stays exactly the target's.\n"
 
@@ -156,10 +157,10 @@ void cli_online_opts_default(cli_online_opts *o);
 int cli_online_opt(int opt, const char *flag, const char *arg, cli_online_opts *o);
 
 /* Starts a learner for the draft file draft_path serving spec (whose draft
- * model dm was loaded from that file). Prints one line and returns 1 on
- * failure. */
+ * model dm was loaded from that file; or, head not NULL, whose EAGLE-3 head
+ * was). Prints one line and returns 1 on failure. */
 int cli_online_start(const cli_online_opts *o, const char *draft_path, sp_spec *spec,
-                        const sp_model *dm, sp_online **out);
+                        const sp_model *dm, const sp_eagle3 *head, sp_online **out);
 
 /* The learner's figures as a JSON object / one line of text. */
 json_t *cli_online_json(sp_online *on);

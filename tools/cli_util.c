@@ -421,10 +421,11 @@ int cli_online_opt(int opt, const char *flag, const char *arg, cli_online_opts *
 }
 
 int cli_online_start(const cli_online_opts *o, const char *draft_path, sp_spec *spec,
-                        const sp_model *dm, sp_online **out) {
+                        const sp_model *dm, const sp_eagle3 *head, sp_online **out) {
     sp_error e = {0};
     *out = NULL;
-    if (sp_online_init(draft_path, &o->p, out, &e) || sp_online_serve(*out, spec, dm, &o->sch, &e)) {
+    if ((head ? sp_online_init_head(draft_path, head, &o->p, out, &e) : sp_online_init(draft_path, &o->p, out, &e)) ||
+        sp_online_serve(*out, spec, head ? NULL : dm, &o->sch, &e)) {
         fprintf(stderr, "specula: online learning: %s\n", e.msg);
         sp_online_free(*out);
         *out = NULL;
@@ -450,7 +451,7 @@ json_t *cli_online_json(sp_online *on) {
 void cli_online_print(FILE *f, sp_online *on) {
     sp_error le = {0};
     sp_online_stats s = sp_online_get_stats(on, &le);
-    fprintf(f, "online: %lld positions observed, %lld rounds (%lld steps, %.2f s), %lld drafts swapped in, "
+    fprintf(f, "online: %lld positions observed, %lld rounds (%lld steps, %.2f s), %lld drafts (or heads) swapped in, "
                "last loss %.3f\n",
             (long long)s.observed, (long long)s.rounds, (long long)s.steps, s.t_train,
             (long long)s.swaps, s.last_loss);

@@ -51,7 +51,7 @@ static void bench_usage(FILE *f) {
             "  PNG plots into DIR (default bench-out); --json prints results.json to stdout.\n"
             "  Streams (online speculative decoding): prompts are processed in file order;\n"
             "  a prompt line may carry a \"domain\" label. Bench's own config keys:\n"
-            "    online=1   the draft learns from the target while the stream runs\n"
+            "    online=1   the draft (or eagle3 head) learns from the target while the stream runs\n"
             "    route=K    use the K-th -md (default 0); route=auto: a router picks a draft\n"
             "               per prompt among all -md (each learns only from its own prompts)\n"
             "  e.g. -md A.gguf -md B.gguf --configs \"gamma=4;gamma=4,online=1;gamma=4,online=1,route=auto\"\n"
@@ -465,8 +465,9 @@ static int bench_start_learners(const bench_opts *o, bench_state *b) {
         for (int j = 0; j < cs->n; j++) {
             cli_online_opts oo = o->online;
             oo.p.seed = (uint64_t)o->run.seed + (uint64_t)j;
-            if (cli_online_start(&oo, o->run.draft_models[cs->draft[j]], cs->spec[j],
-                                    b->dmodels[cs->draft[j]], &cs->on[j]))
+            const bool head = b->cfg[c].spec.draft.kind == SP_DRAFT_EAGLE3; /* the head given as -md */
+            if (cli_online_start(&oo, head ? o->run.draft_model : o->run.draft_models[cs->draft[j]], cs->spec[j],
+                                 head ? NULL : b->dmodels[cs->draft[j]], head ? b->head : NULL, &cs->on[j]))
                 return 2;
         }
     }
@@ -661,7 +662,8 @@ static int bench_report(const bench_opts *o, bench_state *b) {
             for (int c = 0; c < b->n_cfg; c++)
                 for (int j = 0; j < b->cs[c].n; j++)
                     if (b->cs[c].on[j]) {
-                        printf("%s, draft %d: ", b->cfg[c].name, b->cs[c].draft[j]);
+                        if (b->cs[c].draft[j] < 0) printf("%s, the head: ", b->cfg[c].name);
+                        else printf("%s, draft %d: ", b->cfg[c].name, b->cs[c].draft[j]);
                         cli_online_print(stdout, b->cs[c].on[j]);
                     }
     }

@@ -101,8 +101,10 @@ int sp_gen_parse(int argc, char **argv, sp_gen_opts *o, const char *cmd, bool ne
         fprintf(stderr, "specula: -md is only used with the model and eagle3 drafters (--draft model|eagle3)\n");
         return 2;
     }
-    if (o->online.on && (o->spec.draft.kind != SP_DRAFT_MODEL || o->spec.tree.depth > 0)) {
-        fprintf(stderr, "specula: --online trains a draft model: it needs -md DRAFT and a chain (no --tree)\n");
+    if (o->online.on && ((o->spec.draft.kind != SP_DRAFT_MODEL && o->spec.draft.kind != SP_DRAFT_EAGLE3) ||
+                         o->spec.tree.depth > 0)) {
+        fprintf(stderr, "specula: --online trains a draft model or an EAGLE-3 head: it needs -md DRAFT (or "
+                        "--draft eagle3 -md HEAD.gguf) and a chain (no --tree)\n");
         return 2;
     }
     return 0;
@@ -209,7 +211,8 @@ static int gen_setup(const sp_gen_opts *o, gen_run *g) {
     cli_ctx_types(&o->run, &cp);
     if (sp_ctx_init(g->model, &cp, &g->ctx, &err) || sp_spec_init(g->ctx, &sp, &g->spec, &err))
         goto fail;
-    if (o->online.on && cli_online_start(&o->online, o->run.draft_model, g->spec, g->dmodel, &g->online))
+    if (o->online.on &&
+        cli_online_start(&o->online, o->run.draft_model, g->spec, g->dmodel, g->head, &g->online))
         return 1;
     return 0;
 fail:

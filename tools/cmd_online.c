@@ -1,5 +1,6 @@
 /* cmd_online: `specula online`, online speculative decoding on a stream of
- * generations: rounds of generation with a draft model while an online
+ * generations: rounds of generation with a draft model (or an EAGLE-3 head,
+ * --draft eagle3) while an online
  * learner (sp_train.h) observes the target's distributions at every
  * verified position; after each round the draft takes some training steps
  * and the served draft is replaced by the trained one. Prints the
@@ -14,17 +15,19 @@
 
 static void online_usage(FILE *f) {
     fprintf(f,
-            "usage: specula online -m TARGET -md DRAFT.gguf --out TRAINED.gguf [-p PROMPT] [-n N]\n"
-            "         [--rounds R] [--gens G] [--steps S] [--lr LR] [--topk K] [--gamma G]\n"
-            "         [--temp T] [--seed S] [-t THREADS]\n"
+            "usage: specula online -m TARGET [--draft model|eagle3] -md DRAFT.gguf --out TRAINED.gguf\n"
+            "         [-p PROMPT] [-n N] [--rounds R] [--gens G] [--steps S] [--lr LR] [--topk K]\n"
+            "         [--gamma G] [--temp T] [--seed S] [-t THREADS]\n"
             "  R rounds (default 5) of G generations (default 4) of N tokens (default 128) from\n"
             "  PROMPT with new seeds; the learner keeps the target's rows of every verified\n"
             "  position and trains the draft S steps (default 100) after each round; the\n"
-            "  trained draft is written to --out and served in the next round.\n");
+            "  trained draft is written to --out and served in the next round. With\n"
+            "  --draft eagle3, DRAFT.gguf is an EAGLE-3 head: the learner also keeps the\n"
+            "  target's hidden states there and trains the head as train-head does.\n");
 }
 
 int cmd_online(int argc, char **argv) {
-    enum { O_OUT = SP_OPT_CMD, O_ROUNDS, O_GENS, O_STEPS, O_LR, O_TOPK, O_GAMMA };
+    enum { O_OUT = SP_OPT_CMD, O_ROUNDS, O_GENS, O_STEPS, O_LR, O_TOPK, O_GAMMA, O_DRAFT };
     static const struct option LONGOPTS[] = {
         SP_CLI_RUN_OPTIONS,
         {"prompt", required_argument, NULL, 'p'},
@@ -35,6 +38,7 @@ int cmd_online(int argc, char **argv) {
         {"lr", required_argument, NULL, O_LR},
         {"topk", required_argument, NULL, O_TOPK},
         {"gamma", required_argument, NULL, O_GAMMA},
+        {"draft", required_argument, NULL, O_DRAFT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -44,6 +48,7 @@ int cmd_online(int argc, char **argv) {
     const char *prompt = "Once upon a time", *out = NULL, *flag;
     long long rounds = 5, gens = 4, steps = 100, topk = 16, gamma = 4;
     double lr = 3e-3;
+    bool head = false;
     int c, r;
     optind = 0;
     while ((c = cli_next(argc, argv, SP_CLI_RUN_SHORTOPTS "p:h", LONGOPTS, "online", &flag)) != -1) {
@@ -61,6 +66,14 @@ int cmd_online(int argc, char **argv) {
         case O_TOPK: if (cli_int(flag, optarg, 1, 256, &topk)) return 2; break;
         case O_GAMMA: if (cli_int(flag, optarg, 1, SP_SPEC_MAX_GAMMA, &gamma)) return 2; break;
         case O_LR: if (cli_float(flag, optarg, 1e-7, 0.5, &lr)) return 2; break;
+        case O_DRAFT:
+            if (strcmp(optarg, "model") && strcmp(optarg, "eagle3")) {
+                fprintf(stderr, "specula: online learns a draft model or an EAGLE-3 head (--draft model|eagle3), "
+                                "not '%s'\n", optarg);
+                return 2;
+            }
+            head = !strcmp(optarg, "eagle3");
+            break;
         case 'h': online_usage(stdout); return 0;
         default: return 2;
         }
@@ -76,6 +89,7 @@ int cmd_online(int argc, char **argv) {
     op.seed = (uint64_t)run.seed;
     sp_online *on = NULL;
     sp_model *tm = NULL, *dm = NULL;
+    sp_eagle3 *hd0 = NULL, *hd = NULL; /* --draft eagle3: the given head (the learner's), this round's */
     sp_ctx *ctx = NULL;
     sp_spec *s = NULL;
     int32_t *ids = NULL, *outt = NULL, n_prompt = 0;
@@ -83,7 +97,16 @@ int cmd_online(int argc, char **argv) {
     cli_run_opts tr = run;
     tr.draft_model = NULL;
     if (cli_load_models(&tr, &tm, &dm)) goto done;
-    if (sp_online_init(run.draft_model, &op, &on, &e) || sp_online_export(on, out, &e)) goto fail;
+    if (head) {
+        if (cli_load_head(run.draft_model, SP_DRAFT_EAGLE3, tm, &hd0)) goto done;
+        if (sp_online_init_head(run.draft_model, hd0, &op, &on, &e)) goto fail;
+    } else if (cli_is_eagle3(run.draft_model)) {
+        fprintf(stderr, "specula: %s is an EAGLE-3 head: learn it with --draft eagle3\n", run.draft_model);
+        goto done;
+    } else if (sp_online_init(run.draft_model, &op, &on, &e)) {
+        goto fail;
+    }
+    if (sp_online_export(on, out, &e)) goto fail;
     const sp_tokenizer *tok = sp_model_tokenizer(tm);
     sp_ctx_params cp = sp_ctx_default_params();
     cp.n_ctx = run.n_ctx > 0 ? (int32_t)run.n_ctx : 1024;
@@ -110,13 +133,21 @@ int cmd_online(int argc, char **argv) {
         s = NULL;
         sp_model_free(dm);
         dm = NULL;
-        if (sp_model_load(out, NULL, &dm, &e)) goto fail;
         sp_spec_params sp = sp_spec_default_params();
-        sp.draft.kind = SP_DRAFT_MODEL;
-        sp.draft.draft_model = dm;
+        if (head) { /* the trained head as written (the first round: the given one) */
+            sp_eagle3_free(hd);
+            hd = NULL;
+            if (sp_eagle3_load(out, tm, &hd, &e)) goto fail;
+            sp.draft.kind = SP_DRAFT_EAGLE3;
+            sp.draft.eagle3 = hd;
+        } else {
+            if (sp_model_load(out, NULL, &dm, &e)) goto fail;
+            sp.draft.kind = SP_DRAFT_MODEL;
+            sp.draft.draft_model = dm;
+        }
         sp.gamma = (int32_t)gamma;
         if (sp_spec_init(ctx, &sp, &s, &e)) goto fail;
-        sp_spec_set_observer(s, sp_online_observe, on);
+        sp_online_listen(on, s);
         int64_t drafted = 0, accepted = 0, iters = 0, toks = 0;
         double secs = 0;
         for (long long g = 0; g < gens; g++) {
@@ -147,6 +178,10 @@ done:
     sp_spec_free(s);
     sp_ctx_free(ctx);
     sp_model_free(dm);
+    sp_eagle3_free(hd);
+    sp_online_free(on);
+    on = NULL;
+    sp_eagle3_free(hd0);
     sp_model_free(tm);
     sp_online_free(on);
     free(ids);

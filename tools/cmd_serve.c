@@ -81,7 +81,7 @@ static void serve_usage(FILE *f) {
             "  tokenizer.chat_template). A request's \"speculative\" object overrides the\n"
             "  speculation defaults (n_max, n_min, p_min, drafter, verifier, gamma, tree, adaptive, ...).\n"
             SP_CLI_ONLINE_USAGE
-            "  In the server each slot has its own learner per draft, fed by the requests that\n"
+            "  In the server each slot has its own learner per draft (or of the head), fed by the requests that\n"
             "  draft with it in a chain; /metrics reports specula:online_*.\n"
             "  Several -md: a router picks the draft per request from its prompt, learning from\n"
             "  the acceptance each request reached ([--explore E], default 0.1; responses name\n"
@@ -259,8 +259,9 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     const bool head = run.draft_model && cli_is_eagle3(run.draft_model);
-    if (S->online.on && (!run.draft_model || head)) {
-        fprintf(stderr, "specula: --online trains a draft model: give one with -md DRAFT\n");
+    if (S->online.on && !run.draft_model) {
+        fprintf(stderr, "specula: --online trains a draft model or an EAGLE-3 head: give one with -md DRAFT "
+                        "(or --draft eagle3 -md HEAD.gguf)\n");
         return 2;
     }
     if (head && run.n_draft_models > 1) {
@@ -379,6 +380,15 @@ int cmd_serve(int argc, char **argv) {
                 rc = 1;
             }
         }
+    for (int i = 0; !rc && S->online.on && S->head && i < S->parallel; i++) { /* the head's, per slot */
+        sp_online_params op = S->online.p;
+        op.seed = (uint64_t)run.seed + (uint64_t)i;
+        if (sp_online_init_head(run.draft_model, S->head, &op, &S->slots[i].on[0], &e) ||
+            sp_online_serve(S->slots[i].on[0], NULL, NULL, &S->online.sch, &e)) {
+            fprintf(stderr, "specula: online learning: %s\n", e.msg);
+            rc = 1;
+        }
+    }
     if (!rc) S->n_ctx = sp_ctx_n_ctx(S->slots[0].ctx);
     for (int i = 0; !rc && i < S->parallel; i++)
         if (!(S->slots[i].toks = malloc((size_t)S->n_ctx * sizeof *S->slots[i].toks))) {

@@ -16,7 +16,11 @@ static void usage(FILE *f) {
     fprintf(f, "usage: specula train-head -m TARGET --head eagle3 --data TEXTFILE --out HEAD.gguf\n"
                "         [--layers A,B,C] [--steps N] [--batch B] [--seq T] [--unroll K] [--lr LR]\n"
                "         [--lr-min LR] [--warmup W] [--loss fkl|rkl|jsd[:BETA]|tvd] [--head-ffn F]\n"
-               "         [--head-heads H,KV] [--seed S] [-t THREADS] [--quiet]\n");
+               "         [--head-heads H,KV] [--norm-before-fc] [--draft-vocab N] [--seed S] [-t THREADS]\n"
+               "         [--quiet]\n"
+               "  --norm-before-fc: an RMSNorm over the three taps before fc (llama.cpp's\n"
+               "  eagle3.norm_before_fc); --draft-vocab N: the head's output covers the N most\n"
+               "  frequent tokens of the text, written with the d2t map (0: the full vocabulary).\n");
 }
 
 static void on_step(const sp_distill_progress *p, void *ud) {
@@ -29,11 +33,13 @@ static void on_step(const sp_distill_progress *p, void *ud) {
 int cmd_train_head(int argc, char **argv) {
     const char *target = NULL, *data = NULL, *out = NULL, *layers_s = NULL, *kind = NULL, *heads_s = NULL;
     long long steps = -1, batch = -1, seq = -1, unroll = -1, warmup = -1, ffn = 0, threads = 1, seed = 1;
+    long long draft_vocab = 0;
+    bool norm_before_fc = false;
     double lr = -1, lr_min = -1;
     bool quiet = false, loss_set = false;
     sp_loss loss = {.kind = SP_LOSS_FKL};
     enum { O_HEAD = SP_OPT_CMD, O_DATA, O_LAYERS, O_STEPS, O_BATCH, O_SEQ, O_UNROLL, O_LR, O_LR_MIN, O_WARMUP,
-           O_LOSS, O_FFN, O_HEADS, O_SEED, O_QUIET };
+           O_LOSS, O_FFN, O_HEADS, O_SEED, O_QUIET, O_NBF, O_DVOCAB };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},    {"head", required_argument, NULL, O_HEAD},
         {"data", required_argument, NULL, O_DATA},  {"out", required_argument, NULL, 'o'},
@@ -44,6 +50,7 @@ int cmd_train_head(int argc, char **argv) {
         {"loss", required_argument, NULL, O_LOSS},  {"head-ffn", required_argument, NULL, O_FFN},
         {"head-heads", required_argument, NULL, O_HEADS}, {"seed", required_argument, NULL, O_SEED},
         {"threads", required_argument, NULL, 't'},  {"quiet", no_argument, NULL, O_QUIET},
+        {"norm-before-fc", no_argument, NULL, O_NBF}, {"draft-vocab", required_argument, NULL, O_DVOCAB},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
     const char *flag;
     int opt;
@@ -60,6 +67,8 @@ int cmd_train_head(int argc, char **argv) {
         case O_LAYERS: layers_s = optarg; break;
         case O_HEADS: heads_s = optarg; break;
         case O_QUIET: quiet = true; break;
+        case O_NBF: norm_before_fc = true; break;
+        case O_DVOCAB: bad = cli_int(flag, optarg, 0, 1 << 24, &draft_vocab); break;
         case 't': bad = cli_int(flag, optarg, 1, 256, &threads); break;
         case O_STEPS: bad = cli_int(flag, optarg, 1, 100000000, &steps); break;
         case O_BATCH: bad = cli_int(flag, optarg, 1, 4096, &batch); break;
@@ -123,6 +132,13 @@ int cmd_train_head(int argc, char **argv) {
     p.n_heads = hh, p.n_kv_heads = kv;
     p.seed = (uint64_t)seed;
     p.threads = (int32_t)threads;
+    p.norm_before_fc = norm_before_fc;
+    if (draft_vocab == 1) {
+        fprintf(stderr, "specula: --draft-vocab: 1 token is no vocabulary (2 or more; 0: the target's)\n");
+        rc = 2;
+        goto out;
+    }
+    p.draft_vocab = draft_vocab < sp_model_cfg(tm)->n_vocab ? (int32_t)draft_vocab : 0;
     for (int i = 0; i < 3; i++)
         if (p.layers[i] < 0 || p.layers[i] > sp_model_cfg(tm)->n_layers) {
             fprintf(stderr, "specula: --layers: %d is outside the target's [0, %d]\n", p.layers[i],

@@ -99,6 +99,10 @@ typedef struct server {
     char fingerprint[32];   /* system_fingerprint */
 } server;
 
+/* The learners per slot (--online): one per draft model, or one for the
+ * EAGLE-3 head (slot on[0]). */
+static inline int serve_n_learners(const server *S) { return S->head ? 1 : S->n_dm; }
+
 /* One request being served. */
 typedef struct serve_run {
     server *srv;

@@ -74,7 +74,7 @@ char *serve_metrics_text(server *S) {
     if (S->online.on) {
         sp_online_stats t = {0};
         for (int i = 0; i < S->parallel; i++)
-            for (int d = 0; d < S->n_dm; d++) {
+            for (int d = 0; d < serve_n_learners(S); d++) {
                 sp_online_stats o = sp_online_get_stats(S->slots[i].on[d], NULL);
                 t.observed += o.observed, t.rounds += o.rounds, t.steps += o.steps;
                 t.swaps += o.swaps, t.errors += o.errors, t.t_train += o.t_train;

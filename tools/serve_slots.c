@@ -113,7 +113,7 @@ void serve_generate(serve_run *g) {
     } else {
         if (c < 0) {
             c = lru;
-            for (int d = 0; d < S->n_dm; d++)
+            for (int d = 0; d < serve_n_learners(S); d++)
                 if (sl->on[d] && sl->attached[d] == sl->spec[c]) { /* the learner lets it go first */
                     sp_online_detach(sl->on[d]);
                     sl->attached[d] = NULL;
@@ -132,6 +132,12 @@ void serve_generate(serve_run *g) {
             sp_spec_draft_model(spec) == S->dms[d]) {
             st = sp_online_attach(sl->on[d], spec, &se);
             if (!st) sl->attached[d] = spec;
+        }
+        /* and so do requests drafting with the served EAGLE-3 head */
+        if (!st && S->head && sl->on[0] && spec != sl->attached[0] && sl->sp[c].tree.depth == 0 &&
+            sp_spec_eagle3(spec) == S->head) {
+            st = sp_online_attach(sl->on[0], spec, &se);
+            if (!st) sl->attached[0] = spec;
         }
     }
     /* the prompt cache: keep the common prefix (an EAGLE-3 head needs the

@@ -30,7 +30,7 @@ struct sp_eagle3 {
     float *attn_norm, *hidden_norm, *ffn_norm, *out_norm; /* [dim] */
     float *rope_factors; /* [rot_dim / 2] or NULL */
     int32_t *d2t;      /* [n_draft_vocab] target ids, or NULL (the identity) */
-    void *owned[16];   /* packed matrices */
+    void *owned[32];   /* packed matrices, and a snapshot's own weights */
     int n_owned;
 };
 
@@ -305,6 +305,87 @@ sp_status sp_eagle3_load(const char *path, const sp_model *target, sp_eagle3 **o
     return SP_OK;
 }
 
+sp_status sp_eagle3_shape(const sp_eagle3 *h, int32_t *dim, int32_t *n_heads, int32_t *n_kv_heads, int32_t *ffn_dim,
+                          float *rope_theta, float *eps) {
+    *dim = h->dim, *n_heads = h->n_heads, *n_kv_heads = h->n_kv_heads, *ffn_dim = h->ffn_dim;
+    *rope_theta = h->rope_theta, *eps = h->eps;
+    return SP_OK;
+}
+
+bool sp_eagle3_norm_before_fc(const sp_eagle3 *h) { return h->norm_before_fc; }
+
+const char *sp_eagle3_trainable(const sp_eagle3 *h) {
+    const sp_model_config *tc = sp_model_cfg(h->target);
+    if (h->dim != tc->dim) return "its width differs from the target's";
+    if (h->head_dim * h->n_heads != h->dim || h->rot_dim != h->head_dim || h->rope_factors)
+        return "its attention shape (key length, partial RoPE or RoPE factors)";
+    if (h->norm_before_residual) return "norm_before_residual";
+    if (h->tok_embd.data != h->target->tok_embd.data) return "its own token embeddings";
+    if (h->output.data == h->target->output.data) return "it has no output matrix of its own";
+    if (h->n_draft_vocab != h->V) return "a reduced draft vocabulary (d2t)";
+    for (int32_t i = 0; h->d2t && i < h->n_draft_vocab; i++)
+        if (h->d2t[i] != i) return "a permuted draft vocabulary (d2t)";
+    return NULL;
+}
+
+/* An owned F32 matrix of rows x cols from w, packed where the kernels want it. */
+static sp_status own_f32(sp_eagle3 *h, sp_weight *dst, const float *w, sp_error *err) {
+    SP_ASSERT(h->n_owned < (int)(sizeof h->owned / sizeof h->owned[0]));
+    const int64_t rows = dst->rows, cols = dst->cols;
+    const size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
+    void *buf = NULL;
+    if (posix_memalign(&buf, 64, bytes ? bytes : 64)) return sp_fail(err, SP_ERR_NOMEM, "out of memory for a head");
+    h->owned[h->n_owned++] = buf;
+    memcpy(buf, w, bytes);
+    memset(dst, 0, sizeof *dst);
+    dst->type = SP_GGML_F32;
+    dst->rows = rows;
+    dst->cols = cols;
+    dst->row_bytes = (size_t)cols * sizeof(float);
+    dst->data = buf;
+    return pack(h, dst, err);
+}
+
+static sp_status own_vec(float **dst, const float *src, int64_t n, sp_error *err) {
+    *dst = malloc((size_t)n * sizeof(float));
+    if (!*dst) return sp_fail(err, SP_ERR_NOMEM, "out of memory for a head");
+    memcpy(*dst, src, (size_t)n * sizeof(float));
+    return SP_OK;
+}
+
+sp_status sp_eagle3_with_weights(const sp_eagle3 *like, const sp_eagle3_f32 *w, sp_eagle3 **out, sp_error *err) {
+    *out = NULL;
+    if (sp_eagle3_trainable(like) || !w->fc || !w->output)
+        return sp_fail(err, SP_ERR_ARG, "eagle3: new weights only for heads the trainer models");
+    sp_eagle3 *h = calloc(1, sizeof *h);
+    if (!h) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
+    *h = *like;
+    h->gguf = NULL; /* the matrices below are owned; the embeddings are the target's */
+    h->n_owned = 0;
+    h->enc_norm = h->attn_norm = h->hidden_norm = h->ffn_norm = h->out_norm = h->rope_factors = NULL;
+    h->d2t = NULL;
+    const int64_t d = h->dim;
+    sp_status st = SP_OK;
+    const struct { sp_weight *dst; const float *src; } m[] = {
+        {&h->fc, w->fc}, {&h->wq, w->wq}, {&h->wk, w->wk}, {&h->wv, w->wv}, {&h->wo, w->wo},
+        {&h->w1, w->w1}, {&h->w2, w->w2}, {&h->w3, w->w3}, {&h->output, w->output}};
+    for (size_t i = 0; !st && i < sizeof m / sizeof m[0]; i++) st = own_f32(h, m[i].dst, m[i].src, err);
+    if (!st && like->norm_before_fc) {
+        if (!w->enc_norm) st = sp_fail(err, SP_ERR_ARG, "eagle3: norm_before_fc needs the taps' norm weights");
+        else st = own_vec(&h->enc_norm, w->enc_norm, 3 * (int64_t)h->tgt_dim, err);
+    }
+    if (!st) st = own_vec(&h->attn_norm, w->attn_norm, d, err);
+    if (!st) st = own_vec(&h->hidden_norm, w->hidden_norm, d, err);
+    if (!st) st = own_vec(&h->ffn_norm, w->ffn_norm, d, err);
+    if (!st) st = own_vec(&h->out_norm, w->out_norm, d, err);
+    if (st) {
+        sp_eagle3_free(h);
+        return st;
+    }
+    *out = h;
+    return SP_OK;
+}
+
 /* --------------------------------------------------------------- context */
 
 struct sp_eagle3_ctx {
@@ -353,6 +434,20 @@ void sp_eagle3_ctx_free(sp_eagle3_ctx *c) {
 }
 
 int32_t sp_eagle3_ctx_n_past(const sp_eagle3_ctx *c) { return c->kv.n; }
+
+sp_status sp_eagle3_ctx_set_head(sp_eagle3_ctx *c, const sp_eagle3 *h, sp_error *err) {
+    const sp_eagle3 *o = c->h;
+    if (h->target != o->target || h->dim != o->dim || h->n_heads != o->n_heads || h->n_kv_heads != o->n_kv_heads ||
+        h->head_dim != o->head_dim || h->rot_dim != o->rot_dim || h->ffn_dim != o->ffn_dim ||
+        h->tgt_dim != o->tgt_dim || h->n_draft_vocab != o->n_draft_vocab || memcmp(h->layers, o->layers, sizeof h->layers))
+        return sp_fail(err, SP_ERR_ARG, "eagle3: the new head's shape differs from the one drafting");
+    const sp_weight *ws[] = {&h->fc, &h->wq, &h->wk, &h->wv, &h->wo, &h->w1, &h->w2, &h->w3, &h->output};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        if (sp_ops_act_bytes(ws[i]->type, ws[i]->cols) > c->act_stride)
+            return sp_fail(err, SP_ERR_ARG, "eagle3: the new head's weight types need more scratch");
+    c->h = h;
+    return SP_OK;
+}
 
 sp_status sp_eagle3_ctx_truncate(sp_eagle3_ctx *c, int32_t n, sp_error *err) {
     return sp_kv_truncate(&c->kv, n, err);

@@ -52,6 +52,30 @@ sp_status sp_eagle3_decode_tree(sp_eagle3_ctx *c, const int32_t *tokens, const f
                                 int32_t n, const uint8_t *mask, int32_t mask_base, bool all, float *logits,
                                 float *prenorm, sp_error *err);
 
+/* The head's width, heads, key/value heads, FFN width, RoPE base and norm
+ * epsilon. */
+sp_status sp_eagle3_shape(const sp_eagle3 *h, int32_t *dim, int32_t *n_heads, int32_t *n_kv_heads, int32_t *ffn_dim,
+                          float *rope_theta, float *eps);
+/* Whether the taps are RMS-normed before fc (eagle3.norm_before_fc). */
+bool sp_eagle3_norm_before_fc(const sp_eagle3 *h);
+/* NULL when the head trainer (src/train/head.h) and the online learner
+ * model this head: the target's width, full-width RoPE, the target's
+ * embeddings, its own output over the full vocabulary, no
+ * norm_before_residual; else what they do not model. */
+const char *sp_eagle3_trainable(const sp_eagle3 *h);
+
+/* A trainable head's weights as F32 arrays in the file's shapes. */
+typedef struct sp_eagle3_f32 {
+    const float *fc, *enc_norm /* norm_before_fc */, *attn_norm, *hidden_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w1, *w3, *w2, *out_norm, *output;
+} sp_eagle3_f32;
+/* A copy of `like` (trainable) with the weights w (copied, packed): a
+ * snapshot of a head learning online. Needs no file; `like`'s target must
+ * outlive it. */
+sp_status sp_eagle3_with_weights(const sp_eagle3 *like, const sp_eagle3_f32 *w, sp_eagle3 **out, sp_error *err);
+/* Drafts with h from now on (same shape and layers as the context's head);
+ * the cache keeps what the old weights computed. */
+sp_status sp_eagle3_ctx_set_head(sp_eagle3_ctx *c, const sp_eagle3 *h, sp_error *err);
+
 /* The three target layers whose taps the head reads. */
 const int32_t *sp_eagle3_target_layers(const sp_eagle3 *h);
 

@@ -27,8 +27,16 @@ void *sp_model_alloc(sp_model *m, size_t bytes) {
         m->owned = n;
         m->cap_owned = cap;
     }
+    /* Buffers of a huge page or more (the packed weight copies) start on a
+     * huge-page boundary and ask for transparent huge pages: decode streams
+     * every weight once per token, and with 4 KiB pages each 4 KiB of a
+     * stream is a TLB miss (the file mapping llama.cpp reads from gets huge
+     * page-cache folios). Only a hint: where THP is off, nothing changes. */
+    const size_t huge = (size_t)2 << 20;
+    const bool big = bytes >= huge;
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64)) return NULL;
+    if (posix_memalign(&p, big ? huge : 64, bytes ? bytes : 64)) return NULL;
+    if (big) (void)madvise(p, bytes / huge * huge, MADV_HUGEPAGE);
     m->owned[m->n_owned++] = p;
     return p;
 }

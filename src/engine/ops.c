@@ -1071,7 +1071,10 @@ void sp_ops_act_prepare(sp_ggml_type wtype, const float *x, int64_t k, void *dst
         memcpy(dst, x, 4 * (size_t)k);
         return;
     case SP_ACT_Q8_K:
-        act_q8k(x, k, dst);
+        if (g_tables[sp_ops_isa()].act_q8k)
+            g_tables[sp_ops_isa()].act_q8k(x, k, dst);
+        else
+            act_q8k(x, k, dst);
         if (has_pairs(wtype)) { /* pair sums for the packed kernels (ops.h) */
             const int32_t *bs = sp_actk_bsum(dst, k);
             int32_t *pr = sp_actk_pairs(dst, k);

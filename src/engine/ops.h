@@ -99,7 +99,9 @@
  * take signed weights against unsigned activations: Q6_K activation rows
  * carry, after the q8_K layout (sp_actk_u8), the k bytes q + 128, so that
  * sum(q_w (q_x + 128)) = sum(q_w q_x) + 128 sum(q_w), and nc removes the
- * second term of the scaled sum. Q3_K: one unit of 1920 bytes per
+ * second term of the scaled sum (the one-token AVX-512 kernel instead
+ * takes the unsigned values 0..63 against the signed q, each 16-element
+ * dot starting at -32 times its bsum: the same integers). Q3_K: one unit of 1920 bytes per
  * super-block: its qs as 16 chunks c = 8h + cc (row i's qs[4c..4c+3] at
  * bytes 4i..; bits 2j of a byte give element 128h + 32j + 4cc + e), 512
  * bytes of masks (the 8 bytes at 1024 + 8(32h + 8j + cc): bit 4i + e set
@@ -397,6 +399,9 @@ typedef struct sp_ops_table {
     /* q8 activation row (see sp_ops_act_prepare); must be bit-identical to
      * the scalar one. NULL: the scalar one. */
     void (*act_q8)(const float *x, int64_t k, void *dst);
+    /* q8_K activation row (any input); bit-identical to the scalar one.
+     * NULL: the scalar one. */
+    void (*act_q8k)(const float *x, int64_t k, void *dst);
     /* Streaming read of `bytes` (a multiple of 256, 64-byte aligned) with the
      * widest loads of the ISA, returning a checksum that keeps the loads
      * alive (the bandwidth probe of sp_sysinfo). NULL: the scalar one. */

@@ -1076,8 +1076,58 @@ AI void pk6k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
         _mm512_mask_storeu_ps(m->y + (t0 + t) * m->ld_y + g * SP_PACK_ROWS, live, y[t]);
 }
 
+/* Q6_K over packed weights for one token (decode): the tile's integers by
+ * fewer operations. The weights stay unsigned (ql nibble | qh bits << 4,
+ * 0..63) against the activation's signed q (dpbusd with the 4 bytes
+ * broadcast in the instruction), and each 16-element dot starts at -32
+ * times that sub-block's sum of q (the q8_K bsum), so it is
+ * sum((q_w - 32) q_x) exactly: pk6k_tile's sumi with nc's correction
+ * already applied, hence the same outputs bit for bit. Saves per run of 32
+ * the 8 subtractions of 32 and the 8 broadcasts of unsigned activation
+ * bytes. */
+AI void pk6k_tile1(const sp_mm *m, int64_t g, int32_t t0, bool pf, __mmask16 live) {
+    const int64_t k = m->k, nb = k / SP_QK_K;
+    const uint8_t *grp = m->w + g * m->w_stride;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const uint8_t *xs[1];
+    __m512 y[1];
+    const int64_t dd = pk_k_begin(m, t0, 1, xs, y);
+    const int32_t *bsum = sp_actk_bsum(xs[0], k);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *unit = grp + (size_t)b * PK6K_UNIT;
+        if (pf)
+            for (int o = 0; o < PK6K_UNIT; o += 64) pk_prefetch(unit + o, 2); /* as pk6k_tile */
+        __m512i sumi[1] = {_mm512_setzero_si512()};
+        const int32_t *xq = (const int32_t *)(xs[0] + 256 * b);
+        UNROLL for (int hj = 0; hj < 8; hj++) { /* unrolled: the shifts are constants */
+            const int h = hj >> 2, j = hj & 3;
+            const uint8_t *ql = unit + 64 * (16 * h + 8 * (j & 1)), *qh = unit + 2048 + 64 * 8 * h;
+            __m512i w[8];
+            UNROLL for (int c = 0; c < 8; c++) {
+                const __m512i l = _mm512_load_si512(ql + 64 * c), hb = _mm512_load_si512(qh + 64 * c);
+                const __m512i lo = _mm512_and_si512(j >= 2 ? _mm512_srli_epi16(l, 4) : l, m4);
+                const __m512i hs = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2)
+                                 : j == 2 ? hb : _mm512_srli_epi16(hb, 2);
+                w[c] = _mm512_ternarylogic_epi32(lo, hs, m30, 0xF8); /* lo | (hs & m30) */
+            }
+            const __m512i sa = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(unit + 3072 + 16 * (2 * hj))));
+            const __m512i sb = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(unit + 3072 + 16 * (2 * hj + 1))));
+            const int32_t *xr = xq + 8 * hj;
+            __m512i da = _mm512_set1_epi32(-32 * bsum[16 * b + 2 * hj]);
+            __m512i db = _mm512_set1_epi32(-32 * bsum[16 * b + 2 * hj + 1]);
+            UNROLL for (int c = 0; c < 4; c++) {
+                da = dpbusd_b(da, w[c], xr + c);
+                db = dpbusd_b(db, w[4 + c], xr + 4 + c);
+            }
+            sumi[0] = _mm512_add_epi32(sumi[0], _mm512_add_epi32(_mm512_mullo_epi32(da, sa), _mm512_mullo_epi32(db, sb)));
+        }
+        pk_nomin_step(y, sumi, xs, dd, b, unit + 3392, 1);
+    }
+    _mm512_mask_storeu_ps(m->y + t0 * m->ld_y + g * SP_PACK_ROWS, live, y[0]);
+}
+
 static void mm_q6_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
-#define Q6K_TILE(nt) pk6k_tile(m, g, t, nt, t == 0, live)
+#define Q6K_TILE(nt) ((nt) == 1 ? pk6k_tile1(m, g, t, t == 0, live) : pk6k_tile(m, g, t, nt, t == 0, live))
     PK_FOR_TILES(m, r0, r1, PK_K_NT_MAX >= 16, Q6K_TILE)
 #undef Q6K_TILE
 }
@@ -1428,6 +1478,57 @@ static void act_q8(const float *x, int64_t k, void *dst) {
         _mm_storeu_si128((__m128i *)(qs + b * SP_QK + 16), _mm512_cvtepi32_epi8(q[1]));
         d[b] = sp_fp16_to_fp32(sp_fp32_to_fp16(amax / 127.0f));
         sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+    }
+}
+
+/* The q8_K layout (ops.h), bit-identical to act_q8k in ops.c (a block
+ * with an inf or NaN: zeros and d = NAN, as there): max is the first element of largest |x| in
+ * index order (the first lane of the first vector holding amax); iscale *
+ * (x * up) are the same scalar IEEE products per lane; clamping to
+ * [-128, 127] then rounding to nearest-even (cvtps2dq under the default
+ * MXCSR) is the scalar clamp-then-magic-number rounding for |v| < 2^22;
+ * each 16-sum is exact in int32. */
+static void act_q8k(const float *x, int64_t k, void *dst) {
+    int8_t *qs = (int8_t *)dst;
+    float *d = (float *)((uint8_t *)dst + k);
+    int32_t *bsum = (int32_t *)((uint8_t *)dst + k + 4 * (k / SP_QK_K));
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+    const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+    for (int64_t b = 0; b < k / SP_QK_K; b++) {
+        const float *xb = x + b * SP_QK_K;
+        __m512 v[16], m = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        UNROLL for (int j = 0; j < 16; j++) {
+            v[j] = _mm512_loadu_ps(xb + 16 * j);
+            bad |= _mm512_fpclass_ps_mask(v[j], 0x99); /* QNaN, +inf, -inf, SNaN */
+            m = _mm512_max_ps(m, _mm512_and_ps(v[j], absmask));
+        }
+        const float amax = _mm512_reduce_max_ps(m);
+        if (bad || amax == 0) {
+            memset(qs + b * SP_QK_K, 0, SP_QK_K);
+            memset(bsum + b * 16, 0, 16 * sizeof *bsum);
+            d[b] = bad ? NAN : 0.0f;
+            continue;
+        }
+        float max = 0;
+        for (int j = 0; j < 16; j++) {
+            const __mmask16 e = _mm512_cmp_ps_mask(_mm512_and_ps(v[j], absmask), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            if (e) {
+                max = xb[16 * j + __builtin_ctz(e)];
+                break;
+            }
+        }
+        const float up = amax < 0x1p-64f ? 0x1p64f : 1.0f; /* ACT_TINY, ACT_UP in ops.c */
+        const float iscale = -127.0f / (max * up);
+        const __m512 vs = _mm512_set1_ps(iscale), vu = _mm512_set1_ps(up);
+        UNROLL for (int j = 0; j < 16; j++) {
+            __m512 t = _mm512_mul_ps(vs, _mm512_mul_ps(v[j], vu));
+            t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
+            const __m512i q = _mm512_cvtps_epi32(t);
+            _mm_storeu_si128((__m128i *)(qs + b * SP_QK_K + 16 * j), _mm512_cvtepi32_epi8(q));
+            bsum[b * 16 + j] = _mm512_reduce_add_epi32(q);
+        }
+        d[b] = 1.0f / iscale / up;
     }
 }
 
@@ -1886,6 +1987,7 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->mm_f16_vecdot = mm_f16_vecdot;
     t->read_sum = read_sum;
     t->act_q8 = act_q8;
+    t->act_q8k = act_q8k;
     t->att_scores = att_scores;
     t->att_scores_kv[0] = att_scores_f16;
     t->att_mix_acc[0] = att_mix_acc_f32;

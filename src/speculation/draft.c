@@ -235,6 +235,13 @@ sp_status sp_drafter_keep(sp_drafter *d, int32_t n, sp_error *err) {
 
 const sp_draft_counters *sp_drafter_counters(const sp_drafter *d) { return &d->cnt; }
 
+sp_status sp_drafter_set_head(sp_drafter *d, const sp_eagle3 *h, sp_error *err) {
+    if (!d->ectx) return sp_fail(err, SP_ERR_ARG, "drafter: only the eagle3 drafter takes a new head");
+    sp_status st = sp_eagle3_ctx_set_head(d->ectx, h, err);
+    if (!st) d->head = d->p.eagle3 = h;
+    return st;
+}
+
 void sp_drafter_set_forward(sp_drafter *d, sp_forward_fn fn, void *ud) {
     if (d->kind != SP_DRAFT_MODEL) return;
     d->fwd = fn;

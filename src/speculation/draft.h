@@ -36,6 +36,8 @@ sp_status sp_drafter_keep(sp_drafter *d, int32_t n, sp_error *err);
  * only a draft-model drafter's (SP_DRAFT_MODEL), whose context is of that
  * model; other kinds keep sp_forward. */
 void sp_drafter_set_forward(sp_drafter *d, sp_forward_fn fn, void *ud);
+/* The eagle3 drafter drafts with head h from now on (sp_spec_set_eagle3). */
+sp_status sp_drafter_set_head(sp_drafter *d, const sp_eagle3 *h, sp_error *err);
 
 /* Counters the drafter adds to (forward calls, seconds in them). */
 typedef struct sp_draft_counters {

@@ -37,6 +37,7 @@ struct sp_spec {
     sp_adapt adapt;          /* the adaptive draft length (adapt.h) */
     sp_spec_observer observer; /* sees the target rows of verified positions */
     void *observer_ud;
+    int32_t obs_row0, obs_rows; /* the observed rows' first batch row in the target pass, and their count */
     int64_t draft_fwd_carry; /* draft forwards of drafters replaced by sp_spec_set_draft_model */
     bool draft_stale;        /* a new draft model was swapped in: prefill it before drafting */
     sp_spec_forward_fn forward; /* target forwards (sp_spec_set_forward); NULL = sp_forward */
@@ -91,6 +92,25 @@ sp_status sp_spec_set_draft_model(sp_spec *s, const sp_model *m, sp_error *err) 
     s->prm.draft.draft_model = m;
     s->draft_stale = true;
     return SP_OK;
+}
+
+sp_status sp_spec_set_eagle3(sp_spec *s, const sp_eagle3 *h, sp_error *err) {
+    if (!s->drafter || s->prm.draft.kind != SP_DRAFT_EAGLE3)
+        return sp_fail(err, SP_ERR_ARG, "drafter: only an eagle3 drafter can take a new head");
+    sp_status st = sp_drafter_set_head(s->drafter, h, err);
+    if (!st) s->prm.draft.eagle3 = h;
+    return st;
+}
+
+const sp_eagle3 *sp_spec_eagle3(const sp_spec *s) {
+    return s->drafter && s->prm.draft.kind == SP_DRAFT_EAGLE3 ? s->prm.draft.eagle3 : NULL;
+}
+
+const float *sp_spec_observed_taps(const sp_spec *s, int32_t i) {
+    int32_t rows = 0;
+    const float *t = s->obs_rows > 0 ? sp_ctx_taps(s->target, i, &rows) : NULL;
+    if (!t || s->obs_row0 + s->obs_rows > rows) return NULL;
+    return t + (int64_t)s->obs_row0 * sp_model_cfg(sp_ctx_model(s->target))->dim;
 }
 
 void sp_spec_set_forward(sp_spec *s, sp_spec_forward_fn fn, void *ud) {
@@ -273,6 +293,7 @@ static sp_status target_pass(sp_spec *s, const int32_t *hist, int32_t n, const i
     if (rc) return rc;
     for (int32_t j = 0; j <= n_nodes; j++)
         sp_sampler_probs(smp, s->logits + (int64_t)(tail - 1 + j) * V, s->p + (int64_t)j * V);
+    s->obs_row0 = tail - 1; /* row j of p is batch row tail - 1 + j */
     st->t_sample += sp_now() - t1;
     return SP_OK;
 }
@@ -521,7 +542,9 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
          * the tree's node order and are not passed on) */
         if (s->observer && !s->is_tree && g.n > n_before) {
             const int32_t rows = g.tau + 1 < g.n - n_before ? g.tau + 1 : g.n - n_before;
+            s->obs_rows = rows;
             s->observer(s->observer_ud, g.hist, n_before, s->p, rows, s->V);
+            s->obs_rows = 0;
         }
     }
     gstats->t_generate = sp_now() - t1;
