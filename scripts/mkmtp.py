@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
-"""mkmtp.py: write a small random-weight qwen35 (Qwen3.5 dense) GGUF with MTP
-(nextn) layers, in the layout llama.cpp 2026-09's qwen35 loader reads
-(src/models/qwen35.cpp): block_count counts the trunk and the MTP blocks,
-`qwen35.nextn_predict_layers` the MTP blocks, which follow the trunk as
-blk.N.* (a full gated-attention decoder layer plus nextn.eh_proj
-[2 dim -> dim], nextn.enorm, nextn.hnorm, nextn.shared_head_norm and,
-with --own-head, nextn.shared_head_head and nextn.embed_tokens). The trunk
-alternates Gated DeltaNet layers with gated attention
-(`attention.recurrent_layers`). The vocabulary is llama.cpp's test
+"""mkmtp.py: write a small random-weight qwen35 (Qwen3.5 dense), qwen35moe
+(Qwen3.5 MoE) or qwen3next (Qwen3-Next) GGUF with MTP (nextn) layers, in the
+layout llama.cpp 2026-09's loaders of these architectures read
+(src/models/qwen35.cpp, qwen35moe.cpp, qwen3next.cpp): block_count counts
+the trunk and the MTP blocks, `ARCH.nextn_predict_layers` the MTP blocks,
+which follow the trunk as blk.N.* (a full gated-attention decoder layer
+with the trunk's FFN plus nextn.eh_proj [2 dim -> dim], nextn.enorm,
+nextn.hnorm, nextn.shared_head_norm and, with --own-head,
+nextn.shared_head_head and nextn.embed_tokens). The trunk alternates Gated
+DeltaNet layers with gated attention (`attention.recurrent_layers`). The
+MoE architectures' FFNs (trunk and MTP block alike) are routed experts
+(softmax router, top --used of --experts, weights normalised) plus a
+shared expert gated by sigmoid(ffn_gate_inp_shexp x); qwen35moe stores
+each expert's gate and up in one ffn_gate_up_exps, qwen3next separately.
+qwen3next's recurrent layers carry one ssm_ba [beta | alpha] matrix
+instead of ssm_beta and ssm_alpha, and its attention a plain NeoX RoPE
+over --rope-dim dimensions (IMRoPE sections for the qwen35 ones). The vocabulary is llama.cpp's test
 tokenizer (`tokenizer.ggml.model` "test": 5-byte chunks hashed to ids), as
 tests/test-llama-archs writes it. Tests and the llama.cpp comparison use
 these files (tests/data/mtp/README.md).
@@ -34,12 +42,21 @@ def main():
     ap.add_argument("--head-dim", type=int, default=32)
     ap.add_argument("--ffn", type=int, default=96)
     ap.add_argument("--vocab", type=int, default=128)
+    ap.add_argument("--arch", default="qwen35", choices=["qwen35", "qwen35moe", "qwen3next"])
+    ap.add_argument("--experts", type=int, default=4, help="routed experts (qwen35moe, qwen3next)")
+    ap.add_argument("--used", type=int, default=2, help="experts used per token")
+    ap.add_argument("--exp-ffn", type=int, default=32, help="each routed expert's FFN width")
+    ap.add_argument("--sh-ffn", type=int, default=48, help="the shared expert's FFN width")
+    ap.add_argument("--rope-dim", type=int, default=0, help="rotated dimensions per head (0: the head size)")
     ap.add_argument("--own-head", action="store_true", help="MTP blocks with their own embed_tokens and shared_head_head")
     ap.add_argument("--f16", action="store_true", help="matrices as F16 (norms and recurrent vectors stay F32)")
     ap.add_argument("--gain", type=float, default=1.0, help="scale of the random matrices")
     ap.add_argument("--out-gain", type=float, default=1.0,
                     help="extra scale of the blocks' output matrices (attn_output, ssm_out, ffn_down): below 1 the "
                          "model leans on the current token's embedding, so a head can guess its next tokens")
+    ap.add_argument("--mtp-ffn-gain", type=float, default=None,
+                    help="the MTP blocks' FFN output matrices' scale instead of --out-gain (their FFN then "
+                         "moves the drafts more)")
     ap.add_argument("--route", type=float, default=0.0,
                     help="eh_proj = ROUTE x [I, 0] + the random matrix: the MTP block passes the token's normed "
                          "embedding on (with --out-gain < 1 its drafts then agree with the target now and then)")
@@ -50,7 +67,9 @@ def main():
     inner = NV * S
     conv_dim = 2 * NK * S + inner
     n_all = a.layers + a.mtp
-    arch = "qwen35"
+    arch = a.arch
+    moe = arch != "qwen35"
+    rope_dim = a.rope_dim or HD
     w = GGUFWriter(a.out, arch)
     w.add_uint32(f"{arch}.vocab_size", V)
     w.add_context_length(256)
@@ -62,8 +81,14 @@ def main():
     w.add_key_length(HD)
     w.add_value_length(HD)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_dimension_count(HD)
-    w.add_array(f"{arch}.rope.dimension_sections", [HD // 8, HD // 8, HD // 8, HD // 8])
+    w.add_rope_dimension_count(rope_dim)
+    if arch != "qwen3next":
+        w.add_array(f"{arch}.rope.dimension_sections", [rope_dim // 8] * 4)
+    if moe:
+        w.add_expert_count(a.experts)
+        w.add_expert_used_count(a.used)
+        w.add_expert_feed_forward_length(a.exp_ffn)
+        w.add_expert_shared_feed_forward_length(a.sh_ffn)
     w.add_rope_freq_base(10000000.0)
     w.add_uint32(f"{arch}.ssm.conv_kernel", CONV)
     w.add_uint32(f"{arch}.ssm.inner_size", inner)
@@ -103,10 +128,33 @@ def main():
         vec(p + "attn_k_norm.weight", HD)
         mat(p + "attn_output.weight", D, H * HD, a.out_gain)
 
-    def ffn(p):
-        mat(p + "ffn_gate.weight", F, D)
-        mat(p + "ffn_up.weight", F, D)
-        mat(p + "ffn_down.weight", D, F, a.out_gain)
+    def experts(name, rows, cols, gain=1.0):  # [E, rows, cols]: ggml's [cols, rows, E]
+        x = (rng.standard_normal((a.experts, rows, cols)) * (a.gain * gain / np.sqrt(cols))).astype(np.float32)
+        if a.f16:
+            w.add_tensor(name, x.astype(np.float16), raw_dtype=GGMLQuantizationType.F16)
+        else:
+            w.add_tensor(name, x)
+
+    def ffn(p, out_gain):
+        if not moe:
+            mat(p + "ffn_gate.weight", F, D)
+            mat(p + "ffn_up.weight", F, D)
+            mat(p + "ffn_down.weight", D, F, out_gain)
+            return
+        # the router stays F32 (as llama.cpp's converters keep it), scaled up
+        # so that the top experts differ clearly between tokens
+        w.add_tensor(p + "ffn_gate_inp.weight",
+                     (rng.standard_normal((a.experts, D)) * (3.0 / np.sqrt(D))).astype(np.float32))
+        if arch == "qwen35moe":
+            experts(p + "ffn_gate_up_exps.weight", 2 * a.exp_ffn, D)  # rows [0, f) gate, [f, 2 f) up
+        else:
+            experts(p + "ffn_gate_exps.weight", a.exp_ffn, D)
+            experts(p + "ffn_up_exps.weight", a.exp_ffn, D)
+        experts(p + "ffn_down_exps.weight", D, a.exp_ffn, out_gain)
+        w.add_tensor(p + "ffn_gate_inp_shexp.weight", (rng.standard_normal(D) / np.sqrt(D)).astype(np.float32))
+        mat(p + "ffn_gate_shexp.weight", a.sh_ffn, D)
+        mat(p + "ffn_up_shexp.weight", a.sh_ffn, D)
+        mat(p + "ffn_down_shexp.weight", D, a.sh_ffn, out_gain)
 
     for l in range(a.layers):
         p = f"blk.{l}."
@@ -118,17 +166,20 @@ def main():
             w.add_tensor(p + "ssm_conv1d.weight", (rng.standard_normal((conv_dim, CONV)) * 0.5).astype(np.float32))
             vec(p + "ssm_dt.bias", NV, 0.0, 0.5)
             w.add_tensor(p + "ssm_a", (-rng.uniform(0.5, 1.5, NV)).astype(np.float32))
-            mat(p + "ssm_beta.weight", NV, D)
-            mat(p + "ssm_alpha.weight", NV, D)
+            if arch == "qwen3next":
+                mat(p + "ssm_ba.weight", 2 * NV, D)
+            else:
+                mat(p + "ssm_beta.weight", NV, D)
+                mat(p + "ssm_alpha.weight", NV, D)
             vec(p + "ssm_norm.weight", S)
             mat(p + "ssm_out.weight", D, inner, a.out_gain)
         else:
             attention(p)
-        ffn(p)
+        ffn(p, a.out_gain)
     for i in range(a.mtp):
         p = f"blk.{a.layers + i}."
         attention(p)
-        ffn(p)
+        ffn(p, a.out_gain if a.mtp_ffn_gain is None else a.mtp_ffn_gain)
         eh = (rng.standard_normal((D, 2 * D)) * (a.gain / np.sqrt(2 * D))).astype(np.float32)
         eh[:, :D] += a.route * np.eye(D, dtype=np.float32)
         w.add_tensor(p + "nextn.eh_proj.weight", eh.astype(np.float16) if a.f16 else eh,

@@ -618,17 +618,17 @@ static void greedy_on(const char *rel, bool few) {
 }
 
 /* Greedy speculation with the MTP drafter (the target's own nextn block;
- * tests/data/mtp, whose F32 block is right about half of the time) equals
- * plain greedy decoding: chains under the block, token and greedy
- * verifiers, the adaptive length (plain steps between drafts), arbitration
- * with suffix drafting, trees
+ * the random files of tests/data/mtp: qwen35 F32, whose block is right
+ * about half of the time, qwen35moe F32 and qwen3next F16, whose blocks
+ * carry the experts and the shared expert) equals plain greedy decoding:
+ * chains under the block, token and greedy verifiers, the adaptive length
+ * (plain steps between drafts), arbitration with suffix drafting, trees
  * (grown level by level in the block's cache); each case accepts some
  * drafts and rejects others, so the block's cache and the target's
  * recurrent state are rolled back many times. The file without MTP layers
  * is refused in one line. */
-static void test_greedy_mtp(void **state) {
-    (void)state;
-    sp_model *tm = load("tests/data/mtp/qwen35-mtp-f32.gguf");
+static void greedy_mtp_file(const char *path) {
+    sp_model *tm = load(path);
     sp_ctx *t = mkctx(tm, 64);
     int32_t prompt[12];
     ids(prompt, 12, 7);
@@ -663,8 +663,8 @@ static void test_greedy_mtp(void **state) {
         const int32_t no = run(t, &sp, prompt, 12, N, out, &st);
         int32_t j = 0;
         while (j < no && j < N && out[j] == ref[j]) j++;
-        printf("hybrid greedy mtp%s %-8s %-6s accepted %3lld of %3lld drafted, equal to plain for %d/%d tokens\n",
-               CFGS[i].with_suffix ? "+suffix" : "", sp_verifier_name(CFGS[i].ver),
+        printf("hybrid greedy %-9s mtp%-7s %-8s %-6s accepted %3lld of %3lld drafted, equal to plain for %d/%d "
+               "tokens\n", sp_model_desc(tm), CFGS[i].with_suffix ? "+suffix" : "", sp_verifier_name(CFGS[i].ver),
                CFGS[i].tree ? CFGS[i].tree : sp.adaptive ? "adapt" : "chain", (long long)st.accepted,
                (long long)st.drafted, j, N);
         if (no != N || j != N) fail_msg("config %zu differs from plain greedy at token %d", i, j);
@@ -674,6 +674,13 @@ static void test_greedy_mtp(void **state) {
     }
     sp_ctx_free(t);
     sp_model_free(tm);
+}
+
+static void test_greedy_mtp(void **state) {
+    (void)state;
+    greedy_mtp_file("tests/data/mtp/qwen35-mtp-f32.gguf");
+    greedy_mtp_file("tests/data/mtp/qwen35moe-mtp-f32.gguf");
+    greedy_mtp_file("tests/data/mtp/qwen3next-mtp-f16.gguf");
     /* a target without MTP layers: refused in one line */
     sp_model *nm = hybrid();
     sp_ctx *c = mkctx(nm, 8);

@@ -667,7 +667,8 @@ static void test_distribution(void **state) {
  * separate draft (chain and tree), the hybrid's own low-bit and
  * layer-skip drafts, whose trees grow over several forwards, and its MTP
  * block (a chain under the block verifier; a tree under mc-norep with
- * temperature and top-k). */
+ * temperature and top-k); then a qwen3next target's MTP block (experts in
+ * its FFN) under the block verifier. */
 static void test_distribution_hybrid(void **state) {
     (void)state;
     char tp[512];
@@ -694,6 +695,15 @@ static void test_distribution_hybrid(void **state) {
     distribution_case(tm, dm, SP_DRAFT_MTP, SP_VERIFIER_MC_NOREP, "2x2", &filt, N);
     distribution_case(tm, dm, SP_DRAFT_MTP, SP_VERIFIER_MC_NOREP, "dyn:3:2:4", &filt, N);
     distribution_case(tm, dm, SP_DRAFT_LOWBIT, SP_VERIFIER_MC, "dyn:2:3:4", &plain, N);
+    sp_model_free(tm);
+    /* a qwen3next target (experts and a shared expert in every FFN, its MTP
+     * block's too): the block's chain under the block verifier */
+    mp.arch = "qwen3next";
+    mp.n_expert = 4, mp.n_expert_used = 2, mp.seed = 33;
+    if (sp_mkmodel(&mp, tp, &err)) fail_msg("mkmodel: %s", err.msg);
+    tm = load(tp);
+    assert_int_equal(sp_model_n_mtp(tm), 1);
+    distribution_case(tm, dm, SP_DRAFT_MTP, SP_VERIFIER_BLOCK, NULL, &plain, N);
     sp_model_free(tm);
     sp_model_free(dm);
     unlink(tp);

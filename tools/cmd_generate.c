@@ -29,8 +29,9 @@ static void gen_usage(FILE *f) {
             "  --prompt-ids: the prompt as token ids, used as given (no BOS added); a model\n"
             "  without a usable tokenizer (llama.cpp's test vocabulary) then prints the\n"
             "  generated ids instead of text.\n"
-            "  --draft mtp: the model's own multi-token-prediction block (qwen35 files with\n"
-            "  nextn layers, e.g. mkmodel --mtp 1); refused for a file without one.\n"
+            "  --draft mtp: the model's own multi-token-prediction block (qwen35, qwen35moe\n"
+            "  and qwen3next files with nextn layers, e.g. mkmodel --mtp 1); refused for a\n"
+            "  file without one.\n"
             "  Defaults: plain decoding; with -md, the draft model and block verification;\n"
             "  with --tree, mc-norep verification. --draft-max 0 turns speculation off.\n"
             SP_CLI_ONLINE_USAGE

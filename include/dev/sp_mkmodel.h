@@ -42,10 +42,11 @@ typedef struct sp_mkmodel_params {
                                  2048); 0: dim / heads. Not for qwen35 or phi3. */
     float yarn_factor;        /* > 1: YaRN RoPE scaling by this factor from an original context of
                                  n_ctx / factor (gpt-oss's files: 32 from 4096); 0: none */
-    int32_t n_mtp;            /* qwen35: multi-token-prediction (nextn) blocks after the n_layers of
-                                 the trunk, as llama.cpp's qwen35 loader reads them (gated attention
-                                 and FFN, nextn.eh_proj/enorm/hnorm/shared_head_norm; the model's
-                                 embeddings and output); 0: none */
+    int32_t n_mtp;            /* qwen35, qwen35moe, qwen3next: multi-token-prediction (nextn) blocks
+                                 after the n_layers of the trunk, as llama.cpp's loaders of these read
+                                 them (gated attention and the trunk's FFN: dense, or the experts and
+                                 the shared expert; nextn.eh_proj/enorm/hnorm/shared_head_norm; the
+                                 model's embeddings and output); 0: none */
 } sp_mkmodel_params;
 
 sp_mkmodel_params sp_mkmodel_default_params(void);

@@ -315,8 +315,9 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
     if (!p->vocab_from && (p->n_vocab < 4 || p->n_vocab > 4096))
         return sp_fail(err, SP_ERR_ARG, "made-up vocabulary size must be in [4, 4096], got %d",
                        p->n_vocab);
-    if (p->n_mtp < 0 || p->n_mtp > 8 || (p->n_mtp > 0 && strcmp(arch, "qwen35")))
-        return sp_fail(err, SP_ERR_ARG, "MTP blocks (0 to 8, got %d) are written for qwen35 only", p->n_mtp);
+    if (p->n_mtp < 0 || p->n_mtp > 8 || (p->n_mtp > 0 && strcmp(arch, "qwen35") && !hyb_moe))
+        return sp_fail(err, SP_ERR_ARG, "MTP blocks (0 to 8, got %d) are written for qwen35, qwen35moe and qwen3next only",
+                       p->n_mtp);
     if (p->head_dim && p->arch && (!strcmp(p->arch, "qwen35") || hyb_moe || !strcmp(p->arch, "phi3")))
         return sp_fail(err, SP_ERR_ARG, "a head size is not written for %s (its heads are dim / heads)", p->arch);
     if (p->arch && (!strcmp(p->arch, "qwen35") || hyb_moe)) {
@@ -457,7 +458,10 @@ sp_status sp_mkmodel(const sp_mkmodel_params *p, const char *out_path, sp_error 
 #undef N
 #undef NB
     }
-    for (int32_t i = 0; i < p->n_mtp && !st; i++) { /* MTP blocks: blk.(n_layers + i) */
+    /* MTP blocks: blk.(n_layers + i), a gated-attention layer with the
+     * trunk's FFN (the experts and the shared expert for qwen35moe and
+     * qwen3next, as llama.cpp's loaders read them) and the nextn tensors */
+    for (int32_t i = 0; i < p->n_mtp && !st; i++) {
         const int32_t l = p->n_layers + i;
 #define N(s) (snprintf(nm, sizeof nm, "blk.%d.nextn." s ".weight", l), nm)
         if ((st = add_qwen35_layer(w, p, l, false, dn_s, dn_k, dn_v, dn_conv, tmat, &rng, err)) ||

@@ -871,9 +871,11 @@ void sp_model_final_norm(const sp_model *m, const float *x, int32_t n, float *ou
     for (int32_t t = 0; t < n; t++) sp_rmsnorm(out + t * dim, x + t * dim, m->out_norm, dim, m->cfg.norm_eps);
 }
 
-/* The first MTP block over n pairs (token, h), as llama.cpp's qwen35
- * graph_mtp: x = eh_proj([RMSNorm(embed(token), enorm); RMSNorm(h, hnorm)]),
- * then the block's gated-attention layer (its own cache) and FFN, then the
+/* The first MTP block over n pairs (token, h), as llama.cpp's qwen35,
+ * qwen35moe and qwen3next graph_mtp: x = eh_proj([RMSNorm(embed(token),
+ * enorm); RMSNorm(h, hnorm)]), then the block's gated-attention layer (its
+ * own cache; the trunk's RoPE: IMRoPE sections or plain NeoX) and FFN
+ * (dense, or the experts with the gated shared expert), then the
  * head norm (shared_head_norm, else the output norm) and the head
  * (shared_head_head, else the output matrix). */
 sp_status sp_forward_mtp(sp_ctx *c, const sp_batch *b, const float *h, float *logits, float *h_out,

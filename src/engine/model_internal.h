@@ -87,9 +87,10 @@ struct sp_model {
     const float *rope_long, *rope_short;
     int32_t n_ctx_orig;
     sp_layer *layers;     /* [n_layers + n_mtp]: the trunk, then the MTP blocks */
-    /* MTP (nextn) blocks after the trunk (qwen35: `nextn_predict_layers`;
-     * block_count counts them, cfg.n_layers does not). Each is a full
-     * gated-attention layer (layers[n_layers + i]) entered through eh_proj
+    /* MTP (nextn) blocks after the trunk (qwen35, qwen35moe, qwen3next:
+     * `nextn_predict_layers`; block_count counts them, cfg.n_layers does
+     * not). Each is a full gated-attention layer (layers[n_layers + i]; its
+     * FFN the trunk's kind, dense or experts) entered through eh_proj
      * over [RMSNorm(embedding, enorm); RMSNorm(h, hnorm)]. */
     int32_t n_mtp;
     struct sp_mtp_block {

@@ -407,7 +407,7 @@ static sp_status read_config(sp_model *m, const char *path, const char *a, const
     c->dim = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
     if ((st = sp_gguf_get_u32(g, KEY("block_count"), &u, err))) return st;
     c->n_layers = (int32_t)(u > INT32_MAX ? -1 : (int64_t)u);
-    if (!strcmp(a, "qwen35")) { /* MTP blocks: counted in block_count, after the trunk */
+    if (ai->hybrid) { /* MTP blocks (qwen35, qwen35moe, qwen3next): counted in block_count, after the trunk */
         if ((st = get_u32_or(g, KEY("nextn_predict_layers"), 0, &m->n_mtp, err))) return st;
         if (m->n_mtp < 0 || m->n_mtp >= c->n_layers)
             return sp_fail(err, SP_ERR_FORMAT, "%s: %s = %d leaves no trunk of the %d blocks", path, key, m->n_mtp,
@@ -744,17 +744,21 @@ static void claim_scales(sp_model *m, int l) {
     }
 }
 
-/* The MTP blocks of a qwen35 file (blk.N.*, N from the trunk's n_layers on),
- * as llama.cpp's qwen35 loader reads them: a full gated-attention decoder
- * layer (attn_norm, attn_q/k/v or attn_qkv, q/k norms, attn_output,
- * post_attention_norm, ffn_gate/up/down) and the nextn tensors (eh_proj
- * [2 dim -> dim], enorm, hnorm; optional embed_tokens, shared_head_head,
- * shared_head_norm). The eh_proj and shared_head_head scales llama.cpp
- * reads but the qwen35 MTP graph applies the eh_proj one (build_lora_mm). */
-static sp_status bind_mtp(sp_model *m, const char *path, sp_error *err) {
+/* The MTP blocks of a qwen35, qwen35moe or qwen3next file (blk.N.*, N
+ * from the trunk's n_layers on), as llama.cpp's loaders of these
+ * architectures read them: a full gated-attention decoder layer (attn_norm,
+ * attn_q/k/v or attn_qkv, q/k norms, attn_output, post_attention_norm) with
+ * the trunk's FFN kind (qwen35: ffn_gate/up/down; qwen35moe, qwen3next: the
+ * routed experts and the gated shared expert, as their trunk layers), and
+ * the nextn tensors (eh_proj [2 dim -> dim], enorm, hnorm; optional
+ * embed_tokens, shared_head_head, shared_head_norm). Of the eh_proj and
+ * shared_head_head scales llama.cpp reads, the MTP graphs apply the eh_proj
+ * one (build_lora_mm). */
+static sp_status bind_mtp(sp_model *m, const char *path, const arch_info *ai, sp_error *err) {
     if (m->n_mtp == 0) return SP_OK;
     const sp_model_config *c = &m->cfg;
     const int64_t dim = c->dim, ffn = c->ffn_dim, q_dim = (int64_t)c->n_heads * c->head_dim, V = c->n_vocab;
+    const bool moe = m->moe.n_expert > 0;
     m->mtp = calloc((size_t)m->n_mtp, sizeof *m->mtp);
     if (!m->mtp) return sp_fail(err, SP_ERR_NOMEM, "out of memory");
     sp_status st = SP_OK;
@@ -771,12 +775,14 @@ static sp_status bind_mtp(sp_model *m, const char *path, sp_error *err) {
             (st = opt_vector(m, path, T("attn_output.scale"), 1, &L->wo.scale, err)) ||
             (st = bind_vector(m, path, T("attn_q_norm.weight"), c->head_dim, &L->q_norm, err)) ||
             (st = bind_vector(m, path, T("attn_k_norm.weight"), c->head_dim, &L->k_norm, err)) ||
-            (st = bind_matrix(m, path, T("ffn_gate.weight"), dim, ffn, false, &L->w1, err)) ||
-            (st = bind_matrix(m, path, T("ffn_up.weight"), dim, ffn, false, &L->w3, err)) ||
-            (st = bind_matrix(m, path, T("ffn_down.weight"), ffn, dim, false, &L->w2, err)) ||
-            (st = opt_vector(m, path, T("ffn_gate.scale"), 1, &L->w1.scale, err)) ||
-            (st = opt_vector(m, path, T("ffn_up.scale"), 1, &L->w3.scale, err)) ||
-            (st = opt_vector(m, path, T("ffn_down.scale"), 1, &L->w2.scale, err)) ||
+            (moe && (st = bind_moe(m, path, ai, l, L, err))) ||
+            (moe && ai->shexp && (st = bind_shexp(m, path, l, L, err))) ||
+            (!moe && ((st = bind_matrix(m, path, T("ffn_gate.weight"), dim, ffn, false, &L->w1, err)) ||
+                      (st = bind_matrix(m, path, T("ffn_up.weight"), dim, ffn, false, &L->w3, err)) ||
+                      (st = bind_matrix(m, path, T("ffn_down.weight"), ffn, dim, false, &L->w2, err)) ||
+                      (st = opt_vector(m, path, T("ffn_gate.scale"), 1, &L->w1.scale, err)) ||
+                      (st = opt_vector(m, path, T("ffn_up.scale"), 1, &L->w3.scale, err)) ||
+                      (st = opt_vector(m, path, T("ffn_down.scale"), 1, &L->w2.scale, err)))) ||
             (st = bind_matrix(m, path, T("nextn.eh_proj.weight"), 2 * dim, dim, false, &b->eh_proj, err)) ||
             (st = opt_vector(m, path, T("nextn.eh_proj.scale"), 1, &b->eh_proj.scale, err)) ||
             (st = bind_vector(m, path, T("nextn.enorm.weight"), dim, &b->enorm, err)) ||
@@ -962,7 +968,7 @@ static sp_status load_gguf(sp_model *m, const char *path, const sp_model_params 
          ((st = opt_rope_factors(m, path, "rope_factors_long.weight", &m->rope_long, err)) ||
           (st = opt_rope_factors(m, path, "rope_factors_short.weight", &m->rope_short, err)))))
         return st;
-    if ((st = bind_layers(m, path, a, ai, err)) || (st = bind_mtp(m, path, err))) return st;
+    if ((st = bind_layers(m, path, a, ai, err)) || (st = bind_mtp(m, path, ai, err))) return st;
     /* read by llama.cpp for these, unused by their causal graphs */
     if (!strcmp(a, "qwen3")) claim(m, "cls.output.weight"); /* a reranker's head */
     if (ai->gemma == 3) claim(m, "dense_2.weight"), claim(m, "dense_3.weight"); /* embedding heads */

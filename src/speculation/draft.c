@@ -748,6 +748,15 @@ static sp_status mtp_target_rows(sp_drafter *d, sp_ctx *target, const int32_t *h
     return SP_OK;
 }
 
+sp_status sp_drafter_replace_row(sp_drafter *d, int32_t pos, const float *h, sp_error *err) {
+    if (!d->mctx) return sp_fail(err, SP_ERR_ARG, "drafter: only 'mtp' takes a replaced target row");
+    if (pos < d->g0 || pos >= d->g0 + d->gn)
+        return sp_fail(err, SP_ERR_RANGE, "mtp: the row of position %d is not held (rows %d..%d)", pos, d->g0,
+                       d->g0 + d->gn - 1);
+    memcpy(d->g + (size_t)(pos - d->g0) * (size_t)d->edim, h, (size_t)d->edim * sizeof(float));
+    return mtp_truncate(d, pos + 1, err);
+}
+
 /* A chain from the MTP block: the slots up to position n-1 (its token
  * hist[n-1], the last committed one, paired with h_{n-2}), then one slot
  * per drafted token at the next position, paired with its predecessor's

@@ -58,6 +58,17 @@ const sp_draft_counters *sp_drafter_counters(const sp_drafter *d);
 sp_status sp_drafter_target_rows(sp_drafter *d, sp_ctx *target, const int32_t *hist, int32_t n_known,
                                  int32_t p0, int32_t B, sp_error *err);
 
+/* mtp: replace the target row held for position pos (a normed final
+ * state, edim floats) with h, and drop the block's slots that read it
+ * (position pos + 1 on: the next draft evaluates them again).
+ * SP_ERR_RANGE when the row is not held (consumed, or not yet given),
+ * SP_ERR_ARG for the other kinds. It exists to reproduce llama.cpp's
+ * draft-mtp on targets without partial rollback (qwen3next): after
+ * restoring its checkpoint it pairs the first token of the second
+ * verification with the last row of the rejected one
+ * (tests/test_mtp_llamacpp.c). */
+sp_status sp_drafter_replace_row(sp_drafter *d, int32_t pos, const float *h, sp_error *err);
+
 /* Prefill: make the drafter's cache hold hist[0..n) (model kinds). */
 sp_status sp_drafter_prefill(sp_drafter *d, const int32_t *hist, int32_t n, sp_error *err);
 
