@@ -32,18 +32,35 @@
  * keep a smaller scratch than a target's SP_CTX_DEFAULT_BATCH. */
 #define SP_DRAFT_DEFAULT_BATCH 64
 
+/* A dynamic tree "dyn:K:D:N" (EAGLE-2): at each of D levels the K best
+ * nodes of the newest level (by score, below) are evaluated and each
+ * proposes K children; of everything proposed the N best nodes (root not
+ * counted) are kept. A node's score is its parent's times the j-th largest
+ * probability of the parent's draft distribution, j the child's rank among
+ * its siblings: at temperature 0 (children are the top K tokens; the
+ * draft's softmax at temperature 1 scores them) this is the product of the
+ * draft probabilities along the path, EAGLE-2's; when sampling it is that
+ * product's value before the child is drawn, which keeps the tree exact
+ * for the multi-candidate verifiers (the contract is at dyn_tree in
+ * src/speculation/draft.c). */
+#define SP_TREE_DYN_MAX_K 16
+
 typedef struct sp_tree_shape {
     int32_t depth;                     /* d in [1, SP_TREE_MAX_DEPTH] */
-    int32_t branch[SP_TREE_MAX_DEPTH]; /* k1..kd, each >= 1 */
-    int32_t n_nodes;                   /* 1 + k1 + k1k2 + ... (root included) */
+    int32_t branch[SP_TREE_MAX_DEPTH]; /* k1..kd, each >= 1 (dynamic: each dyn_k) */
+    int32_t n_nodes;                   /* 1 + k1 + k1k2 + ... (root included; dynamic: N + 1) */
+    int32_t dyn_k;                     /* 0: the fixed shape above; else a dynamic tree's K in
+                                        * [1, SP_TREE_DYN_MAX_K], depth D, n_nodes N + 1 */
 } sp_tree_shape;
 
 /* Parse e.g. "4x2x2" (decimal factors >= 1 separated by 'x', no spaces, no
- * empty factors). SP_ERR_ARG for malformed text, SP_ERR_RANGE if depth >
- * SP_TREE_MAX_DEPTH or the node count exceeds SP_TREE_MAX_NODES. */
+ * empty factors) or a dynamic tree "dyn:K:D:N" (K in [1, SP_TREE_DYN_MAX_K],
+ * D in [1, SP_TREE_MAX_DEPTH], N in [1, SP_TREE_MAX_NODES - 1]). SP_ERR_ARG
+ * for malformed text, SP_ERR_RANGE if depth > SP_TREE_MAX_DEPTH or the node
+ * count exceeds SP_TREE_MAX_NODES (or K > SP_TREE_DYN_MAX_K). */
 sp_status sp_tree_shape_parse(const char *s, sp_tree_shape *out, sp_error *err);
 
-/* The canonical text of a shape ("4x2x2") into buf[cap] (always
+/* The canonical text of a shape ("4x2x2", "dyn:4:6:32") into buf[cap] (always
  * terminated); returns the length it needs, like snprintf. */
 int sp_tree_shape_format(const sp_tree_shape *shape, char *buf, size_t cap);
 

@@ -452,7 +452,8 @@ static void test_greedy_equals_plain(void **state) {
     const char *cfgs[] = {"drafter=eagle3,gamma=1", "drafter=eagle3,gamma=3", "drafter=eagle3,gamma=6",
                           "drafter=eagle3", "drafter=eagle3,gamma=5,p_min=0.3,n_min=0",
                           "drafter=eagle3,gamma=4,verifier=greedy", "drafter=eagle3,tree=3x2x1",
-                          "drafter=eagle3,tree=2x2x2x1,verifier=greedy"};
+                          "drafter=eagle3,tree=2x2x2x1,verifier=greedy", "drafter=eagle3,tree=dyn:3:4:10",
+                          "drafter=eagle3,tree=dyn:4:6:16,verifier=greedy"};
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) greedy_case(tm, h, cfgs[i], 1, prompt, 5, n, NULL);
     greedy_case(tm, h, "drafter=eagle3,gamma=4", 2, longp, 150, n, NULL);
     greedy_case(tm, h, "drafter=eagle3,gamma=2", 1, prompt, 1, n, NULL); /* a one-token prompt */
@@ -572,11 +573,18 @@ static void test_distribution(void **state) {
     greedy_case(tm, c, "drafter=eagle3,gamma=4,verifier=greedy", 1, prompt, 6, 64, &acc_chain);
     greedy_case(tm, c, "drafter=eagle3,tree=1x1x1x1,verifier=greedy", 1, prompt, 6, 64, &acc_tree);
     if (acc_chain != acc_tree) fail_msg("chain acceptance %.4f, one-branch tree %.4f", acc_chain, acc_tree);
+    /* and so does a dynamic tree of one child per level; a pruned one (the
+     * head's rows placed by evaluation order, not node number) accepts */
+    greedy_case(tm, c, "drafter=eagle3,tree=dyn:1:4:4,verifier=greedy", 1, prompt, 6, 64, &acc_tree);
+    if (acc_chain != acc_tree) fail_msg("chain acceptance %.4f, one-branch dynamic tree %.4f", acc_chain, acc_tree);
+    greedy_case(tm, c, "drafter=eagle3,tree=dyn:3:4:6", 1, prompt, 6, 64, &acc);
+    if (!(acc > 0.2)) fail_msg("greedy dynamic tree with the copying head: acceptance %.3f", acc);
     greedy_case(tm, a, "drafter=eagle3,gamma=3", 1, prompt, 6, 64, NULL);
     greedy_case(tm, b, "drafter=eagle3,gamma=5", 2, prompt, 6, 64, NULL);
     distribution_case(tm, c, "drafter=eagle3,gamma=3", dist, N);
     distribution_case(tm, c, "drafter=eagle3,tree=2x2", dist, N);        /* mc-norep */
     distribution_case(tm, a, "drafter=eagle3,tree=3x1,verifier=mc", dist, N);
+    distribution_case(tm, c, "drafter=eagle3,tree=dyn:3:2:4", dist, N); /* mc-norep, pruned */
     sp_eagle3_free(c);
     sp_eagle3_free(a);
     sp_eagle3_free(b);

@@ -61,7 +61,7 @@ static void test_speculative_json(void **state) {
     (void)state;
     const char *m = sp_shared("models/stories260K.gguf");
     const char *variants[] = {"-md '%s'", "--draft ngram --gamma 6", "--draft lowbit --adaptive",
-                              "-md '%s' --tree 2x2x2 --verify mc-norep",
+                              "-md '%s' --tree 2x2x2 --verify mc-norep", "--draft lowbit --tree dyn:3:4:10",
                               "--draft layerskip --skip-layers 2-3 --verify token",
                               /* single-dash long options and --key=value */
                               "-draft lowbit -lowbit Q8_0 --draft-max=3 -draft-min 2"};
@@ -194,6 +194,10 @@ static void test_bad_input(void **state) {
     expect_error(a, 2, "tree");
     snprintf(a, sizeof a, "generate -m '%s' --draft ngram --tree 2x2 --verify mc -p hi", m);
     expect_error(a, 2, "tree");
+    snprintf(a, sizeof a, "generate -m '%s' --draft lowbit --tree dyn:0:4:8 -p hi", m);
+    expect_error(a, 2, "tree: tree shape 'dyn:0:4:8': K 0 outside [1, 16]");
+    snprintf(a, sizeof a, "generate -m '%s' --draft lowbit --tree dyn:4:4:8 --verify traversal -p hi", m);
+    expect_error(a, 2, "verifier: traversal assumes a tree shape fixed before drafting");
     snprintf(a, sizeof a, "generate -m '%s' -md '%s' --tree 9x9x9 --verify mc -p hi", m, m);
     expect_error(a, 1, NULL);
     snprintf(a, sizeof a, "generate -m '%s' -md '%s' --verify greedy --temp 1 -p hi", m, m);

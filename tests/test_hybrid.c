@@ -582,6 +582,8 @@ static void greedy_on(const char *rel, bool few) {
         {SP_DRAFT_LOWBIT, SP_VERIFIER_NAIVE, 0, "2x2x2x2"},
         {SP_DRAFT_LOWBIT, SP_VERIFIER_MC, 0, "3x2"},
         {SP_DRAFT_LAYERSKIP, SP_VERIFIER_GREEDY, 0, "4x2x1"},
+        {SP_DRAFT_LOWBIT, SP_VERIFIER_MC_NOREP, 0, "dyn:3:4:8"},
+        {SP_DRAFT_MODEL, SP_VERIFIER_GREEDY, 0, "dyn:2:3:5"},
         {SP_DRAFT_SUFFIX, SP_VERIFIER_BLOCK, 4, NULL},
         {SP_DRAFT_SUFFIX, SP_VERIFIER_GREEDY, 0, "2x2"},
         {SP_DRAFT_NGRAM_CACHE, SP_VERIFIER_TOKEN, 4, NULL},
@@ -643,7 +645,8 @@ static void greedy_mtp_file(const char *path) {
         {SP_VERIFIER_BLOCK, 4, NULL, false},  {SP_VERIFIER_TOKEN, 3, NULL, false},
         {SP_VERIFIER_GREEDY, 6, NULL, false}, {SP_VERIFIER_BLOCK, 0, NULL, false},
         {SP_VERIFIER_BLOCK, 4, NULL, true},   {SP_VERIFIER_GREEDY, 0, "2x2", false},
-        {SP_VERIFIER_MC_NOREP, 0, "3x2x2", false},
+        {SP_VERIFIER_MC_NOREP, 0, "3x2x2", false}, {SP_VERIFIER_MC_NOREP, 0, "dyn:3:4:8", false},
+        {SP_VERIFIER_GREEDY, 0, "dyn:2:5:6", false},
     };
     for (size_t i = 0; i < sizeof CFGS / sizeof CFGS[0]; i++) {
         sp_spec_params sp = sp_spec_default_params();

@@ -477,6 +477,7 @@ static const struct {
      "--draft layerskip --skip-layers 2 --adaptive", false},
     {",\"speculative\":{\"drafter\":\"layerskip\",\"skip_layers\":\"2\",\"tree\":\"2x2\"}",
      "--draft layerskip --skip-layers 2 --tree 2x2", true},
+    {",\"speculative\":{\"drafter\":\"lowbit\",\"tree\":\"dyn:3:4:10\"}", "--draft lowbit --tree dyn:3:4:10", true},
     {",\"speculative\":{\"drafter\":\"lowbit\",\"adaptive\":true}", "--draft lowbit --adaptive", false},
 };
 

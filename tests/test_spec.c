@@ -90,6 +90,11 @@ static const cfg GREEDY_CFGS[] = {
     {SP_DRAFT_LOWBIT, SP_VERIFIER_NAIVE, 0, "2x2x2x2", false, 0, false, 0, false},
     {SP_DRAFT_MODEL, SP_VERIFIER_TRAVERSAL, 0, "3x2x2", false, 0, false, 0, false},
     {SP_DRAFT_LOWBIT, SP_VERIFIER_GBV, 0, "3x1x1x1", false, 0, false, 0, false},
+    /* dynamic trees (EAGLE-2): pruned to N nodes, one evaluated at a level, a chain */
+    {SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, 0, "dyn:3:4:10", false, 0, false, 0, false},
+    {SP_DRAFT_LAYERSKIP, SP_VERIFIER_GREEDY, 0, "dyn:4:6:24", false, 0, false, 0, false},
+    {SP_DRAFT_LOWBIT, SP_VERIFIER_MC, 0, "dyn:2:5:6", false, 0, false, 0, false},
+    {SP_DRAFT_MODEL, SP_VERIFIER_NAIVE, 0, "dyn:1:4:4", false, 0, false, 0, false},
     {SP_DRAFT_SUFFIX, SP_VERIFIER_BLOCK, 8, NULL, false, 0, false, 0, false},
     {SP_DRAFT_SUFFIX, SP_VERIFIER_TOKEN, 16, NULL, true, 0, false, 0, false},
     {SP_DRAFT_SUFFIX, SP_VERIFIER_TRAVERSAL, 0, "3x2x1x1", false, 0, false, 0, false},
@@ -628,6 +633,16 @@ static void test_distribution(void **state) {
         distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_TRAVERSAL, "2x2", sps[f], N);
         distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_GBV, "3x1", sps[f], N);
     }
+    /* dynamic trees: level-2 slots pruned to N (evicting level-1 nodes),
+     * children drawn without replacement, i.i.d., and the naive baseline */
+    /* (20000 runs: a construction that drops a sampled child when it is
+     * unlikely under q, keeping earlier siblings, failed here with p 1e-10;
+     * at 6000 runs its bias hides in the noise) */
+    const long NDYN = SP_SLOW ? N : 20000;
+    distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, "dyn:3:2:4", &plain, NDYN);
+    distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_MC_NOREP, "dyn:3:2:4", &filt, N);
+    distribution_case(tm, dm, SP_DRAFT_LAYERSKIP, SP_VERIFIER_MC, "dyn:2:3:3", &filt, N);
+    distribution_case(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_NAIVE, "dyn:2:2:3", &plain, N);
     /* drafting stopped by p_min, even before the first token (n_min 0) */
     distribution_case_p(tm, dm, SP_DRAFT_MODEL, SP_VERIFIER_BLOCK, NULL, &plain, N, 0.5f, 0);
     /* the adaptive draft length (0 included) chosen from measured costs */
@@ -678,6 +693,8 @@ static void test_distribution_hybrid(void **state) {
     filt.top_k = 6;
     distribution_case(tm, dm, SP_DRAFT_MTP, SP_VERIFIER_BLOCK, NULL, &plain, N);
     distribution_case(tm, dm, SP_DRAFT_MTP, SP_VERIFIER_MC_NOREP, "2x2", &filt, N);
+    distribution_case(tm, dm, SP_DRAFT_MTP, SP_VERIFIER_MC_NOREP, "dyn:3:2:4", &filt, N);
+    distribution_case(tm, dm, SP_DRAFT_LOWBIT, SP_VERIFIER_MC, "dyn:2:3:4", &plain, N);
     sp_model_free(tm);
     /* a qwen3next target (experts and a shared expert in every FFN, its MTP
      * block's too): the block's chain under the block verifier */
@@ -767,8 +784,8 @@ static void test_kv_after_rejections(void **state) {
     const char *tp = tiny_model(2, 32, 31, 2.0f), *dp = tiny_model(3, 32, 32, 2.0f);
     sp_model *tm = load(tp), *dm = load(dp);
     const int32_t V = 32;
-    const char *trees[2] = {NULL, "3x2"};
-    for (int tr = 0; tr < 2; tr++) {
+    const char *trees[3] = {NULL, "3x2", "dyn:3:3:5"};
+    for (int tr = 0; tr < 3; tr++) {
         sp_ctx *t = mkctx(tm, 128);
         sp_spec_params sp = sp_spec_default_params();
         sp.draft.kind = SP_DRAFT_MODEL;
@@ -811,6 +828,113 @@ static void test_kv_after_rejections(void **state) {
     sp_model_free(dm);
     unlink(tp);
     unlink(dp);
+}
+
+/* A dynamic tree that keeps every node it proposes is the fixed tree of
+ * the same branching (dyn:2:2:6 is 2x2, dyn:1:4:4 the chain 1x1x1x1):
+ * the same tokens drawn from the same random numbers, so at temperature 0
+ * and 1 alike the same output and the same statistics, to the count. */
+static void test_dyn_as_static(void **state) {
+    (void)state;
+    const char *m = sp_shared("models/stories260K.gguf");
+    sp_model *tm = load(m);
+    sp_ctx *t = mkctx(tm, 512);
+    const char *pairs[][2] = {{"dyn:2:2:6", "2x2"}, {"dyn:1:4:4", "1x1x1x1"}, {"dyn:3:2:12", "3x3"}};
+    for (int temp = 0; temp < 2; temp++)
+        for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+            int32_t out[2][96];
+            sp_spec_stats st[2];
+            for (int k = 0; k < 2; k++) {
+                sp_spec_params sp = sp_spec_default_params();
+                sp.draft.kind = SP_DRAFT_LOWBIT;
+                sp.draft.lowbit_type = SP_GGML_Q4_0;
+                sp.verifier = SP_VERIFIER_MC_NOREP;
+                sp.tree = shape(pairs[i][k]);
+                sp_gen_params gp = sp_gen_default_params();
+                gp.n_predict = 96;
+                gp.sampling.temperature = temp ? 1.0f : 0.0f;
+                gp.seed = 7;
+                gp.stop_at_eog = false;
+                sp_error err = {0};
+                assert_int_equal(sp_ctx_truncate(t, 0, &err), SP_OK);
+                assert_int_equal(run_spec(t, &sp, PROMPT, 5, &gp, out[k], &st[k]), 96);
+            }
+            if (memcmp(out[0], out[1], sizeof out[0]) || st[0].drafted != st[1].drafted ||
+                st[0].accepted != st[1].accepted || st[0].iterations != st[1].iterations ||
+                st[0].draft_forwards != st[1].draft_forwards)
+                fail_msg("T %d: %s and %s differ (accepted %lld/%lld of %lld/%lld drafted)", temp, pairs[i][0],
+                         pairs[i][1], (long long)st[0].accepted, (long long)st[1].accepted,
+                         (long long)st[0].drafted, (long long)st[1].drafted);
+            assert_true(st[0].accepted > 0 && st[0].accepted < st[0].drafted);
+        }
+    sp_ctx_free(t);
+    sp_model_free(tm);
+}
+
+/* After a dynamic tree and the acceptance of a path through it (nodes the
+ * draft evaluated, then one it did not), the draft cache holds exactly the
+ * committed text: the next tree's root distribution equals a fresh
+ * drafter's on that text, bit for bit. Trees that keep fewer nodes than
+ * they evaluate (dyn:3:4:5) put evaluated nodes at cache slots other than
+ * their node numbers. */
+static void test_dyn_draft_cache(void **state) {
+    (void)state;
+    const char *m = sp_shared("models/stories260K.gguf");
+    sp_model *tm = load(m);
+    const int32_t V = sp_model_cfg(tm)->n_vocab;
+    sp_ctx *t = mkctx(tm, 256);
+    sp_error err = {0};
+    sp_drafter_params dp = sp_drafter_default_params();
+    dp.kind = SP_DRAFT_LAYERSKIP;
+    dp.max_batch = 64;
+    sp_sampler_params smp_p = sp_sampler_default_params();
+    sp_sampler *smp = NULL;
+    assert_int_equal(sp_sampler_init(&smp_p, V, &smp, &err), SP_OK);
+    const char *shapes[] = {"dyn:3:4:5", "dyn:4:3:24", "dyn:2:6:7"};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const sp_tree_shape sh = shape(shapes[si]);
+        sp_drafter *d = NULL, *f = NULL;
+        if (sp_drafter_init(&dp, t, &d, &err) || sp_drafter_init(&dp, t, &f, &err)) fail_msg("%s", err.msg);
+        int32_t hist[64] = {1, 403, 407, 261, 378}, n = 5;
+        int32_t par[SP_TREE_MAX_NODES], tok[SP_TREE_MAX_NODES], dep[SP_TREE_MAX_NODES];
+        float *q = malloc((size_t)sh.n_nodes * V * sizeof(float)), *q2 = malloc((size_t)V * sizeof(float));
+        sp_draft_tree tr = {.parent = par, .token = tok, .depth = dep, .q = q};
+        sp_rng rng;
+        sp_rng_seed(&rng, 11 + si);
+        assert_int_equal(sp_drafter_prefill(d, hist, n, &err), SP_OK);
+        for (int round = 0; round < 6; round++) {
+            if (sp_drafter_tree(d, hist, n, &sh, sh.depth, false, SP_MC_NOREPLACE, smp, &rng, &tr, &err))
+                fail_msg("%s", err.msg);
+            assert_true(tr.n_nodes > 1 && tr.n_nodes <= sh.n_nodes);
+            for (int32_t i = 1; i < tr.n_nodes; i++) assert_true(par[i] < i && dep[i] == dep[par[i]] + 1);
+            /* the path to the deepest node, varying with the round */
+            int32_t leaf = 1;
+            for (int32_t i = 1; i < tr.n_nodes; i++)
+                if (dep[i] > dep[leaf] || (dep[i] == dep[leaf] && (i + round) % 3 == 0)) leaf = i;
+            int32_t path[SP_TREE_MAX_DEPTH + 1], np = dep[leaf];
+            for (int32_t a = leaf, k = np - 1; a > 0; a = par[a], k--) path[k] = a;
+            assert_int_equal(sp_drafter_accept_tree(d, n, &tr, path, np, &err), SP_OK);
+            for (int32_t k = 0; k < np; k++) hist[n++] = tok[path[k]];
+            hist[n++] = (round * 37 + 11) % V; /* the verifier's bonus token */
+            SP_ASSERT(n + 8 < 64);
+        }
+        /* the next root distribution against a fresh drafter's */
+        assert_int_equal(sp_drafter_tree(d, hist, n, &sh, sh.depth, false, SP_MC_NOREPLACE, smp, &rng, &tr, &err),
+                         SP_OK);
+        memcpy(q2, q, (size_t)V * sizeof(float));
+        assert_int_equal(sp_drafter_prefill(f, hist, n, &err), SP_OK);
+        assert_int_equal(sp_drafter_tree(f, hist, n, &sh, sh.depth, false, SP_MC_NOREPLACE, smp, &rng, &tr, &err),
+                         SP_OK);
+        for (int32_t v = 0; v < V; v++)
+            if (q[v] != q2[v]) fail_msg("%s: root q[%d] %.9g after the rounds, %.9g fresh", shapes[si], v, q2[v], q[v]);
+        free(q);
+        free(q2);
+        sp_drafter_free(d);
+        sp_drafter_free(f);
+    }
+    sp_sampler_free(smp);
+    sp_ctx_free(t);
+    sp_model_free(tm);
 }
 
 static void test_bad_configs(void **state) {
@@ -904,5 +1028,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_padded_vocab),
     cmocka_unit_test(test_kv_after_rejections),
     cmocka_unit_test(test_bad_configs),
+    cmocka_unit_test(test_dyn_as_static),
+    cmocka_unit_test(test_dyn_draft_cache),
 };
 SP_TEST_MAIN(tests)

@@ -115,6 +115,16 @@ static void test_text_settings(void **state) {
     assert_int_equal(p.tree.depth, 3);
     assert_int_equal(p.tree.n_nodes, 1 + 4 + 8 + 8);
     assert_int_equal(p.verifier, SP_VERIFIER_MC_NOREP);
+    /* dynamic trees (EAGLE-2): K, depth, kept nodes; mc-norep by default */
+    p = parse_ok("draft=eagle3,tree=dyn:4:6:32", true);
+    assert_true(p.tree.dyn_k == 4 && p.tree.depth == 6 && p.tree.n_nodes == 33);
+    assert_int_equal(p.verifier, SP_VERIFIER_MC_NOREP);
+    assert_int_equal(sp_spec_config_budget(&p), 32);
+    p = parse_ok("draft=mtp,tree=dyn:1:3:3,verify=mc", false);
+    assert_true(p.tree.dyn_k == 1 && p.verifier == SP_VERIFIER_MC);
+    char buf[32];
+    assert_int_equal(sp_tree_shape_format(&p.tree, buf, sizeof buf), 9);
+    assert_string_equal(buf, "dyn:1:3:3");
     p = parse_ok("tree=2x2,verify=greedy", true);
     assert_int_equal(p.draft.kind, SP_DRAFT_MODEL); /* a draft model is the default drafter */
     assert_int_equal(p.verifier, SP_VERIFIER_GREEDY);
@@ -132,6 +142,22 @@ static void test_text_errors(void **state) {
     (void)state;
     /* reliability probe, item 8: empty items and a trailing comma in a list */
     parse_bad(",,,", false, "empty setting");
+    /* dynamic trees: bad K, depth or node count, drafters without a model,
+     * verifiers that need a fixed shape: one line naming the setting */
+    parse_bad("draft=layerskip,tree=dyn:0:4:8", false, "tree: tree shape 'dyn:0:4:8': K 0 outside [1, 16]");
+    parse_bad("draft=layerskip,tree=dyn:17:4:8", false, "K 17 outside");
+    parse_bad("draft=layerskip,tree=dyn:4:0:8", false, "depth 0 outside");
+    parse_bad("draft=layerskip,tree=dyn:4:65:8", false, "depth 65 outside");
+    parse_bad("draft=layerskip,tree=dyn:4:4:0", false, "N 0 nodes outside");
+    parse_bad("draft=layerskip,tree=dyn:4:4:1024", false, "N 1024 nodes outside [1, 1023]");
+    parse_bad("draft=layerskip,tree=dyn:4:4", false, "expected a dynamic tree like dyn:4:6:32");
+    parse_bad("draft=layerskip,tree=dyn:4:4:8:", false, "expected a dynamic tree");
+    parse_bad("draft=layerskip,tree=dyn:4x4:8", false, "expected a dynamic tree");
+    parse_bad("draft=layerskip,tree=dyn:99999999999:4:8", false, "K");
+    parse_bad("draft=suffix,tree=dyn:4:4:8", false, "dynamic trees need a model-based drafter");
+    parse_bad("draft=layerskip,tree=dyn:4:4:8,verify=traversal", false, "verifier: traversal assumes a tree shape");
+    parse_bad("draft=layerskip,tree=dyn:4:4:8,verify=gbv", false, "verifier: gbv");
+    parse_bad("draft=layerskip,tree=dyn:4:4:8,verify=block", false, "tree");
     parse_bad("draft=ngram,,gamma=4", false, "empty setting");
     parse_bad("draft=ngram,", false, "empty setting");
     parse_bad("draft=layerskip,skip=1,", false, "empty setting");
@@ -370,6 +396,13 @@ static void test_batch_and_context(void **state) {
     assert_int_equal(sp_spec_config_budget(&p), 584);
     assert_int_equal(sp_spec_config_batch(&p), 586 > SP_CTX_DEFAULT_BATCH ? 586 : SP_CTX_DEFAULT_BATCH);
     assert_true(sp_spec_config_batch(&p) >= 586);
+    /* a dynamic tree keeps N nodes but its drafter caches K per level */
+    p = parse_ok("draft=layerskip,tree=dyn:8:6:16", false);
+    assert_int_equal(sp_spec_config_budget(&p), 16);
+    assert_int_equal(sp_spec_config_batch(&p), SP_CTX_DEFAULT_BATCH);
+    assert_int_equal(sp_spec_config_extra_ctx(&p), 1 + 8 * 5);
+    p = parse_ok("draft=layerskip,tree=dyn:2:3:40", false);
+    assert_int_equal(sp_spec_config_extra_ctx(&p), 41);
     sp_sampler_params s = sp_sampler_default_params();
     sp_error e = {0};
     p = parse_ok("draft=ngram,verify=greedy", false);

@@ -624,6 +624,21 @@ static void test_tree_shape(void **state) {
     assert_int_equal(sp_tree_shape_parse("99999999999999999999", &s, &e), SP_ERR_RANGE);
     assert_int_equal(sp_tree_shape_parse("32x32", &s, &e), SP_ERR_RANGE);
     assert_int_equal(sp_tree_shape_parse("1023", &s, &e), SP_OK);
+    /* dynamic trees: K, depth, kept nodes; the canonical text back */
+    assert_int_equal(sp_tree_shape_parse("dyn:4:6:32", &s, &e), SP_OK);
+    assert_true(s.dyn_k == 4 && s.depth == 6 && s.n_nodes == 33);
+    char txt[32];
+    assert_int_equal(sp_tree_shape_format(&s, txt, sizeof txt), 10);
+    assert_string_equal(txt, "dyn:4:6:32");
+    assert_int_equal(sp_tree_shape_build(&s, par, dep, 29, &e), SP_ERR_ARG); /* no fixed layout */
+    assert_int_equal(sp_tree_shape_parse("dyn:16:64:1023", &s, &e), SP_OK);
+    const char *bad_dyn[] = {"dyn:", "dyn:4", "dyn:4:6", "dyn:4:6:", "dyn:4:6:32:", "dyn:a:6:32", "dyn: 4:6:32",
+                             "dyn:4:6:32 ", "dyn:0:6:32", "dyn:4:0:32", "dyn:4:6:0", "dyn:-1:6:32", "dyn4:6:32"};
+    for (size_t i = 0; i < sizeof bad_dyn / sizeof bad_dyn[0]; i++)
+        assert_int_equal(sp_tree_shape_parse(bad_dyn[i], &s, &e), SP_ERR_ARG);
+    const char *big_dyn[] = {"dyn:17:6:32", "dyn:4:65:32", "dyn:4:6:1024", "dyn:4:6:99999999999999999999"};
+    for (size_t i = 0; i < sizeof big_dyn / sizeof big_dyn[0]; i++)
+        assert_int_equal(sp_tree_shape_parse(big_dyn[i], &s, &e), SP_ERR_RANGE);
     char deep[200] = "1";
     for (int i = 0; i < SP_TREE_MAX_DEPTH; i++) strcat(deep, "x1");
     assert_int_equal(sp_tree_shape_parse(deep, &s, &e), SP_ERR_RANGE);

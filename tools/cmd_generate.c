@@ -22,7 +22,7 @@ static void gen_usage(FILE *f) {
             "         [--verify block|token|greedy|lenient|mc|mc-norep|naive|gbv|traversal]\n"
             "         [--lenience L]\n"
             "         [--gamma G | --draft-max G] [--draft-min N] [--adaptive] [--draft-p-min P]\n"
-            "         [--tree 4x2x2] [--ngram-min N] [--ngram-max N] [--skip-layers 1,3]\n"
+            "         [--tree 4x2x2|dyn:K:D:N] [--ngram-min N] [--ngram-max N] [--skip-layers 1,3]\n"
             "         [--lowbit q4_0|q8_0|f16|bf16|f32] [--map-n N] [--map-m M] [--map-min-hits H]\n"
             "         [--mod-n-match N] [--mod-n-min N] [--mod-n-max N]\n"
             "  MODEL is a GGUF file or a llama2.c checkpoint (then -z tokenizer.bin).\n"

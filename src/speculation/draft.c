@@ -59,6 +59,15 @@ struct sp_drafter {
     float *pre;              /* [edim] pre-norm output of the last decoded pair */
     float *tpre;             /* [SP_TREE_MAX_NODES][edim] each draft tree node's pre-norm output */
     int32_t *tpos;           /* [max_batch] positions of a tree level */
+    /* dynamic trees (dyn_tree): the working set, the q rows of the nodes
+     * evaluated ([dq_rows][V]), whether the last tree was one and the
+     * draft-cache slot (from the tree's base) of each of its nodes, -1
+     * for nodes not evaluated */
+    struct dyn_ws *dyn;
+    float *dq;
+    int32_t dq_rows;
+    bool tree_dyn;
+    int32_t tslot[SP_TREE_MAX_NODES];
     /* mtp: the target's MTP block (an MTP context, sp_model.h); slot i holds
      * history position moff + i (RoPE position i): the pair (hist[P],
      * h_{P-1}), h the target's normed final state (rows in g, positions
@@ -171,6 +180,8 @@ void sp_drafter_free(sp_drafter *d) {
     if (!d) return;
     sp_eagle3_ctx_free(d->ectx);
     sp_ctx_free(d->mctx);
+    free(d->dyn);
+    free(d->dq);
     free(d->hzero);
     free(d->g);
     free(d->pre);
@@ -991,6 +1002,37 @@ static int32_t grow_level(sp_drafter *d, sp_draft_tree *t, const sp_tree_shape *
     return first_new;
 }
 
+/* The drafter's state for a tree rooted at hist[n-1]: the cache level with
+ * the history, the root's logits in d->logits (eagle3, mtp: its pre-norm
+ * output or h_out in tpre[0]), *base the first tree slot. *ready false:
+ * no target row yet (eagle3, mtp), so a root without children. */
+static sp_status tree_begin(sp_drafter *d, const int32_t *hist, int32_t n, int32_t *base, bool *ready,
+                           sp_error *err) {
+    sp_status st = SP_OK;
+    *ready = true;
+    if (d->ectx) {
+        if (n < 2) return *ready = false, SP_OK;
+        if (sp_eagle3_ctx_n_past(d->ectx) > n - 2) st = sp_eagle3_ctx_truncate(d->ectx, n - 2, err);
+        if (!st) st = e3_pairs(d, hist, n - 2, err);
+        if (st) return st;
+        e3_drop_consumed(d);
+        *base = sp_eagle3_ctx_n_past(d->ectx);
+        memcpy(d->tpre, d->pre, (size_t)d->edim * sizeof(float));
+    } else if (d->mctx) {
+        if (n < 2 || n - 1 < d->moff) return *ready = false, SP_OK;
+        st = mtp_truncate(d, n - 1, err);
+        if (!st) st = mtp_slots(d, hist, n - 1, err);
+        if (st) return st;
+        mtp_drop_consumed(d);
+        *base = sp_ctx_n_past(d->mctx);
+        memcpy(d->tpre, d->pre, (size_t)d->edim * sizeof(float));
+    } else {
+        if ((st = catch_up(d, hist, n, err))) return st;
+        *base = sp_ctx_n_past(d->ctx);
+    }
+    return SP_OK;
+}
+
 /* A tree from the head: the root is the pair of the last committed token
  * (as a chain's start); each level's nodes are evaluated in one call under
  * an ancestor mask over the tree's slots, a node's pair taking its parent's
@@ -1003,18 +1045,15 @@ static sp_status e3_tree(sp_drafter *d, const int32_t *hist, int32_t n, const sp
     t->parent[0] = -1;
     t->token[0] = hist[n - 1];
     t->depth[0] = 0;
-    sp_status st = SP_OK;
-    if (n < 2) { /* no target row yet: a root without children */
+    int32_t base = 0; /* n - 1: the first tree slot */
+    bool ready;
+    sp_status st = tree_begin(d, hist, n, &base, &ready, err);
+    if (st) return st;
+    if (!ready) { /* no target row yet: a root without children */
         memset(t->q, 0, (size_t)V * sizeof(float));
         t->q[hist[n - 1]] = 1;
         return SP_OK;
     }
-    if (sp_eagle3_ctx_n_past(d->ectx) > n - 2) st = sp_eagle3_ctx_truncate(d->ectx, n - 2, err);
-    if (!st) st = e3_pairs(d, hist, n - 2, err);
-    if (st) return st;
-    e3_drop_consumed(d);
-    const int32_t base = sp_eagle3_ctx_n_past(d->ectx); /* n - 1: the first tree slot */
-    memcpy(d->tpre, d->pre, (size_t)E * sizeof(float));
     sp_sampler_probs(smp, d->logits, t->q);
     int32_t f0 = 0, f1 = 1;
     const int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
@@ -1060,17 +1099,15 @@ static sp_status mtp_tree(sp_drafter *d, const int32_t *hist, int32_t n, const s
     t->parent[0] = -1;
     t->token[0] = hist[n - 1];
     t->depth[0] = 0;
-    if (n < 2 || n - 1 < d->moff) { /* no target row yet: a root without children */
+    int32_t base = 0; /* the first tree slot */
+    bool ready;
+    sp_status st = tree_begin(d, hist, n, &base, &ready, err);
+    if (st) return st;
+    if (!ready) { /* no target row yet: a root without children */
         memset(t->q, 0, (size_t)V * sizeof(float));
         t->q[hist[n - 1]] = 1;
         return SP_OK;
     }
-    sp_status st = mtp_truncate(d, n - 1, err);
-    if (!st) st = mtp_slots(d, hist, n - 1, err);
-    if (st) return st;
-    mtp_drop_consumed(d);
-    const int32_t base = sp_ctx_n_past(d->mctx); /* the first tree slot */
-    memcpy(d->tpre, d->pre, (size_t)E * sizeof(float));
     sp_sampler_probs(smp, d->logits, t->q);
     int32_t f0 = 0, f1 = 1;
     const int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
@@ -1105,10 +1142,314 @@ static sp_status mtp_tree(sp_drafter *d, const int32_t *hist, int32_t n, const s
     return sp_ctx_truncate(d->mctx, base, err);
 }
 
+/* ------------------------------------------------- dynamic trees (EAGLE-2) */
+
+/* An entry of the ranking: a live node (cand < 0) or a child slot. */
+typedef struct dyn_entry {
+    double score;
+    int32_t depth, seq, id, cand;
+} dyn_entry;
+
+/* The working set of a dynamic tree: live nodes by id (id 0 the root),
+ * with the scores and tokens of each evaluated node's child slots. */
+typedef struct dyn_ws {
+    int32_t parent[SP_TREE_MAX_NODES], token[SP_TREE_MAX_NODES], depth[SP_TREE_MAX_NODES];
+    int32_t seq[SP_TREE_MAX_NODES];  /* creation order: parents' rank, then slot */
+    int32_t slot[SP_TREE_MAX_NODES]; /* the drafter's cache slot (from base); -1: not evaluated */
+    int32_t qrow[SP_TREE_MAX_NODES]; /* row of dq holding its q; -1: not evaluated */
+    int32_t nk[SP_TREE_MAX_NODES];   /* child slots with a positive score */
+    bool live[SP_TREE_MAX_NODES];
+    double score[SP_TREE_MAX_NODES];
+    int32_t ctok[SP_TREE_MAX_NODES][SP_TREE_DYN_MAX_K];  /* greedy: the top-K tokens */
+    double cval[SP_TREE_MAX_NODES][SP_TREE_DYN_MAX_K];   /* child slot scores, non-increasing */
+    int32_t fin[SP_TREE_MAX_NODES];  /* final node index of a live id */
+    /* a level's child slots s = e * K + j (the j-th of the e-th evaluated
+     * node): creation order, and the node made from it (-1: none) */
+    int32_t slot_seq[SP_TREE_DYN_MAX_K * SP_TREE_DYN_MAX_K], slot_id[SP_TREE_DYN_MAX_K * SP_TREE_DYN_MAX_K];
+    dyn_entry ent[SP_TREE_MAX_NODES + SP_TREE_DYN_MAX_K * SP_TREE_DYN_MAX_K]; /* the ranking */
+} dyn_ws;
+
+/* The order every choice of a dynamic tree follows: higher score first,
+ * then shallower, then created earlier. A child never precedes its parent
+ * (score <=, deeper) nor slot j+1 slot j (score <=, later). */
+static int dyn_cmp(const void *pa, const void *pb) {
+    const dyn_entry *a = pa, *b = pb;
+    if (a->score != b->score) return a->score > b->score ? -1 : 1;
+    if (a->depth != b->depth) return a->depth < b->depth ? -1 : 1;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+/* The child slots of evaluated node v (its logits row, its q row): scores
+ * score(v) * s_j with s_j the j-th largest of q (sampling) or of the
+ * draft's softmax at temperature 1 (greedy, whose children are the top-K
+ * tokens by logit, in that order). Only slots of positive score count. */
+static void dyn_children(sp_drafter *d, dyn_ws *w, int32_t v, int32_t K, const float *logits, const float *q,
+                         bool greedy) {
+    const int32_t V = d->V;
+    double top[SP_TREE_DYN_MAX_K];
+    int32_t m = 0;
+    if (greedy) {
+        m = pick_children(d, logits, q, K, true, SP_MC_NOREPLACE, NULL, w->ctok[v]);
+        float mx = row_max(logits, V);
+        double sum = 0;
+        for (int32_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+        for (int32_t j = 0; j < m; j++) top[j] = exp((double)logits[w->ctok[v][j]] - mx) / sum;
+    } else { /* the K largest values of q, by insertion */
+        for (int32_t i = 0; i < V; i++) {
+            const double x = q[i];
+            if (!(x > 0) || (m == K && x <= top[m - 1])) continue;
+            int32_t j = m < K ? m++ : K - 1;
+            while (j > 0 && top[j - 1] < x) {
+                top[j] = top[j - 1];
+                j--;
+            }
+            top[j] = x;
+        }
+    }
+    int32_t k = 0;
+    while (k < m && w->score[v] * top[k] > 0) {
+        w->cval[v][k] = w->score[v] * top[k];
+        k++;
+    }
+    w->nk[v] = k;
+}
+
+/* Mask rows of the nodes ids[0..m) (their slots set) over the tree's
+ * slots [0, width): each sees its own slot and its ancestors' (the root
+ * is committed text, outside the mask). */
+static void dyn_mask(const dyn_ws *w, const int32_t *ids, int32_t m, int32_t width, uint8_t *mask) {
+    for (int32_t r = 0; r < m; r++) {
+        uint8_t *row = mask + (int64_t)r * width;
+        memset(row, 0, (size_t)width);
+        for (int32_t a = ids[r]; a > 0; a = w->parent[a]) row[w->slot[a]] = 1;
+    }
+}
+
+/* Evaluate nodes ids[0..m) at depth lev (slots set, following the n_eval
+ * slots already used) in one forward: logits rows to d->logits, eagle3 and
+ * mtp states to tpre[id] (from their parents' tpre). */
+static sp_status dyn_eval(sp_drafter *d, dyn_ws *w, int32_t n, int32_t base, int32_t lev, const int32_t *ids,
+                          int32_t m, int32_t n_eval, sp_error *err) {
+    const int32_t E = d->edim, width = n_eval + m;
+    if (m > d->max_batch)
+        return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the draft batch %d", m, d->max_batch);
+    dyn_mask(w, ids, m, width, d->mask);
+    for (int32_t i = 0; i < m; i++) d->tok[i] = w->token[ids[i]];
+    sp_status st;
+    if (d->ectx || d->mctx) {
+        if (d->gn + 2 * m > d->g_cap)
+            return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the drafter's rows", m);
+        float *in = d->g + (size_t)d->gn * (size_t)E, *out = in + (size_t)m * (size_t)E;
+        for (int32_t i = 0; i < m; i++) {
+            d->tpos[i] = d->ectx ? n - 2 + lev : n - 1 + lev - d->moff;
+            memcpy(in + (size_t)i * E, d->tpre + (size_t)w->parent[ids[i]] * E, (size_t)E * sizeof(float));
+        }
+        const double t0 = sp_now();
+        if (d->ectx) {
+            st = sp_eagle3_decode_tree(d->ectx, d->tok, in, d->tpos, m, d->mask, base, true, d->logits, out, err);
+        } else {
+            sp_batch b = {.tokens = d->tok, .pos = d->tpos, .n = m, .mask = d->mask, .mask_from_past = true,
+                          .mask_base = base, .logits_all = true};
+            st = sp_forward_mtp(d->mctx, &b, in, d->logits, out, err);
+        }
+        d->cnt.seconds += sp_now() - t0;
+        d->cnt.forwards++;
+        for (int32_t i = 0; !st && i < m; i++)
+            memcpy(d->tpre + (size_t)ids[i] * E, out + (size_t)i * E, (size_t)E * sizeof(float));
+        return st;
+    }
+    for (int32_t i = 0; i < m; i++) d->pos[i] = n - 1 + lev - d->off;
+    sp_batch b = {.tokens = d->tok, .pos = d->pos, .n = m, .mask = d->mask, .mask_from_past = true,
+                  .mask_base = base, .logits_all = true};
+    return dforward(d, &b, d->logits, err);
+}
+
+/* Buffers of a dynamic tree: the working set and q rows for the nodes a
+ * tree of this shape evaluates (the root and K per level but the last).
+ * Made at the first tree and kept (the shape is fixed per loop). */
+static sp_status dyn_reserve(sp_drafter *d, const sp_tree_shape *shape, sp_error *err) {
+    const int32_t rows = 1 + shape->dyn_k * (shape->depth - 1);
+    if (!d->dyn && !(d->dyn = malloc(sizeof *d->dyn)))
+        return sp_fail(err, SP_ERR_NOMEM, "out of memory for a dynamic tree");
+    if (rows > d->dq_rows) {
+        float *q = realloc(d->dq, (size_t)rows * (size_t)d->V * sizeof(float));
+        if (!q) return sp_fail(err, SP_ERR_NOMEM, "out of memory for a dynamic tree's %d draft rows", rows);
+        d->dq = q;
+        d->dq_rows = rows;
+    }
+    return SP_OK;
+}
+
+/* A dynamic tree (sp_spec.h, "dyn:K:D:N"), EAGLE-2's construction: each
+ * level's child slots are ranked with every live node by dyn_cmp, the
+ * first N stay (the others and their subtrees go; the order puts parents
+ * before children, so what stays is ancestor-closed), the slots that stay
+ * are filled (greedy: the top-K tokens; sampling: drawn from the parent's
+ * q as the verifier's mode draws candidates), and the K best new nodes are
+ * evaluated in one forward for the next level.
+ *
+ * Contract with the multi-candidate verifiers (mc, mc-norep, naive, which
+ * walk the tree testing a node's children in index order as if drawn one
+ * after another from its q): whether a node's j-th drawn child exists must
+ * not depend on the value of that child, of its later siblings or of their
+ * subtrees, since given the earlier children each draw must still be
+ * distributed as q (or q without the earlier ones). Pruning by the child's
+ * own probability breaks this (dropping a sampled child because it is
+ * unlikely changes which tokens the verifier sees). Here a slot's score is
+ * fixed before it is drawn (its parent's score times the j-th largest
+ * probability of the parent's q: a function of ancestors only), scores do
+ * not increase from parent to child nor from slot j to j+1, and every
+ * choice (which slots stay, which nodes are evaluated) is a first-N or
+ * first-K of dyn_cmp. So the kept children of a node are a prefix of its
+ * slots in drawing order, and a draw's value can only displace entries
+ * that come after it in the order, which are its own later siblings and
+ * descendants (and nodes displaced by those, later still): never a node
+ * ahead of it. Traversal verification and GBV reason about a tree shape
+ * fixed in advance and are refused (spec_config.c). At temperature 0 the
+ * greedy walk is exact for any tree. */
+static sp_status dyn_tree(sp_drafter *d, const int32_t *hist, int32_t n, const sp_tree_shape *shape,
+                          int32_t max_depth, bool greedy, sp_mc_mode mode, sp_sampler *smp, sp_rng *rng,
+                          sp_draft_tree *t, sp_error *err) {
+    const int32_t V = d->V, K = shape->dyn_k, N = shape->n_nodes - 1;
+    const int32_t D = max_depth < shape->depth ? max_depth : shape->depth;
+    sp_status st = dyn_reserve(d, shape, err);
+    if (st) return st;
+    dyn_ws *w = d->dyn;
+    t->n_nodes = 1;
+    t->parent[0] = -1;
+    t->token[0] = hist[n - 1];
+    t->depth[0] = 0;
+    d->tree_cached = 0;
+    d->tree_dyn = true;
+    d->tslot[0] = -1;
+    int32_t base = 0;
+    bool ready;
+    if ((st = tree_begin(d, hist, n, &base, &ready, err))) return st;
+    if (!ready) {
+        memset(t->q, 0, (size_t)V * sizeof(float));
+        t->q[hist[n - 1]] = 1;
+        return SP_OK;
+    }
+    w->parent[0] = -1;
+    w->token[0] = hist[n - 1];
+    w->depth[0] = 0;
+    w->seq[0] = 0;
+    w->slot[0] = -1;
+    w->qrow[0] = 0;
+    w->score[0] = 1;
+    for (int32_t i = 0; i < SP_TREE_MAX_NODES; i++) w->live[i] = i == 0;
+    sp_sampler_probs(smp, d->logits, d->dq);
+    dyn_children(d, w, 0, K, d->logits, d->dq, greedy);
+    /* the evaluated nodes of the newest level, best first */
+    int32_t exp_ids[SP_TREE_DYN_MAX_K], n_exp = 1, n_eval = 0, n_rows = 1, seq = 1;
+    exp_ids[0] = 0;
+    for (int32_t lev = 1; lev <= D; lev++) {
+        /* rank the live nodes and this level's slots (slot s = e * K + j:
+         * the j-th child of exp_ids[e]); the first N stay */
+        dyn_entry *ent = w->ent;
+        int32_t ne = 0;
+        for (int32_t id = 1; id < SP_TREE_MAX_NODES; id++)
+            if (w->live[id]) ent[ne++] = (dyn_entry){w->score[id], w->depth[id], w->seq[id], id, -1};
+        for (int32_t e = 0; e < n_exp; e++)
+            for (int32_t j = 0; j < w->nk[exp_ids[e]]; j++) {
+                w->slot_seq[e * K + j] = seq;
+                ent[ne++] = (dyn_entry){w->cval[exp_ids[e]][j], lev, seq++, -1, e * K + j};
+            }
+        qsort(ent, (size_t)ne, sizeof *ent, dyn_cmp);
+        for (int32_t s = 0; s < n_exp * K; s++) w->slot_id[s] = -1;
+        for (int32_t i = 0; i < ne; i++) {
+            if (ent[i].cand >= 0) w->slot_id[ent[i].cand] = i < N ? 0 : -1; /* 0: stays */
+            else if (i >= N) w->live[ent[i].id] = false;
+        }
+        /* fill the slots that stay, per parent in slot order (a prefix of
+         * its slots), drawing as the verifier's mode requires */
+        int32_t n_new = 0, free_id = 1;
+        for (int32_t e = 0; e < n_exp; e++) {
+            /* none of its slots stays: it may have been dropped, its id
+             * even reused by a new node this level */
+            if (w->slot_id[e * K] != 0) continue;
+            const int32_t v = exp_ids[e];
+            const float *qv = d->dq + (size_t)w->qrow[v] * V;
+            if (!greedy && mode == SP_MC_NOREPLACE) memcpy(d->row, qv, (size_t)V * sizeof(float));
+            for (int32_t j = 0; j < w->nk[v] && w->slot_id[e * K + j] == 0; j++) {
+                while (w->live[free_id]) free_id++;
+                SP_ASSERT(free_id <= N);
+                const int32_t c = free_id;
+                int32_t tok;
+                if (greedy) {
+                    tok = w->ctok[v][j];
+                } else if (mode == SP_MC_NOREPLACE) {
+                    tok = sp_sample_from_probs(d->row, V, sp_rng_uniform(rng));
+                    SP_ASSERT(tok >= 0);
+                    d->row[tok] = 0;
+                } else {
+                    tok = sp_sample_from_probs(qv, V, sp_rng_uniform(rng));
+                    SP_ASSERT(tok >= 0);
+                }
+                w->live[c] = true;
+                w->parent[c] = v;
+                w->token[c] = tok;
+                w->depth[c] = lev;
+                w->seq[c] = w->slot_seq[e * K + j];
+                w->score[c] = w->cval[v][j];
+                w->slot[c] = w->qrow[c] = -1;
+                w->slot_id[e * K + j] = c;
+                n_new++;
+            }
+        }
+        if (n_new == 0 || lev == D) break;
+        /* evaluate the K best new nodes (in the ranking's order) */
+        int32_t m = 0, ids[SP_TREE_DYN_MAX_K];
+        for (int32_t i = 0; i < ne && i < N && m < K; i++)
+            if (ent[i].cand >= 0 && w->slot_id[ent[i].cand] > 0) ids[m++] = w->slot_id[ent[i].cand];
+        for (int32_t i = 0; i < m; i++) w->slot[ids[i]] = n_eval + i;
+        if ((st = dyn_eval(d, w, n, base, lev, ids, m, n_eval, err))) return st;
+        n_eval += m;
+        for (int32_t i = 0; i < m; i++) {
+            SP_ASSERT(n_rows < d->dq_rows);
+            w->qrow[ids[i]] = n_rows;
+            float *q = d->dq + (size_t)n_rows++ * V;
+            sp_sampler_probs(smp, d->logits + (int64_t)i * V, q);
+            dyn_children(d, w, ids[i], K, d->logits + (int64_t)i * V, q, greedy);
+            exp_ids[i] = ids[i];
+        }
+        n_exp = m;
+    }
+    /* the live nodes breadth-first (depth, then creation): parents first,
+     * a node's children in drawing order */
+    int32_t ne = 0;
+    for (int32_t id = 1; id < SP_TREE_MAX_NODES; id++)
+        if (w->live[id]) w->ent[ne++] = (dyn_entry){0, w->depth[id], w->seq[id], id, -1};
+    qsort(w->ent, (size_t)ne, sizeof *w->ent, dyn_cmp);
+    w->fin[0] = 0;
+    memcpy(t->q, d->dq, (size_t)V * sizeof(float));
+    for (int32_t i = 0; i < ne; i++) {
+        const int32_t id = w->ent[i].id, f = i + 1;
+        w->fin[id] = f;
+        t->parent[f] = w->fin[w->parent[id]];
+        t->token[f] = w->token[id];
+        t->depth[f] = w->depth[id];
+        d->tslot[f] = w->slot[id];
+        if (w->qrow[id] >= 0) memcpy(t->q + (size_t)f * V, d->dq + (size_t)w->qrow[id] * V, (size_t)V * sizeof(float));
+    }
+    t->n_nodes = ne + 1;
+    if (d->ctx) d->tree_cached = n_eval; /* (tree nodes are in the cache: see sp_drafter_reset_keep) */
+    if (d->ectx) return sp_eagle3_ctx_truncate(d->ectx, base, err);
+    if (d->mctx) return sp_ctx_truncate(d->mctx, base, err);
+    return SP_OK;
+}
+
 sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
                           const sp_tree_shape *shape, int32_t max_depth, bool greedy,
                           sp_mc_mode mode, sp_sampler *smp, sp_rng *rng, sp_draft_tree *t,
                           sp_error *err) {
+    d->tree_dyn = false;
+    if (shape->dyn_k) {
+        if (!d->ctx && !d->ectx && !d->mctx)
+            return sp_fail(err, SP_ERR_ARG, "dynamic trees need a model-based drafter (model, layerskip, lowbit, "
+                           "eagle3, mtp)");
+        return dyn_tree(d, hist, n, shape, max_depth, greedy, mode, smp, rng, t, err);
+    }
     if (d->ectx) return e3_tree(d, hist, n, shape, max_depth, greedy, mode, smp, rng, t, err);
     if (d->mctx) return mtp_tree(d, hist, n, shape, max_depth, greedy, mode, smp, rng, t, err);
     if (d->kind == SP_DRAFT_SUFFIX) {
@@ -1123,9 +1464,10 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
     }
     if (!d->ctx) return sp_fail(err, SP_ERR_ARG, "trees need a model-based drafter (model, layerskip, lowbit, eagle3) or suffix");
     const int32_t V = d->V;
-    sp_status st = catch_up(d, hist, n, err);
+    int32_t base = 0; /* first tree slot in the draft cache */
+    bool ready;
+    sp_status st = tree_begin(d, hist, n, &base, &ready, err);
     if (st) return st;
-    const int32_t base = sp_ctx_n_past(d->ctx); /* first tree slot in the draft cache */
     t->n_nodes = 1;
     t->parent[0] = -1;
     t->token[0] = hist[n - 1];
@@ -1185,7 +1527,10 @@ sp_status sp_drafter_accept_tree(sp_drafter *d, int32_t n, const sp_draft_tree *
      * the next catch-up brings it level. */
     if (!d->ctx || sp_ctx_n_past(d->ctx) < n - d->off) return SP_OK;
     int32_t idx[SP_TREE_MAX_DEPTH + 1], m = 0;
-    for (int32_t i = 0; i < n_path && path[i] <= d->tree_cached; i++) idx[m++] = path[i] - 1;
+    if (d->tree_dyn) /* the evaluated nodes (a prefix of the path) at their slots */
+        for (int32_t i = 0; i < n_path && d->tslot[path[i]] >= 0; i++) idx[m++] = d->tslot[path[i]];
+    else
+        for (int32_t i = 0; i < n_path && path[i] <= d->tree_cached; i++) idx[m++] = path[i] - 1;
     d->tree_cached = 0;
     return sp_ctx_keep(d->ctx, n - d->off, idx, m, err);
 }

@@ -435,10 +435,11 @@ static sp_status check_generate(const sp_spec *s, int32_t n_prompt, const sp_gen
         return sp_fail(err, SP_ERR_RANGE,
                        "prompt (%d tokens) plus %d new tokens exceed the context size %d", n_prompt,
                        gp->n_predict, n_ctx);
-    if (s->is_tree && (int64_t)n_prompt + gp->n_predict + s->max_nodes > n_ctx)
+    const int32_t extra = sp_spec_config_extra_ctx(&s->prm);
+    if (s->is_tree && (int64_t)n_prompt + gp->n_predict + extra > n_ctx)
         return sp_fail(err, SP_ERR_RANGE,
                        "tree: %d nodes do not fit the context: prompt %d + %d new + tree > %d",
-                       s->max_nodes, n_prompt, gp->n_predict, n_ctx);
+                       extra, n_prompt, gp->n_predict, n_ctx);
     return SP_OK;
 }
 

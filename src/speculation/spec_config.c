@@ -580,9 +580,20 @@ sp_status sp_spec_config_check_params(const sp_spec_params *p, sp_error *err) {
     if (p->tree.depth > 0) {
         sp_tree_shape sh;
         sp_error e = {0};
-        if (sp_tree_shape_make(p->tree.branch, p->tree.depth, &sh, &e) ||
-            sh.n_nodes != p->tree.n_nodes)
+        if (p->tree.dyn_k ? sp_tree_shape_make_dyn(p->tree.dyn_k, p->tree.depth, p->tree.n_nodes - 1, &sh, &e)
+                          : sp_tree_shape_make(p->tree.branch, p->tree.depth, &sh, &e) ||
+                                sh.n_nodes != p->tree.n_nodes)
             return sp_fail(err, SP_ERR_ARG, "tree: invalid shape (%s)", e.msg[0] ? e.msg : "node count");
+        if (p->tree.dyn_k && !model_based(kind))
+            return sp_fail(err, SP_ERR_ARG,
+                           "tree: dynamic trees need a model-based drafter (model, layerskip, lowbit, eagle3, "
+                           "mtp), not %s",
+                           sp_drafter_name(kind));
+        if (p->tree.dyn_k && (p->verifier == SP_VERIFIER_TRAVERSAL || p->verifier == SP_VERIFIER_GBV))
+            return sp_fail(err, SP_ERR_ARG,
+                           "verifier: %s assumes a tree shape fixed before drafting; a dynamic tree is "
+                           "verified with mc, mc-norep, naive or greedy",
+                           sp_verifier_name(p->verifier));
         if (p->draft.with_suffix)
             return sp_fail(err, SP_ERR_ARG, "tree: arbitration with suffix drafts chains, not trees");
         if (!model_based(kind) && kind != SP_DRAFT_SUFFIX)
@@ -616,7 +627,11 @@ int32_t sp_spec_config_batch(const sp_spec_params *p) {
 }
 
 int32_t sp_spec_config_extra_ctx(const sp_spec_params *p) {
-    return p->draft.kind != SP_DRAFT_NONE && p->tree.depth > 0 ? p->tree.n_nodes : 0;
+    if (p->draft.kind == SP_DRAFT_NONE || p->tree.depth <= 0) return 0;
+    /* a dynamic tree's drafter caches the K nodes it evaluates per level
+     * but the last, which may be more than the N nodes kept */
+    const int32_t evaluated = p->tree.dyn_k * (p->tree.depth - 1) + 1;
+    return p->tree.dyn_k && evaluated > p->tree.n_nodes ? evaluated : p->tree.n_nodes;
 }
 
 /* Room the draft budget needs in the context besides the text. */

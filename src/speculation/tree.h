@@ -12,8 +12,12 @@
  * checks as the parser (factors >= 1, depth and node count in range). */
 sp_status sp_tree_shape_make(const int32_t *branch, int32_t depth, sp_tree_shape *out,
                              sp_error *err);
-/* Nodes in the widest level (k1, or k1k2, ...): the largest batch a
- * level-by-level drafter evaluates at once. */
+/* The dynamic tree "dyn:k:depth:n" (sp_spec.h): the parser's checks and
+ * messages (K in [1, SP_TREE_DYN_MAX_K], depth in [1, SP_TREE_MAX_DEPTH],
+ * n in [1, SP_TREE_MAX_NODES - 1]). */
+sp_status sp_tree_shape_make_dyn(int32_t k, int32_t depth, int32_t n, sp_tree_shape *out, sp_error *err);
+/* Nodes in the widest level (k1, or k1k2, ...; a dynamic tree's K): the
+ * largest batch a level-by-level drafter evaluates at once. */
 int32_t sp_tree_shape_max_level(const sp_tree_shape *shape);
 /* Fill parent[n_nodes] and depth_of[n_nodes] (depth_of may be NULL) for the
  * full tree of the shape in breadth-first order: root 0, then level 1, ...;

@@ -304,6 +304,8 @@ static sp_status sim_params(sim *b, sp_error *err) {
         return SP_OK;
     }
     if (prm->tree) {
+        if (prm->tree->dyn_k)
+            return sp_fail(err, SP_ERR_ARG, "verify-sim: a dynamic tree is grown by a draft model; give a fixed shape");
         b->shape = *prm->tree;
     } else {
         if (prm->gamma < 1 || prm->gamma > SP_TREE_MAX_DEPTH)
