@@ -23,7 +23,7 @@ for f in "$@"; do
   echo "=== $f: specula"
   # shellcheck disable=SC2086 # PF is two flags or none
   "$S" bench-forward -m "$f" -t "$T" --reps "$R" --depths "$D" -ctk "$K" -ctv "$V" $PF 2>&1 |
-    sed -n '/^decode/p;/^prefill/p;/^forward ms/,$p'
+    sed -n '/^decode/p;/^prefill/p;/^forward ms/,$p;/^forward at depth/,$p'
   echo "=== $f: llama.cpp"
   "$L" -m "$f" -t "$T" -p 1,8,16 -n 0 -d "$D" -r "$R" -ctk "$K" -ctv "$V" 2>&1 | grep '|'
   if [ "$P" -gt 0 ]; then
