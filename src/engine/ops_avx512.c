@@ -1048,6 +1048,22 @@ static void mm_q2_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
 #undef Q2K_TILE
 }
 
+/* The unsigned 6-bit weights (ql nibble | qh bits << 4, 0..63) of run j of
+ * half h of a packed Q6_K unit: 8 vectors of 64 bytes, one per 4-column
+ * step of the 32-element run (pk6k_tile subtracts 32; pk6k_tile1 keeps them
+ * unsigned). */
+AI void pk6k_unpack(const uint8_t *unit, int h, int j, __m512i w[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const uint8_t *ql = unit + 64 * (16 * h + 8 * (j & 1)), *qh = unit + 2048 + 64 * 8 * h;
+    UNROLL for (int c = 0; c < 8; c++) {
+        const __m512i l = _mm512_load_si512(ql + 64 * c), hb = _mm512_load_si512(qh + 64 * c);
+        const __m512i lo = _mm512_and_si512(j >= 2 ? _mm512_srli_epi16(l, 4) : l, m4);
+        const __m512i hs = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2)
+                         : j == 2 ? hb : _mm512_srli_epi16(hb, 2);
+        w[c] = _mm512_ternarylogic_epi32(lo, hs, m30, 0xF8); /* lo | (hs & m30) */
+    }
+}
+
 /* Q6_K over packed weights (ops.h): per super-block, the 8 runs of 32
  * elements (h, j) are unpacked once per token tile into 8 vectors of signed
  * values (ql nibble | qh bits << 4, minus 32); per token 2 x 4 dpbusd of the
@@ -1062,7 +1078,7 @@ static void mm_q2_K_pk(const sp_mm *m, int64_t r0, int64_t r1) {
 AI void pk6k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, __mmask16 live) {
     const int64_t k = m->k, nb = k / SP_QK_K;
     const uint8_t *grp = m->w + g * m->w_stride;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), c32 = _mm512_set1_epi8(32);
+    const __m512i c32 = _mm512_set1_epi8(32);
     const uint8_t *xs[16];
     __m512 y[16];
     const int64_t dd = pk_k_begin(m, t0, NT, xs, y);
@@ -1079,15 +1095,9 @@ AI void pk6k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
         UNROLL for (int t = 0; t < NT; t++) sumi[t] = nc;
         for (int hj = 0; hj < 8; hj++) {
             const int h = hj >> 2, j = hj & 3;
-            const uint8_t *ql = unit + 64 * (16 * h + 8 * (j & 1)), *qh = unit + 2048 + 64 * 8 * h;
             __m512i w[8];
-            UNROLL for (int c = 0; c < 8; c++) {
-                const __m512i l = _mm512_load_si512(ql + 64 * c), hb = _mm512_load_si512(qh + 64 * c);
-                const __m512i lo = _mm512_and_si512(j >= 2 ? _mm512_srli_epi16(l, 4) : l, m4);
-                const __m512i hs = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2)
-                                 : j == 2 ? hb : _mm512_srli_epi16(hb, 2);
-                w[c] = _mm512_sub_epi8(_mm512_ternarylogic_epi32(lo, hs, m30, 0xF8), c32); /* lo | (hs & m30) */
-            }
+            pk6k_unpack(unit, h, j, w);
+            UNROLL for (int c = 0; c < 8; c++) w[c] = _mm512_sub_epi8(w[c], c32);
             const __m512i sa = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(unit + 3072 + 16 * (2 * hj))));
             const __m512i sb = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(unit + 3072 + 16 * (2 * hj + 1))));
             UNROLL for (int t = 0; t < NT; t++) {
@@ -1119,7 +1129,6 @@ AI void pk6k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, 
 AI void pk6k_tile1(const sp_mm *m, int64_t g, int32_t t0, bool pf, __mmask16 live) {
     const int64_t k = m->k, nb = k / SP_QK_K;
     const uint8_t *grp = m->w + g * m->w_stride;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const uint8_t *xs[1];
     __m512 y[1];
     const int64_t dd = pk_k_begin(m, t0, 1, xs, y);
@@ -1132,15 +1141,8 @@ AI void pk6k_tile1(const sp_mm *m, int64_t g, int32_t t0, bool pf, __mmask16 liv
         const int32_t *xq = (const int32_t *)(xs[0] + 256 * b);
         UNROLL for (int hj = 0; hj < 8; hj++) { /* unrolled: the shifts are constants */
             const int h = hj >> 2, j = hj & 3;
-            const uint8_t *ql = unit + 64 * (16 * h + 8 * (j & 1)), *qh = unit + 2048 + 64 * 8 * h;
             __m512i w[8];
-            UNROLL for (int c = 0; c < 8; c++) {
-                const __m512i l = _mm512_load_si512(ql + 64 * c), hb = _mm512_load_si512(qh + 64 * c);
-                const __m512i lo = _mm512_and_si512(j >= 2 ? _mm512_srli_epi16(l, 4) : l, m4);
-                const __m512i hs = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2)
-                                 : j == 2 ? hb : _mm512_srli_epi16(hb, 2);
-                w[c] = _mm512_ternarylogic_epi32(lo, hs, m30, 0xF8); /* lo | (hs & m30) */
-            }
+            pk6k_unpack(unit, h, j, w);
             const __m512i sa = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(unit + 3072 + 16 * (2 * hj))));
             const __m512i sb = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(unit + 3072 + 16 * (2 * hj + 1))));
             const int32_t *xr = xq + 8 * hj;
