@@ -1033,67 +1033,43 @@ static sp_status tree_begin(sp_drafter *d, const int32_t *hist, int32_t n, int32
     return SP_OK;
 }
 
-/* A tree from the head: the root is the pair of the last committed token
- * (as a chain's start); each level's nodes are evaluated in one call under
- * an ancestor mask over the tree's slots, a node's pair taking its parent's
- * pre-norm output as g, at position n - 2 + depth. */
-static sp_status e3_tree(sp_drafter *d, const int32_t *hist, int32_t n, const sp_tree_shape *shape,
-                         int32_t max_depth, bool greedy, sp_mc_mode mode, sp_sampler *smp, sp_rng *rng,
-                         sp_draft_tree *t, sp_error *err) {
-    const int32_t V = d->V, E = d->edim;
-    t->n_nodes = 1;
-    t->parent[0] = -1;
-    t->token[0] = hist[n - 1];
-    t->depth[0] = 0;
-    int32_t base = 0; /* n - 1: the first tree slot */
-    bool ready;
-    sp_status st = tree_begin(d, hist, n, &base, &ready, err);
-    if (st) return st;
-    if (!ready) { /* no target row yet: a root without children */
-        memset(t->q, 0, (size_t)V * sizeof(float));
-        t->q[hist[n - 1]] = 1;
-        return SP_OK;
+/* One level of a feature drafter's tree (EAGLE-3 head or MTP block) in one
+ * call: rows d->tok[0..m) at depth lev under d->mask (m rows over the
+ * tree's slots from base), row i pairing its token with tpre[par[i]] (its
+ * parent's state); logits rows to d->logits, the rows' states to out. The
+ * head's slot P holds position P + 1's pair (position n - 2 + lev), the
+ * block's positions are shifted by moff. */
+static sp_status feat_level(sp_drafter *d, int32_t n, int32_t base, int32_t lev, const int32_t *par, int32_t m,
+                            float *out, sp_error *err) {
+    const int32_t E = d->edim;
+    if (d->gn + m > d->g_cap)
+        return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the drafter's rows", m);
+    float *in = d->g + (size_t)d->gn * (size_t)E; /* scratch past the kept rows */
+    for (int32_t i = 0; i < m; i++) {
+        d->tpos[i] = d->ectx ? n - 2 + lev : n - 1 + lev - d->moff;
+        memcpy(in + (size_t)i * E, d->tpre + (size_t)par[i] * E, (size_t)E * sizeof(float));
     }
-    sp_sampler_probs(smp, d->logits, t->q);
-    int32_t f0 = 0, f1 = 1;
-    const int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
-    for (int32_t lev = 1; lev <= depth; lev++) {
-        f0 = grow_level(d, t, shape, lev, f0, f1, d->logits, greedy, mode, rng);
-        f1 = t->n_nodes;
-        if (lev == depth || f1 == f0) break;
-        const int32_t m = f1 - f0;
-        if (m > d->max_batch)
-            return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the draft batch %d", m, d->max_batch);
-        /* nodes 1..f0-1 sit at slots base.. (node a at base + a - 1); this level follows */
-        const int32_t w = sp_eagle3_ctx_n_past(d->ectx) + m - base;
-        float *g = d->g + (size_t)d->gn * (size_t)E; /* scratch past the kept rows */
-        if (d->gn + m > d->g_cap)
-            return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the head's rows", m);
-        sp_tree_ancestor_mask(t->parent, f0, m, 0, w, d->mask);
-        for (int32_t i = 0; i < m; i++) {
-            d->tok[i] = t->token[f0 + i];
-            d->tpos[i] = n - 2 + lev;
-            memcpy(g + (size_t)i * E, d->tpre + (size_t)t->parent[f0 + i] * E, (size_t)E * sizeof(float));
-        }
-        const double t0 = sp_now();
-        st = sp_eagle3_decode_tree(d->ectx, d->tok, g, d->tpos, m, d->mask, base, true, d->logits,
-                                   d->tpre + (size_t)f0 * E, err);
-        d->cnt.seconds += sp_now() - t0;
-        d->cnt.forwards++;
-        if (st) return st;
-        for (int32_t i = 0; i < m; i++)
-            sp_sampler_probs(smp, d->logits + (int64_t)i * V, t->q + (int64_t)(f0 + i) * V);
+    const double t0 = sp_now();
+    sp_status st;
+    if (d->ectx) {
+        st = sp_eagle3_decode_tree(d->ectx, d->tok, in, d->tpos, m, d->mask, base, true, d->logits, out, err);
+    } else {
+        sp_batch b = {.tokens = d->tok, .pos = d->tpos, .n = m, .mask = d->mask, .mask_from_past = true,
+                      .mask_base = base, .logits_all = true};
+        st = sp_forward_mtp(d->mctx, &b, in, d->logits, out, err);
     }
-    return sp_eagle3_ctx_truncate(d->ectx, base, err);
+    d->cnt.seconds += sp_now() - t0;
+    d->cnt.forwards++;
+    return st;
 }
 
-/* A tree from the MTP block: the root is the slot of the last committed
- * token (as a chain's start); each level's nodes are evaluated in one call
- * under an ancestor mask over the tree's slots, a node pairing its token
- * with its parent's h_out, at position n - 1 + depth. */
-static sp_status mtp_tree(sp_drafter *d, const int32_t *hist, int32_t n, const sp_tree_shape *shape,
-                          int32_t max_depth, bool greedy, sp_mc_mode mode, sp_sampler *smp, sp_rng *rng,
-                          sp_draft_tree *t, sp_error *err) {
+/* A fixed-shape tree from the EAGLE-3 head or the MTP block: the root is
+ * the slot of the last committed token (as a chain's start); each level's
+ * nodes are evaluated in one feat_level call under an ancestor mask over
+ * the tree's slots, a node pairing its token with its parent's state. */
+static sp_status feat_tree(sp_drafter *d, const int32_t *hist, int32_t n, const sp_tree_shape *shape,
+                           int32_t max_depth, bool greedy, sp_mc_mode mode, sp_sampler *smp, sp_rng *rng,
+                           sp_draft_tree *t, sp_error *err) {
     const int32_t V = d->V, E = d->edim;
     t->n_nodes = 1;
     t->parent[0] = -1;
@@ -1119,27 +1095,14 @@ static sp_status mtp_tree(sp_drafter *d, const int32_t *hist, int32_t n, const s
         if (m > d->max_batch)
             return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the draft batch %d", m, d->max_batch);
         /* nodes 1..f0-1 sit at slots base.. (node a at base + a - 1); this level follows */
-        const int32_t w = sp_ctx_n_past(d->mctx) + m - base;
-        float *h = d->g + (size_t)d->gn * (size_t)E; /* scratch past the kept rows */
-        if (d->gn + m > d->g_cap)
-            return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the MTP rows", m);
-        sp_tree_ancestor_mask(t->parent, f0, m, 0, w, d->mask);
-        for (int32_t i = 0; i < m; i++) {
-            d->tok[i] = t->token[f0 + i];
-            d->tpos[i] = n - 1 + lev - d->moff;
-            memcpy(h + (size_t)i * E, d->tpre + (size_t)t->parent[f0 + i] * E, (size_t)E * sizeof(float));
-        }
-        sp_batch b = {.tokens = d->tok, .pos = d->tpos, .n = m, .mask = d->mask, .mask_from_past = true,
-                      .mask_base = base, .logits_all = true};
-        const double t0 = sp_now();
-        st = sp_forward_mtp(d->mctx, &b, h, d->logits, d->tpre + (size_t)f0 * E, err);
-        d->cnt.seconds += sp_now() - t0;
-        d->cnt.forwards++;
-        if (st) return st;
+        const int32_t past = d->ectx ? sp_eagle3_ctx_n_past(d->ectx) : sp_ctx_n_past(d->mctx);
+        sp_tree_ancestor_mask(t->parent, f0, m, 0, past + m - base, d->mask);
+        for (int32_t i = 0; i < m; i++) d->tok[i] = t->token[f0 + i];
+        if ((st = feat_level(d, n, base, lev, t->parent + f0, m, d->tpre + (size_t)f0 * E, err))) return st;
         for (int32_t i = 0; i < m; i++)
             sp_sampler_probs(smp, d->logits + (int64_t)i * V, t->q + (int64_t)(f0 + i) * V);
     }
-    return sp_ctx_truncate(d->mctx, base, err);
+    return d->ectx ? sp_eagle3_ctx_truncate(d->ectx, base, err) : sp_ctx_truncate(d->mctx, base, err);
 }
 
 /* ------------------------------------------------- dynamic trees (EAGLE-2) */
@@ -1237,23 +1200,12 @@ static sp_status dyn_eval(sp_drafter *d, dyn_ws *w, int32_t n, int32_t base, int
     for (int32_t i = 0; i < m; i++) d->tok[i] = w->token[ids[i]];
     sp_status st;
     if (d->ectx || d->mctx) {
+        int32_t par[SP_TREE_MAX_NODES] = {0};
         if (d->gn + 2 * m > d->g_cap)
             return sp_fail(err, SP_ERR_RANGE, "tree level of %d nodes exceeds the drafter's rows", m);
-        float *in = d->g + (size_t)d->gn * (size_t)E, *out = in + (size_t)m * (size_t)E;
-        for (int32_t i = 0; i < m; i++) {
-            d->tpos[i] = d->ectx ? n - 2 + lev : n - 1 + lev - d->moff;
-            memcpy(in + (size_t)i * E, d->tpre + (size_t)w->parent[ids[i]] * E, (size_t)E * sizeof(float));
-        }
-        const double t0 = sp_now();
-        if (d->ectx) {
-            st = sp_eagle3_decode_tree(d->ectx, d->tok, in, d->tpos, m, d->mask, base, true, d->logits, out, err);
-        } else {
-            sp_batch b = {.tokens = d->tok, .pos = d->tpos, .n = m, .mask = d->mask, .mask_from_past = true,
-                          .mask_base = base, .logits_all = true};
-            st = sp_forward_mtp(d->mctx, &b, in, d->logits, out, err);
-        }
-        d->cnt.seconds += sp_now() - t0;
-        d->cnt.forwards++;
+        float *out = d->g + (size_t)(d->gn + m) * (size_t)E; /* past feat_level's input rows */
+        for (int32_t i = 0; i < m; i++) par[i] = w->parent[ids[i]];
+        st = feat_level(d, n, base, lev, par, m, out, err);
         for (int32_t i = 0; !st && i < m; i++)
             memcpy(d->tpre + (size_t)ids[i] * E, out + (size_t)i * E, (size_t)E * sizeof(float));
         return st;
@@ -1450,8 +1402,7 @@ sp_status sp_drafter_tree(sp_drafter *d, const int32_t *hist, int32_t n,
                            "eagle3, mtp)");
         return dyn_tree(d, hist, n, shape, max_depth, greedy, mode, smp, rng, t, err);
     }
-    if (d->ectx) return e3_tree(d, hist, n, shape, max_depth, greedy, mode, smp, rng, t, err);
-    if (d->mctx) return mtp_tree(d, hist, n, shape, max_depth, greedy, mode, smp, rng, t, err);
+    if (d->ectx || d->mctx) return feat_tree(d, hist, n, shape, max_depth, greedy, mode, smp, rng, t, err);
     if (d->kind == SP_DRAFT_SUFFIX) {
         sp_suffix_tree st = {.parent = t->parent, .token = t->token, .depth = t->depth, .q = t->q};
         int32_t depth = max_depth < shape->depth ? max_depth : shape->depth;
