@@ -10,13 +10,9 @@
  * step on that iteration's drafts may differ (both were rejected, so the
  * text does not). $SP_EAGLE3_LOG=1 prints Specula's record in the
  * reference's format. */
-#include "testutil.h"
+#include "llamacpp_ref_testutil.h"
 
 #include "draft.h"
-
-typedef struct ref_iter {
-    int32_t draft[8], nd, accepted, next;
-} ref_iter;
 
 static int read_ref(const char *path, ref_iter *it, int cap) {
     FILE *f = fopen(path, "r");
@@ -26,20 +22,7 @@ static int read_ref(const char *path, ref_iter *it, int cap) {
     while (fgets(line, sizeof line, f)) {
         if (line[0] == '#') continue;
         if (n == cap) fail_msg("%s: more than %d iterations", path, cap);
-        ref_iter *r = &it[n];
-        char *p = strstr(line, "draft "), *a = strstr(line, " accepted ");
-        if (!p || !a) fail_msg("%s: bad line '%s'", path, line);
-        p += 6;
-        r->nd = 0;
-        while (p < a) {
-            char *end;
-            long v = strtol(p, &end, 10);
-            if (end == p) break;
-            if (r->nd == 8) fail_msg("%s: draft longer than 8", path);
-            r->draft[r->nd++] = (int32_t)v;
-            p = end;
-        }
-        if (sscanf(a, " accepted %d next %d", &r->accepted, &r->next) != 2) fail_msg("%s: bad line '%s'", path, line);
+        ref_parse_iter(path, line, &it[n]);
         n++;
     }
     fclose(f);

@@ -17,14 +17,9 @@
  * (sp_drafter_replace_row). With $SP_MTP_EXACT_PAIRS set it keeps the right
  * row instead (tests/data/mtp/README.md: where that flips a draft).
  * $SP_MTP_LOG=1 prints Specula's record in the reference's format. */
-#include "testutil.h"
+#include "llamacpp_ref_testutil.h"
 
 #include "draft.h"
-
-typedef struct ref_iter {
-    int32_t draft[8], nd, accepted, next;
-    bool restored; /* llama.cpp's checkpoint path: verified again after a partial acceptance */
-} ref_iter;
 
 typedef struct ref_run {
     ref_iter it[256];
@@ -56,23 +51,7 @@ static void read_ref(const char *path, ref_run *r) {
             line[0] == '#')
             continue;
         if (r->n_it == 256) fail_msg("%s: more than 256 iterations", path);
-        ref_iter *it = &r->it[r->n_it];
-        char *p = strstr(line, "draft "), *a = strstr(line, " accepted ");
-        if (!p || !a) fail_msg("%s: bad line '%s'", path, line);
-        p += 6;
-        it->nd = 0;
-        while (p < a) {
-            char *end;
-            long v = strtol(p, &end, 10);
-            if (end == p) break;
-            if (it->nd == 8) fail_msg("%s: draft longer than 8", path);
-            it->draft[it->nd++] = (int32_t)v;
-            p = end;
-        }
-        it->restored = strstr(a, " restored ") != NULL;
-        if (sscanf(a, it->restored ? " accepted %d restored next %d" : " accepted %d next %d", &it->accepted,
-                   &it->next) != 2)
-            fail_msg("%s: bad line '%s'", path, line);
+        ref_parse_iter(path, line, &r->it[r->n_it]);
         r->n_it++;
     }
     fclose(f);
