@@ -2,8 +2,11 @@
  * than threads the scores, softmaxes and mixes are cut over the threads by
  * slot blocks, rows and value dims; every configuration (each cache type,
  * group shapes, causal and tree masks, a sliding window, soft-capping,
- * sinks; with enough query rows per task an F16 cache is read widened)
- * gives the single-thread unsplit job's bits on pools of 1 to 4 threads, and the output stays a probability mix of the values (within
+ * sinks; an F16 cache through the grouped kernels, or widened with enough
+ * query rows per task where the ISA has none)
+ * gives the bits of the scalar kernels row by row (ops.h) on pools of 1 to 4
+ * threads, with the K cache slot-major or head-major (kv.h; grown between
+ * stores), and the output stays a probability mix of the values (within
  * the cache's rounding of a double computation). */
 #include "testutil.h"
 
@@ -32,9 +35,10 @@ static void *alloc64(size_t b) {
 /* One layer of N_PAST + n random K/V rows of a type; queries, output. */
 static void run_shape(const shape *sh, sp_ggml_type type, sp_pool *const *pools, int n_pools) {
     const int32_t H = sh->n_heads, KVH = sh->n_kv_heads, hd = sh->hd, n = sh->n, kv_dim = KVH * hd;
-    sp_kv kv;
+    sp_kv kv, kvh; /* slot-major and head-major K */
     sp_error err = {0};
-    if (sp_kv_init(&kv, 1, kv_dim, hd, N_CTX, type, type, &err)) fail_msg("%s", err.msg);
+    if (sp_kv_init(&kv, 1, kv_dim, hd, N_CTX, type, type, 0, &err)) fail_msg("%s", err.msg);
+    if (sp_kv_init(&kvh, 1, kv_dim, hd, N_CTX, type, type, SP_KV_K_BY_HEAD, &err)) fail_msg("%s", err.msg);
     if (sp_kv_reserve(&kv, N_PAST + n, &err)) fail_msg("%s", err.msg);
     sp_rng r;
     sp_rng_seed(&r, (uint64_t)(H * 1000 + KVH * 100 + hd + n + type));
@@ -45,6 +49,10 @@ static void run_shape(const shape *sh, sp_ggml_type type, sp_pool *const *pools,
         v[i] = (float)sp_rng_normal(&r);
     }
     sp_kv_store(&kv, 0, 0, k, v, kv_dim, N_PAST + n);
+    /* head-major: stored in two pieces around a growth (heads move) */
+    sp_kv_store(&kvh, 0, 0, k, v, kv_dim, 200);
+    if (sp_kv_reserve(&kvh, N_PAST + n, &err)) fail_msg("%s", err.msg);
+    sp_kv_store(&kvh, 0, 200, k + 200 * kv_dim, v + 200 * kv_dim, kv_dim, N_PAST + n - 200);
     float *q = malloc((size_t)n * H * hd * sizeof(float));
     for (int64_t i = 0; i < (int64_t)n * H * hd; i++) q[i] = (float)sp_rng_normal(&r) * 0.3f;
     int32_t pos[MAX_N];
@@ -71,7 +79,11 @@ static void run_shape(const shape *sh, sp_ggml_type type, sp_pool *const *pools,
                     .mask = sh->tree ? mask : NULL, .window = sh->window ? 300 : 0,
                     .softcap = sh->softcap ? 2.5f : 0, .sinks = sh->sinks ? sinks : NULL, .out = ref,
                     .out_stride = (int64_t)H * hd, .rows_max = rows, .scratch = scratch};
+    /* the reference: scalar kernels row by row over the slot-major cache */
+    const sp_isa best = sp_ops_isa();
+    if (sp_ops_set_isa(SP_ISA_SCALAR, &err)) fail_msg("%s", err.msg);
     sp_att_job_run(&a, 0, 1);
+    if (sp_ops_set_isa(best, &err)) fail_msg("%s", err.msg);
     /* a probability mix: each output within the convex hull of the values
      * it may weigh, up to the cache's rounding */
     for (int32_t i = 0; i < out_n; i++) {
@@ -85,14 +97,15 @@ static void run_shape(const shape *sh, sp_ggml_type type, sp_pool *const *pools,
         assert_true(isfinite(ref[i]));
         assert_true(ref[i] >= lo - 0.05f && ref[i] <= hi + 0.05f);
     }
-    for (int pi = 0; pi < n_pools; pi++) {
+    for (int pi = 0; pi < 2 * n_pools; pi++) {
         memset(out, 0xff, (size_t)out_n * sizeof(float));
         a.out = out;
-        sp_att_run(&a, pools[pi]);
+        a.kv = pi < n_pools ? &kv : &kvh;
+        sp_att_run(&a, pools[pi % n_pools]);
         if (memcmp(out, ref, (size_t)out_n * sizeof(float)))
-            fail_msg("%s H=%d KVH=%d hd=%d n=%d tree=%d window=%d softcap=%d sinks=%d: %d threads differ",
+            fail_msg("%s H=%d KVH=%d hd=%d n=%d tree=%d window=%d softcap=%d sinks=%d: %d threads, %s K differ",
                      sp_ggml_type_name(type), H, KVH, hd, n, sh->tree, sh->window, sh->softcap, sh->sinks,
-                     sp_pool_n_threads(pools[pi]));
+                     sp_pool_n_threads(pools[pi % n_pools]), pi < n_pools ? "slot-major" : "head-major");
     }
     free(ref);
     free(out);
@@ -102,6 +115,7 @@ static void run_shape(const shape *sh, sp_ggml_type type, sp_pool *const *pools,
     free(k);
     free(v);
     sp_kv_free(&kv);
+    sp_kv_free(&kvh);
 }
 
 static void test_att_split_same_bits(void **state) {
@@ -115,6 +129,7 @@ static void test_att_split_same_bits(void **state) {
         {8, 2, 32, 1, false, true, false, false},   {2, 2, 128, 1, false, false, true, true},
         {6, 3, 96, 2, false, false, false, false},  {4, 1, 64, 1, true, true, true, true},
         {16, 1, 128, 3, false, false, false, false}, {8, 1, 64, 1, false, true, true, false},
+        {5, 1, 96, 1, false, false, false, false},  {3, 1, 32, 1, false, true, false, false},
     };
     const sp_ggml_type types[] = {SP_GGML_F32, SP_GGML_F16, SP_GGML_Q8_0};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)

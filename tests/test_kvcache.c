@@ -146,7 +146,7 @@ static void test_kv_growth_keeps_rows(void **state) {
         sp_kv kv;
         sp_error err = {0};
         enum { L = 2, KVD = 128, HD = 64, NCTX = 5000 };
-        assert_int_equal(sp_kv_init(&kv, L, KVD, HD, NCTX, types[ti], types[ti], &err), SP_OK);
+        assert_int_equal(sp_kv_init(&kv, L, KVD, HD, NCTX, types[ti], types[ti], 0, &err), SP_OK);
         assert_true(kv.n_alloc < NCTX);
         float rows[KVD * 5]; /* K rows 0-3, V rows 1-4 */
         for (int i = 0; i < KVD * 5; i++) rows[i] = (float)((i * 37) % 101) / 7.0f - 5.0f;

@@ -934,6 +934,71 @@ static void test_attention_wide_kernels(void **state) {
     free(acc);
 }
 
+/* The grouped F16 kernels (ops.h) give each row the bits of the scalar F16
+ * kernels on its own: 1 to 6 rows, head sizes 16..320, slot counts with
+ * 16-slot steps and tails, rank ranges from odd starts, probabilities that
+ * are 0 or round to 0 in f16. */
+static void test_attention_grp_kernels(void **state) {
+    (void)state;
+    enum { N = 53, DIM = 320, R = 6 };
+    const int32_t hds[] = {16, 48, 64, 128, 320};
+    sp_rng r;
+    sp_rng_seed(&r, 23);
+    float *x = malloc((size_t)N * DIM * sizeof(float)), q[R][DIM], p[R][N];
+    for (int32_t i = 0; i < N * DIM; i++) x[i] = (float)sp_rng_normal(&r);
+    for (int j = 0; j < R; j++) {
+        for (int i = 0; i < DIM; i++) q[j][i] = (float)sp_rng_normal(&r);
+        for (int i = 0; i < N; i++) p[j][i] = (i + j) % 5 == 1 ? 0.0f : (float)sp_rng_uniform(&r);
+        p[j][4] = 1e-9f;
+    }
+    uint8_t *rows = malloc((size_t)N * DIM * 2);
+    for (int32_t j = 0; j < N; j++) sp_kv_convert_row(SP_GGML_F16, x + (size_t)j * DIM, rows + (size_t)j * DIM * 2, DIM);
+    float *acc1 = malloc((size_t)R * 16 * DIM * sizeof(float)), *acc2 = malloc((size_t)R * 16 * DIM * sizeof(float));
+    const sp_isa saved = sp_ops_isa();
+    sp_error err = {0};
+    for (int isa = 0; isa <= (int)sp_ops_best_isa(); isa++) {
+        for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
+            for (int32_t nr = 1; nr <= R; nr++) {
+                const int32_t hd = hds[hi];
+                uint16_t qh[R][DIM];
+                float s1[R][N], s2[R][N];
+                assert_int_equal(sp_ops_set_isa(SP_ISA_SCALAR, &err), SP_OK);
+                for (int32_t j = 0; j < nr; j++) {
+                    sp_ops_att_query(SP_GGML_F16, q[j], hd, qh[j]);
+                    sp_ops_att_scores_kv(SP_GGML_F16)(qh[j], rows, DIM * 2, N, hd, 0.125f, s1[j]);
+                }
+                memset(acc1, 0, (size_t)R * 16 * DIM * sizeof(float));
+                for (int32_t j = 0; j < nr; j++) {
+                    sp_ops_att_mix_acc(SP_GGML_F16)(p[j], NULL, rows, DIM * 2, 0, 7, hd, acc1 + (size_t)j * 16 * DIM, DIM);
+                    sp_ops_att_mix_acc(SP_GGML_F16)(p[j], NULL, rows, DIM * 2, 7, N, hd, acc1 + (size_t)j * 16 * DIM, DIM);
+                }
+                assert_int_equal(sp_ops_set_isa((sp_isa)isa, &err), SP_OK);
+                if (!sp_ops_att_scores_grp() || !sp_ops_att_mix_grp()) continue; /* none on this ISA */
+                sp_ops_att_scores_grp()(qh, sizeof qh[0], nr, rows, DIM * 2, N, hd, 0.125f, &s2[0][0], N);
+                for (int32_t j = 0; j < nr; j++)
+                    if (memcmp(s1[j], s2[j], sizeof s1[j]))
+                        fail_msg("%s hd=%d rows=%d: grouped scores of row %d differ", sp_ops_isa_name((sp_isa)isa), hd,
+                                 nr, j);
+                memset(acc2, 0, (size_t)R * 16 * DIM * sizeof(float));
+                sp_ops_att_mix_grp()(&p[0][0], N, nr, rows, DIM * 2, 0, 7, hd, acc2, (size_t)16 * DIM, DIM);
+                sp_ops_att_mix_grp()(&p[0][0], N, nr, rows, DIM * 2, 7, N, hd, acc2, (size_t)16 * DIM, DIM);
+                for (int32_t j = 0; j < nr; j++) {
+                    float o1[DIM], o2[DIM];
+                    sp_att_mix_finish(acc1 + (size_t)j * 16 * DIM, DIM, hd, o1);
+                    sp_att_mix_finish(acc2 + (size_t)j * 16 * DIM, DIM, hd, o2);
+                    if (memcmp(o1, o2, (size_t)hd * sizeof(float)))
+                        fail_msg("%s hd=%d rows=%d: grouped mix of row %d differs", sp_ops_isa_name((sp_isa)isa), hd,
+                                 nr, j);
+                }
+            }
+    }
+    assert_int_equal(sp_ops_set_isa(saved, &err), SP_OK);
+    free(x);
+    free(rows);
+    free(acc1);
+    free(acc2);
+}
+
 /* sp_fwht is the orthonormal Walsh-Hadamard matrix (Sylvester order) to
  * within float rounding, and applying it twice gives the input back. */
 static void test_fwht(void **state) {
@@ -1122,6 +1187,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_attention_kv_kernels),
     cmocka_unit_test(test_attention_mix_pieces),
     cmocka_unit_test(test_attention_wide_kernels),
+    cmocka_unit_test(test_attention_grp_kernels),
     cmocka_unit_test(test_fwht),
     cmocka_unit_test(test_softmax_kernels),
     cmocka_unit_test(test_exp_swiglu),

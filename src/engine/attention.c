@@ -34,10 +34,12 @@ int32_t sp_att_rows_max(int32_t n_heads, int32_t n_kv_heads, int32_t max_batch, 
 
 static size_t up64(size_t b) { return (b + 63) / 64 * 64; }
 
-/* F16 caches with at least WIDE_ROWS query rows per task read the cache
- * widened to floats, WIDE_SLOTS rows at a time (ops.h sp_ops_att_widen:
- * the same bits), so that each K and V element is converted once per task
- * instead of once per query row. */
+/* F16 caches: where the ISA has the grouped kernels (ops.h
+ * sp_ops_att_scores_grp), each token's query heads read the cache through
+ * them (every K and V element converted once per token); otherwise, with
+ * at least WIDE_ROWS query rows per task, the cache is read widened to
+ * floats, WIDE_SLOTS rows at a time (ops.h sp_ops_att_widen), converted
+ * once per task. Either gives the row-by-row bits. */
 enum { WIDE_ROWS = 8, WIDE_SLOTS = 64, WIDE_HD_MAX = 1024 };
 
 /* One thread's scratch: scores and visible slots [rows][n_ctx], queries in
@@ -153,6 +155,7 @@ static void task_mix(const sp_att_job *a, const task *k, int32_t rows, const flo
     const sp_kv *kv = a->kv;
     const int32_t n_ctx = kv->n_ctx, hd = a->head_dim;
     const sp_att_mix_acc_fn mix = sp_ops_att_mix_acc(kv->type_v);
+    const sp_att_mix_grp_fn mixg = sp_ops_att_mix_grp();
     const uint8_t *V = sp_kv_v(kv, a->layer, 0) + elem_offset(kv->type_v, (int64_t)k->g * hd + c0);
     int32_t cur[SP_ATT_ROWS_CAP] = {0}, nmax = 0;
     for (int32_t r = 0; r < rows; r++) {
@@ -160,7 +163,7 @@ static void task_mix(const sp_att_job *a, const task *k, int32_t rows, const flo
         nmax = ns > nmax ? ns : nmax;
     }
     memset(acc, 0, (size_t)rows * 16 * (size_t)w * sizeof(float));
-    if (kv->type_v == SP_GGML_F16 && !a->mask && rows >= WIDE_ROWS) {
+    if (kv->type_v == SP_GGML_F16 && !a->mask && rows >= WIDE_ROWS && !mixg) {
         /* causal: ranks are slots; the widened rows' ranks start at s0, a
          * multiple of 16, so each keeps its lane */
         const sp_att_widen_fn widen = sp_ops_att_widen();
@@ -175,6 +178,18 @@ static void task_mix(const sp_att_job *a, const task *k, int32_t rows, const flo
                          acc + (size_t)r * 16 * w, w);
             }
         }
+    } else if (kv->type_v == SP_GGML_F16 && !a->mask && w % 16 == 0 && mixg) {
+        /* causal: a token's G rows (query heads) share their ranks, and
+         * each value vector is converted once for them */
+        const int32_t G = a->n_heads / a->n_kv_heads;
+        for (int32_t s0 = 0; s0 < nmax; s0 += SP_ATT_BLOCK)
+            for (int32_t r = 0; r < rows; r += G) {
+                const int32_t rg = rows - r < G ? rows - r : G, e = NV[r] < s0 + SP_ATT_BLOCK ? NV[r] : s0 + SP_ATT_BLOCK;
+                if (e > cur[r])
+                    mixg(S + (size_t)r * n_ctx, (size_t)n_ctx, rg, V, kv->v_row, cur[r], e, w,
+                         acc + (size_t)r * 16 * w, (size_t)16 * w, w);
+                cur[r] = e;
+            }
     } else
     for (int32_t s0 = 0; s0 < nmax; s0 += SP_ATT_BLOCK)
         for (int32_t r = 0; r < rows; r++) {
@@ -199,9 +214,11 @@ static void task_scores(const sp_att_job *a, const task *k, int32_t rows, const 
                         int32_t s0, int32_t s1, float *W, float *QW) {
     const sp_kv *kv = a->kv;
     const sp_att_scores_kv_fn scores = sp_ops_att_scores_kv(kv->type_k);
+    const sp_att_scores_grp_fn scg = sp_ops_att_scores_grp();
     const int32_t hd = a->head_dim;
-    const uint8_t *K = sp_kv_k(kv, a->layer, 0) + elem_offset(kv->type_k, (int64_t)k->g * hd);
-    if (kv->type_k == SP_GGML_F16 && hd % 16 == 0 && hd <= WIDE_HD_MAX && rows >= WIDE_ROWS) {
+    const uint8_t *K = sp_kv_kh(kv, a->layer, k->g, 0);
+    const size_t ks = sp_kv_k_stride(kv);
+    if (kv->type_k == SP_GGML_F16 && hd % 16 == 0 && hd <= WIDE_HD_MAX && rows >= WIDE_ROWS && !scg) {
         const sp_att_widen_fn widen = sp_ops_att_widen();
         const sp_att_scores_wide_fn scw = sp_ops_att_scores_wide();
         int32_t smax = 0;
@@ -213,7 +230,7 @@ static void task_scores(const sp_att_job *a, const task *k, int32_t rows, const 
         for (int32_t r = 0; r < rows; r++) widen(QB + (size_t)r * hd * 4, 0, 1, hd, QW + (size_t)r * hd);
         for (int32_t b0 = s0; b0 < end; b0 += WIDE_SLOTS) {
             const int32_t cnt = end - b0 < WIDE_SLOTS ? end - b0 : WIDE_SLOTS;
-            widen(K + (size_t)b0 * kv->k_row, kv->k_row, cnt, hd, W);
+            widen(K + (size_t)b0 * ks, ks, cnt, hd, W);
             for (int32_t r = 0; r < rows; r++) {
                 const int32_t ns = row_slots(a, row_token(a, k, r)), e = ns < b0 + cnt ? ns : b0 + cnt;
                 if (e <= b0) continue;
@@ -222,12 +239,25 @@ static void task_scores(const sp_att_job *a, const task *k, int32_t rows, const 
         }
         return;
     }
+    if (kv->type_k == SP_GGML_F16 && hd % 16 == 0 && scg) {
+        /* a token's G rows (query heads) read the same slots: each key
+         * vector converted once for them */
+        const int32_t G = a->n_heads / a->n_kv_heads;
+        for (int32_t b0 = s0; b0 < s1; b0 += SP_ATT_BLOCK)
+            for (int32_t r = 0; r < rows; r += G) {
+                const int32_t ns = row_slots(a, row_token(a, k, r)), e = ns < s1 ? ns : s1;
+                if (b0 >= e) continue;
+                const int32_t cnt = e - b0 < SP_ATT_BLOCK ? e - b0 : SP_ATT_BLOCK;
+                scg(QB + (size_t)r * hd * 4, (size_t)hd * 4, rows - r < G ? rows - r : G, K + (size_t)b0 * ks, ks, cnt, hd, a->scale, S + (size_t)r * kv->n_ctx + b0, (size_t)kv->n_ctx);
+            }
+        return;
+    }
     for (int32_t b0 = s0; b0 < s1; b0 += SP_ATT_BLOCK)
         for (int32_t r = 0; r < rows; r++) {
             const int32_t ns = row_slots(a, row_token(a, k, r)), e = ns < s1 ? ns : s1;
             if (b0 >= e) continue;
             const int32_t cnt = e - b0 < SP_ATT_BLOCK ? e - b0 : SP_ATT_BLOCK;
-            scores(row_query(a, k, r, QB + (size_t)r * a->head_dim * 4), K + (size_t)b0 * kv->k_row, kv->k_row, cnt, a->head_dim, a->scale,
+            scores(row_query(a, k, r, QB + (size_t)r * a->head_dim * 4), K + (size_t)b0 * ks, ks, cnt, a->head_dim, a->scale,
                    S + (size_t)r * kv->n_ctx + b0);
         }
 }

@@ -11,7 +11,11 @@
  * accumulate block by block, ops.h sp_att_mix_acc_fn). Every row's
  * arithmetic is the per-row one of ops.h in the same order (llama.cpp's
  * batched non-flash bits), only the memory traffic changes: K and V are
- * streamed once per task instead of once per query row.
+ * streamed once per task instead of once per query row. Over an F16 cache
+ * a token's query heads go through ops.h's grouped kernels together, so
+ * each key and value is also converted once per token, and the keys of a
+ * head-major K cache (kv.h SP_KV_K_BY_HEAD) are read from consecutive
+ * bytes.
  *
  * Split (sp_att_run): with fewer tasks than threads (a decode or a few
  * tokens of a model with few KV heads) one task's work is cut three ways

@@ -465,7 +465,7 @@ sp_status sp_eagle3_ctx_init(const sp_eagle3 *h, int32_t n_ctx, int32_t max_batc
     c->pool = pool;
     /* an F32 cache (the head's attention uses the float kernels of ops.h) */
     sp_status st = sp_kv_init(&c->kv, 1, h->n_kv_heads * h->head_dim, h->head_dim, n_ctx, SP_GGML_F32,
-                              SP_GGML_F32, err);
+                              SP_GGML_F32, 0, err);
     if (st) {
         sp_eagle3_ctx_free(c);
         return st;

@@ -41,7 +41,7 @@ uint64_t sp_kv_bytes(sp_ggml_type type_k, sp_ggml_type type_v, int32_t n_layers,
 }
 
 sp_status sp_kv_init(sp_kv *kv, int32_t n_layers, int32_t kv_dim, int32_t head_dim, int32_t n_ctx,
-                     sp_ggml_type type_k, sp_ggml_type type_v, sp_error *err) {
+                     sp_ggml_type type_k, sp_ggml_type type_v, unsigned flags, sp_error *err) {
     memset(kv, 0, sizeof *kv);
     if (n_layers < 1 || kv_dim < 1 || n_ctx < 1 || head_dim < 1 || kv_dim % head_dim)
         return sp_fail(err, SP_ERR_ARG, "bad KV cache shape (%d layers, kv_dim %d, n_ctx %d)",
@@ -58,11 +58,14 @@ sp_status sp_kv_init(sp_kv *kv, int32_t n_layers, int32_t kv_dim, int32_t head_d
     }
     kv->n_layers = n_layers;
     kv->kv_dim = kv_dim;
+    kv->head_dim = head_dim;
     kv->n_ctx = n_ctx;
+    kv->k_by_head = (flags & SP_KV_K_BY_HEAD) != 0;
     kv->type_k = type_k;
     kv->type_v = type_v;
     kv->k_row = row_bytes(type_k, kv_dim);
     kv->v_row = row_bytes(type_v, kv_dim);
+    kv->k_hrow = row_bytes(type_k, head_dim);
     if (type_k == SP_GGML_Q8_0 && head_dim % 64 == 0) {
         kv->rot_k = 64;
         while (head_dim % (kv->rot_k * 2) == 0) kv->rot_k *= 2;
@@ -110,6 +113,11 @@ sp_status sp_kv_reserve(sp_kv *kv, int32_t n, sp_error *err) {
             *slot = p;
         }
     }
+    if (kv->k_by_head) /* head h moves from h * n_alloc rows to h * want, the last first */
+        for (int32_t l = 0; l < kv->n_layers; l++)
+            for (int32_t h = kv->kv_dim / kv->head_dim - 1; h > 0; h--)
+                memmove(kv->k[l] + (size_t)h * (size_t)want * kv->k_hrow,
+                        kv->k[l] + (size_t)h * (size_t)kv->n_alloc * kv->k_hrow, (size_t)kv->n_alloc * kv->k_hrow);
     kv->n_alloc = (int32_t)want;
     return SP_OK;
 }
@@ -149,8 +157,14 @@ void sp_kv_convert_row(sp_ggml_type t, const float *x, void *dst, int64_t n) {
 void sp_kv_store(sp_kv *kv, int32_t layer, int32_t slot, const float *k, const float *v,
                  int64_t stride, int32_t n) {
     SP_ASSERT(slot >= 0 && slot + n <= kv->n_alloc);
+    const int32_t heads = kv->kv_dim / kv->head_dim;
     for (int32_t t = 0; t < n; t++) {
-        sp_kv_convert_row(kv->type_k, k + t * stride, sp_kv_k(kv, layer, slot + t), kv->kv_dim);
+        if (kv->k_by_head) /* heads are whole Q8_0 blocks: the same bytes as the row's */
+            for (int32_t h = 0; h < heads; h++)
+                sp_kv_convert_row(kv->type_k, k + t * stride + (int64_t)h * kv->head_dim, sp_kv_kh(kv, layer, h, slot + t),
+                                  kv->head_dim);
+        else
+            sp_kv_convert_row(kv->type_k, k + t * stride, sp_kv_k(kv, layer, slot + t), kv->kv_dim);
         sp_kv_convert_row(kv->type_v, v + t * stride, sp_kv_v(kv, layer, slot + t), kv->kv_dim);
     }
 }
@@ -174,7 +188,9 @@ sp_status sp_kv_keep(sp_kv *kv, int32_t start, const int32_t *idx, int32_t m, sp
     for (int32_t l = 0; l < kv->n_layers; l++) {
         for (int32_t i = 0; i < m; i++) {
             if (idx[i] == i) continue; /* already in place */
-            memcpy(sp_kv_k(kv, l, start + i), sp_kv_k(kv, l, start + idx[i]), kv->k_row);
+            for (int32_t h = 0; h < (kv->k_by_head ? kv->kv_dim / kv->head_dim : 1); h++)
+                memcpy(sp_kv_kh(kv, l, h, start + i), sp_kv_kh(kv, l, h, start + idx[i]),
+                       kv->k_by_head ? kv->k_hrow : kv->k_row);
             memcpy(sp_kv_v(kv, l, start + i), sp_kv_v(kv, l, start + idx[i]), kv->v_row);
         }
     }

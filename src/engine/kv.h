@@ -2,7 +2,11 @@
  *
  * Per layer, K and V rows of kv_dim = n_kv_heads * head_dim values, one row
  * per cached token, slots 0..n-1 in the order tokens were evaluated. K rows
- * are stored after RoPE. Each of K and V has its own element type: F32,
+ * are stored after RoPE. With SP_KV_K_BY_HEAD the K storage of a layer is
+ * head-major instead (each KV head's rows of head_dim values contiguous, slot
+ * after slot), so that attention streams one head's keys from consecutive
+ * bytes (with slot-major rows a head's keys are a short piece of every row,
+ * a page apart after a few slots: hardware prefetchers stop at pages). Each of K and V has its own element type: F32,
  * F16 (round to nearest even, as ggml's CPU conversion) or Q8_0 (blocks of
  * 32 quantised as ggml's CPU quantize_row_q8_0: id = 127 / amax, round to
  * nearest even, d = f16(amax / 127); a head must be a whole number of
@@ -22,18 +26,20 @@
 
 typedef struct sp_kv {
     int32_t n_layers;
-    int32_t kv_dim;
+    int32_t kv_dim, head_dim;
     int32_t n_ctx;   /* capacity in tokens */
     int32_t n_alloc; /* slots allocated per layer (<= n_ctx) */
     int32_t n;       /* tokens cached */
     sp_ggml_type type_k, type_v;
     size_t k_row, v_row; /* bytes of one row */
+    size_t k_hrow;       /* bytes of one head's K row */
+    int k_by_head;       /* K storage head-major (SP_KV_K_BY_HEAD) */
     /* Walsh-Hadamard rotation (ops.h sp_fwht) of K rows (and queries) and
      * of V rows (and the attention output) in runs of this many values, 0
      * for none: as llama.cpp, for a quantised type when head_dim % 64 ==
      * 0, K by the largest power of 2 dividing head_dim, V by 64 */
     int32_t rot_k, rot_v;
-    uint8_t **k;     /* [n_layers] -> [n_alloc][k_row] */
+    uint8_t **k;     /* [n_layers] -> [n_alloc][k_row], or [heads][n_alloc][k_hrow] by head */
     uint8_t **v;     /* [n_layers] -> [n_alloc][v_row] */
 } sp_kv;
 
@@ -43,10 +49,14 @@ int sp_kv_type_ok(sp_ggml_type t);
 uint64_t sp_kv_bytes(sp_ggml_type type_k, sp_ggml_type type_v, int32_t n_layers, int32_t kv_dim,
                      int32_t n_ctx);
 
+/* sp_kv_init flags */
+#define SP_KV_K_BY_HEAD 1u
+
 /* A cache of capacity n_ctx; head_dim is checked against Q8_0's blocks.
- * Allocates min(n_ctx, 256) slots now; sp_kv_reserve grows it. */
+ * Allocates min(n_ctx, 256) slots now; sp_kv_reserve grows it. flags: 0 or
+ * SP_KV_K_BY_HEAD. */
 sp_status sp_kv_init(sp_kv *kv, int32_t n_layers, int32_t kv_dim, int32_t head_dim, int32_t n_ctx,
-                     sp_ggml_type type_k, sp_ggml_type type_v, sp_error *err);
+                     sp_ggml_type type_k, sp_ggml_type type_v, unsigned flags, sp_error *err);
 void sp_kv_free(sp_kv *kv);
 
 /* Makes slots [0, n) addressable (n <= n_ctx), growing the storage (at
@@ -54,9 +64,17 @@ void sp_kv_free(sp_kv *kv);
  * SP_ERR_NOMEM when memory runs out (the cache is unchanged then). */
 sp_status sp_kv_reserve(sp_kv *kv, int32_t n, sp_error *err);
 
+/* A slot's K row (slot-major storage only). */
 static inline uint8_t *sp_kv_k(const sp_kv *kv, int32_t layer, int32_t slot) {
     return kv->k[layer] + (size_t)slot * kv->k_row;
 }
+/* KV head h's K row at a slot, either storage; the head's next slot is
+ * sp_kv_k_stride bytes on. */
+static inline uint8_t *sp_kv_kh(const sp_kv *kv, int32_t layer, int32_t h, int32_t slot) {
+    return kv->k_by_head ? kv->k[layer] + ((size_t)h * (size_t)kv->n_alloc + (size_t)slot) * kv->k_hrow
+                         : kv->k[layer] + (size_t)slot * kv->k_row + (size_t)h * kv->k_hrow;
+}
+static inline size_t sp_kv_k_stride(const sp_kv *kv) { return kv->k_by_head ? kv->k_hrow : kv->k_row; }
 static inline uint8_t *sp_kv_v(const sp_kv *kv, int32_t layer, int32_t slot) {
     return kv->v[layer] + (size_t)slot * kv->v_row;
 }

@@ -209,7 +209,7 @@ sp_status sp_ctx_init(const sp_model *m, const sp_ctx_params *p, sp_ctx **out, s
         c->kv_layer[l] = (l >= cfg->n_layers) != p->mtp || m->layers[l].dn ? -1 : n_att++;
     if (!st) /* at least one layer's rows, unused if every layer is recurrent */
         st = sp_kv_init(&c->kv, n_att > 0 ? n_att : 1, cfg->n_kv_heads * cfg->head_dim, cfg->head_dim, n_ctx,
-                        p->type_k, p->type_v, err);
+                        p->type_k, p->type_v, SP_KV_K_BY_HEAD, err);
     if (!st) st = sp_moe_scratch_init(m, p->max_batch, &c->moe, err);
     if (st) {
         sp_ctx_free(c);

@@ -1506,5 +1506,7 @@ void sp_ops_att_query(sp_ggml_type ktype, const float *q, int32_t hd, void *dst)
 sp_att_widen_fn sp_ops_att_widen(void) { return g_tables[sp_ops_isa()].att_widen; }
 sp_att_scores_wide_fn sp_ops_att_scores_wide(void) { return g_tables[sp_ops_isa()].att_scores_wide; }
 sp_att_mix_acc_fn sp_ops_att_mix_acc_wide(void) { return g_tables[sp_ops_isa()].att_mix_acc_wide; }
+sp_att_scores_grp_fn sp_ops_att_scores_grp(void) { return g_tables[sp_ops_isa()].att_scores_grp; }
+sp_att_mix_grp_fn sp_ops_att_mix_grp(void) { return g_tables[sp_ops_isa()].att_mix_grp; }
 sp_swiglu_fn sp_ops_swiglu(void) { return g_tables[sp_ops_isa()].swiglu; }
 uint64_t sp_ops_read_sum(const void *p, size_t bytes) { return g_tables[sp_ops_isa()].read_sum(p, bytes); }

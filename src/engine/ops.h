@@ -362,6 +362,23 @@ typedef void (*sp_att_scores_wide_fn)(const float *q, const float *k, int32_t n,
 sp_att_widen_fn sp_ops_att_widen(void);
 sp_att_scores_wide_fn sp_ops_att_scores_wide(void);
 sp_att_mix_acc_fn sp_ops_att_mix_acc_wide(void);
+/* The F16-cache kernels for a group of query rows that read the same cache
+ * rows (the query heads of one KV head for one token), each cache element
+ * converted once for all of them: row j's bits are the F16 kernels' on its
+ * own (hd % 16 == 0 for the scores).
+ *   scores_grp: row j's query (as sp_ops_att_query made it) at
+ *            q + j * q_stride bytes, its n scores at out + j * out_ld.
+ *   mix_grp: sp_att_mix_acc_fn of row j (probabilities p + j * p_ld,
+ *            accumulators acc + j * acc_stride floats) over ranks r0..r1-1
+ *            that are slots (no rank map), hd % 16 == 0. */
+typedef void (*sp_att_scores_grp_fn)(const void *q, size_t q_stride, int32_t rows, const void *k, size_t stride,
+                                     int32_t n, int32_t hd, float scale, float *out, size_t out_ld);
+typedef void (*sp_att_mix_grp_fn)(const float *p, size_t p_ld, int32_t rows, const void *v, size_t stride,
+                                  int32_t r0, int32_t r1, int32_t hd, float *acc, size_t acc_stride, int32_t ld);
+/* NULL where the active ISA has none (attention then reads row by row or
+ * widened: the same bits) */
+sp_att_scores_grp_fn sp_ops_att_scores_grp(void);
+sp_att_mix_grp_fn sp_ops_att_mix_grp(void);
 /* 16 floats summed in the order of GCC's _mm512_reduce_add_ps (ggml's
  * horizontal sum): halves h_i = a_i + a_(i+8), quarters q_i = h_i + h_(i+4),
  * then (q_0 + q_2) + (q_1 + q_3). */
@@ -394,6 +411,9 @@ typedef struct sp_ops_table {
     sp_att_widen_fn att_widen;
     sp_att_scores_wide_fn att_scores_wide;
     sp_att_mix_acc_fn att_mix_acc_wide;
+    /* the grouped F16 kernels (sp_ops_att_scores_grp...); NULL: none */
+    sp_att_scores_grp_fn att_scores_grp;
+    sp_att_mix_grp_fn att_mix_grp;
     /* sp_swiglu for the ISA, bit-identical to it. NULL: sp_swiglu */
     sp_swiglu_fn swiglu;
     /* q8 activation row (see sp_ops_act_prepare); must be bit-identical to

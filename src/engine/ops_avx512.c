@@ -1436,6 +1436,147 @@ static void att_mix_acc_wide(const float *p, const int32_t *idx, const void *v, 
     MIX_ACC_BODY(round_f16(p[r]), VLOAD_F32)
 }
 
+/* ---- the grouped F16 kernels (ops.h): up to 4 query rows at a time,
+ * each key and value vector converted once for all of them ---- */
+
+enum { GRP_ROWS = 4, GRP_QMAX = 512, GRP_PCHUNK = 256 };
+
+/* RG rows' scores over 16 slots from k0: 4 slots x RG rows of
+ * accumulators at a time over the head (row j's query widened at qf + j
+ * hd), each row's 16 slot vectors then reduced together, as the F16
+ * kernel's 16-slot step. */
+AI void scores_grp16(const float *qf, const uint8_t *k0, size_t stride, int32_t hd, const int RG, __m512 sc,
+                     float *out, size_t out_ld) {
+    __m512 st[GRP_ROWS][16];
+    for (int g = 0; g < 4; g++) {
+        const uint8_t *kg = k0 + (size_t)(4 * g) * stride;
+        __m512 a[GRP_ROWS][4];
+        UNROLL for (int j = 0; j < RG; j++) UNROLL for (int s = 0; s < 4; s++) a[j][s] = _mm512_setzero_ps();
+        for (int32_t i = 0; i < hd; i += 16) {
+            __m512 kv[4];
+            UNROLL for (int s = 0; s < 4; s++) kv[s] = load_h16((const uint16_t *)(kg + (size_t)s * stride) + i);
+            UNROLL for (int j = 0; j < RG; j++) {
+                const __m512 qv = _mm512_load_ps(qf + (size_t)j * hd + i);
+                UNROLL for (int s = 0; s < 4; s++) a[j][s] = _mm512_fmadd_ps(kv[s], qv, a[j][s]);
+            }
+        }
+        UNROLL for (int j = 0; j < RG; j++) UNROLL for (int s = 0; s < 4; s++) st[j][4 * g + s] = a[j][s];
+    }
+    UNROLL for (int j = 0; j < RG; j++) _mm512_storeu_ps(out + (size_t)j * out_ld, _mm512_mul_ps(hsum16x16(st[j]), sc));
+}
+
+static void att_scores_grp(const void *q, size_t q_stride, int32_t rows, const void *k, size_t stride, int32_t n,
+                           int32_t hd, float scale, float *out, size_t out_ld) {
+    if (hd % 16 || hd > GRP_QMAX) {
+        for (int32_t j = 0; j < rows; j++)
+            att_scores_f16((const uint8_t *)q + (size_t)j * q_stride, k, stride, n, hd, scale, out + (size_t)j * out_ld);
+        return;
+    }
+    float qf[GRP_ROWS * GRP_QMAX] __attribute__((aligned(64)));
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int32_t j0 = 0; j0 < rows; j0 += GRP_ROWS) {
+        const int32_t rg = rows - j0 < GRP_ROWS ? rows - j0 : GRP_ROWS;
+        for (int32_t j = 0; j < rg; j++) {
+            const uint16_t *qh = (const uint16_t *)((const uint8_t *)q + (size_t)(j0 + j) * q_stride);
+            for (int32_t i = 0; i < hd; i += 16) _mm512_store_ps(qf + (size_t)j * hd + i, load_h16(qh + i));
+        }
+        float *o = out + (size_t)j0 * out_ld;
+        int32_t s = 0;
+        for (; s + 16 <= n; s += 16) {
+            const uint8_t *k0 = (const uint8_t *)k + (size_t)s * stride;
+            switch (rg) {
+            case 4: scores_grp16(qf, k0, stride, hd, 4, sc, o + s, out_ld); break;
+            case 3: scores_grp16(qf, k0, stride, hd, 3, sc, o + s, out_ld); break;
+            case 2: scores_grp16(qf, k0, stride, hd, 2, sc, o + s, out_ld); break;
+            default: scores_grp16(qf, k0, stride, hd, 1, sc, o + s, out_ld); break;
+            }
+        }
+        for (; s < n; s++) { /* the F16 kernel's slot-by-slot tail */
+            const uint16_t *ks = (const uint16_t *)((const uint8_t *)k + (size_t)s * stride);
+            for (int32_t j = 0; j < rg; j++) {
+                __m512 a = _mm512_setzero_ps();
+                for (int32_t i = 0; i < hd; i += 16)
+                    a = _mm512_fmadd_ps(load_h16(ks + i), _mm512_load_ps(qf + (size_t)j * hd + i), a);
+                o[(size_t)j * out_ld + s] = hsum16(a) * scale;
+            }
+        }
+    }
+}
+
+/* RG rows' mixes over dims [d0, d0 + 16 NB) and ranks [r0, r1) (slots):
+ * lane by lane (the ranks r = l mod 16, in order), the RG x NB
+ * accumulators in registers, each value vector converted once for the RG
+ * rows; a row whose probability is 0 leaves its accumulators alone (the
+ * F16 kernel skips it). pr: row j's probabilities rounded to f16 at pr +
+ * j GRP_PCHUNK, rank r at index r - r0. */
+AI void mix_grp_blk(const float *pr, const uint8_t *v, size_t stride, int32_t r0, int32_t r1, int32_t d0, float *acc,
+                    size_t acc_stride, int32_t ld, const int RG, const int NB) {
+    for (int l = 0; l < 16; l++) {
+        int32_t r = (r0 & ~15) + l;
+        if (r < r0) r += 16;
+        if (r >= r1) continue;
+        __m512 a[GRP_ROWS][4];
+        UNROLL for (int j = 0; j < RG; j++) UNROLL for (int b = 0; b < NB; b++)
+            a[j][b] = _mm512_loadu_ps(acc + (size_t)j * acc_stride + (size_t)l * ld + d0 + 16 * b);
+        for (; r < r1; r += 16) {
+            const uint16_t *row = (const uint16_t *)(v + (size_t)r * stride) + d0;
+            __m512 x[4];
+            UNROLL for (int b = 0; b < NB; b++) x[b] = load_h16(row + 16 * b);
+            UNROLL for (int j = 0; j < RG; j++) {
+                const float pf = pr[j * GRP_PCHUNK + (r - r0)];
+                const __mmask16 m = pf != 0.0f ? (__mmask16)0xFFFF : 0;
+                const __m512 pv = _mm512_set1_ps(pf);
+                UNROLL for (int b = 0; b < NB; b++) a[j][b] = _mm512_mask3_fmadd_ps(x[b], pv, a[j][b], m);
+            }
+        }
+        UNROLL for (int j = 0; j < RG; j++) UNROLL for (int b = 0; b < NB; b++)
+            _mm512_storeu_ps(acc + (size_t)j * acc_stride + (size_t)l * ld + d0 + 16 * b, a[j][b]);
+    }
+}
+
+#define MIX_GRP_NB(RG)                                                                                   \
+    switch (nb) {                                                                                        \
+    case 4: mix_grp_blk(pr, vb, stride, c0, c1, d0, ag, acc_stride, ld, RG, 4); break;                   \
+    case 3: mix_grp_blk(pr, vb, stride, c0, c1, d0, ag, acc_stride, ld, RG, 3); break;                   \
+    case 2: mix_grp_blk(pr, vb, stride, c0, c1, d0, ag, acc_stride, ld, RG, 2); break;                   \
+    default: mix_grp_blk(pr, vb, stride, c0, c1, d0, ag, acc_stride, ld, RG, 1); break;                  \
+    }
+
+static void att_mix_grp(const float *p, size_t p_ld, int32_t rows, const void *v, size_t stride, int32_t r0,
+                        int32_t r1, int32_t hd, float *acc, size_t acc_stride, int32_t ld) {
+    if (hd % 16) {
+        for (int32_t j = 0; j < rows; j++)
+            att_mix_acc_f16(p + (size_t)j * p_ld, NULL, v, stride, r0, r1, hd, acc + (size_t)j * acc_stride, ld);
+        return;
+    }
+    float pr[GRP_ROWS * GRP_PCHUNK] __attribute__((aligned(64)));
+    const uint8_t *vb = v;
+    for (int32_t j0 = 0; j0 < rows; j0 += GRP_ROWS) {
+        const int32_t rg = rows - j0 < GRP_ROWS ? rows - j0 : GRP_ROWS;
+        float *ag = acc + (size_t)j0 * acc_stride;
+        for (int32_t c0 = r0; c0 < r1; c0 += GRP_PCHUNK) {
+            const int32_t c1 = r1 - c0 < GRP_PCHUNK ? r1 : c0 + GRP_PCHUNK;
+            for (int32_t j = 0; j < rg; j++) /* round_f16 of each probability */
+                for (int32_t i = 0; i < c1 - c0; i += 16) {
+                    const __mmask16 m = lanes(c1 - c0 - i);
+                    const __m512 x = _mm512_maskz_loadu_ps(m, p + (size_t)(j0 + j) * p_ld + c0 + i);
+                    _mm512_store_ps(pr + j * GRP_PCHUNK + i,
+                                    _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+                }
+            for (int32_t d0 = 0; d0 < hd; d0 += 64) {
+                const int32_t nb = (hd - d0) / 16 < 4 ? (hd - d0) / 16 : 4;
+                switch (rg) {
+                case 4: MIX_GRP_NB(4) break;
+                case 3: MIX_GRP_NB(3) break;
+                case 2: MIX_GRP_NB(2) break;
+                default: MIX_GRP_NB(1) break;
+                }
+            }
+        }
+    }
+}
+#undef MIX_GRP_NB
+
 /* ---- attention over a Q8_0 cache (ops.h), bit-identical to the scalar
  * references: the int8 products summed exactly in 8 lanes of 4 (maddubs
  * on |k| and sign-moved q, then pairs), per block lane j += fma(d_k d_q,
@@ -2030,6 +2171,8 @@ void sp_ops_fill_avx512(sp_ops_table *t) {
     t->att_widen = att_widen;
     t->att_scores_wide = att_scores_wide;
     t->att_mix_acc_wide = att_mix_acc_wide;
+    t->att_scores_grp = att_scores_grp;
+    t->att_mix_grp = att_mix_grp;
     t->softmax = softmax;
     t->swiglu = swiglu;
     t->mm[SP_GGML_F32] = mm_f32;
