@@ -184,7 +184,8 @@ static void task_mix(const sp_att_job *a, const task *k, int32_t rows, const flo
         const int32_t G = a->n_heads / a->n_kv_heads;
         for (int32_t s0 = 0; s0 < nmax; s0 += SP_ATT_BLOCK)
             for (int32_t r = 0; r < rows; r += G) {
-                const int32_t rg = rows - r < G ? rows - r : G, e = NV[r] < s0 + SP_ATT_BLOCK ? NV[r] : s0 + SP_ATT_BLOCK;
+                const int32_t rg = rows - r < G ? rows - r : G;
+                const int32_t e = NV[r] < s0 + SP_ATT_BLOCK ? NV[r] : s0 + SP_ATT_BLOCK;
                 if (e > cur[r])
                     mixg(S + (size_t)r * n_ctx, (size_t)n_ctx, rg, V, kv->v_row, cur[r], e, w,
                          acc + (size_t)r * 16 * w, (size_t)16 * w, w);
@@ -248,7 +249,8 @@ static void task_scores(const sp_att_job *a, const task *k, int32_t rows, const 
                 const int32_t ns = row_slots(a, row_token(a, k, r)), e = ns < s1 ? ns : s1;
                 if (b0 >= e) continue;
                 const int32_t cnt = e - b0 < SP_ATT_BLOCK ? e - b0 : SP_ATT_BLOCK;
-                scg(QB + (size_t)r * hd * 4, (size_t)hd * 4, rows - r < G ? rows - r : G, K + (size_t)b0 * ks, ks, cnt, hd, a->scale, S + (size_t)r * kv->n_ctx + b0, (size_t)kv->n_ctx);
+                scg(QB + (size_t)r * hd * 4, (size_t)hd * 4, rows - r < G ? rows - r : G, K + (size_t)b0 * ks, ks,
+                    cnt, hd, a->scale, S + (size_t)r * kv->n_ctx + b0, (size_t)kv->n_ctx);
             }
         return;
     }

@@ -161,8 +161,8 @@ void sp_kv_store(sp_kv *kv, int32_t layer, int32_t slot, const float *k, const f
     for (int32_t t = 0; t < n; t++) {
         if (kv->k_by_head) /* heads are whole Q8_0 blocks: the same bytes as the row's */
             for (int32_t h = 0; h < heads; h++)
-                sp_kv_convert_row(kv->type_k, k + t * stride + (int64_t)h * kv->head_dim, sp_kv_kh(kv, layer, h, slot + t),
-                                  kv->head_dim);
+                sp_kv_convert_row(kv->type_k, k + t * stride + (int64_t)h * kv->head_dim,
+                                  sp_kv_kh(kv, layer, h, slot + t), kv->head_dim);
         else
             sp_kv_convert_row(kv->type_k, k + t * stride, sp_kv_k(kv, layer, slot + t), kv->kv_dim);
         sp_kv_convert_row(kv->type_v, v + t * stride, sp_kv_v(kv, layer, slot + t), kv->kv_dim);
