@@ -365,7 +365,7 @@ sp_att_mix_acc_fn sp_ops_att_mix_acc_wide(void);
 /* The F16-cache kernels for a group of query rows that read the same cache
  * rows (the query heads of one KV head for one token), each cache element
  * converted once for all of them: row j's bits are the F16 kernels' on its
- * own (hd % 16 == 0 for the scores).
+ * own; hd % 16 == 0 for both.
  *   scores_grp: row j's query (as sp_ops_att_query made it) at
  *            q + j * q_stride bytes, its n scores at out + j * out_ld.
  *   mix_grp: sp_att_mix_acc_fn of row j (probabilities p + j * p_ld,

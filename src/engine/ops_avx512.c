@@ -1467,7 +1467,7 @@ AI void scores_grp16(const float *qf, const uint8_t *k0, size_t stride, int32_t 
 
 static void att_scores_grp(const void *q, size_t q_stride, int32_t rows, const void *k, size_t stride, int32_t n,
                            int32_t hd, float scale, float *out, size_t out_ld) {
-    if (hd % 16 || hd > GRP_QMAX) {
+    if (hd > GRP_QMAX) { /* the widened queries would not fit: row by row */
         for (int32_t j = 0; j < rows; j++)
             att_scores_f16((const uint8_t *)q + (size_t)j * q_stride, k, stride, n, hd, scale, out + (size_t)j * out_ld);
         return;
@@ -1544,11 +1544,6 @@ AI void mix_grp_blk(const float *pr, const uint8_t *v, size_t stride, int32_t r0
 
 static void att_mix_grp(const float *p, size_t p_ld, int32_t rows, const void *v, size_t stride, int32_t r0,
                         int32_t r1, int32_t hd, float *acc, size_t acc_stride, int32_t ld) {
-    if (hd % 16) {
-        for (int32_t j = 0; j < rows; j++)
-            att_mix_acc_f16(p + (size_t)j * p_ld, NULL, v, stride, r0, r1, hd, acc + (size_t)j * acc_stride, ld);
-        return;
-    }
     float pr[GRP_ROWS * GRP_PCHUNK] __attribute__((aligned(64)));
     const uint8_t *vb = v;
     for (int32_t j0 = 0; j0 < rows; j0 += GRP_ROWS) {
