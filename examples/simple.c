@@ -47,11 +47,12 @@ int main(int argc, char **argv) {
     gp.sampling.temperature = 0;                       /* greedy */
     printer pr = {tok, n_ids > 0 ? ids[n_ids - 1] : -1};
     sp_spec_stats st;
+    sp_gen_stats gs;
     fputs(prompt, stdout);
-    if (sp_spec_generate(spec, ids, n_ids, &gp, out, 1024, NULL, &st, print_tokens, &pr, &err)) goto done;
+    if (sp_spec_generate(spec, ids, n_ids, &gp, out, 1024, &gs, &st, print_tokens, &pr, &err)) goto done;
     printf("\n");
-    fprintf(stderr, "%lld tokens, %lld target forwards, %.0f%% of draft tokens accepted\n",
-            (long long)st.emitted, (long long)(st.target_forwards - st.prefill_forwards),
+    fprintf(stderr, "%d tokens, %lld target forwards, %.0f%% of draft tokens accepted\n",
+            gs.n_generated, (long long)(st.target_forwards - st.prefill_forwards),
             100 * sp_spec_acceptance_rate(&st));
 done:
     if (err.code) fprintf(stderr, "simple: %s\n", err.msg);

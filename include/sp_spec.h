@@ -258,7 +258,8 @@ typedef struct sp_spec_stats {
     int64_t iterations;
     int64_t drafted;          /* draft tokens proposed (tree: nodes) */
     int64_t accepted;         /* draft tokens accepted */
-    int64_t emitted;          /* tokens emitted by speculative iterations */
+    int64_t emitted;          /* tokens emitted by speculative iterations (not the
+                               * first, sampled from the prefill's last row) */
     int64_t target_forwards;  /* including prefill */
     int64_t prefill_forwards; /* of which prefill */
     int64_t draft_forwards;

@@ -275,9 +275,8 @@ static void test_losing_draft_over_short_requests(void **state) {
     printf("losing draft, 24 requests of 64 tokens: %.3f of plain\n", r);
     assert_true(r >= 0.97);
     /* then requests where the draft is nearly always right: a request's
-     * one-token look, when right, is followed by a full draft, and when
-     * that is right too the request starts afresh (from the second request
-     * on here, with this seed: 1.36x plain each), so drafting pays again */
+     * one-token look, when right, is followed by another, and after three
+     * right in a row the request starts afresh, so drafting pays again */
     m.accept = 0.95;
     const double later = rate_texts(&a, &m, 8, 64);
     printf("then 8 requests where it pays: %.3f of plain\n", later);

@@ -150,7 +150,7 @@ static void greedy_equal(const char *target_path, const char *draft_path, const 
                      c->tree ? c->tree : "", j);
         }
         assert_true(st.iterations > 0);
-        assert_int_equal(st.emitted, n);
+        assert_int_equal(st.emitted, n - 1); /* the first token is the prefill's */
         assert_true(st.accepted <= st.drafted);
         assert_true(sp_spec_block_efficiency(&st) >= 1.0);
         assert_int_equal(sp_ctx_truncate(t, 0, &err), SP_OK);
@@ -455,11 +455,42 @@ static void test_adaptive_carries_over(void **state) {
     sp_model_free(m);
 }
 
-/* ---- distribution of the first K tokens vs the exact target ---- */
+/* ---- distribution of K generated tokens vs the exact target ---- */
 
-enum { K = 3 };
+/* The first generated token comes from the prefill's last row (plain
+ * sampling); the K after it are the speculative loop's, whose joint
+ * distribution the cases test. */
+enum { K = 3, KSKIP = 1, KGEN = KSKIP + K };
 
-/* Exact P(x1..xK | prompt) under the adjusted target, by enumeration. */
+/* Adds pr * P(x_d..x_KGEN | prompt, x_1..x_{d-1}) to dist (indexed by
+ * x_{KSKIP+1}..x_KGEN), by enumeration; the context holds the prompt and
+ * x_1..x_{d-1}, lg the logits after them. */
+static void exact_rec(sp_ctx *c, sp_sampler *s, int32_t V, int32_t np, int d, int32_t *seq,
+                      double pr, const float *lg, double *dist) {
+    sp_error err = {0};
+    float *p = malloc((size_t)V * 4), *lg2 = malloc((size_t)V * 4);
+    assert_non_null(p);
+    assert_non_null(lg2);
+    sp_sampler_probs(s, lg, p);
+    for (int32_t t = 0; t < V; t++) {
+        if (p[t] == 0) continue;
+        seq[d - 1] = t;
+        if (d == KGEN) {
+            int64_t idx = 0;
+            for (int i = KSKIP; i < KGEN; i++) idx = idx * V + seq[i];
+            dist[idx] += pr * p[t];
+            continue;
+        }
+        sp_ctx_truncate(c, np + d - 1, &err);
+        sp_batch b = {.tokens = &t, .n = 1};
+        assert_int_equal(sp_forward(c, &b, lg2, &err), SP_OK);
+        exact_rec(c, s, V, np, d + 1, seq, pr * p[t], lg2, dist);
+    }
+    free(p);
+    free(lg2);
+}
+
+/* Exact P(x_{KSKIP+1}..x_KGEN | prompt) under the adjusted target. */
 static void exact_dist(sp_model *m, const sp_sampler_params *sp, const int32_t *prompt, int32_t np,
                        double *dist) {
     int32_t V = sp_model_cfg(m)->n_vocab;
@@ -468,32 +499,16 @@ static void exact_dist(sp_model *m, const sp_sampler_params *sp, const int32_t *
     sp_error err = {0};
     assert_int_equal(sp_sampler_init(sp, V, &s, &err), SP_OK);
     assert_int_equal(sp_sampler_set_n_valid(s, sp_model_n_valid_vocab(m), &err), SP_OK);
-    float *lg = malloc((size_t)V * 4), *p1 = malloc((size_t)V * 4), *p2 = malloc((size_t)V * 4),
-          *p3 = malloc((size_t)V * 4);
+    int64_t cells = 1;
+    for (int i = 0; i < K; i++) cells *= V;
+    for (int64_t i = 0; i < cells; i++) dist[i] = 0;
+    float *lg = malloc((size_t)V * 4);
+    assert_non_null(lg);
     sp_batch b = {.tokens = prompt, .n = np};
     assert_int_equal(sp_forward(c, &b, lg, &err), SP_OK);
-    sp_sampler_probs(s, lg, p1);
-    for (int32_t a = 0; a < V; a++) {
-        for (int32_t i = 0; i < V * V; i++) dist[(int64_t)a * V * V + i] = 0;
-        if (p1[a] == 0) continue;
-        sp_ctx_truncate(c, np, &err);
-        b = (sp_batch){.tokens = &a, .n = 1};
-        assert_int_equal(sp_forward(c, &b, lg, &err), SP_OK);
-        sp_sampler_probs(s, lg, p2);
-        for (int32_t bb = 0; bb < V; bb++) {
-            if (p2[bb] == 0) continue;
-            sp_ctx_truncate(c, np + 1, &err);
-            sp_batch b2 = {.tokens = &bb, .n = 1};
-            assert_int_equal(sp_forward(c, &b2, lg, &err), SP_OK);
-            sp_sampler_probs(s, lg, p3);
-            for (int32_t cc = 0; cc < V; cc++)
-                dist[((int64_t)a * V + bb) * V + cc] = (double)p1[a] * p2[bb] * p3[cc];
-        }
-    }
+    int32_t seq[KGEN];
+    exact_rec(c, s, V, np, 1, seq, 1.0, lg, dist);
     free(lg);
-    free(p1);
-    free(p2);
-    free(p3);
     sp_sampler_free(s);
     sp_ctx_free(c);
 }
@@ -546,18 +561,18 @@ static void distribution_case_p(sp_model *tm, sp_model *dm, sp_drafter_kind kind
             fail_msg("online: %s", err.msg);
     }
     sp_gen_params gp = sp_gen_default_params();
-    gp.n_predict = K;
+    gp.n_predict = KGEN;
     gp.sampling = *smp;
     gp.stop_at_eog = false;
     sp_spec_stats st, tot = {0};
     int64_t empty_drafts = 0;
     for (long r = 0; r < n_runs; r++) {
-        int32_t out[K];
+        int32_t out[KGEN];
         gp.seed = 1000 + (uint64_t)r;
         assert_int_equal(sp_spec_reset(s, &err), SP_OK);
-        if (sp_spec_generate(s, prompt, 6, &gp, out, K, NULL, &st, NULL, NULL, &err))
+        if (sp_spec_generate(s, prompt, 6, &gp, out, KGEN, NULL, &st, NULL, NULL, &err))
             fail_msg("generate: %s", err.msg);
-        cnt[((int64_t)out[0] * V + out[1]) * V + out[2]]++;
+        cnt[((int64_t)out[KSKIP] * V + out[KSKIP + 1]) * V + out[KSKIP + 2]]++;
         tot.drafted += st.drafted;
         tot.accepted += st.accepted;
         /* gamma_hist[0]: chain iterations that drafted nothing */

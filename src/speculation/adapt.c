@@ -30,12 +30,21 @@
 #define ADAPT_PROBE_MAX 256      /* ... doubling, up to this, while it keeps losing */
 #define ADAPT_EVIDENCE 3.0       /* drafting iterations (discounted) before what drafting has
                                   * realised may overrule the model or space the probes out */
-#define ADAPT_EXPLORE 0.03       /* ... and far enough apart that probes which lose cost at most
+#define ADAPT_EXPLORE 0.01       /* ... and far enough apart that probes which lose cost at most
                                   * this share of the time spent decoding plainly */
 #define ADAPT_CARRY 0.5          /* weight a new text gives the acceptance counts of texts
                                   * on which drafting lost */
-#define ADAPT_PROBE_HOPELESS 2048 /* ... or this when no draft length could pay even if every
-                                   * draft token were accepted (measured costs) */
+#define ADAPT_PROBE_HOPELESS 2048 /* ... or this when no draft length could gain ADAPT_HOPE even
+                                   * if every draft token were accepted (measured costs) */
+#define ADAPT_HOPE 1.10          /* a draft that could not beat plain decoding by 10% with every
+                                  * token accepted is not worth probing: a probe also pays the
+                                  * draft's catch-up and real acceptance is lower (synth-1b's
+                                  * Q4_K_M draft at depth 4000 could gain 4% and its probes cost
+                                  * up to 7 one-token forwards each, catch-up included) */
+#define ADAPT_LOOK_P 0.02        /* a new text after losing ones looks with one token at a time
+                                  * while right; when the run of right looks had less than this
+                                  * chance at the first-token rate carried over, the text starts
+                                  * afresh */
 
 /* Forget what the text decided: acceptance, realised rates, probe schedule. */
 static void adapt_forget_text(sp_adapt *a) {
@@ -60,6 +69,7 @@ void sp_adapt_init(sp_adapt *a) {
     a->depth_seen[0] = true;
     a->measure_one = false;
     a->iters = 0;
+    a->lag = 0;
     a->text_start = a->probe_first = a->probe_short = false;
     a->look = 0;
 }
@@ -122,6 +132,7 @@ void sp_adapt_new_text(sp_adapt *a) {
         return;
     }
     a->c.since_one = ADAPT_FRESH;
+    a->lag = 0;                       /* the draft is prefilled level with the prompt */
     a->iters = ADAPT_PLAIN_FIRST + 2; /* past the first iterations' schedule */
     a->text_start = true;             /* the verdict waits for the text's depth */
 }
@@ -132,7 +143,8 @@ void sp_adapt_new_text(sp_adapt *a) {
  * stream, so that a draft that loses on every request is not re-tried in
  * full at every request's start (that cost synth-1b's Q4_K_M draft for its
  * Q8_0 target 6-8% over 64-token requests); its first iteration drafts one
- * token instead (the look: sp_adapt_observe_step follows a right one up).
+ * token instead (the look: sp_adapt_observe_step follows a right one up
+ * with another).
  * Otherwise the text starts afresh and measures itself first. */
 static void adapt_text_verdict(sp_adapt *a) {
     a->text_start = false;
@@ -140,10 +152,16 @@ static void adapt_text_verdict(sp_adapt *a) {
         a->first_a *= ADAPT_CARRY, a->first_b *= ADAPT_CARRY;
         a->next_a *= ADAPT_CARRY, a->next_b *= ADAPT_CARRY;
         a->probe_short = true;
+        a->look = 0;
         return;
     }
     adapt_forget_text(a);
     a->probe_first = true;
+}
+
+/* P(first draft token accepted): the discounted count, the prior included. */
+static double first_rate(const sp_adapt *a) {
+    return (a->first_a + ADAPT_PRIOR_W * ADAPT_PRIOR) / (a->first_b + ADAPT_PRIOR_W);
 }
 
 /* Cost t[k] for a batch size k (k = from .. SP_SPEC_MAX_GAMMA + 1): measured,
@@ -206,7 +224,7 @@ int32_t sp_adapt_propose(sp_adapt *a, int32_t gmax) {
         a->measure_one = false;
         return 0;
     }
-    double a1 = (a->first_a + ADAPT_PRIOR_W * ADAPT_PRIOR) / (a->first_b + ADAPT_PRIOR_W);
+    double a1 = first_rate(a);
     /* an starts from a1: a draft that is rarely right first is rarely right
      * next (a hopeful an made the rarely-right n-gram drafter draft 4-8
      * tokens at 0.09 acceptance and lose 17% on synth-1b F16) */
@@ -231,21 +249,26 @@ int32_t sp_adapt_propose(sp_adapt *a, int32_t gmax) {
     if (best > 0 && drafting_lost(a)) best = 0;
     if (best > 0) {
         a->plain_run = 0;
+        a->probe_short = false;
+        a->look = 0;
         a->probe_every = ADAPT_PROBE_MIN;
         a->probe_first = false;
         return best;
     }
     if (a->probe_every == 0) a->probe_every = ADAPT_PROBE_MIN;
     int32_t every = a->probe_every;
+    bool hopeless = false;
     if (a->c.r_draft > 0) {
-        /* with every draft token accepted, could any length beat plain?
-         * If not (measured costs), probe only every ADAPT_PROBE_HOPELESS */
+        /* with every draft token accepted, could any length beat plain by
+         * ADAPT_HOPE? If not (measured costs), probe only every
+         * ADAPT_PROBE_HOPELESS */
         double ub = 0;
         for (int32_t g = 1; g <= gmax; g++) {
             double r = (g + 1) / iter_cost(a, g);
             ub = r > ub ? r : ub;
         }
-        if (ub < rate[0]) every = ADAPT_PROBE_HOPELESS;
+        hopeless = ub < ADAPT_HOPE * rate[0];
+        if (hopeless) every = ADAPT_PROBE_HOPELESS;
     }
     /* probe: the best speculative length under the current estimates */
     int32_t probe = 1;
@@ -256,7 +279,13 @@ int32_t sp_adapt_propose(sp_adapt *a, int32_t gmax) {
      * above overruled it) as drafting iterations have realised it. Once
      * there is evidence (a couple of drafting iterations are no verdict: one
      * rejected first token makes any draft look hopeless), space the probes
-     * so that this stays within ADAPT_EXPLORE of the plain time. */
+     * so that this stays within ADAPT_EXPLORE of the plain time, the draft's
+     * catch-up over the plain steps between them included: P plain steps
+     * and a probe lose loss + r_catch P, within ADAPT_EXPLORE c0 P when
+     * P >= loss / (ADAPT_EXPLORE c0 - r_catch). A catch-up dearer than the
+     * budget itself (synth-1b's Q4_K_M draft catches up a token in 0.1 of a
+     * target forward) leaves probing to the texts' starts, where the draft is
+     * level and a look costs no catch-up, and to every ADAPT_PROBE_HOPELESS. */
     const double c0 = iter_cost(a, 0);
     double loss = iter_cost(a, probe) * (1 - rate[probe] / rate[0]);
     if (a->c.real_it[1] > 0 && a->c.real_tok[0] > 0) {
@@ -265,20 +294,22 @@ int32_t sp_adapt_propose(sp_adapt *a, int32_t gmax) {
         loss = real_loss > loss ? real_loss : loss;
     }
     if (c0 > 0 && loss > 0 && a->c.real_it[1] >= ADAPT_EVIDENCE) {
-        const double spaced = loss / (ADAPT_EXPLORE * c0);
+        const double budget = ADAPT_EXPLORE * c0 - a->c.r_catch;
+        const double spaced = budget > 0 ? loss / budget : ADAPT_PROBE_HOPELESS;
         if (spaced > every) every = spaced < ADAPT_PROBE_HOPELESS ? (int32_t)spaced : ADAPT_PROBE_HOPELESS;
     }
     if (a->probe_first) { /* a new prompt: the first steps measure its acceptance */
         a->probe_first = false;
-        if (every != ADAPT_PROBE_HOPELESS) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
+        if (!hopeless) return gmax < ADAPT_FIRST_GAMMA ? gmax : ADAPT_FIRST_GAMMA;
     }
     if (a->probe_short) { /* a new prompt after losing ones: one token's look */
         a->probe_short = false;
-        if (every != ADAPT_PROBE_HOPELESS && gmax > 0) {
-            a->look = 1;
+        if (!hopeless && gmax > 0) {
+            a->look++;
             return 1;
         }
     }
+    a->look = 0;
     if (++a->plain_run < every) return 0;
     a->plain_run = 0;
     if (a->probe_every < ADAPT_PROBE_MAX) a->probe_every *= 2;
@@ -322,20 +353,22 @@ void sp_adapt_observe_target(sp_adapt *a, int32_t k, double cost) {
 void sp_adapt_observe_step(sp_adapt *a, const sp_adapt_step *st) {
     const int32_t nd = st->drafted;
     if (a->look) {
-        /* a new text after losing ones: when its one-token look came out
-         * right, a full first draft follows (drafted by the probe_first
-         * path); when that is right too (a run a draft right 35% of the
-         * time makes 1.5% of the time), the text differs from the old
-         * ones: it starts afresh from this step */
-        const int8_t look = a->look;
-        a->look = 0;
+        /* a new text after losing ones: while its one-token looks come out
+         * right, another follows (the probe_short path: a right look gains
+         * about what a wrong one loses); a run of right looks unlikely at
+         * the carried first-token rate and the text differs from the old
+         * ones: it starts afresh from this step. (A full draft after one
+         * right look cost 3.7 one-token forwards at depth 4000 when wrong,
+         * as it mostly was; starting afresh after 3 right looks, when a
+         * look was right 60% of the time, brought back probes with
+         * catch-ups that cost 2% of the time.) */
         if (nd > 0 && st->accepted == nd) {
-            if (look == 1) {
-                a->probe_first = true;
-                a->look = 2;
-            } else
+            if (pow(first_rate(a), a->look) > ADAPT_LOOK_P)
+                a->probe_short = true;
+            else
                 adapt_forget_text(a);
-        }
+        } else
+            a->look = 0;
     }
     SP_ASSERT(nd >= 0 && nd <= SP_SPEC_MAX_GAMMA);
     if (a->iters > 1) { /* past the warm-up iteration */
@@ -368,5 +401,10 @@ void sp_adapt_observe_step(sp_adapt *a, const sp_adapt_step *st) {
          * one-off when drafting resumes; the realised rate counts it) */
         if (st->draft_forwards > 0)
             ema(&a->c.r_draft, in_t_one(a, st->draft_forward_seconds / (double)st->draft_forwards));
-    }
+        /* the catch-up over the plain steps since the last draft, per step */
+        if (a->lag >= 2)
+            ema(&a->c.r_catch, in_t_one(a, (st->draft_seconds - st->draft_forward_seconds) / a->lag));
+        a->lag = 0;
+    } else
+        a->lag++;
 }

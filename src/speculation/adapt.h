@@ -28,6 +28,7 @@ typedef struct sp_adapt_costs {
     int32_t since_one;       /* iterations since t_one was last measured directly */
     int32_t n_one;           /* direct measurements of t_one so far */
     double r_draft;          /* EMA draft forward / t_one */
+    double r_catch;          /* EMA a draft's catch-up after plain steps, per step / t_one */
     double r_target[SP_SPEC_MAX_GAMMA + 2]; /* EMA k-token target forward / t_one ([1] = 1) */
     double r_over[SP_SPEC_MAX_GAMMA + 2];   /* EMA rest of an iteration (verification,
                                              * sampling) / t_one, by draft length */
@@ -58,10 +59,12 @@ typedef struct sp_adapt {
                               * a few tokens (unless drafting is hopeless) */
     bool probe_short;        /* a new prompt after prompts on which drafting lost: its first
                               * iteration drafts one token (unless drafting is hopeless) */
-    int8_t look;             /* the last proposal was that one token (1), or the full
-                              * first draft after a right one (2) */
+    int8_t look;             /* the one-token looks proposed in a row on this text, the
+                              * last one included (0: the last proposal was no look) */
     int32_t probe_every;     /* ... after which speculation is probed again */
     int64_t iters;           /* proposals since the last reset */
+    int32_t lag;             /* plain iterations since the last drafting one (what the
+                              * draft's cache catches up at the next) */
 } sp_adapt;
 
 /* What one iteration measured besides its target forward. */
