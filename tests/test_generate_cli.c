@@ -368,6 +368,31 @@ static void test_mlock(void **state) {
     assert_int_equal(sp_count_lines(out), 1);
 }
 
+/* --ignore-eos (llama.cpp's flag): a stories260K copy whose
+ * tokenizer.ggml.eot_token_id is the sixth greedy token stops after it,
+ * plain and speculative; with the flag both generate all 64 tokens, the
+ * reference continuation. */
+static void test_ignore_eos(void **state) {
+    (void)state;
+    char path[512], args[4096];
+    snprintf(path, sizeof path, "%s/specula_cli_eot_%d.gguf", sp_tmpdir(), (int)getpid());
+    sp_write_eot_copy(sp_shared("models/stories260K.gguf"), path, REF_GEN[5]);
+    for (int spec = 0; spec < 2; spec++)
+        for (int ignore = 0; ignore < 2; ignore++) {
+            snprintf(args, sizeof args, "-m '%s' -p 'Once upon a time' -n 64 --temp 0%s%s", path,
+                     spec ? " --draft lowbit --lowbit q8_0 --gamma 4" : "", ignore ? " --ignore-eos" : "");
+            json_t *j = gen_json(args);
+            json_t *toks = json_object_get(j, "tokens");
+            const int n = ignore ? 64 : 6;
+            assert_int_equal((int)sp_json_num(j, "n_generated"), n);
+            assert_int_equal(json_is_true(json_object_get(j, "stopped_at_eos")), !ignore);
+            assert_int_equal(json_array_size(toks), n);
+            for (int i = 0; i < n; i++) assert_int_equal(json_integer_value(json_array_get(toks, i)), REF_GEN[i]);
+            json_decref(j);
+        }
+    unlink(path);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_mlock),
     cmocka_unit_test(test_isa_forced),
@@ -379,5 +404,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_kv_flags_json),
     cmocka_unit_test(test_json_invalid_utf8),
     cmocka_unit_test(test_run_demo),
+    cmocka_unit_test(test_ignore_eos),
 };
 SP_TEST_MAIN(tests)

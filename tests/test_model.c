@@ -384,20 +384,7 @@ static void test_generation_stops_at_eot(void **state) {
     char path[512];
     snprintf(path, sizeof path, "%s/specula_eot_%d.gguf", sp_tmpdir(), (int)getpid());
     sp_error err = {0};
-    sp_gguf *g = NULL;
-    if (sp_gguf_open(sp_shared("models/stories260K.gguf"), &g, &err)) fail_msg("%s", err.msg);
-    sp_gguf_writer *w = sp_gguf_writer_init();
-    sp_gguf_writer_copy_kv(w, g, NULL);
-    sp_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)REF_GEN[5]);
-    for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
-        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
-        char name[128];
-        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
-        assert_int_equal(sp_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, true, &err), SP_OK);
-    }
-    if (sp_gguf_writer_write(w, path, &err)) fail_msg("%s", err.msg);
-    sp_gguf_writer_free(w);
-    sp_gguf_close(g);
+    sp_write_eot_copy(sp_shared("models/stories260K.gguf"), path, REF_GEN[5]);
     sp_model *m = load(path, NULL);
     const sp_tokenizer *tok = sp_model_tokenizer(m);
     assert_true(sp_tokenizer_is_eog(tok, REF_GEN[5]) && sp_tokenizer_is_eog(tok, sp_tokenizer_eos(tok)));

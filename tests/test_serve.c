@@ -929,9 +929,39 @@ static void test_batched_drafts(void **state) {
     unlink(draft);
 }
 
+/* ignore_eos (llama-server's field): on a stories260K copy whose sixth
+ * greedy token is an end-of-generation id, a request stops there
+ * ("stop", 6 tokens) and with ignore_eos runs to max_tokens ("length", 64),
+ * plain and speculative; a non-boolean is a 400. */
+static void test_ignore_eos(void **state) {
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/specula_serve_eot_%d.gguf", sp_tmpdir(), (int)getpid());
+    sp_write_eot_copy(stories(), path, 298);
+    server s = start_m(path, NULL);
+    for (int spec = 0; spec < 2; spec++)
+        for (int ignore = 0; ignore < 2; ignore++) {
+            char body[512];
+            snprintf(body, sizeof body,
+                     "{\"prompt\":\"Once upon a time\",\"max_tokens\":64,\"temperature\":0%s%s}",
+                     ignore ? ",\"ignore_eos\":true" : "",
+                     spec ? ",\"speculative\":{\"drafter\":\"lowbit\",\"lowbit\":\"q8_0\",\"gamma\":4}" : "");
+            json_t *j = ok_json(post(s.port, "/v1/completions", body));
+            json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+            assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), ignore ? "length" : "stop");
+            assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")),
+                             ignore ? 64 : 6);
+            json_decref(j);
+        }
+    expect_error(post(s.port, "/v1/completions", "{\"prompt\":\"x\",\"ignore_eos\":1}"), 400, "ignore_eos");
+    assert_int_equal(stop(&s), 0);
+    unlink(path);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_padded_vocab),
     cmocka_unit_test(test_prompt_cache),
+    cmocka_unit_test(test_ignore_eos),
     cmocka_unit_test(test_prompt_cache_hybrid),
     cmocka_unit_test(test_batched_drafts),
     cmocka_unit_test(test_routing),

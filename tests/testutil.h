@@ -68,6 +68,28 @@ static inline const char *sp_tmpdir(void) {
     return sp_tmpdir_path_;
 }
 
+/* Writes to path a copy of the GGUF src whose tokenizer.ggml.eot_token_id is
+ * eot (an end-of-generation id where the file has none); fails the test on
+ * any error. */
+static inline void sp_write_eot_copy(const char *src, const char *path, int32_t eot) {
+    sp_error err = {0};
+    sp_gguf *g = NULL;
+    if (sp_gguf_open(src, &g, &err)) fail_msg("%s", err.msg);
+    sp_gguf_writer *w = sp_gguf_writer_init();
+    sp_gguf_writer_copy_kv(w, g, NULL);
+    sp_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)eot);
+    for (uint64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
+        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        if (sp_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, true, &err))
+            fail_msg("%s", err.msg);
+    }
+    if (sp_gguf_writer_write(w, path, &err)) fail_msg("%s", err.msg);
+    sp_gguf_writer_free(w);
+    sp_gguf_close(g);
+}
+
 /* SP_TEST_FILTER=pattern runs only the matching tests (cmocka's filter; the
  * SP_RESULT count then still counts the whole table). */
 #define SP_TEST_MAIN(tests)                                                          \

@@ -50,7 +50,7 @@ int cli_next(int argc, char **argv, const char *shortopts, const struct option *
 
 /* Flags shared by generate and bench: -m, -z, -md, -zd, -n, -s/--seed, -t,
  * -c, --temp, --top-k, --top-p, --min-p, --mlock, --no-prefault,
- * --tokenizer-pre, -ctk/--cache-type-k, -ctv/--cache-type-v. */
+ * --tokenizer-pre, -ctk/--cache-type-k, -ctv/--cache-type-v, --ignore-eos. */
 #define SP_CLI_MAX_DRAFTS 8
 typedef struct cli_run_opts {
     const char *model, *tokenizer, *draft_model, *draft_tokenizer;
@@ -64,6 +64,7 @@ typedef struct cli_run_opts {
     sp_ggml_type type_k, type_v; /* -ctk / -ctv: KV cache types (sp_ctx_params) */
     const char *tokenizer_pre; /* --tokenizer-pre: forced BPE pre-tokeniser, or NULL */
     bool ids_only; /* the input is token ids: a model without a tokenizer is fine */
+    bool ignore_eos; /* --ignore-eos: generate all -n tokens through end-of-generation ones */
     sp_sampler_params sampling;
 } cli_run_opts;
 void cli_run_opts_default(cli_run_opts *r);
@@ -87,7 +88,8 @@ void cli_run_opts_default(cli_run_opts *r);
         {"ctk", required_argument, NULL, SP_OPT_RUN + 9},                                      \
         {"cache-type-k", required_argument, NULL, SP_OPT_RUN + 9},                             \
         {"ctv", required_argument, NULL, SP_OPT_RUN + 10},                                     \
-        {"cache-type-v", required_argument, NULL, SP_OPT_RUN + 10}
+        {"cache-type-v", required_argument, NULL, SP_OPT_RUN + 10},                            \
+        {"ignore-eos", no_argument, NULL, SP_OPT_RUN + 11}
 
 /* Applies option `opt` (an id from SP_CLI_RUN_OPTIONS) with value arg.
  * Returns 1 if it was one of them, 0 if not, -1 after printing what is

@@ -142,6 +142,7 @@ int cli_run_opt(int opt, const char *flag, const char *arg, cli_run_opts *r) {
         return 1;
     case SP_OPT_RUN + 6: r->mlock = true; return 1;
     case SP_OPT_RUN + 7: r->no_prefault = true; return 1;
+    case SP_OPT_RUN + 11: r->ignore_eos = true; return 1;
     case SP_OPT_RUN + 8:
         if (!sp_tokenizer_pre_known(arg)) {
             fprintf(stderr, "specula: %s: unknown pre-tokenizer '%s'\n", flag, arg);

@@ -552,6 +552,7 @@ static int bench_measure(const bench_opts *o, bench_state *b) {
     if (!b->out || !b->runs) return oom();
     sp_gen_params gp = sp_gen_default_params();
     gp.sampling = o->run.sampling;
+    gp.stop_at_eog = !o->run.ignore_eos;
     gp.n_predict = o->run.n_predict < 16 ? (int32_t)o->run.n_predict : 16;
     gp.seed = (uint64_t)o->run.seed;
     for (int c = 0; c < b->n_cfg; c++)
@@ -612,6 +613,7 @@ static json_t *bench_meta(const bench_opts *o, const bench_state *b) {
     json_object_set_new(meta, "threads", json_integer(o->run.threads));
     json_object_set_new(meta, "n_ctx", json_integer(sp_ctx_n_ctx(b->ctx)));
     json_object_set_new(meta, "kv_cache", cli_kv_json(b->ctx));
+    json_object_set_new(meta, "ignore_eos", json_boolean(o->run.ignore_eos));
     json_object_set_new(meta, "temperature", json_real(o->run.sampling.temperature));
     json_object_set_new(meta, "top_k", json_integer(o->run.sampling.top_k));
     json_object_set_new(meta, "top_p", json_real(o->run.sampling.top_p));

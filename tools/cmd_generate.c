@@ -274,6 +274,7 @@ static int gen_decode(const sp_gen_opts *o, gen_run *g) {
     gp.n_predict = (int32_t)o->run.n_predict;
     gp.sampling = o->run.sampling;
     gp.seed = (uint64_t)o->run.seed;
+    gp.stop_at_eog = !o->run.ignore_eos;
     g->ss.tok = sp_model_tokenizer(g->model);
     g->ss.prev = g->ss.tok ? g->prompt[g->n_prompt - 1] : -1;
     g->ss.print = !o->json && !o->quiet;

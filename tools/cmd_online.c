@@ -154,6 +154,7 @@ int cmd_online(int argc, char **argv) {
             sp_gen_params gp = sp_gen_default_params();
             gp.n_predict = (int32_t)run.n_predict;
             gp.sampling = run.sampling;
+            gp.stop_at_eog = !run.ignore_eos;
             gp.seed = (uint64_t)run.seed + (uint64_t)(rd * gens + g);
             sp_gen_stats gs;
             sp_spec_stats st;

@@ -150,6 +150,10 @@ static int parse_common(const serve_limits *L, const json_t *j, serve_req *r, se
             if (json_is_null(v)) continue;
             if (!json_is_boolean(v)) return serve_bad(e, 400, key, NULL, "stream: must be a boolean");
             r->stream = json_is_true(v);
+        } else if (!strcmp(key, "ignore_eos")) {
+            if (json_is_null(v)) continue;
+            if (!json_is_boolean(v)) return serve_bad(e, 400, key, NULL, "ignore_eos: must be a boolean");
+            r->ignore_eos = json_is_true(v);
         } else if (!strcmp(key, "cache_prompt")) {
             if (json_is_null(v)) continue;
             if (!json_is_boolean(v)) return serve_bad(e, 400, key, NULL, "cache_prompt: must be a boolean");

@@ -43,6 +43,7 @@ typedef struct serve_req {
     serve_ep ep;
     bool stream, include_usage;
     bool cache_prompt;  /* reuse a slot's cached prefix (default true, as llama-server) */
+    bool ignore_eos;    /* generate max_tokens through end-of-generation tokens (llama-server's) */
     int32_t max_tokens; /* -1: not given */
     sp_sampler_params smp;
     uint64_t seed;

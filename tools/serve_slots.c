@@ -161,6 +161,7 @@ void serve_generate(serve_run *g) {
         gp.n_predict = g->r.max_tokens;
         gp.sampling = g->r.smp;
         gp.seed = g->r.seed;
+        gp.stop_at_eog = !g->r.ignore_eos;
         gp.keep_prefix = true;
         g->prev = g->prompt[g->n_prompt - 1];
         /* the forwards join the shared passes: the target's, and the draft
