@@ -673,14 +673,20 @@ AI void pk_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, const bool 
             }                                                                                   \
     }
 
+/* Largest token tile of the Q8_0 and Q4_0 kernels (16 or 8): 8, as
+ * PK_K_NT_MAX (l1b-q8_0 on Zen 5: prefill 343-350 -> 389-394 tok/s, a
+ * 16-token forward 57-59 -> 50-53 ms). */
+#ifndef PK_NT_MAX
+#define PK_NT_MAX 8
+#endif
 static void mm_q8_0_pk(const sp_mm *m, int64_t r0, int64_t r1) {
 #define Q8_TILE(nt) pk_tile(m, g, t, nt, false, t == tb, live)
-    PK_FOR_TILES(m, r0, r1, true, Q8_TILE)
+    PK_FOR_TILES(m, r0, r1, PK_NT_MAX >= 16, Q8_TILE)
 #undef Q8_TILE
 }
 static void mm_q4_0_pk(const sp_mm *m, int64_t r0, int64_t r1) {
 #define Q4_TILE(nt) pk_tile(m, g, t, nt, true, t == tb, live)
-    PK_FOR_TILES(m, r0, r1, true, Q4_TILE)
+    PK_FOR_TILES(m, r0, r1, PK_NT_MAX >= 16, Q4_TILE)
 #undef Q4_TILE
 }
 
@@ -794,9 +800,12 @@ AI int64_t pk_k_begin(const sp_mm *m, int32_t t0, const int NT, const uint8_t **
  * at 2048, the rest 512 on). */
 #define PK4K_UNIT 2368
 #define PK5K_UNIT 2880
-/* Largest token tile of the K-quant kernels (16 or 8). */
+/* Largest token tile of the K-quant kernels (16 or 8): 8, since a 16-token
+ * tile's accumulators (32 vectors with the sums) spill. On Zen 5 (2 threads,
+ * l1b-q4_K_M, bench-forward, A/B in one run): 512-token prefill 358 -> 425-431
+ * tok/s, a 16-token forward 65 -> 49-50 ms. */
 #ifndef PK_K_NT_MAX
-#define PK_K_NT_MAX 16
+#define PK_K_NT_MAX 8
 #endif
 
 AI void pk45k_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, bool pf, __mmask16 live, const bool q5) {
