@@ -673,9 +673,11 @@ AI void pk_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, const bool 
             }                                                                                   \
     }
 
-/* Largest token tile of the Q8_0 and Q4_0 kernels (16 or 8): 8, as
- * PK_K_NT_MAX (l1b-q8_0 on Zen 5: prefill 343-350 -> 389-394 tok/s, a
- * 16-token forward 57-59 -> 50-53 ms). */
+/* Largest token tile of the Q8_0, Q4_0 and 32-block kernels (Q4_1, Q5_0,
+ * Q5_1, IQ4_NL, MXFP4; 16 or 8): 8, as PK_K_NT_MAX. On Zen 5, A/B in one
+ * run, 512-token prefill / 16-token forward: l1b-q8_0 343-350 -> 389-394
+ * tok/s / 57-59 -> 50-53 ms; Q4_1 318-355 -> 372-380 / 72-74 -> 50-52;
+ * Q5_0 370-379 -> 395-397 / 51-53 -> 49-50. */
 #ifndef PK_NT_MAX
 #define PK_NT_MAX 8
 #endif
@@ -766,11 +768,11 @@ AI void pk32_tile(const sp_mm *m, int64_t g, int32_t t0, const int NT, const sp_
 #define PK32_TILE_Q51(nt) pk32_tile(m, g, t, nt, SP_GGML_Q5_1, t == tb, live)
 #define PK32_TILE_NL(nt) pk32_tile(m, g, t, nt, SP_GGML_IQ4_NL, t == tb, live)
 #define PK32_TILE_MX(nt) pk32_tile(m, g, t, nt, SP_GGML_MXFP4, t == tb, live)
-static void mm_q4_1_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_Q41) }
-static void mm_q5_0_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_Q50) }
-static void mm_q5_1_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_Q51) }
-static void mm_iq4_nl_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_NL) }
-static void mm_mxfp4_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, true, PK32_TILE_MX) }
+static void mm_q4_1_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, PK_NT_MAX >= 16, PK32_TILE_Q41) }
+static void mm_q5_0_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, PK_NT_MAX >= 16, PK32_TILE_Q50) }
+static void mm_q5_1_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, PK_NT_MAX >= 16, PK32_TILE_Q51) }
+static void mm_iq4_nl_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, PK_NT_MAX >= 16, PK32_TILE_NL) }
+static void mm_mxfp4_pk(const sp_mm *m, int64_t r0, int64_t r1) { PK_FOR_TILES(m, r0, r1, PK_NT_MAX >= 16, PK32_TILE_MX) }
 #undef PK32_TILE_Q41
 #undef PK32_TILE_Q50
 #undef PK32_TILE_Q51
