@@ -258,6 +258,15 @@ static int32_t emit(emit_state *e, int32_t *hist, int32_t *n_hist, const int32_t
     return taken;
 }
 
+/* Passes the observer (chains only) the target rows of the tokens just
+ * committed at hist[n_before..n): at most `rows` of them, p's rows 0.. */
+static void observe(sp_spec *s, const int32_t *hist, int32_t n_before, int32_t n, int32_t rows) {
+    if (!s->observer || s->is_tree || n <= n_before) return;
+    s->obs_rows = rows < n - n_before ? rows : n - n_before;
+    s->observer(s->observer_ud, hist, n_before, s->p, s->obs_rows, s->V);
+    s->obs_rows = 0;
+}
+
 /* One target forward over the uncommitted tail hist[T.n_past..n) and the
  * drafted nodes; tree mask when parent != NULL. Writes p rows (adjusted)
  * for the last tail token and each node. */
@@ -509,19 +518,16 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
     double t0 = sp_now();
     s->draft_stale = false;
     int32_t last_row = 0; /* the last prompt token's row in the last chunk */
-    {
-        /* sp_prefill's chunks, each through the forward hook */
-        const int32_t mb = sp_ctx_max_batch(s->target);
-        for (int32_t i = n_cached; !rc && i < g.n; i += mb) {
-            sp_batch b = {.tokens = g.hist + i, .n = g.n - i < mb ? g.n - i : mb};
-            double cost;
-            rc = target_forward(s, &b, s->logits, &cost, err);
-            if (!rc) stats->prefill_forwards++;
-            if (!rc) rc = sp_drafter_target_rows(s->drafter, s->target, g.hist, g.n, i, b.n, err);
-            last_row = b.n - 1;
-        }
-        if (!rc && g.n > 1) rc = sp_drafter_prefill(s->drafter, g.hist, g.n - 1, err);
+    const int32_t mb = sp_ctx_max_batch(s->target);
+    for (int32_t i = n_cached; !rc && i < g.n; i += mb) { /* sp_prefill's chunks, through the hook */
+        sp_batch b = {.tokens = g.hist + i, .n = g.n - i < mb ? g.n - i : mb};
+        double cost;
+        rc = target_forward(s, &b, s->logits, &cost, err);
+        if (!rc) stats->prefill_forwards++;
+        if (!rc) rc = sp_drafter_target_rows(s->drafter, s->target, g.hist, g.n, i, b.n, err);
+        last_row = b.n - 1;
     }
+    if (!rc && g.n > 1) rc = sp_drafter_prefill(s->drafter, g.hist, g.n - 1, err);
     stats->target_forwards = stats->prefill_forwards;
     gstats->t_prefill = sp_now() - t0;
     if (!rc && gp->keep_prefix) gstats->n_pinned = sp_ctx_pin(s->target);
@@ -531,12 +537,8 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
         const int32_t y0 = sp_sample_from_probs(s->p, s->V, sp_rng_uniform(&g.rng));
         const int32_t n_before = g.n;
         emit(&e, g.hist, &g.n, &y0, 1); /* not an iteration's: stats->emitted leaves it out */
-        if (s->observer && !s->is_tree && g.n > n_before) {
-            s->obs_row0 = last_row;
-            s->obs_rows = 1;
-            s->observer(s->observer_ud, g.hist, n_before, s->p, 1, s->V);
-            s->obs_rows = 0;
-        }
+        s->obs_row0 = last_row;
+        observe(s, g.hist, n_before, g.n, 1);
     }
     while (!rc && !e.stop) {
         const int32_t remaining = e.budget - e.n;
@@ -557,12 +559,7 @@ sp_status sp_spec_generate(sp_spec *s, const int32_t *prompt, int32_t n_prompt,
         /* chain steps: target rows 0..tau are the distributions of the
          * tokens just committed at positions n_before.. (tree rows follow
          * the tree's node order and are not passed on) */
-        if (s->observer && !s->is_tree && g.n > n_before) {
-            const int32_t rows = g.tau + 1 < g.n - n_before ? g.tau + 1 : g.n - n_before;
-            s->obs_rows = rows;
-            s->observer(s->observer_ud, g.hist, n_before, s->p, rows, s->V);
-            s->obs_rows = 0;
-        }
+        observe(s, g.hist, n_before, g.n, g.tau + 1);
     }
     gstats->t_generate = sp_now() - t1;
     gstats->n_generated = e.n;
